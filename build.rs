@@ -1,0 +1,19 @@
+//! Compiles Envoy's RLS v3 protos from `proto/` with protox (pure Rust), so no system
+//! `protoc` is needed.
+
+use std::path::PathBuf;
+
+const PROTOS: &[&str] = &["envoy/service/ratelimit/v3/rls.proto"];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let descriptors = protox::compile(PROTOS, [&root])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .file_descriptor_set_path(out_dir.join("rls_descriptor.bin"))
+        .compile_fds(descriptors)?;
+    Ok(())
+}

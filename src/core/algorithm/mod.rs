@@ -1,0 +1,198 @@
+//! The decision algorithms as pure arithmetic: a quota, the stored state of one counter, the
+//! time and the hits in; a decision and the next state out. No I/O, no clock, no locks.
+//!
+//! Every algorithm here also exists in Lua for the Redis store; both must compute the same
+//! numbers in the same order (IEEE doubles where fractions appear), so keep formulas in step.
+
+mod fixed_window;
+mod gcra;
+mod sliding_log;
+mod sliding_window;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use super::time::{Micros, MICROS_PER_SECOND};
+use super::unit::Unit;
+
+/// Which algorithm decides a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Epoch-aligned windows, as envoyproxy/ratelimit counts.
+    #[default]
+    FixedWindow,
+    /// Sliding window counter: `previous × (1 − elapsed/window) + current`.
+    SlidingWindow,
+    /// Exact log of admitted hits; for small limits only.
+    SlidingLog,
+    /// Token bucket: capacity `burst` (or the limit), refilled continuously.
+    TokenBucket,
+    /// Leaky bucket with nginx `limit_req` semantics (GCRA): capacity `burst + 1`.
+    LeakyBucket,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ];
+
+    /// The name used in configuration files (`sliding_window`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::LeakyBucket => "leaky_bucket",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == text)
+    }
+
+    pub fn accepts_burst(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The largest limit a sliding log accepts: its memory grows with the limit.
+pub const SLIDING_LOG_MAX_LIMIT: u64 = 10_000;
+
+/// What one limit allows: `requests_per_unit` per `unit × unit_multiplier`, decided by `algorithm`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Quota {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    /// Window = unit × multiplier (≥ 1), e.g. 30 × SECOND.
+    pub unit_multiplier: u32,
+    pub algorithm: Algorithm,
+    /// Token bucket: capacity (default `requests_per_unit`). Leaky bucket: nginx `burst`
+    /// (extra requests beyond the first; default 0).
+    pub burst: Option<u32>,
+}
+
+impl Quota {
+    pub fn new(requests_per_unit: u32, unit: Unit) -> Self {
+        Self {
+            requests_per_unit,
+            unit,
+            unit_multiplier: 1,
+            algorithm: Algorithm::FixedWindow,
+            burst: None,
+        }
+    }
+
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    pub fn with_burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    pub fn with_multiplier(mut self, unit_multiplier: u32) -> Self {
+        self.unit_multiplier = unit_multiplier;
+        self
+    }
+
+    /// Window length in whole seconds (unit × multiplier).
+    pub fn window_seconds(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier.max(1))
+    }
+
+    pub fn window_micros(&self) -> Micros {
+        // At most 31 536 000 × 4 294 967 295 s ≈ 1.4e17 s: saturate rather than overflow.
+        i64::try_from(self.window_seconds())
+            .ok()
+            .and_then(|s| s.checked_mul(MICROS_PER_SECOND))
+            .unwrap_or(i64::MAX / 4)
+    }
+
+    /// How many hits fit at once when the counter is fresh.
+    pub fn capacity(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket => u64::from(self.burst.unwrap_or(self.requests_per_unit)),
+            Algorithm::LeakyBucket => u64::from(self.burst.unwrap_or(0)) + 1,
+            _ => u64::from(self.requests_per_unit),
+        }
+    }
+}
+
+/// What a request does to one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hits {
+    /// Take `n` (n ≥ 1) units of budget if all of them fit.
+    Charge(u64),
+    /// Ask whether one more hit would fit, without taking anything (`hits_addend: 0`).
+    CheckOnly,
+    /// Give `n` units back (`is_negative_hits`), never beyond a fresh counter.
+    Refund(u64),
+}
+
+/// The stored state of one counter. The variant always matches the quota's algorithm; a state
+/// of another variant (the rule's algorithm changed on reload) is treated as absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    FixedWindow {
+        window_start: Micros,
+        count: u64,
+    },
+    SlidingWindow {
+        window_start: Micros,
+        previous: u64,
+        current: u64,
+    },
+    /// GCRA's theoretical arrival time, for token and leaky buckets.
+    Gcra { tat: Micros },
+    /// Admitted hits, oldest first: (time, how many).
+    SlidingLog(Box<VecDeque<(Micros, u64)>>),
+}
+
+/// Remaining budget and time until the counter is whole again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub remaining: u64,
+    /// Time until the counter is back to its full capacity (µs, ≥ 0).
+    pub reset_after: Micros,
+}
+
+/// The result of evaluating one counter. Nothing is applied: the store decides whether to keep
+/// `next_state`, after the core has looked at every counter of the request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// Whether these hits fit (always true for a refund; for a check, whether one more fits).
+    pub admitted: bool,
+    /// Budget and reset if `next_state` is stored.
+    pub committed: Snapshot,
+    /// Budget and reset if nothing is stored (the request was rejected elsewhere).
+    pub uncommitted: Snapshot,
+    /// When not admitted: time until these hits could fit (µs, ≥ 1); 0 when admitted.
+    pub retry_after: Micros,
+    /// The state to store when the request is committed.
+    pub next_state: State,
+    /// After this instant `next_state` means the same as no state: the store may drop it.
+    pub expires_at: Micros,
+}
+
+/// Evaluates `hits` against one counter at `now`.
+pub fn evaluate(quota: &Quota, state: Option<&State>, now: Micros, hits: Hits) -> Evaluation {
+    match quota.algorithm {
+        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits),
+        Algorithm::SlidingWindow => sliding_window::evaluate(quota, state, now, hits),
+        Algorithm::SlidingLog => sliding_log::evaluate(quota, state, now, hits),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => gcra::evaluate(quota, state, now, hits),
+    }
+}

@@ -1,0 +1,8 @@
+//! The pure core: configuration, the descriptor rule tree, the algorithms and the request
+//! semantics. Nothing here does I/O or reads a clock; the shells around it do.
+
+pub mod algorithm;
+pub mod config;
+pub mod rules;
+pub mod time;
+pub mod unit;
