@@ -10,10 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", root.display());
     let descriptors = protox::compile(PROTOS, [&root])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    // Kept for gRPC reflection.
+    std::fs::write(
+        out_dir.join("rls_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .file_descriptor_set_path(out_dir.join("rls_descriptor.bin"))
         .compile_fds(descriptors)?;
     Ok(())
 }

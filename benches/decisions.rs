@@ -1,1 +1,117 @@
-fn main(){}
+//! The decision path per algorithm: the pure arithmetic alone, then the memory store (hash,
+//! shard lock, evaluate, verdict, commit) at growing key counts, up to 1 000 000 keys. Also prints
+//! the memory each active key costs.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use floodgate::core::algorithm::{evaluate, Algorithm, Hits, Quota};
+use floodgate::core::plan::Counter;
+use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::unit::Unit;
+use floodgate::core::verdict::Role;
+use floodgate::store::memory::MemoryStore;
+
+const START: i64 = 1_796_083_200 * MICROS_PER_SECOND;
+
+fn quota(algorithm: Algorithm) -> Quota {
+    let quota = Quota::new(1_000, Unit::Second).with_algorithm(algorithm);
+    match algorithm {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => quota.with_burst(100),
+        Algorithm::SlidingLog => Quota::new(100, Unit::Second).with_algorithm(algorithm),
+        _ => quota,
+    }
+}
+
+fn counter(algorithm: Algorithm, key: u64) -> Counter {
+    let mut identity = b"edge\0per_client\0".to_vec();
+    identity.extend_from_slice(&key.to_le_bytes());
+    Counter {
+        descriptor: 0,
+        key: identity,
+        quota: quota(algorithm),
+        hits: Hits::Charge(1),
+        role: Role::Enforced,
+    }
+}
+
+fn pure_arithmetic(c: &mut Criterion) {
+    let mut group = c.benchmark_group("evaluate");
+    for algorithm in Algorithm::ALL {
+        let quota = quota(algorithm);
+        let state = evaluate(&quota, None, START, Hits::Charge(1)).next_state;
+        let mut now = START;
+        group.bench_function(algorithm.name(), |b| {
+            b.iter(|| {
+                now += 1_000;
+                black_box(evaluate(&quota, Some(black_box(&state)), now, Hits::Charge(1)))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn memory_store(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_store");
+    group.throughput(Throughput::Elements(1));
+    for algorithm in Algorithm::ALL {
+        for keys in [1_000u64, 1_000_000] {
+            let clock = Arc::new(ManualClock::new(START));
+            let store = MemoryStore::new(2_000_000, clock.clone());
+            let counters: Vec<Counter> = (0..keys).map(|k| counter(algorithm, k)).collect();
+            for counter in &counters {
+                store.decide_now(std::slice::from_ref(counter), false);
+            }
+            let mut next = 0usize;
+            group.bench_with_input(BenchmarkId::new(algorithm.name(), keys), &keys, |b, _| {
+                b.iter(|| {
+                    // A stride that is coprime with the key count visits keys in a scattered order.
+                    next = (next + 7_919) % counters.len();
+                    clock.advance(1);
+                    black_box(store.decide_now(std::slice::from_ref(&counters[next]), false))
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Resident memory of this process in bytes (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+fn bytes_per_key(_: &mut Criterion) {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow, Algorithm::TokenBucket] {
+        let keys = 1_000_000u64;
+        let clock = Arc::new(ManualClock::new(START));
+        let before = resident_bytes();
+        let store = MemoryStore::new(keys as usize, clock.clone());
+        let mut batch = counter(algorithm, 0);
+        for key in 0..keys {
+            batch.key.truncate(batch.key.len() - 8);
+            batch.key.extend_from_slice(&key.to_le_bytes());
+            store.decide_now(std::slice::from_ref(&batch), false);
+        }
+        let after = resident_bytes();
+        if let (Some(before), Some(after)) = (before, after) {
+            println!(
+                "memory/{}: {} keys held, {:.0} bytes per active key (resident set growth)",
+                algorithm.name(),
+                store.len(),
+                after.saturating_sub(before) as f64 / keys as f64
+            );
+        }
+        drop(store);
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(2)).warm_up_time(std::time::Duration::from_millis(500));
+    targets = pure_arithmetic, memory_store, bytes_per_key
+}
+criterion_main!(benches);

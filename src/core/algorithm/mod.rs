@@ -4,10 +4,13 @@
 //! Every algorithm here also exists in Lua for the Redis store; both must compute the same
 //! numbers in the same order (IEEE doubles where fractions appear), so keep formulas in step.
 
+mod counter;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -155,8 +158,14 @@ pub enum State {
         previous: u64,
         current: u64,
     },
-    /// GCRA's theoretical arrival time, for token and leaky buckets.
-    Gcra { tat: Micros },
+    /// GCRA's theoretical arrival time, for token and leaky buckets: exactly
+    /// `tat + tat_remainder / requests_per_unit` µs. One hit costs `window / requests_per_unit`
+    /// µs, rarely a whole number (60 s / 7); rounding the arrival time to whole µs at every hit
+    /// would drift, so the fraction is kept exactly, as a numerator (`< requests_per_unit`).
+    Gcra {
+        tat: Micros,
+        tat_remainder: u32,
+    },
     /// Admitted hits, oldest first: (time, how many).
     SlidingLog(Box<VecDeque<(Micros, u64)>>),
 }

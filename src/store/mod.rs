@@ -1,0 +1,41 @@
+//! Where counters live. A store evaluates every counter of one request, asks the core whether
+//! the request is over its limits, and charges all of its counters or none, atomically.
+
+pub mod memory;
+
+use std::future::Future;
+
+use crate::core::plan::Counter;
+use crate::core::response::CounterOutcome;
+
+/// What a store decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// One per counter, in the order given.
+    pub outcomes: Vec<CounterOutcome>,
+    /// The request's verdict (`core::verdict::request_over_limit`); nothing was charged if true.
+    pub over_limit: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("the {backend} store is unavailable: {reason}")]
+    Unavailable {
+        backend: &'static str,
+        reason: String,
+    },
+}
+
+/// A place that keeps counters.
+pub trait Store: Send + Sync + 'static {
+    /// Evaluates `counters` together and charges them all or none (`global_shadow`: the request
+    /// is never over; see `core::verdict`).
+    fn decide(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> impl Future<Output = Result<Decided, StoreError>> + Send;
+
+    /// A short name for logs and metrics (`memory`, `redis`).
+    fn backend(&self) -> &'static str;
+}

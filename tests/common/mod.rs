@@ -1,0 +1,161 @@
+//! Test harness: start real processes (floodgate, Envoy) on free loopback ports, talk plain
+//! HTTP/1.1 to them, and stop them by pid when the test ends.
+#![allow(dead_code)]
+
+pub mod http;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .unwrap_or_else(|error| panic!("cannot find a free port: {error}"))
+}
+
+/// Waits until something accepts connections on `port`, or panics after `timeout`.
+pub fn wait_for_port(port: u16, timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on 127.0.0.1:{port} within {timeout:?}");
+}
+
+/// A child process killed (by pid) when dropped.
+pub struct Running {
+    pub name: String,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Running {
+    pub fn spawn(name: &str, command: &mut Command, log_dir: &Path) -> Running {
+        let log = log_dir.join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log)
+            .unwrap_or_else(|error| panic!("cannot create {}: {error}", log.display()));
+        let log_err = log_file
+            .try_clone()
+            .unwrap_or_else(|error| panic!("cannot clone log handle: {error}"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err))
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {name} ({command:?}): {error}"));
+        Running {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to exit; returns its exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The floodgate binary cargo built for these tests.
+pub fn floodgate_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+/// The Envoy 1.40 binary: `$FLOODGATE_ENVOY`, the project's `.venv/bin/envoy`, or `envoy` on PATH.
+/// Missing Envoy fails the test: `scripts/install-peers.sh` installs it.
+pub fn envoy_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("FLOODGATE_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/envoy");
+    if venv.exists() {
+        return venv;
+    }
+    which("envoy").unwrap_or_else(|| {
+        panic!("Envoy 1.40 not found: run scripts/install-peers.sh (or set FLOODGATE_ENVOY)")
+    })
+}
+
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// The addresses a floodgate under test listens on.
+pub struct Floodgate {
+    pub process: Running,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub debug_port: u16,
+}
+
+impl Floodgate {
+    /// Starts `floodgate serve --config <config>` plus `extra` flags on free ports.
+    pub fn start(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
+        let (grpc_port, http_port, debug_port) = (free_port(), free_port(), free_port());
+        let mut command = Command::new(floodgate_bin());
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .arg("--grpc-addr")
+            .arg(format!("127.0.0.1:{grpc_port}"))
+            .arg("--http-addr")
+            .arg(format!("127.0.0.1:{http_port}"))
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{debug_port}"))
+            .args(extra)
+            .env("LOG_LEVEL", "debug");
+        let process = Running::spawn("floodgate", &mut command, log_dir);
+        wait_for_port(grpc_port, Duration::from_secs(10), "floodgate");
+        Floodgate {
+            process,
+            grpc_port,
+            http_port,
+            debug_port,
+        }
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+}
