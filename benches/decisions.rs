@@ -45,7 +45,12 @@ fn pure_arithmetic(c: &mut Criterion) {
         group.bench_function(algorithm.name(), |b| {
             b.iter(|| {
                 now += 1_000;
-                black_box(evaluate(&quota, Some(black_box(&state)), now, Hits::Charge(1)))
+                black_box(evaluate(
+                    &quota,
+                    Some(black_box(&state)),
+                    now,
+                    Hits::Charge(1),
+                ))
             })
         });
     }
@@ -85,7 +90,11 @@ fn resident_bytes() -> Option<u64> {
 }
 
 fn bytes_per_key(_: &mut Criterion) {
-    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow, Algorithm::TokenBucket] {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ] {
         let keys = 1_000_000u64;
         let clock = Arc::new(ManualClock::new(START));
         let before = resident_bytes();

@@ -48,7 +48,9 @@ fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
         (Some(root), Some(subdirectory)) => Ok(ConfigLocation::Runtime {
             root: root.into(),
             subdirectory: subdirectory.into(),
-            app_directory: env("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".to_owned()).into(),
+            app_directory: env("RUNTIME_APPDIRECTORY")
+                .unwrap_or_else(|| "config".to_owned())
+                .into(),
             watch_root: env("RUNTIME_WATCH_ROOT").is_none_or(|v| parse_bool(&v)),
             ignore_dotfiles: env("RUNTIME_IGNOREDOTFILES").is_some_and(|v| parse_bool(&v)),
         }),

@@ -10,7 +10,9 @@ use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 pub enum CheckError {
     #[error("descriptor {0:?}: every entry needs a key (write key=value,key=value)")]
     BadDescriptor(String),
-    #[error("cannot connect to {addr}: {source} (is floodgate running? pass --addr http://HOST:PORT)")]
+    #[error(
+        "cannot connect to {addr}: {source} (is floodgate running? pass --addr http://HOST:PORT)"
+    )]
     Connect {
         addr: String,
         source: tonic::transport::Error,

@@ -10,7 +10,11 @@ use crate::core::algorithm::Algorithm;
 use crate::core::headers::HeaderMode;
 
 #[derive(Debug, Parser)]
-#[command(name = "floodgate", version, about = "A rate-limit service for Envoy and Nginx")]
+#[command(
+    name = "floodgate",
+    version,
+    about = "A rate-limit service for Envoy and Nginx"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -79,7 +83,12 @@ pub struct ConfigArgs {
     #[arg(long, env = "FLOODGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Algorithm of rules that name none and whose file has no `default_algorithm`.
-    #[arg(long, env = "FLOODGATE_DEFAULT_ALGORITHM", value_enum, default_value = "fixed-window")]
+    #[arg(
+        long,
+        env = "FLOODGATE_DEFAULT_ALGORITHM",
+        value_enum,
+        default_value = "fixed-window"
+    )]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -150,7 +159,11 @@ pub struct CheckArgs {
 }
 
 /// An address from envoyproxy/ratelimit's HOST/PORT style variables, if either is set.
-pub fn reference_address(host_var: &str, port_var: &str, default_port: u16) -> Result<Option<SocketAddr>, String> {
+pub fn reference_address(
+    host_var: &str,
+    port_var: &str,
+    default_port: u16,
+) -> Result<Option<SocketAddr>, String> {
     let host = std::env::var(host_var).ok();
     let port = std::env::var(port_var).ok();
     if host.is_none() && port.is_none() {

@@ -1,20 +1,17 @@
-#[cfg(floodgate_stub)]
 use std::process::ExitCode;
 
-#[cfg(floodgate_stub)]
 use clap::Parser;
-#[cfg(floodgate_stub)]
 use floodgate::app;
-#[cfg(floodgate_stub)]
 use floodgate::cli::{Cli, Command};
-#[cfg(floodgate_stub)]
 use floodgate::telemetry;
 
-#[cfg(floodgate_stub)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cannot start the async runtime: {error}");
@@ -34,6 +31,3 @@ fn main() -> ExitCode {
         Command::Check(args) => runtime.block_on(app::check(args)),
     }
 }
-
-#[cfg(not(floodgate_stub))]
-fn main() {}

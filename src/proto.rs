@@ -34,11 +34,12 @@ pub mod envoy {
 
 pub use envoy::config::core::v3::HeaderValue;
 pub use envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor, RateLimitDescriptor};
+pub use envoy::r#type::v3::RateLimitUnit;
 pub use envoy::service::ratelimit::v3::{
     rate_limit_response, rate_limit_service_client, rate_limit_service_server, RateLimitRequest,
     RateLimitResponse,
 };
-pub use envoy::r#type::v3::RateLimitUnit;
 
 /// The compiled descriptors of these protos (for gRPC reflection).
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));

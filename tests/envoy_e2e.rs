@@ -31,7 +31,8 @@ fn start_envoy(rls_port: u16, dir: &Path, edit: impl Fn(String) -> String) -> En
         .replace("port_value: 9901", &format!("port_value: {admin}"))
         .replace("port_value: 8081", &format!("port_value: {rls_port}"));
     let path = dir.join("envoy.yaml");
-    std::fs::write(&path, bootstrap).unwrap_or_else(|error| panic!("cannot write bootstrap: {error}"));
+    std::fs::write(&path, bootstrap)
+        .unwrap_or_else(|error| panic!("cannot write bootstrap: {error}"));
     let mut command = Command::new(envoy_bin());
     command
         .arg("-c")
@@ -83,13 +84,24 @@ fn envoy_gets_429_with_both_sets_of_headers_after_the_limit() {
 
     for expected_remaining in ["2", "1", "0"] {
         let response = call(&envoy, "alice");
-        assert_eq!(response.status, 200, "{response:?}\nfloodgate log:\n{}", floodgate.process.log_text());
-        assert_eq!(response.header("x-ratelimit-remaining"), Some(expected_remaining));
+        assert_eq!(
+            response.status,
+            200,
+            "{response:?}\nfloodgate log:\n{}",
+            floodgate.process.log_text()
+        );
+        assert_eq!(
+            response.header("x-ratelimit-remaining"),
+            Some(expected_remaining)
+        );
         assert_eq!(
             response.header("x-ratelimit-limit"),
             Some("3, 3;w=3600;name=\"per_client\"")
         );
-        assert_eq!(response.header("ratelimit-policy"), Some("\"per_client\";q=3;w=3600"));
+        assert_eq!(
+            response.header("ratelimit-policy"),
+            Some("\"per_client\";q=3;w=3600")
+        );
     }
     let rejected = call(&envoy, "alice");
     assert_eq!(rejected.status, 429, "{rejected:?}");
@@ -102,7 +114,9 @@ fn envoy_gets_429_with_both_sets_of_headers_after_the_limit() {
         .unwrap_or_else(|| panic!("no Retry-After on the 429: {rejected:?}"));
     assert!((1199..=1200).contains(&retry_after), "{rejected:?}");
     assert_eq!(
-        rejected.header("x-ratelimit-reset").and_then(|v| v.parse::<i64>().ok()),
+        rejected
+            .header("x-ratelimit-reset")
+            .and_then(|v| v.parse::<i64>().ok()),
         Some(retry_after)
     );
     let state = rejected.header("ratelimit").unwrap_or_default();
@@ -117,7 +131,11 @@ fn envoy_gets_429_with_both_sets_of_headers_after_the_limit() {
 #[test]
 fn readme_quick_start_config_rate_limits_through_envoy() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-    let floodgate = Floodgate::start(&repo_file("config"), &["--response-headers", "ietf"], dir.path());
+    let floodgate = Floodgate::start(
+        &repo_file("config"),
+        &["--response-headers", "ietf"],
+        dir.path(),
+    );
     let envoy = start_envoy(floodgate.grpc_port, dir.path(), |text| text);
 
     // config/edge.yaml: 10 r/s per client with a burst of 20. Sent back to back, the first 20
@@ -132,12 +150,25 @@ fn readme_quick_start_config_rate_limits_through_envoy() {
             break;
         }
     }
-    assert!(statuses.len() > 20, "rejected within the burst: {statuses:?}");
+    assert!(
+        statuses.len() > 20,
+        "rejected within the burst: {statuses:?}"
+    );
     assert!(statuses.iter().take(20).all(|s| *s == 200), "{statuses:?}");
-    let rejected = first_rejection
-        .unwrap_or_else(|| panic!("no 429 in 60 requests: {statuses:?}\n{}", floodgate.process.log_text()));
+    let rejected = first_rejection.unwrap_or_else(|| {
+        panic!(
+            "no 429 in 60 requests: {statuses:?}\n{}",
+            floodgate.process.log_text()
+        )
+    });
     assert_eq!(rejected.header("x-envoy-ratelimited"), Some("true"));
-    assert!(rejected.header("x-ratelimit-limit").is_some(), "{rejected:?}");
+    assert!(
+        rejected.header("x-ratelimit-limit").is_some(),
+        "{rejected:?}"
+    );
     assert_eq!(rejected.header("retry-after"), Some("1"), "{rejected:?}");
-    assert!(rejected.header("ratelimit-policy").is_some(), "{rejected:?}");
+    assert!(
+        rejected.header("ratelimit-policy").is_some(),
+        "{rejected:?}"
+    );
 }

@@ -142,7 +142,10 @@ fn overall(response: &RateLimitResponse) -> Code {
 }
 
 fn reset_seconds(status: &DescriptorStatus) -> i64 {
-    status.duration_until_reset.as_ref().map_or(-1, |d| d.seconds)
+    status
+        .duration_until_reset
+        .as_ref()
+        .map_or(-1, |d| d.seconds)
 }
 
 #[tokio::test]
@@ -156,12 +159,18 @@ async fn fixed_window_counts_and_reports_like_the_reference() {
     assert_eq!(status.limit_remaining, 1);
     assert_eq!(reset_seconds(status), 50);
     let limit = status.current_limit.clone().unwrap_or_default();
-    assert_eq!((limit.requests_per_unit, limit.unit, limit.name.as_str()), (2, Unit::Minute as i32, "per_user"));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit, limit.name.as_str()),
+        (2, Unit::Minute as i32, "per_user")
+    );
     assert_eq!(limit.unit_multiplier, None);
 
     server.clock.advance(500_000); // 49.5 s left: Envoy truncates, so floodgate rounds up
     let second = server.call(user()).await;
-    assert_eq!((overall(&second), second.statuses[0].limit_remaining), (Code::Ok, 0));
+    assert_eq!(
+        (overall(&second), second.statuses[0].limit_remaining),
+        (Code::Ok, 0)
+    );
     assert_eq!(reset_seconds(&second.statuses[0]), 50);
     let third = server.call(user()).await;
     assert_eq!(overall(&third), Code::OverLimit);
@@ -177,21 +186,34 @@ async fn a_rejected_request_charges_none_of_its_descriptors() {
     let mut server = start(LimiterSettings::default()).await;
     // Exhaust bob's per-user limit.
     for _ in 0..2 {
-        server.call(request(vec![descriptor(&[("user", "bob")])])).await;
+        server
+            .call(request(vec![descriptor(&[("user", "bob")])]))
+            .await;
     }
     // Bob's login is fresh (3/min) but the request is rejected by the user limit ...
     for _ in 0..5 {
         let both = server
-            .call(request(vec![descriptor(&[("login", "bob")]), descriptor(&[("user", "bob")])]))
+            .call(request(vec![
+                descriptor(&[("login", "bob")]),
+                descriptor(&[("user", "bob")]),
+            ]))
             .await;
         assert_eq!(overall(&both), Code::OverLimit);
         assert_eq!(code(&both.statuses[0]), Code::Ok);
-        assert_eq!(both.statuses[0].limit_remaining, 3, "login must not be charged");
+        assert_eq!(
+            both.statuses[0].limit_remaining, 3,
+            "login must not be charged"
+        );
     }
     // ... so all three logins are still there.
     for remaining in [2, 1, 0] {
-        let login = server.call(request(vec![descriptor(&[("login", "bob")])])).await;
-        assert_eq!((overall(&login), login.statuses[0].limit_remaining), (Code::Ok, remaining));
+        let login = server
+            .call(request(vec![descriptor(&[("login", "bob")])]))
+            .await;
+        assert_eq!(
+            (overall(&login), login.statuses[0].limit_remaining),
+            (Code::Ok, remaining)
+        );
     }
     server.stop().await;
 }
@@ -207,7 +229,10 @@ async fn unknown_domain_no_match_unlimited_and_shadow() {
     assert!(response.statuses[0].current_limit.is_none());
 
     let response = server
-        .call(request(vec![descriptor(&[("nothing", "here")]), descriptor(&[("health", "probe")])]))
+        .call(request(vec![
+            descriptor(&[("nothing", "here")]),
+            descriptor(&[("health", "probe")]),
+        ]))
         .await;
     assert_eq!(overall(&response), Code::Ok);
     assert!(response.statuses[0].current_limit.is_none());
@@ -230,13 +255,19 @@ async fn several_limits_report_the_most_restrictive() {
     let api = || request(vec![descriptor(&[("api", "k")])]);
     let first = server.call(api()).await;
     let limit = first.statuses[0].current_limit.clone().unwrap_or_default();
-    assert_eq!((limit.requests_per_unit, first.statuses[0].limit_remaining), (3, 2));
+    assert_eq!(
+        (limit.requests_per_unit, first.statuses[0].limit_remaining),
+        (3, 2)
+    );
     server.call(api()).await;
     server.call(api()).await;
     let over = server.call(api()).await;
     assert_eq!(overall(&over), Code::OverLimit);
     let limit = over.statuses[0].current_limit.clone().unwrap_or_default();
-    assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Hour as i32));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (3, Unit::Hour as i32)
+    );
     server.stop().await;
 }
 
@@ -245,19 +276,28 @@ async fn hits_addend_check_only_refunds_and_overrides() {
     let mut server = start(LimiterSettings::default()).await;
     let mut heavy = request(vec![descriptor(&[("login", "eve")])]);
     heavy.hits_addend = 2;
-    assert_eq!(server.call(heavy.clone()).await.statuses[0].limit_remaining, 1);
+    assert_eq!(
+        server.call(heavy.clone()).await.statuses[0].limit_remaining,
+        1
+    );
     assert_eq!(overall(&server.call(heavy.clone()).await), Code::OverLimit);
 
     let mut check = descriptor(&[("login", "eve")]);
     check.hits_addend = Some(0);
     let checked = server.call(request(vec![check.clone()])).await;
-    assert_eq!((overall(&checked), checked.statuses[0].limit_remaining), (Code::Ok, 1));
+    assert_eq!(
+        (overall(&checked), checked.statuses[0].limit_remaining),
+        (Code::Ok, 1)
+    );
 
     let mut refund = descriptor(&[("login", "eve")]);
     refund.hits_addend = Some(5);
     refund.is_negative_hits = true;
     let refunded = server.call(request(vec![refund])).await;
-    assert_eq!(refunded.statuses[0].limit_remaining, 3, "never beyond the limit");
+    assert_eq!(
+        refunded.statuses[0].limit_remaining, 3,
+        "never beyond the limit"
+    );
 
     let mut huge = descriptor(&[("login", "eve")]);
     huge.hits_addend = Some(u64::MAX);
@@ -272,17 +312,31 @@ async fn hits_addend_check_only_refunds_and_overrides() {
     });
     let first = server.call(request(vec![overridden.clone()])).await;
     let limit = first.statuses[0].current_limit.clone().unwrap_or_default();
-    assert_eq!((limit.requests_per_unit, limit.unit), (1, Unit::Hour as i32));
-    assert_eq!(overall(&server.call(request(vec![overridden])).await), Code::OverLimit);
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (1, Unit::Hour as i32)
+    );
+    assert_eq!(
+        overall(&server.call(request(vec![overridden])).await),
+        Code::OverLimit
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn windows_that_are_multiples_of_a_unit_say_so() {
     let mut server = start(LimiterSettings::default()).await;
-    let response = server.call(request(vec![descriptor(&[("half_minute", "x")])])).await;
-    let limit = response.statuses[0].current_limit.clone().unwrap_or_default();
-    assert_eq!((limit.unit, limit.unit_multiplier), (Unit::Second as i32, Some(30)));
+    let response = server
+        .call(request(vec![descriptor(&[("half_minute", "x")])]))
+        .await;
+    let limit = response.statuses[0]
+        .current_limit
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        (limit.unit, limit.unit_multiplier),
+        (Unit::Second as i32, Some(30))
+    );
     // 00:00:10 is 10 s into a 30 s window aligned to the epoch.
     assert_eq!(reset_seconds(&response.statuses[0]), 20);
     server.stop().await;
@@ -296,7 +350,11 @@ async fn leaky_bucket_admits_burst_plus_one_then_the_rate() {
     assert_eq!(overall(&server.call(reports()).await), Code::Ok);
     let over = server.call(reports()).await;
     assert_eq!(overall(&over), Code::OverLimit);
-    assert_eq!(reset_seconds(&over.statuses[0]), 1, "retry after half a second, rounded up");
+    assert_eq!(
+        reset_seconds(&over.statuses[0]),
+        1,
+        "retry after half a second, rounded up"
+    );
     server.clock.advance(500_000);
     assert_eq!(overall(&server.call(reports()).await), Code::Ok);
     server.stop().await;
@@ -315,15 +373,28 @@ async fn headers_and_global_shadow_mode() {
     server.call(user()).await;
     let over = server.call(user()).await;
     assert_eq!(overall(&over), Code::Ok, "global shadow mode answers OK");
-    assert_eq!(code(&over.statuses[0]), Code::OverLimit, "but the status says what happened");
+    assert_eq!(
+        code(&over.statuses[0]),
+        Code::OverLimit,
+        "but the status says what happened"
+    );
     let headers: Vec<(String, String)> = over
         .response_headers_to_add
         .iter()
         .map(|h| (h.key.clone(), h.value.clone()))
         .collect();
-    assert!(headers.contains(&("RateLimit-Limit".into(), "2".into())), "{headers:?}");
-    assert!(headers.contains(&("RateLimit-Remaining".into(), "0".into())), "{headers:?}");
-    assert!(headers.iter().any(|(k, _)| k == "Retry-After"), "{headers:?}");
+    assert!(
+        headers.contains(&("RateLimit-Limit".into(), "2".into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("RateLimit-Remaining".into(), "0".into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.iter().any(|(k, _)| k == "Retry-After"),
+        "{headers:?}"
+    );
     server.stop().await;
 }
 
@@ -336,13 +407,23 @@ async fn bad_requests_get_invalid_argument_with_a_message() {
         (no_domain, "domain"),
         (request(vec![]), "descriptor list"),
         (request(vec![descriptor(&[("", "v")])]), "key is empty"),
-        (request(vec![descriptor(&[("user", "a")]); 65]), "--max-descriptors"),
-        (request(vec![descriptor(&[("k", "v"); 33])]), "--max-entries"),
+        (
+            request(vec![descriptor(&[("user", "a")]); 65]),
+            "--max-descriptors",
+        ),
+        (
+            request(vec![descriptor(&[("k", "v"); 33])]),
+            "--max-entries",
+        ),
     ];
     for (bad, expected) in cases {
         let status = server.refused(bad).await;
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert!(status.message().contains(expected), "{:?} lacks {expected:?}", status.message());
+        assert!(
+            status.message().contains(expected),
+            "{:?} lacks {expected:?}",
+            status.message()
+        );
     }
     let mut unknown_unit = descriptor(&[("user", "a")]);
     unknown_unit.limit = Some(RateLimitOverride {
@@ -354,14 +435,23 @@ async fn bad_requests_get_invalid_argument_with_a_message() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("UNKNOWN"));
     // The server is still fine afterwards.
-    assert_eq!(overall(&server.call(request(vec![descriptor(&[("user", "a")])])).await), Code::Ok);
+    assert_eq!(
+        overall(
+            &server
+                .call(request(vec![descriptor(&[("user", "a")])]))
+                .await
+        ),
+        Code::Ok
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn empty_values_are_accepted() {
     let mut server = start(LimiterSettings::default()).await;
-    let response = server.call(request(vec![descriptor(&[("user", "")])])).await;
+    let response = server
+        .call(request(vec![descriptor(&[("user", "")])]))
+        .await;
     assert_eq!(overall(&response), Code::Ok);
     assert_eq!(response.statuses[0].limit_remaining, 1);
     server.stop().await;

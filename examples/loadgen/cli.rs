@@ -41,11 +41,11 @@ pub struct Args {
     /// Open loop: ramp the target rate linearly, k6-style, e.g. `30s:200,1m:1000,30s:0`
     /// (each DURATION:RATE ramps from the previous rate, starting at --start-rate).
     #[arg(long, env = "LOADGEN_STAGES", value_parser = parse_stages)]
-    pub stages: Option<Vec<StageSpec>>,
+    pub stages: Option<Stages>,
 
-    /// The rate the first stage ramps from.
-    #[arg(long, default_value_t = 0.0, requires = "stages", value_parser = parse_rate)]
-    pub start_rate: f64,
+    /// The rate the first stage ramps from [default: 0].
+    #[arg(long, value_parser = parse_rate)]
+    pub start_rate: Option<f64>,
 
     /// Open loop at a constant RATE (req/s) for --duration.
     #[arg(long, env = "LOADGEN_RATE", value_parser = parse_rate)]
@@ -116,6 +116,10 @@ pub struct Args {
     pub label: String,
 }
 
+/// `--stages` (a newtype: clap would read `Option<Vec<_>>` as a repeated flag).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stages(pub Vec<StageSpec>);
+
 /// One `DURATION:RATE` of `--stages`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageSpec {
@@ -149,7 +153,7 @@ impl DescriptorTemplate {
     pub fn uses_key(&self) -> bool {
         self.entries
             .iter()
-            .any(|(_, parts)| parts.iter().any(|part| *part == Part::Key))
+            .any(|(_, parts)| parts.contains(&Part::Key))
     }
 }
 
@@ -203,7 +207,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn seconds_to_duration(seconds: f64, text: &str) -> Result<Duration, String> {
     if !seconds.is_finite() || seconds < 0.0 {
-        return Err(format!("`{text}`: a duration is a finite, non-negative time"));
+        return Err(format!(
+            "`{text}`: a duration is a finite, non-negative time"
+        ));
     }
     if seconds > 7.0 * 24.0 * 3600.0 {
         return Err(format!("`{text}`: longer than a week"));
@@ -239,7 +245,7 @@ fn parse_zipf(text: &str) -> Result<f64, String> {
 }
 
 /// `30s:200,1m:1000,30s:0`.
-pub fn parse_stages(text: &str) -> Result<Vec<StageSpec>, String> {
+pub fn parse_stages(text: &str) -> Result<Stages, String> {
     let mut stages = Vec::new();
     for item in text.split(',').map(str::trim) {
         if item.is_empty() {
@@ -247,9 +253,9 @@ pub fn parse_stages(text: &str) -> Result<Vec<StageSpec>, String> {
                 "`{text}`: an empty stage (expected DURATION:RATE,… e.g. 30s:200,1m:1000)"
             ));
         }
-        let (duration, rate) = item.split_once(':').ok_or_else(|| {
-            format!("stage `{item}` is not DURATION:RATE (e.g. 30s:200)")
-        })?;
+        let (duration, rate) = item
+            .split_once(':')
+            .ok_or_else(|| format!("stage `{item}` is not DURATION:RATE (e.g. 30s:200)"))?;
         let duration = parse_duration(duration).map_err(|e| format!("stage `{item}`: {e}"))?;
         if duration.is_zero() {
             return Err(format!(
@@ -262,7 +268,7 @@ pub fn parse_stages(text: &str) -> Result<Vec<StageSpec>, String> {
     if stages.len() > 1000 {
         return Err("more than 1000 stages".to_owned());
     }
-    Ok(stages)
+    Ok(Stages(stages))
 }
 
 /// `5000:2s:10s`.
@@ -279,7 +285,9 @@ pub fn parse_bot_burst(text: &str) -> Result<BotBurst, String> {
         every: parse_duration(every).map_err(|e| format!("bot burst period: {e}"))?,
     };
     if burst.duration.is_zero() || burst.every.is_zero() {
-        return Err(format!("`{text}`: a burst and its period last more than 0s"));
+        return Err(format!(
+            "`{text}`: a burst and its period last more than 0s"
+        ));
     }
     if burst.duration > burst.every {
         return Err(format!(
@@ -386,12 +394,15 @@ pub fn parse_target(text: &str) -> Result<Target, String> {
     let ip = if host.eq_ignore_ascii_case("localhost") {
         IpAddr::from([127, 0, 0, 1])
     } else {
-        host.parse::<IpAddr>()
-            .map_err(|_| format!("--addr `{text}`: refused: `{host}` is not loopback; {LOOPBACK_ONLY}"))?
+        host.parse::<IpAddr>().map_err(|_| {
+            format!("--addr `{text}`: refused: `{host}` is not loopback; {LOOPBACK_ONLY}")
+        })?
     };
     let loopback = match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     };
     if !loopback {
         return Err(format!(
@@ -420,11 +431,13 @@ mod tests {
 
     #[test]
     fn stages() {
-        let stages = parse_stages("30s:200, 1m:1000,30s:0").unwrap();
+        let Stages(stages) = parse_stages("30s:200, 1m:1000,30s:0").unwrap();
         assert_eq!(stages.len(), 3);
         assert_eq!(stages[1].duration, Duration::from_secs(60));
         assert_eq!(stages[1].target, 1000.0);
-        for bad in ["", "30s", "30s:", "0s:100", "30s:-1", "30s:x", "30s:100,", "x:1"] {
+        for bad in [
+            "", "30s", "30s:", "0s:100", "30s:-1", "30s:x", "30s:100,", "x:1",
+        ] {
             assert!(parse_stages(bad).is_err(), "{bad}");
         }
     }
@@ -435,7 +448,13 @@ mod tests {
         assert_eq!(burst.rate, 5000.0);
         assert_eq!(burst.duration, Duration::from_secs(2));
         assert_eq!(burst.every, Duration::from_secs(10));
-        for bad in ["5000:2s", "5000:20s:10s", "5000:0s:10s", "x:2s:10s", "1:2:3:4"] {
+        for bad in [
+            "5000:2s",
+            "5000:20s:10s",
+            "5000:0s:10s",
+            "x:2s:10s",
+            "1:2:3:4",
+        ] {
             assert!(parse_bot_burst(bad).is_err(), "{bad}");
         }
     }
@@ -465,12 +484,52 @@ mod tests {
     }
 
     #[test]
+    fn command_lines() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+        let parse = |line: &str| Args::try_parse_from(line.split_whitespace());
+        let args = parse("loadgen --stages 30s:200,1m:1000,30s:0 --bot-burst 5000:2s:10s").unwrap();
+        assert_eq!(args.stages.map(|s| s.0.len()), Some(3));
+        assert_eq!(args.bot_burst.map(|b| b.rate), Some(5000.0));
+        assert_eq!(args.descriptors.len(), 1);
+        assert!(args.descriptors[0].uses_key());
+        let args =
+            parse("loadgen --max-rate --zipf --descriptor a=b --descriptor c={key}").unwrap();
+        assert!(args.max_rate);
+        assert_eq!(args.zipf, Some(1.0));
+        assert_eq!(args.descriptors.len(), 2);
+        let args = parse("loadgen --rate 100 --zipf 1.2 --duration 1m").unwrap();
+        assert_eq!(args.rate, Some(100.0));
+        assert_eq!(args.zipf, Some(1.2));
+        assert_eq!(args.duration, Duration::from_secs(60));
+        for bad in [
+            "loadgen",
+            "loadgen --rate 10 --max-rate",
+            "loadgen --max-rate --stages 1s:1",
+            "loadgen --max-rate --concurrency 0",
+            "loadgen --max-rate --duration 1x",
+            "loadgen --max-rate --keys 0",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn targets() {
         let ok = |text: &str| parse_target(text).map(|t| t.uri());
-        assert_eq!(ok("http://127.0.0.1:8081"), Ok("http://127.0.0.1:8081".to_owned()));
-        assert_eq!(ok("http://localhost:8081/"), Ok("http://127.0.0.1:8081".to_owned()));
+        assert_eq!(
+            ok("http://127.0.0.1:8081"),
+            Ok("http://127.0.0.1:8081".to_owned())
+        );
+        assert_eq!(
+            ok("http://localhost:8081/"),
+            Ok("http://127.0.0.1:8081".to_owned())
+        );
         assert_eq!(ok("LOCALHOST:9"), Ok("http://127.0.0.1:9".to_owned()));
-        assert_eq!(ok("http://127.9.9.9:80"), Ok("http://127.9.9.9:80".to_owned()));
+        assert_eq!(
+            ok("http://127.9.9.9:80"),
+            Ok("http://127.9.9.9:80".to_owned())
+        );
         assert_eq!(ok("http://[::1]:8081"), Ok("http://[::1]:8081".to_owned()));
         for refused in [
             "http://10.0.0.1:8081",

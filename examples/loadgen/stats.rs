@@ -68,7 +68,9 @@ impl ClassStats {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if outcome != Outcome::Error {
-            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
+            let micros = u64::try_from(latency.as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1);
             self.latency.lock().saturating_record(micros);
         }
     }
@@ -131,7 +133,7 @@ impl Snapshot {
             sent: self.sent,
             completed,
             achieved_rps: if seconds > 0.0 {
-                completed as f64 / seconds
+                (self.ok + self.over_limit) as f64 / seconds
             } else {
                 0.0
             },
@@ -153,7 +155,9 @@ impl Snapshot {
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
     pub sent: u64,
+    /// Answered or failed.
     pub completed: u64,
+    /// Answers (OK or OVER_LIMIT; errors excluded) per second.
     pub achieved_rps: f64,
     pub ok: u64,
     pub over_limit: u64,
@@ -212,16 +216,18 @@ impl Recorder {
         *self.errors.lock().entry(kind).or_insert(0) += 1;
     }
 
-    pub fn report(&self, plan: &[Stage], closed_loop_seconds: Option<&[f64]>, with_bots: bool) -> Report {
+    /// The figures; `elapsed` is how far into the plan sending went, so stages cut short
+    /// by the request cap count only the time they ran.
+    pub fn report(&self, plan: &[Stage], elapsed: Duration, with_bots: bool) -> Report {
         let mut total_legit = Snapshot::empty(&self.template);
         let mut total_bot = Snapshot::empty(&self.template);
         let mut total_seconds = 0.0;
         let mut stages = Vec::with_capacity(plan.len());
         for (index, (stage, stats)) in plan.iter().zip(&self.stages).enumerate() {
-            // A closed-loop stage that ended early (request cap) counts its real length.
-            let seconds = closed_loop_seconds
-                .and_then(|s| s.get(index).copied())
-                .unwrap_or_else(|| stage.duration.as_secs_f64());
+            let seconds = elapsed
+                .saturating_sub(stage.start)
+                .min(stage.duration)
+                .as_secs_f64();
             total_seconds += seconds;
             let legit = stats.legit.snapshot();
             let bot = stats.bot.snapshot();
@@ -239,16 +245,28 @@ impl Recorder {
             total_legit.merge(&legit);
             total_bot.merge(&bot);
         }
+        // Requests the plan asked for over the time it ran.
         let target_total = plan
             .iter()
-            .map(|s| s.mean_target().map(|rate| rate * s.duration.as_secs_f64()))
+            .map(|s| {
+                let ran = elapsed
+                    .saturating_sub(s.start)
+                    .min(s.duration)
+                    .as_secs_f64();
+                s.from.map(|_| s.arrivals_by(ran))
+            })
             .sum::<Option<f64>>();
         Report {
             stages,
             total: TotalReport {
                 duration_s: total_seconds,
-                target_mean_rps: target_total
-                    .map(|n| if total_seconds > 0.0 { n / total_seconds } else { 0.0 }),
+                target_mean_rps: target_total.map(|n| {
+                    if total_seconds > 0.0 {
+                        n / total_seconds
+                    } else {
+                        0.0
+                    }
+                }),
                 legit: total_legit.figures(total_seconds),
                 bot: with_bots.then(|| total_bot.figures(total_seconds)),
             },
@@ -287,7 +305,7 @@ pub struct Report {
 }
 
 fn rate(value: f64) -> String {
-    if value >= 100.0 {
+    if value >= 100.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else {
         format!("{value:.1}")
@@ -313,8 +331,19 @@ impl Report {
         let _ = writeln!(
             out,
             "{:<7} {:<6} {:>7} {:>13} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>6} {:>8}",
-            "stage", "class", "secs", "target/s", "achieved/s", "p50µs", "p90µs", "p99µs",
-            "maxµs", "ok", "over_limit", "error", "shed"
+            "stage",
+            "class",
+            "secs",
+            "target/s",
+            "achieved/s",
+            "p50µs",
+            "p90µs",
+            "p99µs",
+            "maxµs",
+            "ok",
+            "over_limit",
+            "error",
+            "shed"
         );
         let mut row = |stage: &str, class: &str, secs: f64, target: &str, f: &Figures| {
             let _ = writeln!(
@@ -347,7 +376,13 @@ impl Report {
             .total
             .target_mean_rps
             .map_or_else(|| "max".to_owned(), |mean| format!("{} avg", rate(mean)));
-        row("total", "legit", self.total.duration_s, &goal, &self.total.legit);
+        row(
+            "total",
+            "legit",
+            self.total.duration_s,
+            &goal,
+            &self.total.legit,
+        );
         if let Some(bot) = &self.total.bot {
             row("total", "bot", self.total.duration_s, "", bot);
         }
@@ -361,7 +396,11 @@ impl Report {
             let _ = writeln!(out, "generator lag behind schedule: max {lag} µs");
         }
         if !self.errors.is_empty() {
-            let kinds: Vec<String> = self.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+            let kinds: Vec<String> = self
+                .errors
+                .iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect();
             let _ = writeln!(out, "errors by kind: {}", kinds.join(", "));
         }
         out

@@ -27,7 +27,9 @@ impl KeyPicker {
                 "--zipf supports at most {MAX_ZIPF_KEYS} keys (got --keys {keys})"
             ));
         }
-        let weights: Vec<f64> = (1..=keys).map(|rank| (rank as f64).powf(-exponent)).collect();
+        let weights: Vec<f64> = (1..=keys)
+            .map(|rank| (rank as f64).powf(-exponent))
+            .collect();
         let sum: f64 = weights.iter().sum();
         let mut running = 0.0;
         let cdf = weights
@@ -127,8 +129,14 @@ mod tests {
         assert_eq!(request.domain, "edge");
         assert_eq!(request.descriptors.len(), 2);
         let first = &request.descriptors[0].entries;
-        assert_eq!((first[0].key.as_str(), first[0].value.as_str()), ("generic_key", "api"));
-        assert_eq!((first[1].key.as_str(), first[1].value.as_str()), ("client_id", "42"));
+        assert_eq!(
+            (first[0].key.as_str(), first[0].value.as_str()),
+            ("generic_key", "api")
+        );
+        assert_eq!(
+            (first[1].key.as_str(), first[1].value.as_str()),
+            ("client_id", "42")
+        );
         assert_eq!(request.descriptors[1].entries[0].value, "42-42");
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let bot = workload.bot(&mut rng);

@@ -97,7 +97,10 @@ fn plain_headers(prefix: &str, driving: &DescriptorStatus) -> Vec<(String, Strin
             format!("{prefix}-Remaining"),
             driving.limit_remaining.to_string(),
         ),
-        (format!("{prefix}-Reset"), reset_seconds(driving).to_string()),
+        (
+            format!("{prefix}-Reset"),
+            reset_seconds(driving).to_string(),
+        ),
     ]
 }
 
@@ -108,7 +111,11 @@ fn draft03_headers(
     let mut limit = limit_of(driving).to_string();
     for status in visible {
         limit.push_str(&format!(", {};w={}", limit_of(status), window_of(status)));
-        if let Some(name) = status.current_limit.as_ref().and_then(|l| l.name.as_deref()) {
+        if let Some(name) = status
+            .current_limit
+            .as_ref()
+            .and_then(|l| l.name.as_deref())
+        {
             limit.push_str(&format!(";name={}", sf_string(name)));
         }
     }
@@ -119,7 +126,10 @@ fn draft03_headers(
     headers
 }
 
-fn ietf_headers(driving: &DescriptorStatus, visible: &[&DescriptorStatus]) -> Vec<(String, String)> {
+fn ietf_headers(
+    driving: &DescriptorStatus,
+    visible: &[&DescriptorStatus],
+) -> Vec<(String, String)> {
     let policies: Vec<String> = visible
         .iter()
         .map(|status| {
@@ -176,7 +186,13 @@ mod tests {
     use crate::core::response::CurrentLimit;
     use crate::core::unit::Unit;
 
-    fn status(limit: u32, unit: Unit, remaining: u32, reset_ms: i64, code: Code) -> DescriptorStatus {
+    fn status(
+        limit: u32,
+        unit: Unit,
+        remaining: u32,
+        reset_ms: i64,
+        code: Code,
+    ) -> DescriptorStatus {
         DescriptorStatus {
             code,
             current_limit: Some(CurrentLimit {
@@ -193,7 +209,10 @@ mod tests {
     }
 
     fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-        headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     #[test]
@@ -234,7 +253,10 @@ mod tests {
             header(&headers, "RateLimit-Policy"),
             Some("\"edge.client_id\";q=100;w=60")
         );
-        assert_eq!(header(&headers, "RateLimit"), Some("\"edge.client_id\";r=50;t=30"));
+        assert_eq!(
+            header(&headers, "RateLimit"),
+            Some("\"edge.client_id\";r=50;t=30")
+        );
     }
 
     #[test]
@@ -254,7 +276,13 @@ mod tests {
         let headers = response_headers(HeaderMode::Ietf, &statuses);
         assert_eq!(header(&headers, "Retry-After"), Some("42"));
         let quick = [status(1, Unit::Second, 0, 0, Code::OverLimit)];
-        assert_eq!(header(&response_headers(HeaderMode::RateLimit, &quick), "Retry-After"), Some("1"));
+        assert_eq!(
+            header(
+                &response_headers(HeaderMode::RateLimit, &quick),
+                "Retry-After"
+            ),
+            Some("1")
+        );
     }
 
     #[test]

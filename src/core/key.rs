@@ -59,7 +59,14 @@ mod tests {
 
     fn key_of(entries: &[Entry]) -> Vec<u8> {
         let levels = vec![MatchedLevel::Default; entries.len()];
-        counter_key("d", "d.a", 0, &Quota::new(1, Unit::Second), entries, &levels)
+        counter_key(
+            "d",
+            "d.a",
+            0,
+            &Quota::new(1, Unit::Second),
+            entries,
+            &levels,
+        )
     }
 
     #[test]
@@ -80,8 +87,22 @@ mod tests {
             pattern: "files/*",
             shared: true,
         }];
-        let a = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/a")], &shared);
-        let b = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/b")], &shared);
+        let a = counter_key(
+            "d",
+            "p",
+            0,
+            &quota,
+            &[Entry::new("path", "files/a")],
+            &shared,
+        );
+        let b = counter_key(
+            "d",
+            "p",
+            0,
+            &quota,
+            &[Entry::new("path", "files/b")],
+            &shared,
+        );
         assert_eq!(a, b);
         let own = [MatchedLevel::Wildcard {
             pattern: "files/*",

@@ -38,7 +38,10 @@ pub enum DescriptorPlan<'a> {
 pub enum LimitSource<'a> {
     Rule(&'a Rule),
     /// Envoy's per-descriptor `limit`; the configured rule is not used.
-    Override { path: String, quotas: Vec<Quota> },
+    Override {
+        path: String,
+        quotas: Vec<Quota>,
+    },
 }
 
 impl LimitSource<'_> {
@@ -115,14 +118,18 @@ pub fn plan<'a>(
                 let role = role_of(rule.shadow_mode, rule.quota_mode, settings);
                 let source = LimitSource::Rule(rule);
                 let hits = request.hits_for(descriptor);
-                add_counters(&mut plan, index, domain, descriptor, &levels, source, hits, role)
+                add_counters(
+                    &mut plan, index, domain, descriptor, &levels, source, hits, role,
+                )
             }
             Found::Override(limit) => {
                 let source = override_source(domain, descriptor, &limit);
                 let hits = request.hits_for(descriptor);
                 let role = role_of(false, false, settings);
                 let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
-                add_counters(&mut plan, index, domain, descriptor, &levels, source, hits, role)
+                add_counters(
+                    &mut plan, index, domain, descriptor, &levels, source, hits, role,
+                )
             }
         };
         plan.descriptors.push(descriptor_plan);

@@ -60,7 +60,9 @@ pub enum InvalidRequest {
     NoDescriptors,
     #[error("{count} descriptors in one request, more than the {max} allowed (--max-descriptors)")]
     TooManyDescriptors { count: usize, max: usize },
-    #[error("descriptor {descriptor} has {count} entries, more than the {max} allowed (--max-entries)")]
+    #[error(
+        "descriptor {descriptor} has {count} entries, more than the {max} allowed (--max-entries)"
+    )]
     TooManyEntries {
         descriptor: usize,
         count: usize,
@@ -70,7 +72,9 @@ pub enum InvalidRequest {
     EmptyKey { descriptor: usize, entry: usize },
     #[error("descriptor {descriptor}: the limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")]
     UnknownOverrideUnit { descriptor: usize },
-    #[error("descriptor {descriptor}: the limit override has unit_multiplier 0; it must be at least 1")]
+    #[error(
+        "descriptor {descriptor}: the limit override has unit_multiplier 0; it must be at least 1"
+    )]
     ZeroOverrideMultiplier { descriptor: usize },
 }
 
@@ -163,19 +167,34 @@ mod tests {
         let bounds = RequestBounds::default();
         let mut empty_domain = request(vec![one_entry()]);
         empty_domain.domain.clear();
-        assert_eq!(empty_domain.validate(&bounds), Err(InvalidRequest::EmptyDomain));
-        assert_eq!(request(vec![]).validate(&bounds), Err(InvalidRequest::NoDescriptors));
+        assert_eq!(
+            empty_domain.validate(&bounds),
+            Err(InvalidRequest::EmptyDomain)
+        );
+        assert_eq!(
+            request(vec![]).validate(&bounds),
+            Err(InvalidRequest::NoDescriptors)
+        );
         let too_many = request(vec![one_entry(); 65]);
         assert_eq!(
             too_many.validate(&bounds),
             Err(InvalidRequest::TooManyDescriptors { count: 65, max: 64 })
         );
         let wide = request(vec![Descriptor::new(vec![Entry::new("k", "v"); 33])]);
-        assert!(matches!(wide.validate(&bounds), Err(InvalidRequest::TooManyEntries { .. })));
-        let keyless = request(vec![Descriptor::new(vec![Entry::new("a", "1"), Entry::new("", "2")])]);
+        assert!(matches!(
+            wide.validate(&bounds),
+            Err(InvalidRequest::TooManyEntries { .. })
+        ));
+        let keyless = request(vec![Descriptor::new(vec![
+            Entry::new("a", "1"),
+            Entry::new("", "2"),
+        ])]);
         assert_eq!(
             keyless.validate(&bounds),
-            Err(InvalidRequest::EmptyKey { descriptor: 0, entry: 1 })
+            Err(InvalidRequest::EmptyKey {
+                descriptor: 0,
+                entry: 1
+            })
         );
         let mut unknown_unit = one_entry();
         unknown_unit.limit_override = Some(LimitOverride {
@@ -191,7 +210,10 @@ mod tests {
 
     #[test]
     fn empty_values_and_entryless_descriptors_are_legal() {
-        let request = request(vec![Descriptor::new(vec![Entry::new("client_id", "")]), Descriptor::default()]);
+        let request = request(vec![
+            Descriptor::new(vec![Entry::new("client_id", "")]),
+            Descriptor::default(),
+        ]);
         assert_eq!(request.validate(&RequestBounds::default()), Ok(()));
     }
 

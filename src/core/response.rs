@@ -108,10 +108,16 @@ pub fn assemble(
     }
 }
 
-fn status_of(descriptor: &DescriptorPlan<'_>, plan: &Plan<'_>, outcomes: &[CounterOutcome]) -> DescriptorStatus {
+fn status_of(
+    descriptor: &DescriptorPlan<'_>,
+    plan: &Plan<'_>,
+    outcomes: &[CounterOutcome],
+) -> DescriptorStatus {
     match descriptor {
         DescriptorPlan::NoRule => DescriptorStatus::without_limit(0, None),
-        DescriptorPlan::Replaced { rule } => DescriptorStatus::without_limit(0, Some(rule.path.clone())),
+        DescriptorPlan::Replaced { rule } => {
+            DescriptorStatus::without_limit(0, Some(rule.path.clone()))
+        }
         DescriptorPlan::Unlimited { rule } => {
             DescriptorStatus::without_limit(u32::MAX, Some(rule.path.clone()))
         }

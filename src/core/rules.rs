@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::algorithm::{Algorithm, Quota};
+use super::config::ConfigWarning;
 
 /// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
 /// an empty header).
@@ -65,6 +66,32 @@ pub struct Matched<'a> {
     pub rule: &'a Rule,
     /// One per request entry, in order.
     pub levels: Vec<MatchedLevel<'a>>,
+    /// The configured descriptors on the way to the rule, one per request entry. Stats keys are
+    /// built from these pieces: `rule.path` cannot be split back into levels because keys and
+    /// values may contain dots (`remote_address_10.0.0.1`).
+    pub config_path: &'a [PathLevel],
+}
+
+/// One configured descriptor on the way from the domain to a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathLevel {
+    pub key: String,
+    /// The configured `value` (a pattern when it contains `*`); `None` for a key-only node.
+    pub value: Option<String>,
+    /// `value_to_metric` of this descriptor: its level shows the request's value in stats.
+    pub value_to_metric: bool,
+    /// `share_threshold` of this descriptor: every value its pattern matches shares a counter.
+    pub share_threshold: bool,
+}
+
+impl PathLevel {
+    /// The reference's composite key of this level: `key`, or `key_value` when a value is set.
+    pub fn composite_key(&self) -> String {
+        match &self.value {
+            Some(value) => format!("{}_{}", self.key, value),
+            None => self.key.clone(),
+        }
+    }
 }
 
 /// The children of a node that share one `key`.
@@ -83,12 +110,54 @@ pub(crate) struct KeyChildren {
 pub(crate) struct Node {
     pub(crate) rule: Option<Rule>,
     pub(crate) children: HashMap<Box<str>, KeyChildren>,
+    /// This descriptor's `share_threshold` (reported per level in [`MatchedLevel::Wildcard`]).
+    pub(crate) share_threshold: bool,
+    /// The path from the domain to this node; filled only on nodes that carry a rule, which are
+    /// the only ones a lookup returns.
+    pub(crate) config_path: Box<[PathLevel]>,
 }
 
 /// A value pattern where `*` matches any run of characters (also none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WildcardPattern {
     pub(crate) text: Box<str>,
+}
+
+impl WildcardPattern {
+    pub fn new(text: impl Into<Box<str>>) -> Self {
+        Self { text: text.into() }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether `value` matches: the text between `*`s must appear in order, the part before the
+    /// first `*` is a prefix and the part after the last a suffix (they may not overlap).
+    pub fn matches(&self, value: &str) -> bool {
+        let mut segments = self.text.split('*');
+        let Some(prefix) = segments.next() else {
+            return value.is_empty();
+        };
+        let Some(rest) = value.strip_prefix(prefix) else {
+            return false;
+        };
+        // Without any `*` the pattern is literal text.
+        let Some(suffix) = segments.next_back() else {
+            return rest.is_empty();
+        };
+        let Some(mut middle) = rest.strip_suffix(suffix) else {
+            return false;
+        };
+        // Taking each segment at its leftmost place leaves the most room for the later ones.
+        for segment in segments {
+            match middle.find(segment) {
+                Some(at) => middle = &middle[at + segment.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 /// One domain's rules: the tree of one configuration file (or of several, when merged).
@@ -102,8 +171,204 @@ pub struct DomainRules {
     pub(crate) root: Node,
 }
 
+impl DomainRules {
+    /// Finds the rule for one request descriptor, exactly as envoyproxy/ratelimit's `GetLimit`
+    /// walks its tree (reference §1.4):
+    ///
+    /// * per level, the first of: the child with the entry's key and exactly its value; the
+    ///   first wildcard child of that key, in config order, whose pattern matches the value;
+    ///   the key-only child of that key;
+    /// * no backtracking: a level that matched a value never falls back to its key-only
+    ///   sibling when a deeper level misses (so a value with neither limit nor children
+    ///   "whitelists" that value);
+    /// * the depth must match: every entry must match a level, and the rule is the one on the
+    ///   node of the last entry (a limit on an inner node applies only to requests that end
+    ///   there); a node without a rule gives `None`.
+    ///
+    /// One deliberate difference: the reference matches a wildcard against the joined string
+    /// `key_value`, so `key: a, value: "*"` also matched the key `a_b` (quirk §9.7). Here the
+    /// key must be equal and only the value is matched against the pattern.
+    ///
+    /// Allocates only the returned `levels`.
+    pub fn lookup(&self, entries: &[Entry]) -> Option<Matched<'_>> {
+        let last = entries.len().checked_sub(1)?;
+        let mut node = &self.root;
+        let mut levels = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let (next, how) = node.child_for(entry)?;
+            levels.push(how);
+            if index == last {
+                let rule = next.rule.as_ref()?;
+                return Some(Matched {
+                    rule,
+                    levels,
+                    config_path: &next.config_path,
+                });
+            }
+            node = next;
+        }
+        None
+    }
+
+    /// Every rule of the domain, ordered by path.
+    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
+        let mut rules = Vec::new();
+        self.root.collect_rules(&mut rules);
+        rules.sort_by(|a, b| a.path.cmp(&b.path));
+        rules.into_iter()
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.root.count_rules()
+    }
+
+    /// The rule whose config path is `path` (`edge.generic_key_api.client_id`).
+    pub fn rule_by_path(&self, path: &str) -> Option<&Rule> {
+        self.rules().find(|rule| rule.path == path)
+    }
+}
+
+impl Node {
+    fn child_for(&self, entry: &Entry) -> Option<(&Node, MatchedLevel<'_>)> {
+        let children = self.children.get(entry.key.as_str())?;
+        if let Some(node) = children.exact.get(entry.value.as_str()) {
+            return Some((node, MatchedLevel::Exact));
+        }
+        if let Some((pattern, node)) = children
+            .wildcards
+            .iter()
+            .find(|(pattern, _)| pattern.matches(&entry.value))
+        {
+            let how = MatchedLevel::Wildcard {
+                pattern: pattern.as_str(),
+                shared: node.share_threshold,
+            };
+            return Some((node, how));
+        }
+        children
+            .default
+            .as_deref()
+            .map(|node| (node, MatchedLevel::Default))
+    }
+
+    fn child_nodes(&self) -> impl Iterator<Item = &Node> {
+        self.children.values().flat_map(|children| {
+            children
+                .exact
+                .values()
+                .chain(children.wildcards.iter().map(|(_, node)| node))
+                .chain(children.default.as_deref())
+        })
+    }
+
+    fn collect_rules<'a>(&'a self, rules: &mut Vec<&'a Rule>) {
+        if let Some(rule) = &self.rule {
+            rules.push(rule);
+        }
+        for child in self.child_nodes() {
+            child.collect_rules(rules);
+        }
+    }
+
+    fn count_rules(&self) -> usize {
+        usize::from(self.rule.is_some()) + self.child_nodes().map(Node::count_rules).sum::<usize>()
+    }
+}
+
 /// Every domain's rules: what one successful load produces, swapped in whole.
 #[derive(Debug, Clone, Default)]
 pub struct RuleSet {
     pub(crate) domains: HashMap<String, DomainRules>,
+    /// Things that load but probably do not do what was meant (see [`RuleSet::warnings`]).
+    pub(crate) warnings: Vec<ConfigWarning>,
+}
+
+impl RuleSet {
+    pub fn domain(&self, name: &str) -> Option<&DomainRules> {
+        self.domains.get(name)
+    }
+
+    /// Every domain, ordered by name.
+    pub fn domains(&self) -> impl Iterator<Item = &DomainRules> {
+        let mut domains: Vec<&DomainRules> = self.domains.values().collect();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        domains.into_iter()
+    }
+
+    /// Rules in all domains.
+    pub fn rule_count(&self) -> usize {
+        self.domains.values().map(DomainRules::rule_count).sum()
+    }
+
+    /// What loaded but is probably a mistake, each naming the file, the place and the fix:
+    /// keys envoyproxy/ratelimit ignores where they are written, duplicate YAML keys (the last
+    /// wins, as in the reference), `replaces` naming no rule… Worth logging after every load.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WildcardPattern;
+
+    fn matches(pattern: &str, value: &str) -> bool {
+        WildcardPattern::new(pattern).matches(value)
+    }
+
+    #[test]
+    fn a_trailing_star_is_a_prefix_match() {
+        assert!(matches("foo*", "foo"));
+        assert!(matches("foo*", "foobar"));
+        assert!(!matches("foo*", "fo"));
+        assert!(!matches("foo*", "xfoo"));
+    }
+
+    #[test]
+    fn a_leading_star_is_a_suffix_match() {
+        assert!(matches("*.png", "a.png"));
+        assert!(matches("*.png", ".png"));
+        assert!(!matches("*.png", "a.png.gz"));
+    }
+
+    #[test]
+    fn middle_and_multiple_stars_match_segments_in_order() {
+        assert!(matches("/api/*/action", "/api/v1/action"));
+        assert!(matches("/api/*/action", "/api//action"));
+        assert!(!matches("/api/*/action", "/api/v1/other"));
+        assert!(matches("foo*bar*baz", "foo-bar-baz"));
+        assert!(matches("foo*bar*baz", "foobarbaz"));
+        assert!(!matches("foo*bar*baz", "foo-baz-bar"));
+        assert!(matches("a*b*c", "abxbc"));
+    }
+
+    #[test]
+    fn prefix_and_suffix_may_not_overlap() {
+        assert!(!matches("ab*ba", "aba"));
+        assert!(matches("ab*ba", "abba"));
+        assert!(!matches("a*a*a", "aa"));
+        assert!(matches("a*a*a", "aaa"));
+    }
+
+    #[test]
+    fn a_lone_star_matches_everything_including_empty() {
+        assert!(matches("*", ""));
+        assert!(matches("*", "anything"));
+        assert!(matches("**", ""));
+    }
+
+    #[test]
+    fn text_without_star_must_be_equal() {
+        assert!(matches("abc", "abc"));
+        assert!(!matches("abc", "abcd"));
+        assert!(matches("", ""));
+        assert!(!matches("", "a"));
+    }
+
+    #[test]
+    fn multibyte_text_is_matched_by_characters_not_split_inside_them() {
+        assert!(matches("é*ü", "éaü"));
+        assert!(matches("*ü", "ü"));
+        assert!(!matches("é*é", "é"));
+    }
 }

@@ -72,7 +72,10 @@ mod tests {
 
     #[test]
     fn any_enforced_rejection_rejects() {
-        let votes = [vote(0, Role::Enforced, true), vote(1, Role::Enforced, false)];
+        let votes = [
+            vote(0, Role::Enforced, true),
+            vote(1, Role::Enforced, false),
+        ];
         assert!(request_over_limit(&votes, false));
         assert!(!request_over_limit(&votes, true));
         assert!(!request_over_limit(&votes[..1], false));
@@ -80,7 +83,10 @@ mod tests {
 
     #[test]
     fn one_rejected_limit_rejects_its_descriptor() {
-        let votes = [vote(0, Role::Enforced, true), vote(0, Role::Enforced, false)];
+        let votes = [
+            vote(0, Role::Enforced, true),
+            vote(0, Role::Enforced, false),
+        ];
         assert!(request_over_limit(&votes, false));
     }
 

@@ -6,12 +6,18 @@ use crate::core::rules::Entry;
 use crate::core::time::ceil_seconds;
 use crate::core::unit::Unit;
 use crate::proto::rate_limit_response::{self, rate_limit::Unit as WireUnit};
-use crate::proto::{HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
+use crate::proto::{
+    HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
+};
 
 pub fn request_from_wire(wire: RateLimitRequest) -> Request {
     Request {
         domain: wire.domain,
-        descriptors: wire.descriptors.into_iter().map(descriptor_from_wire).collect(),
+        descriptors: wire
+            .descriptors
+            .into_iter()
+            .map(descriptor_from_wire)
+            .collect(),
         hits_addend: wire.hits_addend,
     }
 }
@@ -88,17 +94,21 @@ pub fn response_to_wire(response: Response) -> RateLimitResponse {
 fn status_to_wire(status: DescriptorStatus) -> rate_limit_response::DescriptorStatus {
     rate_limit_response::DescriptorStatus {
         code: wire_code(status.code) as i32,
-        current_limit: status.current_limit.map(|limit| rate_limit_response::RateLimit {
-            name: limit.name.unwrap_or_default(),
-            requests_per_unit: limit.requests_per_unit,
-            unit: wire_unit(limit.unit) as i32,
-            unit_multiplier: (limit.unit_multiplier > 1).then_some(limit.unit_multiplier),
-        }),
+        current_limit: status
+            .current_limit
+            .map(|limit| rate_limit_response::RateLimit {
+                name: limit.name.unwrap_or_default(),
+                requests_per_unit: limit.requests_per_unit,
+                unit: wire_unit(limit.unit) as i32,
+                unit_multiplier: (limit.unit_multiplier > 1).then_some(limit.unit_multiplier),
+            }),
         limit_remaining: status.limit_remaining,
-        duration_until_reset: status.duration_until_reset.map(|span| prost_types::Duration {
-            seconds: ceil_seconds(span),
-            nanos: 0,
-        }),
+        duration_until_reset: status
+            .duration_until_reset
+            .map(|span| prost_types::Duration {
+                seconds: ceil_seconds(span),
+                nanos: 0,
+            }),
         quota: None,
     }
 }

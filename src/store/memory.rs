@@ -83,7 +83,10 @@ impl MemoryStore {
 
     /// Counters currently held (expired ones included until swept).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|shard| shard.lock().slots.len()).sum()
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().slots.len())
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -161,7 +164,13 @@ impl MemoryStore {
             });
             if charge {
                 if let Some(guard) = locked.get_mut(*shard) {
-                    self.store_slot(guard, *key, evaluation.next_state, evaluation.expires_at, now);
+                    self.store_slot(
+                        guard,
+                        *key,
+                        evaluation.next_state,
+                        evaluation.expires_at,
+                        now,
+                    );
                 }
             }
         }
@@ -256,7 +265,11 @@ impl LockedShards<'_> {
 }
 
 impl Store for MemoryStore {
-    async fn decide(&self, counters: &[Counter], global_shadow: bool) -> Result<Decided, StoreError> {
+    async fn decide(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
         Ok(self.decide_now(counters, global_shadow))
     }
 

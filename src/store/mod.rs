@@ -2,6 +2,7 @@
 //! the request is over its limits, and charges all of its counters or none, atomically.
 
 pub mod memory;
+pub mod redis;
 
 use std::future::Future;
 

@@ -31,7 +31,8 @@ pub fn request(
 ) -> std::io::Result<HttpResponse> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    let mut text =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (name, value) in headers {
         text.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -51,8 +52,12 @@ pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<H
 }
 
 fn parse(raw: &str) -> std::io::Result<HttpResponse> {
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what}: {raw:?}"));
-    let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(|| bad("no header end"))?;
+    let bad = |what: &str| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what}: {raw:?}"))
+    };
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| bad("no header end"))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().ok_or_else(|| bad("no status line"))?;
     let status = status_line

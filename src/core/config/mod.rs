@@ -1,6 +1,31 @@
 //! Configuration files: envoyproxy/ratelimit's YAML descriptor format plus floodgate's
 //! extensions, parsed and validated into a [`RuleSet`]. Pure: the text comes in, reading files is
 //! the shell's job (`crate::config_source`).
+//!
+//! The pipeline, one concern per file:
+//! * `parse`: text → one `serde_yaml::Value` per file (YAML 1.1 leniencies of the reference kept);
+//! * `keys`: which keys belong where, and the closest valid key for a typo;
+//! * `yaml_tree`: reading typed fields out of a `Value`, with messages for wrong types;
+//! * `file`, `descriptor`, `limit`: walking one file into plain specs, every problem reported;
+//! * `validate`: the checks between fields of one limit (unit vs unlimited, algorithm options);
+//! * `build`: specs of all files → domains and rule trees (duplicates, merging, `replaces`).
+//!
+//! Every problem of every file is reported in one go; each names the file, the rule path and
+//! what to change.
+
+mod build;
+mod descriptor;
+mod file;
+mod keys;
+mod limit;
+mod parse;
+mod report;
+mod spec;
+mod validate;
+mod yaml_tree;
+
+#[cfg(test)]
+mod tests;
 
 use crate::core::algorithm::Algorithm;
 use crate::core::rules::RuleSet;
@@ -33,6 +58,23 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Something that loads (envoyproxy/ratelimit accepts it too) but probably does not do what
+/// was meant, such as a key the reference silently ignores where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub file: String,
+    /// Rule path, or the YAML location when no rule path exists.
+    pub path: String,
+    /// What is odd and what to change.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.path, self.message)
+    }
+}
+
 /// Every problem found in one load; never empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
@@ -52,7 +94,22 @@ impl std::fmt::Display for ConfigErrors {
 impl std::error::Error for ConfigErrors {}
 
 /// Parses and validates every file into one rule set, or reports every problem found.
+///
+/// Files are taken in the order given (the shell sorts them), which decides which file a
+/// duplicate is blamed on and, with `merge_domains`, the order of the merged descriptors.
+/// Warnings of a successful load are in [`RuleSet::warnings`].
 pub fn load(files: &[SourceFile], options: &LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let _ = (files, options);
-    todo!("implemented by the config work")
+    let mut report = report::Report::new(files);
+    let specs: Vec<spec::FileSpec> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(index, source)| file::read_file(index, source, options, &mut report))
+        .collect();
+    let domains = build::build_domains(specs, options, &mut report);
+    let (errors, warnings) = report.finish();
+    if errors.is_empty() {
+        Ok(RuleSet { domains, warnings })
+    } else {
+        Err(ConfigErrors(errors))
+    }
 }

@@ -1,0 +1,278 @@
+//! Sending: the connections, one call, the open-loop dispatcher and the closed-loop workers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::proto::rate_limit_response::Code;
+use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
+use floodgate::proto::RateLimitRequest;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, MissedTickBehavior};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::schedule::{Bursts, Plan};
+use crate::stats::{ClassStats, Outcome, Recorder};
+use crate::workload::Workload;
+
+/// How often the open-loop dispatcher wakes (tokio's timer resolution).
+const TICK: Duration = Duration::from_millis(1);
+
+/// Opens `count` HTTP/2 connections (one tonic channel each) to `uri`.
+pub async fn connect(uri: &str, count: u32, timeout: Duration) -> Result<Vec<Channel>, String> {
+    let endpoint = Endpoint::from_shared(uri.to_owned())
+        .map_err(|error| format!("bad target {uri}: {error}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(timeout);
+    let mut channels = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let channel = endpoint.connect().await.map_err(|error| {
+            let mut message = format!("cannot connect to {uri}: {error}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !message.contains(&cause_text) {
+                    message.push_str(": ");
+                    message.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            message
+        })?;
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// The hard cap on requests sent.
+#[derive(Debug)]
+pub struct Budget {
+    left: AtomicU64,
+    exhausted: AtomicBool,
+}
+
+impl Budget {
+    pub fn new(requests: u64) -> Self {
+        Self {
+            left: AtomicU64::new(requests),
+            exhausted: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes one request from the budget; false once it is spent.
+    fn take(&self) -> bool {
+        let taken = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if !taken {
+            self.exhausted.store(true, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    pub fn exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+}
+
+/// What every sender shares.
+pub struct Shared {
+    pub channels: Vec<Channel>,
+    pub next_channel: AtomicUsize,
+    pub workload: Workload,
+    pub recorder: Recorder,
+    pub timeout: Duration,
+    pub budget: Budget,
+}
+
+/// How a call failed, for the error breakdown.
+type ErrorKind = String;
+
+impl Shared {
+    /// One ShouldRateLimit call on the next connection (round robin); the latency is from
+    /// handing the request to the client to having the whole response.
+    async fn call(&self, request: RateLimitRequest) -> (Result<Outcome, ErrorKind>, Duration) {
+        let index = self.next_channel.fetch_add(1, Ordering::Relaxed) % self.channels.len();
+        let mut client = RateLimitServiceClient::new(self.channels[index].clone());
+        let start = Instant::now();
+        let result = tokio::time::timeout(self.timeout, client.should_rate_limit(request)).await;
+        let latency = start.elapsed();
+        let outcome = match result {
+            Err(_) => Err("timeout".to_owned()),
+            Ok(Err(status)) => Err(format!("grpc {:?}", status.code())),
+            Ok(Ok(response)) => match Code::try_from(response.get_ref().overall_code) {
+                Ok(Code::Ok) => Ok(Outcome::Ok),
+                Ok(Code::OverLimit) => Ok(Outcome::OverLimit),
+                _ => Err(format!("overall_code {}", response.get_ref().overall_code)),
+            },
+        };
+        (outcome, latency)
+    }
+
+    fn record(&self, class: &ClassStats, outcome: Result<Outcome, ErrorKind>, latency: Duration) {
+        match outcome {
+            Ok(outcome) => class.finished(outcome, latency),
+            Err(kind) => {
+                class.finished(Outcome::Error, latency);
+                self.recorder.error_kind(kind);
+            }
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Default)]
+pub struct RunEnd {
+    /// How far into the plan sending went (short of its end when the request cap hit).
+    pub elapsed: Duration,
+    /// Requests still unanswered when the drain gave up.
+    pub abandoned: u64,
+}
+
+/// Unrecorded closed-loop traffic: one request in flight per connection.
+pub async fn warm_up(shared: &Arc<Shared>, duration: Duration) {
+    if duration.is_zero() {
+        return;
+    }
+    let deadline = Instant::now() + duration;
+    let mut workers = Vec::new();
+    for _ in 0..shared.channels.len() {
+        let shared = Arc::clone(shared);
+        workers.push(tokio::spawn(async move {
+            let mut rng = SmallRng::from_rng(&mut rand::rng());
+            while Instant::now() < deadline && shared.budget.take() {
+                let request = shared.workload.legit(&mut rng);
+                let _ = shared.call(request).await;
+            }
+        }));
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+/// Closed loop: `concurrency` workers each send as soon as their last answer is in, for
+/// `duration`. Only answers that arrive before the deadline are counted.
+pub async fn closed_loop(shared: &Arc<Shared>, duration: Duration, concurrency: u32) -> RunEnd {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut workers = Vec::with_capacity(concurrency as usize);
+    for _ in 0..concurrency {
+        let shared = Arc::clone(shared);
+        workers.push(tokio::spawn(async move {
+            let mut rng = SmallRng::from_rng(&mut rand::rng());
+            while Instant::now() < deadline && shared.budget.take() {
+                let request = shared.workload.legit(&mut rng);
+                let (outcome, latency) = shared.call(request).await;
+                if Instant::now() <= deadline {
+                    let class = &shared.recorder.stages[0].legit;
+                    class.sent();
+                    shared.record(class, outcome, latency);
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    RunEnd {
+        elapsed: start.elapsed().min(duration),
+        abandoned: 0,
+    }
+}
+
+/// Open loop: requests leave on the plan's schedule whatever the answers do; one that
+/// finds all `concurrency` slots busy is not sent and counts as shed.
+pub async fn open_loop(
+    shared: &Arc<Shared>,
+    plan: &Plan,
+    bursts: Option<Bursts>,
+    concurrency: u32,
+) -> RunEnd {
+    let slots = Arc::new(Semaphore::new(concurrency as usize));
+    let mut rng = SmallRng::from_rng(&mut rand::rng());
+    let total = plan.total();
+    let mut legit_due_sent = 0u64;
+    let mut bot_due_sent = 0u64;
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let start = Instant::now();
+    let mut t;
+    'run: loop {
+        let scheduled = ticks.tick().await;
+        let now = Instant::now();
+        t = now.saturating_duration_since(start).min(total);
+        let stage = plan.stage_at(t.saturating_sub(Duration::from_nanos(1)));
+        let stats = &shared.recorder.stages[stage];
+        stats.lag(now.saturating_duration_since(scheduled));
+
+        let legit_due = plan.arrivals_by(t).floor() as u64;
+        while legit_due_sent < legit_due {
+            legit_due_sent += 1;
+            if !dispatch(shared, &slots, &stats.legit, stage, false, &mut rng) {
+                break 'run;
+            }
+        }
+        if let Some(bursts) = &bursts {
+            let bot_due = bursts.arrivals_by(t).floor() as u64;
+            while bot_due_sent < bot_due {
+                bot_due_sent += 1;
+                if !dispatch(shared, &slots, &stats.bot, stage, true, &mut rng) {
+                    break 'run;
+                }
+            }
+        }
+        if t >= total {
+            break;
+        }
+    }
+    // Let the calls in flight finish (each is bounded by the request timeout).
+    let drain = shared.timeout + Duration::from_secs(1);
+    let abandoned = match tokio::time::timeout(drain, slots.acquire_many(concurrency)).await {
+        Ok(_) => 0,
+        Err(_) => u64::from(concurrency).saturating_sub(slots.available_permits() as u64),
+    };
+    RunEnd {
+        elapsed: t,
+        abandoned,
+    }
+}
+
+/// Sends one request if a slot is free (else counts it shed); false once the budget is
+/// spent.
+fn dispatch(
+    shared: &Arc<Shared>,
+    slots: &Arc<Semaphore>,
+    class: &ClassStats,
+    stage: usize,
+    bot: bool,
+    rng: &mut SmallRng,
+) -> bool {
+    let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
+        class.shed();
+        return true;
+    };
+    if !shared.budget.take() {
+        return false;
+    }
+    class.sent();
+    let request = if bot {
+        shared.workload.bot(rng)
+    } else {
+        shared.workload.legit(rng)
+    };
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let (outcome, latency) = shared.call(request).await;
+        let stats = &shared.recorder.stages[stage];
+        let class = if bot { &stats.bot } else { &stats.legit };
+        shared.record(class, outcome, latency);
+        drop(permit);
+    });
+    true
+}

@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# Load benchmark over gRPC: floodgate against a no-op RateLimitService (the floor of any
+# external call), with the same loads in the same run, on loopback only.
+#
+#   scripts/bench-load.sh            # writes docs/benchmarks-load.md (about 3 minutes)
+#
+# Loads (each against the no-op server, then floodgate):
+#   1. peak: closed loop at full concurrency, for each of BENCH_CONCURRENCIES;
+#   2. rate: open loop at half of floodgate's best peak (the p99 to hold against a target);
+#   3. bots: the same rate plus bursts from BENCH_BOT_KEYS keys (counted apart).
+#
+# Overrides (environment):
+#   BENCH_CONFIG_DIR     floodgate's --config                      [config]
+#   BENCH_DOMAIN         the rate-limit domain                     [edge]
+#   BENCH_DESCRIPTOR     loadgen --descriptor template             [generic_key=api,client_id={key}]
+#   BENCH_KEYS           distinct {key} values                     [10000]
+#   BENCH_SECONDS        length of each measured run, seconds      [10]
+#   BENCH_WARMUP         warm-up before each run                   [1s]
+#   BENCH_CONCURRENCIES  closed-loop concurrency levels            ["16 64"]
+#   BENCH_RATE_CONCURRENCY  in-flight cap of the open-loop runs    [256]
+#   BENCH_CONNECTIONS    HTTP/2 connections                        [4]
+#   BENCH_LOADGEN_THREADS  loadgen runtime threads                 [1]
+#   BENCH_BOTS           1: run the bot-burst load, 0: skip it     [1]
+#   BENCH_BOT_KEYS       keys the bots use                         [5]
+#   BENCH_OUT            the report                                [docs/benchmarks-load.md]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG_DIR="${BENCH_CONFIG_DIR:-config}"
+DOMAIN="${BENCH_DOMAIN:-edge}"
+DESCRIPTOR="${BENCH_DESCRIPTOR:-generic_key=api,client_id={key}}"
+KEYS="${BENCH_KEYS:-10000}"
+SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
+WARMUP="${BENCH_WARMUP:-1s}"
+CONCURRENCIES="${BENCH_CONCURRENCIES:-16 64}"
+RATE_CONCURRENCY="${BENCH_RATE_CONCURRENCY:-256}"
+CONNECTIONS="${BENCH_CONNECTIONS:-4}"
+LOADGEN_THREADS="${BENCH_LOADGEN_THREADS:-1}"
+BOTS="${BENCH_BOTS:-1}"
+BOT_KEYS="${BENCH_BOT_KEYS:-5}"
+OUT="${BENCH_OUT:-docs/benchmarks-load.md}"
+
+die() { echo "bench-load: $*" >&2; exit 1; }
+command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
+[[ "$SECONDS_PER_RUN" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a whole number of seconds"
+for c in $CONCURRENCIES; do
+  [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES must be whole numbers (got '$c')"
+done
+[[ "$RATE_CONCURRENCY" =~ ^[1-9][0-9]*$ ]] || die "BENCH_RATE_CONCURRENCY must be a whole number"
+[ -e "$CONFIG_DIR" ] || die "no floodgate configuration at '$CONFIG_DIR' (set BENCH_CONFIG_DIR)"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/bench-load.XXXXXX")"
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "bench-load: building (release): floodgate, noop_rls, loadgen" >&2
+if ! cargo build --release --bin floodgate --example noop_rls --example loadgen \
+  >"$WORK/build.log" 2>&1; then
+  tail -n 40 "$WORK/build.log" >&2
+  die "the release build failed"
+fi
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+BIN="$TARGET_DIR/release"
+FLOODGATE="$BIN/floodgate"
+NOOP="$BIN/examples/noop_rls"
+LOADGEN="$BIN/examples/loadgen"
+
+# Four free loopback ports, held together while chosen so they differ.
+read -r NOOP_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 - <<'EOF'
+import socket
+socks = []
+for _ in range(4):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+)
+
+wait_ready() { # NAME PID PORT LOG
+  local name="$1" pid="$2" port="$3" log="$4" _
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "$name exited during start-up"; }
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 20 "$log" >&2
+  die "$name did not listen on 127.0.0.1:$port within 10 s"
+}
+
+"$NOOP" --addr "127.0.0.1:$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
+NOOP_PID=$!
+PIDS+=("$NOOP_PID")
+RUST_LOG="${RUST_LOG:-warn}" "$FLOODGATE" serve --config "$CONFIG_DIR" \
+  --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
+  --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
+FLOODGATE_PID=$!
+PIDS+=("$FLOODGATE_PID")
+wait_ready noop_rls "$NOOP_PID" "$NOOP_PORT" "$WORK/noop.log"
+wait_ready floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
+
+# CPU seconds a process has used (user + system).
+cpu_seconds() {
+  python3 - "$1" <<'EOF'
+import os, sys
+with open(f"/proc/{sys.argv[1]}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+print((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+EOF
+}
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# run NAME SERVER LOADGEN-ARGS…: one measured load against one server; writes
+# $WORK/NAME-SERVER.json with the server's CPU use added.
+run() {
+  local name="$1" server="$2" port pid
+  shift 2
+  case "$server" in
+    noop) port="$NOOP_PORT" pid="$NOOP_PID" ;;
+    floodgate) port="$GRPC_PORT" pid="$FLOODGATE_PID" ;;
+  esac
+  kill -0 "$pid" 2>/dev/null || die "$server is no longer running (see its log above)"
+  local json="$WORK/$name-$server.json" before after
+  echo "bench-load: $name against $server" >&2
+  before="$(cpu_seconds "$pid")"
+  "$LOADGEN" --addr "http://127.0.0.1:$port" --label "$server" --threads "$LOADGEN_THREADS" \
+    --connections "$CONNECTIONS" --domain "$DOMAIN" --descriptor "$DESCRIPTOR" --keys "$KEYS" \
+    --warmup "$WARMUP" --json "$json" "$@" >"$WORK/$name-$server.txt"
+  after="$(cpu_seconds "$pid")"
+  python3 - "$json" "$before" "$after" "$(rss_kib "$pid")" "$*" <<'EOF'
+import json, sys
+path, before, after, rss, args = sys.argv[1:]
+with open(path) as f:
+    report = json.load(f)
+report["server_cpu_s"] = float(after) - float(before)
+report["server_rss_kib"] = int(rss)
+report["loadgen_args"] = args
+with open(path, "w") as f:
+    json.dump(report, f)
+EOF
+  sed 's/^/    /' "$WORK/$name-$server.txt" >&2
+}
+
+for c in $CONCURRENCIES; do
+  run "peak-c$c" noop --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  run "peak-c$c" floodgate --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+done
+
+RATE="$(python3 - "$WORK" "$CONCURRENCIES" <<'EOF'
+import json, sys
+work, levels = sys.argv[1], sys.argv[2].split()
+peak = max(json.load(open(f"{work}/peak-c{c}-floodgate.json"))["total"]["legit"]["achieved_rps"] for c in levels)
+print(max(1, int(peak / 2)))
+EOF
+)"
+echo "bench-load: fixed rate: $RATE req/s (half of floodgate's peak)" >&2
+run rate noop --rate "$RATE" --duration "${SECONDS_PER_RUN}s" --concurrency "$RATE_CONCURRENCY"
+run rate floodgate --rate "$RATE" --duration "${SECONDS_PER_RUN}s" --concurrency "$RATE_CONCURRENCY"
+
+if [ "$BOTS" = 1 ]; then
+  # Bursts at half the legitimate rate, two per run: 40% of each half of the run.
+  BOT_RATE=$((RATE / 2 > 0 ? RATE / 2 : 1))
+  EVERY_MS=$((SECONDS_PER_RUN * 500))
+  BURST="$BOT_RATE:$((EVERY_MS * 2 / 5))ms:${EVERY_MS}ms"
+  for server in noop floodgate; do
+    run bots "$server" --rate "$RATE" --duration "${SECONDS_PER_RUN}s" \
+      --concurrency "$RATE_CONCURRENCY" --bot-burst "$BURST" --bot-keys "$BOT_KEYS"
+  done
+fi
+
+kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+mkdir -p "$(dirname "$OUT")"
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  COMMIT="$COMMIT (with uncommitted changes)"
+fi
+CPU_MODEL="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+[ -n "$CPU_MODEL" ] || CPU_MODEL="$(uname -m)"
+
+BENCH_WORK="$WORK" BENCH_COMMIT="$COMMIT" BENCH_CPU="$CPU_MODEL" BENCH_NPROC="$(nproc)" \
+BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" BENCH_RUSTC="$(rustc --version)" \
+BENCH_CONCURRENCIES="$CONCURRENCIES" BENCH_RATE="$RATE" BENCH_BOTS="$BOTS" \
+BENCH_CONFIG_DIR="$CONFIG_DIR" BENCH_DOMAIN="$DOMAIN" BENCH_DESCRIPTOR="$DESCRIPTOR" \
+BENCH_KEYS="$KEYS" BENCH_CONNECTIONS="$CONNECTIONS" BENCH_LOADGEN_THREADS="$LOADGEN_THREADS" \
+BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_WARMUP="$WARMUP" \
+python3 - "$OUT" <<'EOF'
+import json, os, sys
+
+env = os.environ
+work = env["BENCH_WORK"]
+out = sys.argv[1]
+
+
+def load(name, server):
+    with open(f"{work}/{name}-{server}.json") as f:
+        return json.load(f)
+
+
+def us(v):
+    return "–" if v is None else f"{v:,}"
+
+
+def rps(v):
+    return f"{v:,.0f}"
+
+
+def ratio(a, b):
+    return "–" if not a or not b else f"{a / b:.2f}×"
+
+
+def cpu_per_req(r, figures):
+    done = figures["completed"] + (r["total"]["bot"] or {}).get("completed", 0)
+    return "–" if not done else f"{r['server_cpu_s'] * 1e6 / done:.1f}"
+
+
+HEAD = ("| server | achieved req/s | p50 µs | p90 µs | p99 µs | max µs | OK | OVER_LIMIT "
+        "| error | shed | server CPU µs/req |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+
+
+def row(label, r, f):
+    return (f"| {label} | {rps(f['achieved_rps'])} | {us(f['p50_us'])} | {us(f['p90_us'])} "
+            f"| {us(f['p99_us'])} | {us(f['max_us'])} | {f['ok']:,} | {f['over_limit']:,} "
+            f"| {f['error']:,} | {f['shed']:,} | {cpu_per_req(r, f)} |")
+
+
+def delta(a, b):
+    return "–" if a is None or b is None else f"{a - b:+,} µs"
+
+
+def lag(r):
+    return max((s["generator_lag_max_us"] for s in r["stages"]), default=0)
+
+
+def compare(n, f, open_loop=False):
+    nl, fl = n["total"]["legit"], f["total"]["legit"]
+    text = (f"floodgate / no-op: throughput {ratio(fl['achieved_rps'], nl['achieved_rps'])}, "
+            f"p50 {ratio(fl['p50_us'], nl['p50_us'])} ({delta(fl['p50_us'], nl['p50_us'])}), "
+            f"p99 {ratio(fl['p99_us'], nl['p99_us'])} ({delta(fl['p99_us'], nl['p99_us'])}).")
+    if open_loop:
+        text += (f" The generator ran up to {lag(n):,} µs (no-op run) and {lag(f):,} µs "
+                 "(floodgate run) behind its schedule: its thread waits for a CPU too.")
+    return text
+
+
+lines = []
+w = lines.append
+w("# Load benchmark: floodgate vs a no-op RateLimitService")
+w("")
+w("Generated by `scripts/bench-load.sh`; do not edit by hand.")
+w("")
+w(f"- date: {env['BENCH_DATE']}; commit: `{env['BENCH_COMMIT']}`; {env['BENCH_RUSTC']}")
+w(f"- machine: {env['BENCH_NPROC']} CPUs ({env['BENCH_CPU']})")
+w(f"- **the load generator and the server share these {env['BENCH_NPROC']} CPUs** (loadgen on "
+  f"{env['BENCH_LOADGEN_THREADS']} runtime thread(s), the server on its default runtime), so "
+  "absolute figures are low and depend on the machine: read floodgate against the no-op server "
+  "measured in the same run, not against other machines.")
+w(f"- traffic: gRPC `ShouldRateLimit` over {env['BENCH_CONNECTIONS']} HTTP/2 connections to "
+  f"127.0.0.1; domain `{env['BENCH_DOMAIN']}`, descriptor `{env['BENCH_DESCRIPTOR']}`, "
+  f"`{{key}}` drawn uniformly from {int(env['BENCH_KEYS']):,} values; floodgate serves "
+  f"`--config {env['BENCH_CONFIG_DIR']}` from its memory store.")
+w(f"- each run: {env['BENCH_WARMUP']} unrecorded warm-up, then {env['BENCH_SECONDS']} s measured. "
+  "Latency is per call (request handed to the client → whole answer), HdrHistogram at µs "
+  "precision; errors are counted, not timed. *server CPU µs/req* is the server process's "
+  "user+system CPU time over the run (warm-up included) divided by the requests answered.")
+w("- the no-op server (`examples/noop_rls.rs`) answers OK to every descriptor and does nothing "
+  "else, on the same tonic server settings: it is the floor of any external rate-limit call.")
+w("")
+
+w("## Peak throughput (closed loop)")
+w("")
+w("Every in-flight slot sends its next request as soon as the answer is in.")
+w("")
+for c in env["BENCH_CONCURRENCIES"].split():
+    n, f = load(f"peak-c{c}", "noop"), load(f"peak-c{c}", "floodgate")
+    w(f"### Concurrency {c}")
+    w("")
+    w(HEAD)
+    w(row("no-op", n, n["total"]["legit"]))
+    w(row("floodgate", f, f["total"]["legit"]))
+    w("")
+    w(compare(n, f))
+    w("")
+
+rate = int(env["BENCH_RATE"])
+n, f = load("rate", "noop"), load("rate", "floodgate")
+w(f"## Fixed rate: {rate:,} req/s (half of floodgate's best peak above)")
+w("")
+w(f"Open loop: requests leave on schedule whatever the answers do, at most {n['concurrency']} in "
+  "flight; one due while all slots are busy is not sent and counts as *shed*. This p99 is "
+  "the figure to hold against a latency target.")
+w("")
+w(HEAD)
+w(row("no-op", n, n["total"]["legit"]))
+w(row("floodgate", f, f["total"]["legit"]))
+w("")
+w(compare(n, f, open_loop=True))
+w("")
+
+if env["BENCH_BOTS"] == "1":
+    n, f = load("bots", "noop"), load("bots", "floodgate")
+    w("## Fixed rate with bot bursts")
+    w("")
+    w(f"{rate:,} req/s of legitimate traffic as above, plus bursts `{f['bot_burst']}` "
+      f"(RATE:DURATION:EVERY; bursts fill the end of each period) from {f['bot_keys']} keys "
+      "(`bot0`…), on the same connections and slots. Bot traffic is counted apart; floodgate "
+      "should turn most of it away (OVER_LIMIT) without hurting the legitimate p99.")
+    w("")
+    w(HEAD)
+    w(row("no-op, legit", n, n["total"]["legit"]))
+    w(row("no-op, bots", n, n["total"]["bot"]))
+    w(row("floodgate, legit", f, f["total"]["legit"]))
+    w(row("floodgate, bots", f, f["total"]["bot"]))
+    w("")
+    w(compare(n, f, open_loop=True))
+    w("")
+
+errors = {}
+for name in os.listdir(work):
+    if name.endswith(".json"):
+        with open(f"{work}/{name}") as fh:
+            r = json.load(fh)
+        for kind, count in r.get("errors", {}).items():
+            errors[f"{name[:-5]}: {kind}"] = count
+if errors:
+    w("## Errors")
+    w("")
+    for key in sorted(errors):
+        w(f"- {key}: {errors[key]:,}")
+    w("")
+
+w("## Reproduce")
+w("")
+w("```")
+w("scripts/bench-load.sh   # BENCH_* variables override the settings (see the script's header)")
+w("```")
+w("")
+w("Loads run here (loadgen flags besides address, domain, descriptor, keys and connections):")
+w("")
+seen = []
+for name in sorted(os.listdir(work)):
+    if name.endswith("-floodgate.json"):
+        with open(f"{work}/{name}") as fh:
+            seen.append(f"- `{name[:-len('-floodgate.json')]}`: `{json.load(fh)['loadgen_args']}`")
+lines.extend(seen)
+w("")
+w(f"Server memory at the end: no-op {load('rate', 'noop')['server_rss_kib'] // 1024} MiB RSS, "
+  f"floodgate {load('rate', 'floodgate')['server_rss_kib'] // 1024} MiB RSS (after the fixed-rate run).")
+
+with open(out, "w") as fh:
+    fh.write("\n".join(lines) + "\n")
+print(f"bench-load: wrote {out}", file=sys.stderr)
+EOF

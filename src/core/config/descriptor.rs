@@ -1,0 +1,145 @@
+//! One `descriptors:` list and its descriptors, recursively: key, value, flags, metadata,
+//! children; the limits are read by `limit`.
+
+use serde_yaml::{Mapping, Value};
+
+use super::file::FileWalk;
+use super::keys::{check_keys, Place};
+use super::limit::read_rule;
+use super::spec::{DescriptorFlags, DescriptorSpec};
+use super::yaml_tree::{describe, field, not_a_map, render, wrong_type};
+
+/// Reads the descriptors of `list` (the value of a `descriptors:` key) under `parent_path`.
+pub(super) fn read_descriptors(
+    list: Option<&Value>,
+    parent_path: &str,
+    walk: &mut FileWalk,
+) -> Vec<DescriptorSpec> {
+    let Some(list) = list else {
+        return Vec::new();
+    };
+    let Value::Sequence(items) = list else {
+        let message = wrong_type(
+            "descriptors",
+            "a list of descriptors",
+            &describe(list),
+            "descriptors: [{key: generic_key, value: api}]",
+        );
+        walk.report.error(parent_path, message);
+        return Vec::new();
+    };
+    let mut descriptors = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        match item {
+            Value::Mapping(map) => descriptors.push(read_descriptor(map, index, parent_path, walk)),
+            other => {
+                let message = not_a_map(other, "descriptors", "key: generic_key");
+                walk.report.error(parent_path, message);
+            }
+        }
+    }
+    descriptors
+}
+
+fn read_descriptor(
+    map: &Mapping,
+    index: usize,
+    parent_path: &str,
+    walk: &mut FileWalk,
+) -> DescriptorSpec {
+    // Until the key is known, the descriptor is named by its place in the list.
+    let place = format!("{parent_path}.descriptors[{index}]");
+    let written_key = walk.text(map, "key", "key", &place, "key: generic_key");
+    // Missing or "" (a key of the wrong type was reported by `text`).
+    let key_missing = field(map, "key").is_none() || written_key.as_deref() == Some("");
+    let key = written_key.unwrap_or_default();
+    // An empty value is no value, as in the reference (`key` alone is the composite key).
+    let value = walk
+        .text(map, "value", "value", &place, "value: api")
+        .filter(|value| !value.is_empty());
+    let path = match (&key, &value) {
+        (key, _) if key.is_empty() => place,
+        (key, Some(value)) => format!("{parent_path}.{key}_{value}"),
+        (key, None) => format!("{parent_path}.{key}"),
+    };
+
+    check_keys(map, Place::Descriptor, &path, &mut walk.report);
+    if key_missing {
+        walk.report.error(
+            &path,
+            "descriptor has empty key: add `key:` with the descriptor key Envoy sends \
+             (generic_key, remote_address, or the descriptor_key of a request_headers action)",
+        );
+    }
+    if key.contains('*') {
+        walk.report.warning(
+            &path,
+            format!(
+                "'*' in the key '{key}' is a literal character here; only `value` may hold \
+                 wildcards (envoyproxy/ratelimit also matched a '*' in a key as a wildcard)"
+            ),
+        );
+    }
+
+    let rule = read_rule(map, &path, walk);
+    let flags = DescriptorFlags {
+        shadow_mode: walk.flag(map, "shadow_mode", "shadow_mode", &path),
+        quota_mode: walk.flag(map, "quota_mode", "quota_mode", &path),
+        detailed_metric: walk.flag(map, "detailed_metric", "detailed_metric", &path),
+        value_to_metric: walk.flag(map, "value_to_metric", "value_to_metric", &path),
+        share_threshold: walk.flag(map, "share_threshold", "share_threshold", &path),
+    };
+    let is_wildcard = value.as_deref().is_some_and(|value| value.contains('*'));
+    if flags.share_threshold && !is_wildcard {
+        let composite = match &value {
+            Some(value) => format!("{key}_{value}"),
+            None => key.clone(),
+        };
+        walk.report.error(
+            &path,
+            format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but \
+                 found key '{composite}': give this descriptor a `value` with '*' (like \
+                 `value: \"files/*\"`) or remove share_threshold"
+            ),
+        );
+    }
+    let metadata = read_metadata(map, &path, walk);
+    let children = read_descriptors(field(map, "descriptors"), &path, walk);
+
+    DescriptorSpec {
+        key,
+        value,
+        path,
+        rule,
+        flags,
+        metadata,
+        children,
+    }
+}
+
+/// `metadata:` is any map, kept as written; its inside is not checked.
+fn read_metadata(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Value> {
+    let metadata = field(map, "metadata")?;
+    if let Value::Mapping(entries) = metadata {
+        if let Some(key) = entries.keys().find(|key| !key.is_string()) {
+            walk.report.error(
+                path,
+                format!(
+                    "error parsing metadata: the key {} is not a string: metadata becomes a \
+                     protobuf Struct, whose keys are strings; quote the key",
+                    render(key)
+                ),
+            );
+        }
+        return Some(metadata.clone());
+    }
+    let message = wrong_type(
+        "metadata",
+        "a map",
+        &describe(metadata),
+        "metadata: {team: payments}",
+    );
+    walk.report.error(path, message);
+    None
+}

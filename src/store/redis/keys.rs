@@ -1,0 +1,243 @@
+//! Where a counter lives in Redis:
+//!
+//! ```text
+//! <prefix>{<domain>}:<rule>:<counter>
+//! floodgate:{edge}:9c1e0b7f5a3d2e48:4f7a…(32 hex digits)
+//! ```
+//!
+//! * `prefix`: configurable, `floodgate:` by default; printable ASCII without braces or spaces.
+//! * `{<domain>}`: the request's domain, sanitized: bytes outside `[A-Za-z0-9._-]` become `_`,
+//!   at most 64 bytes, never empty. It is the Redis Cluster hash tag: a request has exactly
+//!   one domain, so all the keys one script call touches share a slot, which Cluster requires.
+//!   The layout is Cluster-ready as it stands; the cost is that one domain's counters live on
+//!   one shard. (A later change could shard finer only by giving up one-call atomicity across
+//!   a request's descriptors.) A sanitized domain may coincide with another's: that only puts
+//!   both in one slot, the counter hash below still tells them apart.
+//! * `<rule>`: the first 64 bits of SHA-256 of the rule's config path, in hex, so one rule's
+//!   counters can be found (`SCAN MATCH floodgate:{edge}:<rule>:*`). Hashed, not written out:
+//!   a config path holds config values (`api_key_<value>`), which may be secrets.
+//! * `<counter>`: the first 128 bits of SHA-256 of the whole counter identity
+//!   (`core::key::counter_key`: domain, rule path, algorithm, limit index, window and the
+//!   descriptor's entries, each length-prefixed), in hex. No descriptor value (an IP, an API
+//!   key) is stored in the clear, no value can change the layout or reach another key, and
+//!   every instance derives the same key. The hash is not keyed: a guessable value (an IPv4
+//!   address) can be confirmed by hashing guesses, which is fine for keeping it out of sight,
+//!   not for keeping it secret from someone who can read Redis.
+
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "floodgate:";
+
+/// The longest prefix accepted: keys stay short and cheap to hash.
+const MAX_PREFIX_LEN: usize = 128;
+
+/// How much of the domain a key shows.
+const MAX_DOMAIN_LEN: usize = 64;
+
+/// Bytes of the rule path's digest a key shows (64 bits: the rules of one domain never collide
+/// in practice, and a collision would only make `SCAN` by rule show two rules' counters).
+const RULE_DIGEST_BYTES: usize = 8;
+
+/// Bytes of the identity's digest a key shows (128 bits: no collision among any number of
+/// counters a Redis can hold).
+const COUNTER_DIGEST_BYTES: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPrefix {
+    #[error("the Redis key prefix is longer than {MAX_PREFIX_LEN} bytes")]
+    TooLong,
+    #[error(
+        "the Redis key prefix may hold only printable ASCII without spaces, `{{` or `}}` \
+         (braces would change the Cluster hash tag)"
+    )]
+    BadByte,
+}
+
+/// Turns counter identities into Redis keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLayout {
+    prefix: String,
+}
+
+impl KeyLayout {
+    pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
+        if prefix.len() > MAX_PREFIX_LEN {
+            return Err(InvalidPrefix::TooLong);
+        }
+        let allowed = |byte: u8| byte.is_ascii_graphic() && byte != b'{' && byte != b'}';
+        if !prefix.bytes().all(allowed) {
+            return Err(InvalidPrefix::BadByte);
+        }
+        Ok(Self {
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The key of the counter whose identity (`Counter::key`) is `identity`.
+    pub fn key_for(&self, identity: &[u8]) -> String {
+        let (domain, rule_path) = leading_fields(identity).unwrap_or((b"", b""));
+        let mut key = String::with_capacity(
+            self.prefix.len() + MAX_DOMAIN_LEN + 4 + 2 * (RULE_DIGEST_BYTES + COUNTER_DIGEST_BYTES),
+        );
+        key.push_str(&self.prefix);
+        key.push('{');
+        push_sanitized(&mut key, domain);
+        key.push_str("}:");
+        push_hex(&mut key, &Sha256::digest(rule_path)[..RULE_DIGEST_BYTES]);
+        key.push(':');
+        push_hex(&mut key, &Sha256::digest(identity)[..COUNTER_DIGEST_BYTES]);
+        key
+    }
+}
+
+/// The domain and rule path that `core::key::counter_key` writes first, each as a
+/// little-endian u64 length and the bytes. `None` if the identity is not shaped so; the key
+/// is still unique (the whole identity is hashed), it just shows an empty domain.
+fn leading_fields(identity: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (domain, rest) = length_prefixed(identity)?;
+    let (rule_path, _) = length_prefixed(rest)?;
+    Some((domain, rule_path))
+}
+
+fn length_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (length, rest) = bytes.split_first_chunk::<8>()?;
+    let length = usize::try_from(u64::from_le_bytes(*length)).ok()?;
+    (length <= rest.len()).then(|| rest.split_at(length))
+}
+
+fn push_sanitized(key: &mut String, domain: &[u8]) {
+    if domain.is_empty() {
+        // `{}` is no hash tag at all: Cluster would hash the whole key.
+        key.push('_');
+        return;
+    }
+    for &byte in domain.iter().take(MAX_DOMAIN_LEN) {
+        let kept = byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-');
+        key.push(if kept { char::from(byte) } else { '_' });
+    }
+}
+
+fn push_hex(key: &mut String, bytes: &[u8]) {
+    for byte in bytes {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{byte:02x}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::algorithm::Quota;
+    use crate::core::key::counter_key;
+    use crate::core::rules::{Entry, MatchedLevel};
+    use crate::core::unit::Unit;
+
+    fn identity(domain: &str, path: &str, entries: &[Entry]) -> Vec<u8> {
+        let levels = vec![MatchedLevel::Default; entries.len()];
+        let quota = Quota::new(10, Unit::Second);
+        counter_key(domain, path, 0, &quota, entries, &levels)
+    }
+
+    fn layout() -> KeyLayout {
+        KeyLayout::new(DEFAULT_PREFIX).expect("the default prefix is valid")
+    }
+
+    #[test]
+    fn reads_domain_and_rule_path_from_core_identities() {
+        let id = identity(
+            "edge",
+            "edge.remote_address",
+            &[Entry::new("remote_address", "10.0.0.1")],
+        );
+        assert_eq!(
+            leading_fields(&id),
+            Some((&b"edge"[..], &b"edge.remote_address"[..]))
+        );
+    }
+
+    #[test]
+    fn key_shows_prefix_domain_tag_and_hashes_only() {
+        let id = identity(
+            "edge",
+            "edge.remote_address",
+            &[Entry::new("remote_address", "10.0.0.1")],
+        );
+        let key = layout().key_for(&id);
+        assert!(key.starts_with("floodgate:{edge}:"), "{key}");
+        assert!(
+            !key.contains("10.0.0.1") && !key.contains("remote_address"),
+            "{key}"
+        );
+        let parts: Vec<&str> = key.splitn(3, ':').collect();
+        assert_eq!(parts.len(), 3);
+        let hashes: Vec<&str> = parts[2].split(':').collect();
+        assert_eq!(hashes.len(), 2);
+        assert_eq!(hashes[0].len(), 2 * RULE_DIGEST_BYTES);
+        assert_eq!(hashes[1].len(), 2 * COUNTER_DIGEST_BYTES);
+        assert!(parts[2].bytes().all(|b| b == b':' || b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn key_is_stable_and_distinct() {
+        let a = identity("edge", "edge.k", &[Entry::new("k", "a")]);
+        let b = identity("edge", "edge.k", &[Entry::new("k", "b")]);
+        assert_eq!(layout().key_for(&a), layout().key_for(&a));
+        assert_ne!(layout().key_for(&a), layout().key_for(&b));
+        // Same rule, same rule digest: SCAN by rule works.
+        let rule_of = |key: String| key.split(':').nth(2).map(str::to_owned);
+        assert_eq!(rule_of(layout().key_for(&a)), rule_of(layout().key_for(&b)));
+    }
+
+    #[test]
+    fn hostile_domains_cannot_break_the_hash_tag() {
+        let id = identity("a}b{c d:\u{e9}", "p", &[]);
+        let key = layout().key_for(&id);
+        assert!(key.starts_with("floodgate:{a_b_c_d___}:"), "{key}");
+        assert_eq!(key.matches('{').count(), 1);
+        assert_eq!(key.matches('}').count(), 1);
+
+        let long = "d".repeat(500);
+        let key = layout().key_for(&identity(&long, "p", &[]));
+        assert!(key.starts_with(&format!("floodgate:{{{}}}:", "d".repeat(MAX_DOMAIN_LEN))));
+
+        let key = layout().key_for(&identity("", "p", &[]));
+        assert!(key.starts_with("floodgate:{_}:"), "{key}");
+    }
+
+    #[test]
+    fn odd_identities_still_get_a_unique_key() {
+        let key = layout().key_for(b"short");
+        assert!(key.starts_with("floodgate:{_}:"), "{key}");
+        assert_ne!(key, layout().key_for(b"shorter"));
+        let lying_length = [255u8; 20];
+        assert!(leading_fields(&lying_length).is_none());
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        assert_eq!(
+            KeyLayout::new("rl:").map(|l| l.key_for(b"x").starts_with("rl:{")),
+            Ok(true)
+        );
+        assert_eq!(
+            KeyLayout::new(""),
+            Ok(KeyLayout {
+                prefix: String::new()
+            })
+        );
+        assert_eq!(KeyLayout::new("a{b"), Err(InvalidPrefix::BadByte));
+        assert_eq!(KeyLayout::new("a b"), Err(InvalidPrefix::BadByte));
+        assert_eq!(KeyLayout::new("é"), Err(InvalidPrefix::BadByte));
+        assert_eq!(
+            KeyLayout::new(&"x".repeat(129)),
+            Err(InvalidPrefix::TooLong)
+        );
+    }
+}

@@ -1,0 +1,142 @@
+-- Part 6: one request, decided atomically (src/store/memory.rs does the same in Rust):
+-- evaluate every counter (a counter named twice sees what its earlier mention would charge),
+-- compute the verdict (core::verdict), then charge every admitted counter or none.
+--
+-- KEYS: the request's distinct counter keys.
+-- ARGV: global_shadow ('1' or '0'), now ('' to read Redis TIME; a test clock's µs otherwise),
+--       extra TTL in ms (0 unless a test clock runs: Redis expires keys on its own clock),
+--       the number of counters, then per counter COUNTER_FIELDS values:
+--       key index (into KEYS), algorithm, limit L, window W µs, capacity C, hits kind
+--       ('charge', 'check' or 'refund'), hits amount, descriptor index, role
+--       ('enforced', 'quota' or 'shadow').
+-- Reply: { over_limit, then per counter: admitted, remaining, reset_after µs, retry_after µs },
+--        integers only (0/1 for booleans).
+
+local COUNTER_FIELDS = 9
+local COUNTER_KINDS = {
+  fixed_window = FixedWindow,
+  sliding_window = SlidingWindow,
+  sliding_log = SlidingLog,
+  gcra = Gcra,
+}
+
+-- Before Redis 5 a script that reads TIME may only write with effects replication.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local global_shadow = ARGV[1] == '1'
+local now = tonumber(ARGV[2])
+if now == nil then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local extra_ttl_ms = tonumber(ARGV[3])
+
+local counters = {}
+for index = 1, tonumber(ARGV[4]) do
+  local base = 4 + (index - 1) * COUNTER_FIELDS
+  local kind = COUNTER_KINDS[ARGV[base + 2]]
+  if kind == nil then
+    error('floodgate: unknown algorithm ' .. tostring(ARGV[base + 2]))
+  end
+  counters[index] = {
+    key = tonumber(ARGV[base + 1]),
+    kind = kind,
+    quota = {
+      limit = tonumber(ARGV[base + 3]),
+      window = tonumber(ARGV[base + 4]),
+      capacity = tonumber(ARGV[base + 5]),
+    },
+    hits_kind = ARGV[base + 6],
+    hits = tonumber(ARGV[base + 7]),
+    descriptor = tonumber(ARGV[base + 8]),
+    role = ARGV[base + 9],
+  }
+end
+
+-- Each key is read at most once, and only when no earlier mention answers for it.
+local stored = {}
+local function stored_state(key)
+  local state = stored[key]
+  if state == nil then
+    state = decode_stored(redis.call('GET', KEYS[key]), now) or false
+    stored[key] = state
+  end
+  return state or nil
+end
+
+local evaluations = {}
+for index, counter in ipairs(counters) do
+  -- A counter named twice in one request sees what the latest earlier admitted mention would
+  -- charge (that state is used even if it has already expired, as in memory).
+  local state = nil
+  for earlier = index - 1, 1, -1 do
+    if counters[earlier].key == counter.key and evaluations[earlier].admitted then
+      state = evaluations[earlier].next_state
+      break
+    end
+  end
+  if state == nil then
+    state = stored_state(counter.key)
+  end
+  local view = counter.kind.at(counter.quota, state, now)
+  evaluations[index] = evaluate_counter(view, counter.hits_kind, counter.hits)
+end
+
+-- core::verdict::over_limit_ignoring_global_shadow: counters of one descriptor come together;
+-- a descriptor is over when any of its counters is.
+local function over_limit_ignoring_global_shadow()
+  local enforced_over = false
+  local quota_descriptors, quota_descriptors_over = 0, 0
+  local index = 1
+  while counters[index] do
+    local first = counters[index]
+    local over = false
+    while counters[index] and counters[index].descriptor == first.descriptor do
+      over = over or not evaluations[index].admitted
+      index = index + 1
+    end
+    if first.role == 'enforced' then
+      enforced_over = enforced_over or over
+    elseif first.role == 'quota' then
+      quota_descriptors = quota_descriptors + 1
+      if over then
+        quota_descriptors_over = quota_descriptors_over + 1
+      end
+    end
+  end
+  return enforced_over or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
+end
+
+local over_limit = not global_shadow and over_limit_ignoring_global_shadow()
+
+local reply = { over_limit and 1 or 0 }
+local final = {} -- key → the evaluation whose state the key ends with
+for index, counter in ipairs(counters) do
+  local evaluation = evaluations[index]
+  local charge = not over_limit and evaluation.admitted and counter.hits_kind ~= 'check'
+  local snapshot = charge and evaluation.committed or evaluation.uncommitted
+  if charge then
+    final[counter.key] = evaluation
+  end
+  reply[#reply + 1] = evaluation.admitted and 1 or 0
+  reply[#reply + 1] = snapshot[1]
+  reply[#reply + 1] = snapshot[2]
+  reply[#reply + 1] = evaluation.retry_after
+end
+
+-- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
+-- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
+for key, evaluation in pairs(final) do
+  local ttl_ms = max(math.ceil((evaluation.expires_at - now) / 1000), 1) + extra_ttl_ms
+  redis.call(
+    'SET',
+    KEYS[key],
+    encode_stored(evaluation.next_state, evaluation.expires_at),
+    'PX',
+    string.format('%d', ttl_ms)
+  )
+end
+
+return reply

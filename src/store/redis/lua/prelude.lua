@@ -1,0 +1,107 @@
+-- floodgate's decision script, part 1 of 6: what every algorithm shares. The script is this
+-- file, one file per algorithm and decide.lua, joined in that order (src/store/redis/script.rs).
+-- Each part mirrors a file of src/core; keep them in step.
+--
+-- Numbers: Lua numbers are doubles, exact for integers up to 2^53. The store refuses quotas that
+-- could carry an integer past that (script.rs, `check_quota`), so the integer arithmetic here is
+-- exact, and the sliding window's fractions use the same IEEE operations in the same order as
+-- the Rust core. Numbers are written with string.format('%d'): Lua's default conversion keeps
+-- only 14 significant digits (1.8e15 µs would lose its last two).
+
+local floor = math.floor
+local max = math.max
+local min = math.min
+
+-- a mod⁺ b, Euclidean (b > 0), like Rust's rem_euclid. Exact for |a| < 2^53: the rounding of
+-- a / b is below 1/b, so floor(a / b) never lands on the wrong integer.
+local function mod_euclid(a, b)
+  return a - floor(a / b) * b
+end
+
+-- Start of the epoch-aligned window holding `now` (core::algorithm::fixed_window).
+local function epoch_window_start(now, window)
+  return now - mod_euclid(now, max(window, 1))
+end
+
+-- Stored counters. A key holds one string, "<tag> <expires_at> <state fields…>", integers
+-- only; each algorithm registers how its state reads and writes (tag F, S, L or G).
+local STATE_DECODERS = {}
+local STATE_ENCODERS = {}
+
+-- The state in `value` (a GET reply: false when the key is missing), or nil when there is
+-- none or it has expired. Past `expires_at` a state means the same as no state: the key's TTL
+-- only collects garbage, and it runs on Redis's clock, which a test clock is not.
+local function decode_stored(value, now)
+  if not value then
+    return nil
+  end
+  local fields = {}
+  for token in string.gmatch(value, '%S+') do
+    fields[#fields + 1] = token
+  end
+  local decoder = STATE_DECODERS[fields[1]]
+  local expires_at = tonumber(fields[2])
+  if not decoder or not expires_at or expires_at <= now then
+    return nil
+  end
+  return decoder(fields)
+end
+
+local function encode_stored(state, expires_at)
+  local numbers = STATE_ENCODERS[state.tag](state)
+  local words = { state.tag, string.format('%d', expires_at) }
+  for index = 1, #numbers do
+    words[index + 2] = string.format('%d', numbers[index])
+  end
+  return table.concat(words, ' ')
+end
+
+-- How hits turn into an evaluation once an algorithm has brought a counter up to `now`
+-- (core::algorithm::counter). A counter answers fits, charged, refunded, snapshot (remaining,
+-- reset_after), retry_after, expires_at and state.
+--   charge n that fits → admitted, next = charged(n), retry 0
+--   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
+--   check              → admitted ⇔ fits(1), next = current, retry as for charge 1
+--   refund n           → admitted, next = refunded(n), retry 0
+local function commit(before, next)
+  local before_remaining, before_reset_after = before:snapshot()
+  local remaining, reset_after = next:snapshot()
+  return {
+    admitted = true,
+    committed = { remaining, reset_after },
+    uncommitted = { before_remaining, before_reset_after },
+    retry_after = 0,
+    expires_at = next:expires_at(),
+    next_state = next:state(),
+  }
+end
+
+local function unchanged(counter, admitted, retry_after)
+  local remaining, reset_after = counter:snapshot()
+  local snapshot = { remaining, reset_after }
+  return {
+    admitted = admitted,
+    committed = snapshot,
+    uncommitted = snapshot,
+    retry_after = admitted and 0 or max(retry_after, 1),
+    expires_at = counter:expires_at(),
+    next_state = counter:state(),
+  }
+end
+
+local function evaluate_counter(counter, kind, hits)
+  if kind == 'charge' then
+    if counter:fits(hits) then
+      return commit(counter, counter:charged(hits))
+    end
+    return unchanged(counter, false, counter:retry_after(hits))
+  elseif kind == 'check' then
+    if counter:fits(1) then
+      return unchanged(counter, true, 0)
+    end
+    return unchanged(counter, false, counter:retry_after(1))
+  elseif kind == 'refund' then
+    return commit(counter, counter:refunded(hits))
+  end
+  error('floodgate: unknown hits kind ' .. tostring(kind))
+end

@@ -1,0 +1,319 @@
+//! The Redis store: counters shared by every floodgate instance, decided by one Lua script call
+//! per request.
+//!
+//! # One round trip, all or nothing
+//!
+//! A request becomes one `EVALSHA` (`script.rs`, Lua in `lua/`): the script reads each counter
+//! once, evaluates every counter with the same arithmetic as `core::algorithm` (a counter named
+//! twice sees its earlier mention's pending state, as in `MemoryStore`), computes the verdict
+//! of `core::verdict`, then writes every admitted counter or none. Redis runs a script
+//! atomically, so concurrent requests from any number of instances never interleave. The
+//! script is loaded with `SCRIPT LOAD` when the store connects and loaded again, transparently,
+//! when Redis answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+//!
+//! # Time
+//!
+//! "Now" is Redis `TIME`, read inside the script, so instances whose clocks disagree still
+//! agree on every decision. Only a store built with [`RedisOptions::test_clock`] passes its own
+//! instant instead (the differential tests drive `MemoryStore` and this store with one clock).
+//!
+//! # Keys and expiry
+//!
+//! `<prefix>{<domain>}:<rule digest>:<counter digest>`; see [`keys`] for the layout, why
+//! values are hashed and the Cluster hash tag. A key holds one short string,
+//! `<tag> <expires_at> <state…>`. Every write sets a TTL that ends when the state means the same
+//! as no state (`Evaluation::expires_at`: the end of the window, or when the bucket is full
+//! again), so no key lives without one and idle counters vanish on their own. The script also
+//! ignores a state past its `expires_at`, so decisions never depend on when Redis gets round to
+//! expiring a key.
+//!
+//! # Numbers
+//!
+//! Lua numbers are doubles. [`check_quota`] refuses the few quotas whose integers could pass
+//! 2^53 — windows longer than 2^51 µs (about 71 years), buckets with capacity × window ≥ 2^53
+//! (about 104 249 per day) or that drain for longer than 2^51 µs — so the script computes the
+//! same integers as the core. GCRA's debt is kept as (µs, tick remainder) so a clock that went
+//! back cannot overflow it; see `lua/gcra.lua` for the one approximate corner.
+//!
+//! # Failure
+//!
+//! Every call has a deadline (25 ms by default): a Redis that errs, is unreachable or stops
+//! answering yields [`StoreError::Unavailable`], never a hang. Errors name the server as
+//! `host:port/db`, never with credentials.
+
+mod connection;
+pub mod keys;
+mod script;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+
+use self::connection::{unavailable, Connection, BACKEND};
+pub use self::keys::{InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
+use self::script::{build_call, parse_reply, Now};
+pub use self::script::{
+    check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
+    MAX_WINDOW_MICROS,
+};
+use super::{Decided, Store, StoreError};
+use crate::core::plan::Counter;
+use crate::core::time::Clock;
+
+/// The default deadline of one decision.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(25);
+
+/// The default deadline for connecting (at start-up, and for each reconnection attempt).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long keys outlive their state under a test clock: Redis expires keys on its own clock,
+/// which moves far slower than a test's.
+const TEST_CLOCK_EXTRA_TTL_MS: u64 = 10 * 60 * 1000;
+
+/// How to reach Redis and how to lay out keys there.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// `redis://[[user]:password@]host[:port][/db]`, `unix:///path/to/socket[?db=N]`, or a bare
+    /// `host:port` as envoyproxy/ratelimit's `REDIS_URL` gives it.
+    pub url: String,
+    /// `password` or `user:password` (envoyproxy/ratelimit's `REDIS_AUTH`); used when the
+    /// URL carries no credentials.
+    pub auth: Option<String>,
+    /// Put before every key (see [`keys`]).
+    pub key_prefix: String,
+    /// Deadline of one decision, script reload included.
+    pub timeout: Duration,
+    /// Deadline for connecting at start-up and for each reconnection attempt.
+    pub connect_timeout: Duration,
+    /// Tests only: take "now" from this clock instead of Redis `TIME`.
+    pub test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            auth: None,
+            key_prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            test_clock: None,
+        }
+    }
+
+    /// Tests only: decide with `clock`'s time, so another store can be driven in step.
+    pub fn with_test_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.test_clock = Some(clock);
+        self
+    }
+
+    /// The URL as `connect` reads it: a bare `host:port` gets the `redis://` scheme, and
+    /// `auth` fills in credentials the URL lacks.
+    fn effective_url(&self) -> String {
+        let url = if self.url.contains("://") {
+            self.url.clone()
+        } else {
+            format!("redis://{}", self.url)
+        };
+        match (&self.auth, url.split_once("://")) {
+            (Some(auth), Some((scheme, rest))) if !auth.is_empty() && !has_user_info(rest) => {
+                let user_info = match auth.split_once(':') {
+                    Some((user, password)) => {
+                        format!("{}:{}", percent_encode(user), percent_encode(password))
+                    }
+                    None => format!(":{}", percent_encode(auth)),
+                };
+                format!("{scheme}://{user_info}@{rest}")
+            }
+            _ => url,
+        }
+    }
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self::new("redis://127.0.0.1:6379/0")
+    }
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &connection::redact_url(&self.effective_url()))
+            .field("auth", &self.auth.as_ref().map(|_| "***"))
+            .field("key_prefix", &self.key_prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("test_clock", &self.test_clock.is_some())
+            .finish()
+    }
+}
+
+fn has_user_info(after_scheme: &str) -> bool {
+    let authority_end = after_scheme
+        .find(['/', '?', '#'])
+        .unwrap_or(after_scheme.len());
+    after_scheme[..authority_end].contains('@')
+}
+
+/// Percent-encodes everything but unreserved URL characters.
+fn percent_encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// Counters in Redis, decided by one script call per request.
+pub struct RedisStore {
+    connection: Connection,
+    script: Script,
+    keys: KeyLayout,
+    timeout: Duration,
+    test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisStore {
+    /// Connects, checks the options and loads the script.
+    pub async fn connect(options: &RedisOptions) -> Result<Self, StoreError> {
+        let keys = KeyLayout::new(&options.key_prefix)
+            .map_err(|error| unavailable(format!("invalid Redis options: {error}")))?;
+        if options.timeout.is_zero() {
+            return Err(unavailable(
+                "invalid Redis options: the call timeout must be positive".to_owned(),
+            ));
+        }
+        let connection =
+            Connection::open(&options.effective_url(), options.connect_timeout).await?;
+        let script = Script::new(script::SOURCE);
+        let mut manager = connection.manager.clone();
+        connection
+            .within(
+                options.connect_timeout,
+                script.prepare_invoke().load_async(&mut manager),
+            )
+            .await?;
+        Ok(Self {
+            connection,
+            script,
+            keys,
+            timeout: options.timeout,
+            test_clock: options.test_clock.clone(),
+        })
+    }
+
+    /// The server, as `host:port/db` (safe for logs).
+    pub fn server(&self) -> &str {
+        &self.connection.server
+    }
+
+    /// The SHA-1 of the decision script (what `EVALSHA` names).
+    pub fn script_sha(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// The Redis key of the counter whose identity is `identity` (`Counter::key`).
+    pub fn key_for(&self, identity: &[u8]) -> String {
+        self.keys.key_for(identity)
+    }
+
+    fn now(&self) -> Result<Now, StoreError> {
+        let Some(clock) = &self.test_clock else {
+            return Ok(Now::RedisTime);
+        };
+        let now = clock.now();
+        if now.unsigned_abs() > MAX_TEST_CLOCK_MICROS.unsigned_abs() {
+            return Err(unavailable(format!(
+                "the test clock reads {now} µs, beyond the ±2^52 µs the script computes exactly"
+            )));
+        }
+        Ok(Now::Given {
+            now,
+            extra_ttl_ms: TEST_CLOCK_EXTRA_TTL_MS,
+        })
+    }
+
+    async fn decide_in_redis(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
+        if counters.is_empty() {
+            return Ok(Decided {
+                outcomes: Vec::new(),
+                over_limit: false,
+            });
+        }
+        for counter in counters {
+            // Configuration for this store should have refused it already (`check_quota`).
+            check_quota(&counter.quota).map_err(|error| unavailable(error.to_string()))?;
+        }
+        let call = build_call(counters, global_shadow, self.now()?, |identity| {
+            self.keys.key_for(identity)
+        });
+        let mut invocation = self.script.prepare_invoke();
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg);
+        }
+        let mut manager = self.connection.manager.clone();
+        let reply: Vec<i64> = self
+            .connection
+            .within(self.timeout, invocation.invoke_async(&mut manager))
+            .await?;
+        parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
+    }
+}
+
+impl Store for RedisStore {
+    async fn decide(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
+        self.decide_in_redis(counters, global_shadow).await
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_addresses_and_auth_become_urls() {
+        let mut options = RedisOptions::new("cache:6380");
+        assert_eq!(options.effective_url(), "redis://cache:6380");
+        options.auth = Some("s3cr@t".to_owned());
+        assert_eq!(options.effective_url(), "redis://:s3cr%40t@cache:6380");
+        options.auth = Some("alice:pa ss".to_owned());
+        assert_eq!(options.effective_url(), "redis://alice:pa%20ss@cache:6380");
+        // Credentials in the URL win.
+        options.url = "redis://bob:pw@cache/1".to_owned();
+        assert_eq!(options.effective_url(), "redis://bob:pw@cache/1");
+    }
+
+    #[test]
+    fn debug_output_hides_credentials() {
+        let mut options = RedisOptions::new("redis://alice:hunter22@cache:6380/1");
+        options.auth = Some("other-secret".to_owned());
+        let shown = format!("{options:?}");
+        assert!(
+            !shown.contains("hunter22") && !shown.contains("other-secret"),
+            "{shown}"
+        );
+        assert!(shown.contains("cache:6380/1"), "{shown}");
+    }
+}

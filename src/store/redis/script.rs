@@ -1,0 +1,425 @@
+//! The decision script: its Lua source (`lua/`, one file per algorithm), which quotas it
+//! computes exactly, the arguments a request becomes and the reply it gives back.
+
+use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot};
+use crate::core::plan::Counter;
+use crate::core::response::CounterOutcome;
+use crate::core::time::Micros;
+use crate::core::verdict::Role;
+use crate::store::Decided;
+
+/// The whole script: shared helpers, the algorithms, then the request logic that uses them.
+pub const SOURCE: &str = concat!(
+    include_str!("lua/prelude.lua"),
+    "\n",
+    include_str!("lua/fixed_window.lua"),
+    "\n",
+    include_str!("lua/sliding_window.lua"),
+    "\n",
+    include_str!("lua/sliding_log.lua"),
+    "\n",
+    include_str!("lua/gcra.lua"),
+    "\n",
+    include_str!("lua/decide.lua"),
+);
+
+/// ARGV values per counter (`COUNTER_FIELDS` in decide.lua).
+const COUNTER_FIELDS: usize = 9;
+
+/// ARGV values before the counters.
+const HEADER_FIELDS: usize = 4;
+
+/// Lua numbers are doubles: integers are exact up to 2^53.
+const LUA_EXACT_LIMIT: u128 = 1 << 53;
+
+/// The longest window the script computes exactly: 2^51 µs, about 71 years. With Redis time
+/// below 2^52 µs (until the year 2112), `now + 2·W` stays below 2^53.
+pub const MAX_WINDOW_MICROS: Micros = 1 << 51;
+
+/// The longest time a bucket may take to drain from full (C·W/L µs), for the same reason.
+pub const MAX_BUCKET_DRAIN_MICROS: u128 = 1 << 51;
+
+/// How far a test clock may be from the epoch (µs): the bound `MAX_WINDOW_MICROS` assumes.
+pub const MAX_TEST_CLOCK_MICROS: Micros = 1 << 52;
+
+/// Why the Redis store cannot decide a quota exactly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnsupportedQuota {
+    #[error(
+        "a window of {window_seconds} s is longer than the Redis store supports \
+         (at most {} s, about 71 years)",
+        MAX_WINDOW_MICROS / 1_000_000
+    )]
+    WindowTooLong { window_seconds: u64 },
+    #[error(
+        "{algorithm} with capacity {capacity} over {window_seconds} s is too large for the \
+         Redis store: capacity × window must stay below 2^53 µs (about 104 249 for a one-day \
+         window, 285 for a year); lower the burst or the window"
+    )]
+    BucketTooLarge {
+        algorithm: Algorithm,
+        capacity: u64,
+        window_seconds: u64,
+    },
+    #[error(
+        "{algorithm} with capacity {capacity}, {requests_per_unit} per {window_seconds} s takes \
+         longer than the Redis store supports to drain (at most about 71 years)"
+    )]
+    BucketDrainsTooSlowly {
+        algorithm: Algorithm,
+        capacity: u64,
+        requests_per_unit: u32,
+        window_seconds: u64,
+    },
+}
+
+/// Whether the Redis script computes `quota` exactly as the core does. Configuration
+/// loaded for `--store redis` should be checked with this, so a quota is refused at load,
+/// not at the first request.
+pub fn check_quota(quota: &Quota) -> Result<(), UnsupportedQuota> {
+    let window = quota.window_micros();
+    if window > MAX_WINDOW_MICROS {
+        return Err(UnsupportedQuota::WindowTooLong {
+            window_seconds: quota.window_seconds(),
+        });
+    }
+    if matches!(
+        quota.algorithm,
+        Algorithm::TokenBucket | Algorithm::LeakyBucket
+    ) {
+        let capacity_ticks =
+            u128::from(quota.capacity()) * u128::from(window.max(1).unsigned_abs());
+        if capacity_ticks >= LUA_EXACT_LIMIT {
+            return Err(UnsupportedQuota::BucketTooLarge {
+                algorithm: quota.algorithm,
+                capacity: quota.capacity(),
+                window_seconds: quota.window_seconds(),
+            });
+        }
+        let ticks_per_micro = u128::from(quota.requests_per_unit);
+        if ticks_per_micro > 0 && capacity_ticks.div_ceil(ticks_per_micro) > MAX_BUCKET_DRAIN_MICROS
+        {
+            return Err(UnsupportedQuota::BucketDrainsTooSlowly {
+                algorithm: quota.algorithm,
+                capacity: quota.capacity(),
+                requests_per_unit: quota.requests_per_unit,
+                window_seconds: quota.window_seconds(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One script call: the distinct keys and the arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// Where "now" comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Now {
+    /// Redis `TIME`, so instances with skewed clocks agree.
+    RedisTime,
+    /// A test clock's instant, and how long (ms) keys outlive their state, because Redis
+    /// expires them on its own clock.
+    Given { now: Micros, extra_ttl_ms: u64 },
+}
+
+/// Builds the call for `counters`; `key_of` turns an identity into a Redis key.
+pub fn build_call(
+    counters: &[Counter],
+    global_shadow: bool,
+    now: Now,
+    key_of: impl Fn(&[u8]) -> String,
+) -> Call {
+    // Repeated identities share one key (and one read); order of first mention.
+    let mut identities: Vec<&[u8]> = Vec::new();
+    let mut key_indexes = Vec::with_capacity(counters.len());
+    for counter in counters {
+        let index = match identities
+            .iter()
+            .position(|known| *known == counter.key.as_slice())
+        {
+            Some(index) => index,
+            None => {
+                identities.push(&counter.key);
+                identities.len() - 1
+            }
+        };
+        key_indexes.push(index + 1); // Lua arrays start at 1.
+    }
+
+    let (now_arg, extra_ttl_ms) = match now {
+        Now::RedisTime => (String::new(), 0),
+        Now::Given { now, extra_ttl_ms } => (now.to_string(), extra_ttl_ms),
+    };
+    let mut args = Vec::with_capacity(HEADER_FIELDS + COUNTER_FIELDS * counters.len());
+    args.push(if global_shadow { "1" } else { "0" }.to_owned());
+    args.push(now_arg);
+    args.push(extra_ttl_ms.to_string());
+    args.push(counters.len().to_string());
+    for (counter, key_index) in counters.iter().zip(key_indexes) {
+        let quota = &counter.quota;
+        let (hits_kind, hits) = match counter.hits {
+            Hits::Charge(n) => ("charge", n),
+            Hits::CheckOnly => ("check", 0),
+            Hits::Refund(n) => ("refund", n),
+        };
+        args.extend([
+            key_index.to_string(),
+            algorithm_name(quota.algorithm).to_owned(),
+            quota.requests_per_unit.to_string(),
+            quota.window_micros().to_string(),
+            quota.capacity().to_string(),
+            hits_kind.to_owned(),
+            hits.to_string(),
+            counter.descriptor.to_string(),
+            role_name(counter.role).to_owned(),
+        ]);
+    }
+    Call {
+        keys: identities.into_iter().map(key_of).collect(),
+        args,
+    }
+}
+
+/// The Lua implementation that decides `algorithm` (token and leaky buckets are both GCRA;
+/// the capacity argument tells them apart).
+fn algorithm_name(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow => "fixed_window",
+        Algorithm::SlidingWindow => "sliding_window",
+        Algorithm::SlidingLog => "sliding_log",
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => "gcra",
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Enforced => "enforced",
+        Role::Quota => "quota",
+        Role::Shadow => "shadow",
+    }
+}
+
+/// A reply that is not what the script returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadReply {
+    #[error("the decision script returned {got} numbers for {counters} counters")]
+    WrongLength { got: usize, counters: usize },
+    #[error("the decision script returned {value} where {what} was expected")]
+    OutOfRange { what: &'static str, value: i64 },
+}
+
+/// Reads the script's reply for `counters` counters.
+pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> {
+    let wrong_length = || BadReply::WrongLength {
+        got: reply.len(),
+        counters,
+    };
+    let (&over_limit, per_counter) = reply.split_first().ok_or_else(wrong_length)?;
+    if per_counter.len() != 4 * counters {
+        return Err(wrong_length());
+    }
+    let outcomes = per_counter
+        .chunks_exact(4)
+        .map(|fields| {
+            Ok(CounterOutcome {
+                admitted: flag(fields[0], "admitted (0 or 1)")?,
+                snapshot: Snapshot {
+                    remaining: u64::try_from(fields[1]).map_err(|_| BadReply::OutOfRange {
+                        what: "remaining (≥ 0)",
+                        value: fields[1],
+                    })?,
+                    reset_after: non_negative(fields[2], "reset_after (≥ 0)")?,
+                },
+                retry_after: non_negative(fields[3], "retry_after (≥ 0)")?,
+            })
+        })
+        .collect::<Result<Vec<_>, BadReply>>()?;
+    Ok(Decided {
+        outcomes,
+        over_limit: flag(over_limit, "over_limit (0 or 1)")?,
+    })
+}
+
+fn flag(value: i64, what: &'static str) -> Result<bool, BadReply> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(BadReply::OutOfRange { what, value }),
+    }
+}
+
+fn non_negative(value: i64, what: &'static str) -> Result<Micros, BadReply> {
+    if value < 0 {
+        return Err(BadReply::OutOfRange { what, value });
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::unit::Unit;
+
+    fn counter(descriptor: usize, key: &[u8], quota: Quota, hits: Hits, role: Role) -> Counter {
+        Counter {
+            descriptor,
+            key: key.to_vec(),
+            quota,
+            hits,
+            role,
+        }
+    }
+
+    #[test]
+    fn repeated_identities_share_a_key_in_order_of_first_mention() {
+        let quota = Quota::new(5, Unit::Minute).with_algorithm(Algorithm::LeakyBucket);
+        let counters = [
+            counter(0, b"b", quota.clone(), Hits::Charge(2), Role::Enforced),
+            counter(1, b"a", quota.clone(), Hits::CheckOnly, Role::Quota),
+            counter(2, b"b", quota.clone(), Hits::Refund(3), Role::Shadow),
+        ];
+        let call = build_call(&counters, true, Now::RedisTime, |id| {
+            String::from_utf8_lossy(id).into_owned()
+        });
+        assert_eq!(call.keys, ["b", "a"]);
+        let expected: Vec<&str> = vec![
+            "1", "", "0", "3", //
+            "1", "gcra", "5", "60000000", "1", "charge", "2", "0", "enforced", //
+            "2", "gcra", "5", "60000000", "1", "check", "0", "1", "quota", //
+            "1", "gcra", "5", "60000000", "1", "refund", "3", "2", "shadow",
+        ];
+        assert_eq!(call.args, expected);
+    }
+
+    #[test]
+    fn a_given_now_is_passed_with_its_extra_ttl() {
+        let counters = [counter(
+            0,
+            b"k",
+            Quota::new(1, Unit::Second),
+            Hits::Charge(1),
+            Role::Enforced,
+        )];
+        let now = Now::Given {
+            now: -5,
+            extra_ttl_ms: 600_000,
+        };
+        let call = build_call(&counters, false, now, |_| "key".to_owned());
+        assert_eq!(&call.args[..5], ["0", "-5", "600000", "1", "1"]);
+    }
+
+    #[test]
+    fn replies_are_read_and_checked() {
+        let decided = parse_reply(&[1, 0, 0, 5, 7, 1, 3, 9, 0], 2).expect("a valid reply");
+        assert!(decided.over_limit);
+        assert_eq!(
+            decided.outcomes[0],
+            CounterOutcome {
+                admitted: false,
+                snapshot: Snapshot {
+                    remaining: 0,
+                    reset_after: 5
+                },
+                retry_after: 7
+            }
+        );
+        assert!(decided.outcomes[1].admitted);
+        assert_eq!(
+            parse_reply(&[0, 1], 1),
+            Err(BadReply::WrongLength {
+                got: 2,
+                counters: 1
+            })
+        );
+        assert_eq!(
+            parse_reply(&[], 0),
+            Err(BadReply::WrongLength {
+                got: 0,
+                counters: 0
+            })
+        );
+        assert!(matches!(
+            parse_reply(&[2], 0),
+            Err(BadReply::OutOfRange { value: 2, .. })
+        ));
+        assert!(matches!(
+            parse_reply(&[0, 1, -1, 0, 0], 1),
+            Err(BadReply::OutOfRange { value: -1, .. })
+        ));
+    }
+
+    #[test]
+    fn windows_up_to_the_bound_are_accepted() {
+        // 2^51 µs = 2 251 799 813.685 s: 2 251 799 813 s fits, one more second does not.
+        let at_bound = Quota::new(1, Unit::Second).with_multiplier(2_251_799_813);
+        assert_eq!(check_quota(&at_bound), Ok(()));
+        let beyond = Quota::new(1, Unit::Second).with_multiplier(2_251_799_814);
+        assert!(matches!(
+            check_quota(&beyond),
+            Err(UnsupportedQuota::WindowTooLong { .. })
+        ));
+        // A multiplier large enough to saturate window_micros is refused too.
+        let huge = Quota::new(1, Unit::Year).with_multiplier(u32::MAX);
+        assert!(check_quota(&huge).is_err());
+        // The sliding log and windows do not care about capacity.
+        let big_limit = Quota::new(u32::MAX, Unit::Year).with_algorithm(Algorithm::SlidingWindow);
+        assert_eq!(check_quota(&big_limit), Ok(()));
+    }
+
+    #[test]
+    fn buckets_up_to_the_bound_are_accepted() {
+        // One day is 8.64e10 µs; 2^53 / 8.64e10 = 104 249.99…
+        let day = |burst| {
+            Quota::new(10, Unit::Day)
+                .with_algorithm(Algorithm::TokenBucket)
+                .with_burst(burst)
+        };
+        assert_eq!(check_quota(&day(104_249)), Ok(()));
+        assert!(matches!(
+            check_quota(&day(104_250)),
+            Err(UnsupportedQuota::BucketTooLarge {
+                capacity: 104_250,
+                ..
+            })
+        ));
+        // A leaky bucket's capacity is burst + 1.
+        let leaky = |burst| {
+            Quota::new(10, Unit::Day)
+                .with_algorithm(Algorithm::LeakyBucket)
+                .with_burst(burst)
+        };
+        assert_eq!(check_quota(&leaky(104_248)), Ok(()));
+        assert!(check_quota(&leaky(104_249)).is_err());
+        // Exactly representable but draining for longer than 2^51 µs.
+        let slow = Quota::new(1, Unit::Year)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(200);
+        assert!(matches!(
+            check_quota(&slow),
+            Err(UnsupportedQuota::BucketDrainsTooSlowly { .. })
+        ));
+        // Closed buckets (L = 0 or C = 0) never fit anything and are fine.
+        let closed = Quota::new(0, Unit::Day).with_algorithm(Algorithm::TokenBucket);
+        assert_eq!(check_quota(&closed), Ok(()));
+    }
+
+    #[test]
+    fn the_script_has_every_part() {
+        for part in [
+            "local function evaluate_counter",
+            "local FixedWindow = {}",
+            "local SlidingWindow = {}",
+            "local SlidingLog = {}",
+            "local Gcra = {}",
+            "local COUNTER_FIELDS = 9",
+        ] {
+            assert!(SOURCE.contains(part), "missing {part}");
+        }
+        assert!(SOURCE.contains(&format!("local COUNTER_FIELDS = {COUNTER_FIELDS}")));
+    }
+}
