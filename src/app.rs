@@ -72,6 +72,13 @@ fn load_rules(location: &ConfigLocation, options: &LoadOptions) -> Result<RuleSe
     Ok(load(&sources, options)?)
 }
 
+/// Things the reference accepts but that are probably mistakes: loaded, and said once.
+fn log_warnings(rules: &RuleSet) {
+    for warning in rules.warnings() {
+        tracing::warn!("{warning}");
+    }
+}
+
 fn listen_address(
     flag: Option<SocketAddr>,
     host_var: &str,
@@ -98,6 +105,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         merge_domains: args.config.merge_domain_config,
     };
     let rules = load_rules(&location, &options)?;
+    log_warnings(&rules);
     let header_mode = match args.response_headers {
         Some(mode) => mode.into(),
         None if std::env::var("LIMIT_RESPONSE_HEADERS_ENABLED").is_ok_and(|v| parse_bool(&v)) => {
@@ -173,6 +181,9 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
     match load_rules(&ConfigLocation::Path(args.path.clone()), &options) {
         Ok(rules) => {
             println!("{}: configuration ok", args.path.display());
+            for warning in rules.warnings() {
+                println!("warning: {warning}");
+            }
             for domain in rules.domains() {
                 println!("domain {} ({}):", domain.name, domain.sources.join(", "));
                 for rule in domain.rules() {

@@ -1,0 +1,317 @@
+//! The Redis store decides exactly as the memory store: for every algorithm, seeded random
+//! request sequences run against `MemoryStore` and `RedisStore` with one manual clock, and every
+//! decision (admitted, remaining, reset_after, retry_after, verdict) must be identical. The
+//! sequences mix multi-descriptor requests (all or nothing), quota and shadow roles, global
+//! shadow mode, check-only hits, refunds, oversized hits, counters repeated within a request,
+//! limits changed between requests (a reload) and a clock that sometimes goes backwards.
+
+#[path = "common/redis.rs"]
+mod redis_support;
+
+use std::sync::Arc;
+
+use floodgate::core::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::plan::Counter;
+use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::unit::Unit;
+use floodgate::core::verdict::Role;
+use floodgate::store::memory::MemoryStore;
+use floodgate::store::{Decided, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use redis_support::{counter, identity, RedisServer};
+
+/// Requests per seed; with SEEDS seeds per test this stays well under a few seconds.
+const STEPS: usize = 400;
+const SEEDS: u64 = 4;
+
+/// Around 2025-11: realistic Redis TIME magnitudes.
+const START: Micros = 1_764_000_000 * MICROS_PER_SECOND;
+
+/// One counter identity and the quota it normally has.
+#[derive(Debug, Clone)]
+struct Slot {
+    key: Vec<u8>,
+    quota: Quota,
+}
+
+fn random_quota(rng: &mut StdRng, algorithm: Algorithm) -> Quota {
+    let limits = [0, 1, 1, 2, 3, 5, 7, 10, 10, 25];
+    let limit = limits[rng.random_range(0..limits.len())];
+    let unit = [Unit::Second, Unit::Second, Unit::Minute, Unit::Hour][rng.random_range(0..4)];
+    let quota = Quota::new(limit, unit)
+        .with_algorithm(algorithm)
+        .with_multiplier(rng.random_range(1..=3));
+    if algorithm.accepts_burst() && rng.random_bool(0.7) {
+        quota.with_burst(rng.random_range(0..=12))
+    } else {
+        quota
+    }
+}
+
+/// The same counter under another limit (same algorithm and window, so the same identity), as
+/// after a reload or with an Envoy limit override.
+fn changed_limit(rng: &mut StdRng, quota: &Quota) -> Quota {
+    let mut changed = quota.clone();
+    changed.requests_per_unit = rng.random_range(0..=30);
+    if quota.algorithm.accepts_burst() {
+        changed.burst = rng.random_bool(0.5).then(|| rng.random_range(0..=30));
+    }
+    changed
+}
+
+fn random_hits(rng: &mut StdRng) -> Hits {
+    match rng.random_range(0..100) {
+        0..50 => Hits::Charge(1),
+        50..63 => Hits::Charge(rng.random_range(2..=4)),
+        63..67 => Hits::Charge(rng.random_range(20..=40)),
+        67..68 => Hits::Charge(u64::MAX),
+        68..83 => Hits::CheckOnly,
+        83..97 => Hits::Refund(rng.random_range(1..=3)),
+        97..99 => Hits::Refund(rng.random_range(10..=40)),
+        _ => Hits::Refund(u64::MAX),
+    }
+}
+
+fn random_role(rng: &mut StdRng) -> Role {
+    match rng.random_range(0..100) {
+        0..70 => Role::Enforced,
+        70..85 => Role::Quota,
+        _ => Role::Shadow,
+    }
+}
+
+/// A planner-shaped request: descriptors in order, each with one or two counters sharing its
+/// hits and role; slots are sometimes repeated, within a descriptor or across descriptors.
+fn random_request(rng: &mut StdRng, slots: &[Slot]) -> Vec<Counter> {
+    let mut counters: Vec<Counter> = Vec::new();
+    for descriptor in 0..rng.random_range(1..=3) {
+        let hits = random_hits(rng);
+        let role = random_role(rng);
+        for _ in 0..rng.random_range(1..=2) {
+            let repeat = !counters.is_empty() && rng.random_bool(0.15);
+            let slot = if repeat {
+                let earlier = &counters[rng.random_range(0..counters.len())];
+                Slot {
+                    key: earlier.key.clone(),
+                    quota: earlier.quota.clone(),
+                }
+            } else {
+                slots[rng.random_range(0..slots.len())].clone()
+            };
+            let quota = if rng.random_bool(0.05) {
+                changed_limit(rng, &slot.quota)
+            } else {
+                slot.quota.clone()
+            };
+            counters.push(counter(descriptor, &slot.key, &quota, hits, role));
+        }
+    }
+    counters
+}
+
+/// How far the clock moves before a request: mostly forward by a little or by a fraction of
+/// the shortest window, sometimes by windows, sometimes backwards, and often to within a µs of
+/// an instant the last answer named (`edges`: its retry_after and reset_after values), where
+/// an admission test or a window boundary flips.
+fn random_step(rng: &mut StdRng, shortest_window: Micros, edges: &[Micros]) -> Micros {
+    if !edges.is_empty() && rng.random_bool(0.3) {
+        let edge = edges[rng.random_range(0..edges.len())];
+        return edge + rng.random_range(-1..=1);
+    }
+    match rng.random_range(0..100) {
+        0..20 => 0,
+        20..40 => rng.random_range(1..1_000),
+        40..70 => rng.random_range(0..shortest_window / 4),
+        70..90 => rng.random_range(0..2 * shortest_window),
+        _ => -rng.random_range(0..shortest_window / 2),
+    }
+}
+
+/// The instants (from now) an answer names.
+fn edges_of(decided: &Decided) -> Vec<Micros> {
+    decided
+        .outcomes
+        .iter()
+        .flat_map(|outcome| [outcome.retry_after, outcome.snapshot.reset_after])
+        .filter(|&edge| edge > 0)
+        .collect()
+}
+
+/// Runs seeded sequences over `slots_of(seed)` through both stores and compares every decision.
+async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
+    let server = RedisServer::start();
+    for seed in 1..=SEEDS {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let clock = Arc::new(ManualClock::new(START + rng.random_range(0..MICROS_PER_SECOND)));
+        let memory = MemoryStore::new(1_000_000, clock.clone());
+        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        // Every seed starts from empty counters in both stores.
+        let mut inspector = server.inspector().await;
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut inspector)
+            .await
+            .unwrap_or_else(|error| panic!("FLUSHALL failed: {error}"));
+
+        let slots = slots_of(&mut rng);
+        let shortest_window = slots
+            .iter()
+            .map(|slot| slot.quota.window_micros())
+            .min()
+            .unwrap_or(MICROS_PER_SECOND)
+            .max(4);
+        let mut edges = Vec::new();
+        for step in 0..STEPS {
+            clock.advance(random_step(&mut rng, shortest_window, &edges));
+            let counters = random_request(&mut rng, &slots);
+            let global_shadow = rng.random_bool(0.05);
+            let expected = memory.decide_now(&counters, global_shadow);
+            let got = redis
+                .decide(&counters, global_shadow)
+                .await
+                .unwrap_or_else(|error| panic!("{name} seed {seed} step {step}: {error}"));
+            assert_eq!(
+                got,
+                expected,
+                "{name} seed {seed} step {step} at {} (global_shadow {global_shadow}): redis \
+                 (left) and memory (right) disagree on {counters:#?}",
+                clock.now()
+            );
+            edges = edges_of(&expected);
+        }
+    }
+}
+
+fn random_slots(rng: &mut StdRng, algorithms: &[Algorithm]) -> Vec<Slot> {
+    (0..4)
+        .map(|index| {
+            let algorithm = algorithms[index % algorithms.len()];
+            let quota = random_quota(rng, algorithm);
+            Slot {
+                key: identity("diff", "client", &format!("c{index}"), 0, &quota),
+                quota,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn fixed_window_matches_memory() {
+    run_differential("fixed_window", |rng| random_slots(rng, &[Algorithm::FixedWindow])).await;
+}
+
+#[tokio::test]
+async fn sliding_window_matches_memory() {
+    run_differential("sliding_window", |rng| random_slots(rng, &[Algorithm::SlidingWindow])).await;
+}
+
+#[tokio::test]
+async fn sliding_log_matches_memory() {
+    run_differential("sliding_log", |rng| random_slots(rng, &[Algorithm::SlidingLog])).await;
+}
+
+#[tokio::test]
+async fn token_bucket_matches_memory() {
+    run_differential("token_bucket", |rng| random_slots(rng, &[Algorithm::TokenBucket])).await;
+}
+
+#[tokio::test]
+async fn leaky_bucket_matches_memory() {
+    run_differential("leaky_bucket", |rng| random_slots(rng, &[Algorithm::LeakyBucket])).await;
+}
+
+#[tokio::test]
+async fn mixed_algorithms_in_one_request_match_memory() {
+    run_differential("mixed", |rng| random_slots(rng, &Algorithm::ALL)).await;
+}
+
+/// Quotas right at the bounds `check_quota` allows, where Lua's doubles would first lose
+/// integers: the longest window, the largest bucket (capacity × window just below 2^53), the
+/// slowest drain, and a fast bucket whose debt passes 2^53 ticks when the clock goes back.
+#[tokio::test]
+async fn quotas_at_the_exactness_bounds_match_memory() {
+    use floodgate::store::redis::check_quota;
+    let longest_window = 2_251_799_813; // seconds: 2^51 µs
+    let quotas = [
+        Quota::new(10, Unit::Day)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(104_249),
+        Quota::new(7, Unit::Day)
+            .with_algorithm(Algorithm::LeakyBucket)
+            .with_burst(104_248),
+        Quota::new(1, Unit::Day)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(26_062),
+        Quota::new(u32::MAX, Unit::Second)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(1_000),
+        Quota::new(1_000, Unit::Second)
+            .with_algorithm(Algorithm::FixedWindow)
+            .with_multiplier(longest_window),
+        Quota::new(1_000, Unit::Second)
+            .with_algorithm(Algorithm::SlidingWindow)
+            .with_multiplier(longest_window),
+        Quota::new(100, Unit::Second)
+            .with_algorithm(Algorithm::SlidingLog)
+            .with_multiplier(longest_window),
+    ];
+    for quota in &quotas {
+        assert_eq!(check_quota(quota), Ok(()), "{quota:?} must be at, not past, the bound");
+    }
+    let server = RedisServer::start();
+    for seed in 1..=SEEDS {
+        let mut rng = StdRng::seed_from_u64(100 + seed);
+        let clock = Arc::new(ManualClock::new(START));
+        let memory = MemoryStore::new(1_000_000, clock.clone());
+        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        let slots: Vec<(Vec<u8>, Quota)> = quotas
+            .iter()
+            .enumerate()
+            .map(|(index, quota)| (identity("bounds", "k", &format!("{seed}-{index}"), 0, quota), quota.clone()))
+            .collect();
+        let mut edges = Vec::new();
+        for step in 0..STEPS {
+            let hour = 3_600 * MICROS_PER_SECOND;
+            clock.advance(match rng.random_range(0..100) {
+                // Edges of the longest windows lie decades ahead: stay within the script's
+                // clock range (the bound this test is about is the quota's, not the clock's).
+                0..25 if !edges.is_empty() => {
+                    let edge = edges[rng.random_range(0..edges.len())];
+                    if edge < 365 * 24 * hour {
+                        edge + rng.random_range(-1..=1)
+                    } else {
+                        0
+                    }
+                }
+                0..30 => rng.random_range(0..1_000),
+                30..60 => rng.random_range(0..hour),
+                60..85 => rng.random_range(0..30 * 24 * hour),
+                _ => -rng.random_range(0..48 * hour),
+            });
+            let (key, quota) = &slots[rng.random_range(0..slots.len())];
+            let capacity = quota.capacity();
+            let hits = match rng.random_range(0..100) {
+                0..40 => Hits::Charge(rng.random_range(1..=capacity)),
+                40..55 => Hits::Charge(capacity),
+                55..65 => Hits::CheckOnly,
+                65..90 => Hits::Refund(rng.random_range(1..=capacity)),
+                _ => Hits::Refund(u64::MAX),
+            };
+            let counters = [counter(0, key, quota, hits, Role::Enforced)];
+            let expected = memory.decide_now(&counters, false);
+            let got = redis
+                .decide(&counters, false)
+                .await
+                .unwrap_or_else(|error| panic!("bounds seed {seed} step {step}: {error}"));
+            assert_eq!(
+                got,
+                expected,
+                "bounds seed {seed} step {step} at {}: redis (left) and memory (right) disagree \
+                 on {counters:#?}",
+                clock.now()
+            );
+            edges = edges_of(&expected);
+        }
+    }
+}
