@@ -22,9 +22,16 @@ use rand::{Rng, SeedableRng};
 
 use redis_support::{counter, identity, RedisServer};
 
-/// Requests per seed; with SEEDS seeds per test this stays well under a few seconds.
+/// Requests per seed; with the default seed count a test takes well under a few seconds.
 const STEPS: usize = 400;
-const SEEDS: u64 = 4;
+
+/// Seeds per test: 4, or `FLOODGATE_REDIS_DIFF_SEEDS` for a longer search.
+fn seeds() -> u64 {
+    std::env::var("FLOODGATE_REDIS_DIFF_SEEDS")
+        .ok()
+        .and_then(|seeds| seeds.parse().ok())
+        .unwrap_or(4)
+}
 
 /// Around 2025-11: realistic Redis TIME magnitudes.
 const START: Micros = 1_764_000_000 * MICROS_PER_SECOND;
@@ -142,7 +149,7 @@ fn edges_of(decided: &Decided) -> Vec<Micros> {
 /// Runs seeded sequences over `slots_of(seed)` through both stores and compares every decision.
 async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
     let server = RedisServer::start();
-    for seed in 1..=SEEDS {
+    for seed in 1..=seeds() {
         let mut rng = StdRng::seed_from_u64(seed);
         let clock = Arc::new(ManualClock::new(START + rng.random_range(0..MICROS_PER_SECOND)));
         let memory = MemoryStore::new(1_000_000, clock.clone());
@@ -260,7 +267,7 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
         assert_eq!(check_quota(quota), Ok(()), "{quota:?} must be at, not past, the bound");
     }
     let server = RedisServer::start();
-    for seed in 1..=SEEDS {
+    for seed in 1..=seeds() {
         let mut rng = StdRng::seed_from_u64(100 + seed);
         let clock = Arc::new(ManualClock::new(START));
         let memory = MemoryStore::new(1_000_000, clock.clone());

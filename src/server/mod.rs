@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod grpc;
+mod debug;
 mod http;
 pub mod shutdown;
 
@@ -45,7 +46,7 @@ pub async fn serve<S: Store>(
         );
     let http = axum::serve(listeners.http, http::main_routes(Arc::clone(&limiter)))
         .with_graceful_shutdown(shutdown.clone().fired());
-    let debug = axum::serve(listeners.debug, http::debug_routes(limiter))
+    let debug = axum::serve(listeners.debug, debug::debug_routes(limiter))
         .with_graceful_shutdown(shutdown.fired());
     let (grpc, http, debug) = tokio::join!(grpc, http, debug);
     grpc?;
