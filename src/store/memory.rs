@@ -2,6 +2,7 @@
 //! locks only the shards its counters live in, in ascending order (so two requests can never
 //! wait on each other in a cycle), evaluates, and charges all or none before unlocking.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -66,7 +67,9 @@ impl std::hash::Hasher for PassThroughHasher {
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     hash_keys: (u64, u64),
-    max_keys_per_shard: usize,
+    max_keys: usize,
+    /// Counters held across all shards; touched only when a counter is added or dropped.
+    held: AtomicUsize,
     clock: Arc<dyn Clock>,
 }
 
@@ -76,16 +79,22 @@ impl MemoryStore {
         Self {
             shards,
             hash_keys: (rand::random(), rand::random()),
-            max_keys_per_shard: max_keys.div_ceil(SHARDS).max(1),
+            max_keys: max_keys.max(1),
+            held: AtomicUsize::new(0),
             clock,
         }
     }
 
     /// Counters currently held (expired ones included until swept).
     pub fn len(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the counter tables occupy (not counting sliding-log entries on the heap).
+    pub fn table_bytes(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().slots.len())
+            .map(|shard| shard.lock().slots.allocation_size())
             .sum()
     }
 
@@ -102,7 +111,9 @@ impl MemoryStore {
                 let mut shard = shard.lock();
                 let before = shard.slots.len();
                 shard.slots.retain(|_, slot| slot.expires_at > now);
-                before - shard.slots.len()
+                let dropped = before - shard.slots.len();
+                self.held.fetch_sub(dropped, Ordering::Relaxed);
+                dropped
             })
             .sum()
     }
@@ -215,19 +226,23 @@ impl MemoryStore {
             *slot = Slot { state, expires_at };
             return;
         }
-        if shard.slots.len() >= self.max_keys_per_shard {
-            make_room(shard, now, self.max_keys_per_shard);
+        if self.held.load(Ordering::Relaxed) >= self.max_keys {
+            let dropped = make_room(shard, now);
+            self.held.fetch_sub(dropped, Ordering::Relaxed);
         }
         shard.slots.insert(key, Slot { state, expires_at });
+        self.held.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Frees one place in a full shard: expired counters first, else the one closest to expiry
-/// among a few (it has the least budget left to forget). An evicted counter starts afresh.
-fn make_room(shard: &mut Shard, now: Micros, max_keys: usize) {
+/// Frees at least one place when the store is full: this shard's expired counters first, else
+/// the one closest to expiry among a few (it has the least budget left to forget; it starts
+/// afresh if it comes back). Returns how many counters were dropped.
+fn make_room(shard: &mut Shard, now: Micros) -> usize {
+    let before = shard.slots.len();
     shard.slots.retain(|_, slot| slot.expires_at > now);
-    if shard.slots.len() < max_keys {
-        return;
+    if shard.slots.len() < before {
+        return before - shard.slots.len();
     }
     let victim = shard
         .slots
@@ -235,8 +250,9 @@ fn make_room(shard: &mut Shard, now: Micros, max_keys: usize) {
         .take(EVICTION_SAMPLE)
         .min_by_key(|(_, slot)| slot.expires_at)
         .map(|(key, _)| *key);
-    if let Some(victim) = victim {
-        shard.slots.remove(&victim);
+    match victim {
+        Some(victim) => usize::from(shard.slots.remove(&victim).is_some()),
+        None => 0,
     }
 }
 
@@ -275,5 +291,99 @@ impl Store for MemoryStore {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::algorithm::{Algorithm, Quota};
+    use crate::core::time::{ManualClock, MICROS_PER_SECOND};
+    use crate::core::unit::Unit;
+    use crate::core::verdict::Role;
+
+    const START: Micros = 1_796_083_200 * MICROS_PER_SECOND;
+
+    fn counter(descriptor: usize, key: &str, limit: u32, hits: Hits) -> Counter {
+        Counter {
+            descriptor,
+            key: key.as_bytes().to_vec(),
+            quota: Quota::new(limit, Unit::Minute).with_algorithm(Algorithm::FixedWindow),
+            hits,
+            role: Role::Enforced,
+        }
+    }
+
+    fn store(max_keys: usize) -> (MemoryStore, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(START));
+        (MemoryStore::new(max_keys, clock.clone()), clock)
+    }
+
+    #[test]
+    fn a_rejected_request_charges_nothing() {
+        let (store, _) = store(100);
+        let exhausted = counter(0, "a", 1, Hits::Charge(1));
+        assert!(!store.decide_now(&[exhausted.clone()], false).over_limit);
+        let fresh = counter(1, "b", 5, Hits::Charge(1));
+        for _ in 0..3 {
+            let decided = store.decide_now(&[fresh.clone(), exhausted.clone()], false);
+            assert!(decided.over_limit);
+            assert_eq!(decided.outcomes[0].snapshot.remaining, 5);
+        }
+        let alone = store.decide_now(&[fresh], false);
+        assert_eq!(alone.outcomes[0].snapshot.remaining, 4);
+    }
+
+    #[test]
+    fn a_counter_named_twice_is_charged_twice() {
+        let (store, _) = store(100);
+        let once = counter(0, "same", 1, Hits::Charge(1));
+        let twice = counter(1, "same", 1, Hits::Charge(1));
+        let decided = store.decide_now(&[once.clone(), twice], false);
+        assert!(decided.over_limit, "the second mention sees the first one's charge");
+        assert_eq!(store.decide_now(&[once], false).outcomes[0].snapshot.remaining, 0);
+    }
+
+    #[test]
+    fn global_shadow_charges_what_admitted() {
+        let (store, _) = store(100);
+        let small = counter(0, "s", 1, Hits::Charge(1));
+        let big = counter(1, "b", 10, Hits::Charge(1));
+        store.decide_now(&[small.clone()], false);
+        let decided = store.decide_now(&[small, big.clone()], true);
+        assert!(!decided.over_limit);
+        assert!(!decided.outcomes[0].admitted);
+        assert_eq!(decided.outcomes[1].snapshot.remaining, 9);
+    }
+
+    #[test]
+    fn memory_stays_within_max_keys() {
+        let (store, _) = store(1_000);
+        for key in 0..5_000 {
+            store.decide_now(&[counter(0, &format!("k{key}"), 3, Hits::Charge(1))], false);
+        }
+        assert!(store.len() <= 1_000, "{} counters held", store.len());
+        let held: usize = store.shards.iter().map(|s| s.lock().slots.len()).sum();
+        assert_eq!(held, store.len());
+    }
+
+    #[test]
+    fn expired_counters_are_swept_and_forgotten() {
+        let (store, clock) = store(100);
+        let c = counter(0, "x", 1, Hits::Charge(1));
+        store.decide_now(&[c.clone()], false);
+        assert!(store.decide_now(&[c.clone()], false).over_limit);
+        clock.advance(60 * MICROS_PER_SECOND);
+        assert_eq!(store.sweep_expired(), 1);
+        assert!(store.is_empty());
+        assert!(!store.decide_now(&[c], false).over_limit);
+    }
+
+    #[test]
+    fn check_only_never_stores() {
+        let (store, _) = store(100);
+        let check = counter(0, "c", 2, Hits::CheckOnly);
+        assert!(!store.decide_now(&[check], false).over_limit);
+        assert!(store.is_empty());
     }
 }
