@@ -24,7 +24,18 @@ const EVICTION_SAMPLE: usize = 16;
 
 /// A counter's key inside the store: a keyed 128-bit hash of the counter identity. The key is
 /// random per process, so nobody can craft descriptor values that share someone else's counter.
-type SlotKey = u128;
+/// Two `u64` halves rather than a `u128`, whose 16-byte alignment would pad every table entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct SlotKey {
+    high: u64,
+    low: u64,
+}
+
+impl std::hash::Hash for SlotKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.low);
+    }
+}
 
 struct Slot {
     state: State,
@@ -58,8 +69,8 @@ impl std::hash::Hasher for PassThroughHasher {
             self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
         }
     }
-    fn write_u128(&mut self, value: u128) {
-        self.0 = value as u64;
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
     }
 }
 
@@ -194,11 +205,15 @@ impl MemoryStore {
     fn slot_key(&self, identity: &[u8]) -> SlotKey {
         let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
         std::hash::Hasher::write(&mut hasher, identity);
-        hasher.finish128().as_u128()
+        let hash = hasher.finish128();
+        SlotKey {
+            high: hash.h1,
+            low: hash.h2,
+        }
     }
 
     fn shard_of(&self, key: SlotKey) -> usize {
-        ((key >> 64) as usize) % self.shards.len()
+        (key.high as usize) % self.shards.len()
     }
 
     /// Locks each shard the request needs once, in ascending order. The result is indexed by
@@ -340,8 +355,16 @@ mod tests {
         let once = counter(0, "same", 1, Hits::Charge(1));
         let twice = counter(1, "same", 1, Hits::Charge(1));
         let decided = store.decide_now(&[once.clone(), twice], false);
-        assert!(decided.over_limit, "the second mention sees the first one's charge");
-        assert_eq!(store.decide_now(&[once], false).outcomes[0].snapshot.remaining, 0);
+        assert!(
+            decided.over_limit,
+            "the second mention sees the first one's charge"
+        );
+        assert_eq!(
+            store.decide_now(&[once], false).outcomes[0]
+                .snapshot
+                .remaining,
+            0
+        );
     }
 
     #[test]
