@@ -83,7 +83,11 @@ fn memory_store(c: &mut Criterion) {
 }
 
 fn bytes_per_key(_: &mut Criterion) {
-    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow, Algorithm::TokenBucket] {
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ] {
         let keys = 1_000_000u64;
         let clock = Arc::new(ManualClock::new(START));
         let store = MemoryStore::new(keys as usize, clock.clone());

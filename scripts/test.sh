@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-peers.sh
+# deploy/: Kubernetes overlays (schema, checkov), the example Envoy bootstrap, the Dockerfile.
+scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
 cargo build --locked --bins
 cargo test --locked --all-targets -- --test-threads=2

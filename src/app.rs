@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::cli::{reference_address, CheckArgs, ConfigArgs, ServeArgs, StoreKind, ValidateArgs};
+use crate::cli::{
+    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, ServeArgs, StoreKind, ValidateArgs,
+};
 use crate::config_source::{read_sources, ConfigLocation};
 use crate::core::config::{load, LoadOptions};
 use crate::core::headers::HeaderMode;
@@ -16,8 +18,12 @@ use crate::core::request::RequestBounds;
 use crate::core::rules::RuleSet;
 use crate::core::time::SystemClock;
 use crate::limiter::{Limiter, LimiterSettings};
+use crate::reload::{self, ConfigReloader, ReloadStatus};
+use crate::server::health::{self, Health};
+use crate::server::tls::{self, ServerTls};
 use crate::server::{self, shutdown, Listeners};
 use crate::store::memory::MemoryStore;
+use crate::store::Store;
 
 /// How often expired counters are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -37,9 +43,11 @@ pub enum AppError {
     },
     #[error(transparent)]
     Serve(#[from] server::ServeError),
+    #[error("gRPC TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
-fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
+pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
     if let Some(path) = &config.config {
         return Ok(ConfigLocation::Path(path.clone()));
     }
@@ -104,8 +112,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         default_algorithm: args.config.default_algorithm.into(),
         merge_domains: args.config.merge_domain_config,
     };
-    let rules = load_rules(&location, &options)?;
+    let sources = read_sources(&location)?;
+    let rules = load(&sources, &options)?;
     log_warnings(&rules);
+    let reload_status = Arc::new(ReloadStatus::new(&rules));
+    let reloader = ConfigReloader::new(
+        location.clone(),
+        options.clone(),
+        sources,
+        Arc::clone(&reload_status),
+    );
+    let grpc_tls = grpc_tls(&args.grpc_tls)?;
+    crate::telemetry::metrics::reload_succeeded(rules.rule_count());
     let header_mode = match args.response_headers {
         Some(mode) => mode.into(),
         None if std::env::var("LIMIT_RESPONSE_HEADERS_ENABLED").is_ok_and(|v| parse_bool(&v)) => {
@@ -133,14 +151,37 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         debug: bind(debug_addr).await?,
     };
 
+    // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
     let (trigger, shutdown) = shutdown::channel();
-    tokio::spawn(shutdown::on_signal(trigger));
+    let (signal_trigger, signalled) = shutdown::channel();
+    tokio::spawn(shutdown::on_signal(signal_trigger));
+    let health = Health::not_ready();
+    health.set_config_loaded();
+    tokio::spawn(health::drain_then_stop(
+        signalled,
+        health.clone(),
+        Duration::from_secs(args.drain_seconds),
+        trigger,
+    ));
+    if let Some(grpc_tls) = &grpc_tls {
+        tokio::spawn(tls::watch_certificates(grpc_tls.clone(), shutdown.clone()));
+    }
+    let operations = server::Operations {
+        health,
+        reload: Some(reload_status),
+        grpc_tls,
+    };
 
     match args.store {
         StoreKind::Memory => {
             let store = MemoryStore::new(args.max_keys, Arc::new(SystemClock));
-            let limiter = Arc::new(Limiter::new(rules, store, settings));
+            crate::telemetry::metrics::store_state("memory", true);
+            let limiter = Arc::new(
+                Limiter::new(rules, store, settings)
+                    .with_telemetry(args.telemetry.decision_telemetry()),
+            );
             tokio::spawn(sweep_memory(Arc::clone(&limiter), shutdown.clone()));
+            start_reloading(&limiter, reloader, &shutdown);
             tracing::info!(
                 grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
                 domains = limiter.rules().domains().count(),
@@ -148,11 +189,40 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 store = "memory",
                 "floodgate serving"
             );
-            server::serve(limiter, listeners, shutdown).await?;
+            let http_settings = server::HttpSettings {
+                deny_status: args.http_deny_status.into(),
+            };
+            server::serve_with(limiter, listeners, http_settings, shutdown, operations).await?;
         }
     }
     tracing::info!("floodgate stopped");
     Ok(())
+}
+
+/// Swaps reloaded rule sets into `limiter` until shutdown.
+fn start_reloading<S: Store>(
+    limiter: &Arc<Limiter<S>>,
+    reloader: ConfigReloader,
+    shutdown: &shutdown::Shutdown,
+) {
+    let live = Arc::clone(limiter);
+    tokio::spawn(reload::run(
+        reloader,
+        move |rules| live.replace_rules(rules),
+        shutdown.clone(),
+    ));
+}
+
+/// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
+fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let files = tls::files_from_settings(
+        args.grpc_tls_cert.as_deref(),
+        args.grpc_tls_key.as_deref(),
+        args.grpc_tls_client_ca.as_deref(),
+        env,
+    )?;
+    Ok(files.map(ServerTls::load).transpose()?)
 }
 
 async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {
@@ -208,13 +278,9 @@ pub fn validate(args: ValidateArgs) -> ExitCode {
 
 pub async fn check(args: CheckArgs) -> ExitCode {
     match crate::check::run(args).await {
-        Ok(over_limit) => {
-            if over_limit {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
+        Ok(crate::check::CheckOutcome::Ok) => ExitCode::SUCCESS,
+        Ok(crate::check::CheckOutcome::OverLimit) => ExitCode::from(2),
+        Ok(crate::check::CheckOutcome::NotServing) => ExitCode::FAILURE,
         Err(error) => {
             eprintln!("{error}");
             ExitCode::FAILURE

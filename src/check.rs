@@ -1,15 +1,33 @@
-//! `floodgate check`: one ShouldRateLimit call to a running server, printed for people.
+//! `floodgate check`: one ShouldRateLimit call to a running server, printed for people; or,
+//! with `--health`, one grpc.health.v1 Check; or, with `--explain`, how the rules read locally
+//! match the descriptors (no server asked).
 
-use crate::cli::CheckArgs;
+use std::path::Path;
+use std::time::Duration;
+
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use crate::cli::{CheckArgs, ClientTlsArgs};
+use crate::config_source::read_sources;
+use crate::core::config::{load, LoadOptions};
+use crate::core::rules::Entry as RuleEntry;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::{self, rate_limit::Unit};
 use crate::proto::rate_limit_service_client::RateLimitServiceClient;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 
+/// How long `check` waits to connect and for an answer (a health check must not hang).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("descriptor {0:?}: every entry needs a key (write key=value,key=value)")]
     BadDescriptor(String),
+    #[error("{0}")]
+    Usage(String),
     #[error(
         "cannot connect to {addr}: {source} (is floodgate running? pass --addr http://HOST:PORT)"
     )]
@@ -17,8 +35,28 @@ pub enum CheckError {
         addr: String,
         source: tonic::transport::Error,
     },
+    #[error("cannot read {}: {source}", path.display())]
+    ReadTlsFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("the server answered {code:?}: {message}")]
     Call { code: tonic::Code, message: String },
+    #[error("cannot read the configuration: {0}")]
+    Source(#[from] crate::config_source::SourceError),
+    #[error("the configuration has errors:\n{0}")]
+    Config(#[from] crate::core::config::ConfigErrors),
+    #[error(transparent)]
+    Location(#[from] Box<crate::app::AppError>),
+}
+
+/// What a check found; `app::check` turns it into the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// The request would pass, the server is serving, or the explanation was printed.
+    Ok,
+    OverLimit,
+    NotServing,
 }
 
 /// Parses `key=value,key=value`; a bare `key` has an empty value.
@@ -40,27 +78,32 @@ pub fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, CheckError> {
     })
 }
 
-/// Calls the server and prints the answer; returns whether the request was over its limits.
-pub async fn run(args: CheckArgs) -> Result<bool, CheckError> {
-    let descriptors = args
+pub async fn run(args: CheckArgs) -> Result<CheckOutcome, CheckError> {
+    if args.health {
+        return health(&args).await;
+    }
+    if args.explain {
+        return explain(&args);
+    }
+    ask(&args).await
+}
+
+/// Calls the server and prints the answer.
+async fn ask(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
+    let domain = args.domain.clone().unwrap_or_default();
+    let mut descriptors = args
         .descriptors
         .iter()
         .map(|text| parse_descriptor(text))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut descriptors = descriptors;
     if let Some(hits) = args.hits {
         for descriptor in &mut descriptors {
             descriptor.hits_addend = Some(hits);
         }
     }
-    let mut client = RateLimitServiceClient::connect(args.addr.clone())
-        .await
-        .map_err(|source| CheckError::Connect {
-            addr: args.addr.clone(),
-            source,
-        })?;
+    let mut client = RateLimitServiceClient::new(connect(args).await?);
     let request = RateLimitRequest {
-        domain: args.domain.clone(),
+        domain,
         descriptors,
         hits_addend: 0,
     };
@@ -80,7 +123,112 @@ pub async fn run(args: CheckArgs) -> Result<bool, CheckError> {
     for header in &response.response_headers_to_add {
         println!("header {}: {}", header.key, header.value);
     }
-    Ok(over_limit)
+    Ok(if over_limit {
+        CheckOutcome::OverLimit
+    } else {
+        CheckOutcome::Ok
+    })
+}
+
+/// One grpc.health.v1 Check; prints the status.
+async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
+    let mut client = HealthClient::new(connect(args).await?);
+    let response = client
+        .check(HealthCheckRequest {
+            service: args.health_service.clone(),
+        })
+        .await
+        .map_err(|status| CheckError::Call {
+            code: status.code(),
+            message: status.message().to_owned(),
+        })?
+        .into_inner();
+    let status = ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown);
+    println!("{}", status.as_str_name());
+    Ok(if status == ServingStatus::Serving {
+        CheckOutcome::Ok
+    } else {
+        CheckOutcome::NotServing
+    })
+}
+
+/// Loads the rules locally and prints how each descriptor matches them.
+fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
+    let location = crate::app::location(&args.config).map_err(Box::new)?;
+    let options = LoadOptions {
+        default_algorithm: args.config.default_algorithm.into(),
+        merge_domains: args.config.merge_domain_config,
+    };
+    let rules = load(&read_sources(&location)?, &options)?;
+    let descriptors = args
+        .descriptors
+        .iter()
+        .map(|text| {
+            parse_descriptor(text).map(|descriptor| {
+                descriptor
+                    .entries
+                    .into_iter()
+                    .map(|entry| RuleEntry::new(entry.key, entry.value))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let domain = args.domain.as_deref().unwrap_or_default();
+    println!(
+        "explained offline from the rules in {} (no server was asked: a running floodgate \
+         answers from the rules it has loaded, which may be another version)",
+        crate::reload::location_label(&location).display()
+    );
+    let explanation = crate::core::explain::explain(&rules, domain, &descriptors);
+    print!("{}", crate::explain::render(&explanation));
+    Ok(CheckOutcome::Ok)
+}
+
+/// A channel to `--addr`, over TLS when it is `https://…`.
+async fn connect(args: &CheckArgs) -> Result<Channel, CheckError> {
+    let connect_error = |source| CheckError::Connect {
+        addr: args.addr.clone(),
+        source,
+    };
+    let mut endpoint = Endpoint::from_shared(args.addr.clone())
+        .map_err(connect_error)?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT);
+    if args.addr.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(client_tls(&args.tls)?)
+            .map_err(connect_error)?;
+    } else if args.tls.tls_ca.is_some() || args.tls.tls_cert.is_some() {
+        return Err(CheckError::Usage(
+            "TLS options need an https:// address: pass --addr https://HOST:PORT".to_owned(),
+        ));
+    }
+    endpoint.connect().await.map_err(connect_error)
+}
+
+fn client_tls(tls: &ClientTlsArgs) -> Result<ClientTlsConfig, CheckError> {
+    let Some(ca) = &tls.tls_ca else {
+        return Err(CheckError::Usage(
+            "an https:// address needs --tls-ca FILE (the CA that signed the server's \
+             certificate)"
+                .to_owned(),
+        ));
+    };
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+    if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.tls_server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(config)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CheckError> {
+    std::fs::read(path).map_err(|source| CheckError::ReadTlsFile {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn describe_status(status: &rate_limit_response::DescriptorStatus) -> String {

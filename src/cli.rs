@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::algorithm::Algorithm;
 use crate::core::headers::HeaderMode;
+use crate::server::DenyStatus;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -76,6 +77,23 @@ impl From<HeaderModeArg> for HeaderMode {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DenyStatusArg {
+    #[value(name = "403")]
+    Forbidden,
+    #[value(name = "401")]
+    Unauthorized,
+}
+
+impl From<DenyStatusArg> for DenyStatus {
+    fn from(arg: DenyStatusArg) -> Self {
+        match arg {
+            DenyStatusArg::Forbidden => DenyStatus::Forbidden,
+            DenyStatusArg::Unauthorized => DenyStatus::Unauthorized,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
     /// A YAML file or a directory of them (one domain per file). Without it, the
@@ -130,6 +148,90 @@ pub struct ServeArgs {
     /// Most entries one descriptor may carry.
     #[arg(long, env = "FLOODGATE_MAX_ENTRIES", default_value_t = 32)]
     pub max_entries: usize,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+    /// Status of the HTTP check endpoint (/check) for a request over its limits: 403 or 401,
+    /// the only ones nginx's auth_request passes on (it turns 429 into 500).
+    #[arg(
+        long,
+        env = "FLOODGATE_HTTP_DENY_STATUS",
+        value_enum,
+        default_value = "403"
+    )]
+    pub http_deny_status: DenyStatusArg,
+    /// After SIGTERM, keep serving this many seconds while health says NOT_SERVING, so load
+    /// balancers (Kubernetes endpoints, Envoy health checks) stop sending first; then stop
+    /// accepting and let calls in flight finish.
+    #[arg(long, env = "FLOODGATE_DRAIN_SECONDS", default_value_t = 0)]
+    pub drain_seconds: u64,
+    #[command(flatten)]
+    pub grpc_tls: GrpcTlsArgs,
+}
+
+/// TLS on the gRPC listener. envoyproxy/ratelimit's GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT,
+/// GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT are honoured when these flags are not given.
+#[derive(Debug, Args)]
+pub struct GrpcTlsArgs {
+    /// Serve gRPC over TLS with this certificate chain (PEM). Reloaded when the file changes:
+    /// new connections get the new certificate.
+    #[arg(long, env = "FLOODGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// The private key of --grpc-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "FLOODGATE_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: require a client certificate signed by a CA in this file (PEM).
+    #[arg(long, env = "FLOODGATE_GRPC_TLS_CLIENT_CA", requires = "grpc_tls_cert")]
+    pub grpc_tls_client_ca: Option<PathBuf>,
+}
+
+/// Metrics and traces (`serve`).
+#[derive(Debug, Args)]
+pub struct TelemetryArgs {
+    /// A hit counts toward floodgate_near_limit_total once its counter is past this share of
+    /// its limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_near_limit_ratio)]
+    pub near_limit_ratio: f32,
+    /// Export traces over OTLP/gRPC to this collector, e.g. http://jaeger:4317. Tracing is off
+    /// (and costs nothing) without it; OTEL_EXPORTER_OTLP_TRACES_ENDPOINT also turns it on.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The share of new traces recorded, 0 to 1 (a caller's own sampling decision is followed).
+    #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG", default_value_t = 1.0, value_parser = parse_ratio)]
+    pub trace_sample_ratio: f64,
+    /// Put descriptor values into spans as they are; by default they are hashed, since they
+    /// often identify people (client ids, addresses).
+    #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub trace_descriptor_values: bool,
+}
+
+impl TelemetryArgs {
+    pub fn trace_options(&self) -> crate::telemetry::TraceOptions {
+        crate::telemetry::TraceOptions {
+            endpoint: self.otlp_endpoint.clone(),
+            sample_ratio: self.trace_sample_ratio,
+        }
+    }
+
+    pub fn decision_telemetry(&self) -> crate::telemetry::DecisionTelemetry {
+        crate::telemetry::DecisionTelemetry {
+            near_limit_ratio: self.near_limit_ratio,
+            trace_descriptor_values: self.trace_descriptor_values,
+        }
+    }
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!(
+            "{text:?} is not a ratio between 0 and 1 (e.g. 0.8)"
+        )),
+    }
+}
+
+fn parse_near_limit_ratio(text: &str) -> Result<f32, String> {
+    // The reference computes the threshold in float32.
+    parse_ratio(text).map(|ratio| ratio as f32)
 }
 
 #[derive(Debug, Args)]
@@ -145,17 +247,50 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The floodgate gRPC address.
+    /// The floodgate gRPC address (`https://…` for TLS; see --tls-ca).
     #[arg(long, default_value = "http://127.0.0.1:8081")]
     pub addr: String,
-    #[arg(long)]
-    pub domain: String,
+    #[arg(long, required_unless_present = "health")]
+    pub domain: Option<String>,
     /// Hits to charge (0: check only).
     #[arg(long)]
     pub hits: Option<u64>,
     /// Descriptors, each `key=value[,key=value…]` (a bare `key` has an empty value).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "health")]
     pub descriptors: Vec<String>,
+    /// Instead of asking a server, explain which rule each descriptor matches and why (level by
+    /// level), from the rules in --config (or RUNTIME_*), read locally.
+    #[arg(long, conflicts_with = "health")]
+    pub explain: bool,
+    /// Instead, call grpc.health.v1 Check at --addr: exit 0 when SERVING, 1 otherwise (for
+    /// container health checks).
+    #[arg(long)]
+    pub health: bool,
+    /// The grpc.health.v1 service --health asks about: `ratelimit` is readiness (rules loaded,
+    /// store reachable, not draining); `""` is SERVING while the process runs (liveness).
+    #[arg(long, default_value = "ratelimit", requires = "health")]
+    pub health_service: String,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
+}
+
+/// TLS towards a floodgate whose gRPC listener uses TLS (`--addr https://…`).
+#[derive(Debug, Args)]
+pub struct ClientTlsArgs {
+    /// The CA (PEM) that signed the server's certificate.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for mutual TLS.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the server's certificate must carry [default: the host of --addr].
+    #[arg(long)]
+    pub tls_server_name: Option<String>,
 }
 
 /// An address from envoyproxy/ratelimit's HOST/PORT style variables, if either is set.

@@ -1,10 +1,17 @@
 //! The service between the wire and the store: validates a request, plans it against the live
 //! rules, lets the store count, and assembles the answer. Every protocol shell (gRPC, HTTP)
 //! calls this and only converts.
+//!
+//! Each decision is also measured here, once for every shell: metrics (`telemetry::metrics`)
+//! through handles resolved when the rules are swapped in, and, when tracing is on, a span
+//! with a child for the store round trip (`telemetry::traces`).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use tracing::{field, Instrument as _, Span};
 
 use crate::core::headers::HeaderMode;
 use crate::core::plan::{plan, PlanSettings};
@@ -12,6 +19,13 @@ use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble, Response};
 use crate::core::rules::RuleSet;
 use crate::store::{Store, StoreError};
+use crate::telemetry::metrics::{self, Decision, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
+use crate::telemetry::record::{
+    call_decision, deciding_algorithm, deciding_descriptor, record_call, DecidedCall,
+    RuleSeriesTable,
+};
+use crate::telemetry::traces::{self, hashed_value, RemoteParent};
+use crate::telemetry::DecisionTelemetry;
 
 /// Settings that shape every decision.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,30 +45,51 @@ pub enum LimitError {
     Store(#[from] StoreError),
 }
 
+/// The rules in force and their metric series, swapped together so a decision never looks up
+/// one rule set's rule in another's table.
+struct LiveRules {
+    rules: Arc<RuleSet>,
+    series: RuleSeriesTable,
+}
+
 /// The live rules and the store.
 pub struct Limiter<S> {
-    rules: ArcSwap<RuleSet>,
+    live: ArcSwap<LiveRules>,
     store: S,
     settings: LimiterSettings,
+    telemetry: DecisionTelemetry,
+    metrics: Option<&'static Metrics>,
+    store_series: Option<StoreSeries>,
 }
 
 impl<S: Store> Limiter<S> {
     pub fn new(rules: RuleSet, store: S, settings: LimiterSettings) -> Self {
+        let metrics = metrics::global();
+        let store_series = metrics.and_then(|metrics| metrics.store_series(store.backend()).ok());
         Self {
-            rules: ArcSwap::from_pointee(rules),
+            live: ArcSwap::from_pointee(live_rules(rules, metrics)),
             store,
             settings,
+            telemetry: DecisionTelemetry::default(),
+            metrics,
+            store_series,
         }
+    }
+
+    /// How decisions are reported (near-limit ratio, descriptor values in spans).
+    pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The rule set in force now.
     pub fn rules(&self) -> Arc<RuleSet> {
-        self.rules.load_full()
+        Arc::clone(&self.live.load().rules)
     }
 
     /// Swaps in a new rule set whole: a request sees the old one or the new one, never a mix.
     pub fn replace_rules(&self, rules: RuleSet) {
-        self.rules.store(Arc::new(rules));
+        self.live.store(Arc::new(live_rules(rules, self.metrics)));
     }
 
     pub fn store(&self) -> &S {
@@ -67,18 +102,184 @@ impl<S: Store> Limiter<S> {
 
     /// Decides one request.
     pub async fn decide(&self, request: &Request) -> Result<Response, LimitError> {
-        request.validate(&self.settings.bounds)?;
-        let rules = self.rules.load_full();
-        let plan = plan(request, rules.domain(&request.domain), self.settings.plan);
+        self.decide_traced(request, RemoteParent::none()).await
+    }
+
+    /// Decides one request whose caller may have sent its trace context (`parent`).
+    pub async fn decide_traced(
+        &self,
+        request: &Request,
+        parent: RemoteParent,
+    ) -> Result<Response, LimitError> {
+        if !traces::enabled() {
+            return self.decide_measured(request, &Span::none()).await;
+        }
+        let span = tracing::info_span!(
+            "ShouldRateLimit",
+            otel.kind = "server",
+            otel.status_code = field::Empty,
+            floodgate.domain = %request.domain,
+            floodgate.descriptor_count = span_int(request.descriptors.len()),
+            floodgate.descriptors = %self.descriptors_for_span(request),
+            floodgate.decision = field::Empty,
+            floodgate.rule = field::Empty,
+            floodgate.algorithm = field::Empty,
+            floodgate.store.backend = self.store.backend(),
+            floodgate.store.duration_seconds = field::Empty,
+            error.message = field::Empty,
+        );
+        parent.adopt(&span);
+        self.decide_measured(request, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// The decision with its metrics; `span` (disabled when tracing is off) gets the outcome.
+    async fn decide_measured(
+        &self,
+        request: &Request,
+        span: &Span,
+    ) -> Result<Response, LimitError> {
+        let started = Instant::now();
+        let _in_flight = self.metrics.map(Metrics::call_started);
+        let result = self.decide_recorded(request, span).await;
+        let decision = match &result {
+            Ok((_, decision)) => *decision,
+            Err(error) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.message", field::display(error));
+                Decision::Error
+            }
+        };
+        span.record("floodgate.decision", decision.label());
+        if let Some(metrics) = self.metrics {
+            metrics.call_finished(decision, started.elapsed().as_secs_f64());
+        }
+        result.map(|(response, _)| response)
+    }
+
+    async fn decide_recorded(
+        &self,
+        request: &Request,
+        span: &Span,
+    ) -> Result<(Response, Decision), LimitError> {
+        // Owned: the plan borrows these rules across the store's await.
+        let live = self.live.load_full();
+        if let Err(invalid) = request.validate(&self.settings.bounds) {
+            if let Some(metrics) = self.metrics {
+                // The domain is request text: a label only when it is configured.
+                let domain = match live.rules.domain(&request.domain) {
+                    Some(domain) => domain.name.as_str(),
+                    None => UNKNOWN_DOMAIN_LABEL,
+                };
+                metrics.invalid_request(domain);
+            }
+            return Err(invalid.into());
+        }
+        let plan = plan(
+            request,
+            live.rules.domain(&request.domain),
+            self.settings.plan,
+        );
+
+        let store_span = if span.is_disabled() {
+            Span::none()
+        } else {
+            tracing::info_span!(
+                parent: span,
+                "store.decide",
+                floodgate.store.backend = self.store.backend(),
+                floodgate.store.counters = span_int(plan.counters.len()),
+                otel.status_code = field::Empty,
+                error.message = field::Empty,
+            )
+        };
+        let store_started = Instant::now();
         let decided = self
             .store
             .decide(&plan.counters, self.settings.global_shadow)
-            .await?;
-        Ok(assemble(
+            .instrument(store_span.clone())
+            .await;
+        let store_seconds = store_started.elapsed().as_secs_f64();
+        if let Some(series) = &self.store_series {
+            series.call(store_seconds, decided.is_ok());
+        }
+        span.record("floodgate.store.duration_seconds", store_seconds);
+        let decided = decided.inspect_err(|error| {
+            store_span.record("otel.status_code", "ERROR");
+            store_span.record("error.message", field::display(error));
+        })?;
+        drop(store_span);
+
+        let response = assemble(
             &plan,
             &decided.outcomes,
             decided.over_limit,
             self.settings.header_mode,
-        ))
+        );
+        let call = DecidedCall {
+            request,
+            rules: &live.rules,
+            plan: &plan,
+            decided: &decided,
+            response: &response,
+            global_shadow: self.settings.global_shadow,
+            near_limit_ratio: self.telemetry.near_limit_ratio,
+        };
+        let decision = match self.metrics {
+            Some(metrics) => record_call(metrics, &live.series, &call),
+            None => call_decision(&call),
+        };
+        if !span.is_disabled() {
+            if let Some(index) = deciding_descriptor(&plan, &response) {
+                if let Some(rule) = response
+                    .statuses
+                    .get(index)
+                    .and_then(|s| s.rule_path.as_deref())
+                {
+                    span.record("floodgate.rule", rule);
+                }
+                if let Some(algorithm) = deciding_algorithm(&plan, &decided, index) {
+                    span.record("floodgate.algorithm", algorithm.name());
+                }
+            }
+        }
+        Ok((response, decision))
+    }
+
+    /// The request's descriptors for its span, `key=value` joined by `,` and descriptors by
+    /// `;`; values hashed unless `--trace-descriptor-values` (they may identify people).
+    fn descriptors_for_span(&self, request: &Request) -> String {
+        let mut text = String::new();
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            if index > 0 {
+                text.push(';');
+            }
+            for (position, entry) in descriptor.entries.iter().enumerate() {
+                if position > 0 {
+                    text.push(',');
+                }
+                if self.telemetry.trace_descriptor_values {
+                    let _ = write!(text, "{}={}", entry.key, entry.value);
+                } else {
+                    let _ = write!(text, "{}={}", entry.key, hashed_value(&entry.value));
+                }
+            }
+        }
+        text
+    }
+}
+
+/// A count as a span attribute: OpenTelemetry integers are signed (an unsigned value would be
+/// exported as text).
+fn span_int(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
+    let series = RuleSeriesTable::build(&rules, metrics);
+    LiveRules {
+        rules: Arc::new(rules),
+        series,
     }
 }

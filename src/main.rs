@@ -7,7 +7,6 @@ use floodgate::telemetry;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -18,7 +17,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match cli.command {
+    let trace_options = match &cli.command {
+        Command::Serve(args) => Some(args.telemetry.trace_options()),
+        Command::Validate(_) | Command::Check(_) => None,
+    };
+    // Inside the runtime: the OTLP exporter's gRPC channel is spawned on it.
+    let telemetry = match runtime.block_on(async { telemetry::init(trace_options.as_ref()) }) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("floodgate: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match cli.command {
         Command::Serve(args) => match runtime.block_on(app::serve(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
@@ -29,5 +40,8 @@ fn main() -> ExitCode {
         },
         Command::Validate(args) => app::validate(args),
         Command::Check(args) => runtime.block_on(app::check(args)),
-    }
+    };
+    // Outside `block_on`, with the runtime still running the exporter's connection.
+    telemetry.shutdown();
+    code
 }

@@ -12,7 +12,7 @@ use floodgate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code, DescriptorStatus};
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
-use floodgate::server::{serve, shutdown, Listeners};
+use floodgate::server::{serve, shutdown, HttpSettings, Listeners};
 use floodgate::store::memory::MemoryStore;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -75,7 +75,7 @@ async fn start(settings: LimiterSettings) -> Server {
     };
     let (trigger, shutdown) = shutdown::channel();
     let task = tokio::spawn(async move {
-        if let Err(error) = serve(limiter, listeners, shutdown).await {
+        if let Err(error) = serve(limiter, listeners, HttpSettings::default(), shutdown).await {
             panic!("server failed: {error}");
         }
     });

@@ -20,7 +20,7 @@ use floodgate::store::{Decided, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use redis_support::{counter, identity, RedisServer};
+use redis_support::{counter, identity, scan_keys, RedisServer};
 
 /// Requests per seed; with the default seed count a test takes well under a few seconds.
 const STEPS: usize = 400;
@@ -151,7 +151,9 @@ async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> V
     let server = RedisServer::start();
     for seed in 1..=seeds() {
         let mut rng = StdRng::seed_from_u64(seed);
-        let clock = Arc::new(ManualClock::new(START + rng.random_range(0..MICROS_PER_SECOND)));
+        let clock = Arc::new(ManualClock::new(
+            START + rng.random_range(0..MICROS_PER_SECOND),
+        ));
         let memory = MemoryStore::new(1_000_000, clock.clone());
         let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
         // Every seed starts from empty counters in both stores.
@@ -187,6 +189,42 @@ async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> V
             );
             edges = edges_of(&expected);
         }
+        assert_logs_hold_only_their_entries(&mut inspector).await;
+    }
+}
+
+/// Every sliding log hash holds its four header fields and exactly its entries h..t: no
+/// field is left behind by expiry, refunds or a log that started over.
+async fn assert_logs_hold_only_their_entries(inspector: &mut redis::aio::MultiplexedConnection) {
+    for key in scan_keys(inspector, "*").await {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(inspector)
+            .await
+            .unwrap_or_else(|error| panic!("TYPE failed: {error}"));
+        if kind != "hash" {
+            continue;
+        }
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(inspector)
+            .await
+            .unwrap_or_else(|error| panic!("HGETALL failed: {error}"));
+        let number = |name: &str| -> i64 {
+            fields
+                .get(name)
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("{key} lacks {name}: {fields:?}"))
+        };
+        let (head, tail) = (number("h"), number("t"));
+        let entries = usize::try_from(tail - head + 1).unwrap_or(0);
+        assert_eq!(fields.len(), 4 + entries, "{key}: {fields:?}");
+        for index in head..=tail {
+            assert!(
+                fields.contains_key(&index.to_string()),
+                "{key} lacks entry {index}"
+            );
+        }
     }
 }
 
@@ -205,27 +243,42 @@ fn random_slots(rng: &mut StdRng, algorithms: &[Algorithm]) -> Vec<Slot> {
 
 #[tokio::test]
 async fn fixed_window_matches_memory() {
-    run_differential("fixed_window", |rng| random_slots(rng, &[Algorithm::FixedWindow])).await;
+    run_differential("fixed_window", |rng| {
+        random_slots(rng, &[Algorithm::FixedWindow])
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn sliding_window_matches_memory() {
-    run_differential("sliding_window", |rng| random_slots(rng, &[Algorithm::SlidingWindow])).await;
+    run_differential("sliding_window", |rng| {
+        random_slots(rng, &[Algorithm::SlidingWindow])
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn sliding_log_matches_memory() {
-    run_differential("sliding_log", |rng| random_slots(rng, &[Algorithm::SlidingLog])).await;
+    run_differential("sliding_log", |rng| {
+        random_slots(rng, &[Algorithm::SlidingLog])
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn token_bucket_matches_memory() {
-    run_differential("token_bucket", |rng| random_slots(rng, &[Algorithm::TokenBucket])).await;
+    run_differential("token_bucket", |rng| {
+        random_slots(rng, &[Algorithm::TokenBucket])
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn leaky_bucket_matches_memory() {
-    run_differential("leaky_bucket", |rng| random_slots(rng, &[Algorithm::LeakyBucket])).await;
+    run_differential("leaky_bucket", |rng| {
+        random_slots(rng, &[Algorithm::LeakyBucket])
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -264,7 +317,11 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
             .with_multiplier(longest_window),
     ];
     for quota in &quotas {
-        assert_eq!(check_quota(quota), Ok(()), "{quota:?} must be at, not past, the bound");
+        assert_eq!(
+            check_quota(quota),
+            Ok(()),
+            "{quota:?} must be at, not past, the bound"
+        );
     }
     let server = RedisServer::start();
     for seed in 1..=seeds() {
@@ -275,7 +332,12 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
         let slots: Vec<(Vec<u8>, Quota)> = quotas
             .iter()
             .enumerate()
-            .map(|(index, quota)| (identity("bounds", "k", &format!("{seed}-{index}"), 0, quota), quota.clone()))
+            .map(|(index, quota)| {
+                (
+                    identity("bounds", "k", &format!("{seed}-{index}"), 0, quota),
+                    quota.clone(),
+                )
+            })
             .collect();
         let mut edges = Vec::new();
         for step in 0..STEPS {
@@ -321,4 +383,39 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
             edges = edges_of(&expected);
         }
     }
+}
+
+/// A sliding log longer than its entry cap (only a limit above the config's maximum gets
+/// there): the oldest entries fold into the next, in both stores alike.
+#[tokio::test]
+async fn sliding_log_beyond_its_entry_cap_matches_memory() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let memory = MemoryStore::new(1_000, clock.clone());
+    let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+    let quota = Quota::new(10_050, Unit::Hour).with_algorithm(Algorithm::SlidingLog);
+    let key = identity("cap", "k", "v", 0, &quota);
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut longest = 0;
+    for step in 0..10_300 {
+        clock.advance(rng.random_range(1..=3));
+        let hits = match rng.random_range(0..1_000) {
+            0..990 => Hits::Charge(1),
+            990..995 => Hits::Refund(1),
+            _ => Hits::CheckOnly,
+        };
+        let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
+        let expected = memory.decide_now(&counters, false);
+        let got = redis
+            .decide(&counters, false)
+            .await
+            .unwrap_or_else(|error| panic!("cap step {step}: {error}"));
+        assert_eq!(got, expected, "cap step {step} at {}", clock.now());
+        longest = longest.max(10_050 - expected.outcomes[0].snapshot.remaining);
+    }
+    // Every entry holds one hit here, so more hits than the cap means more entries than it.
+    assert!(
+        longest > 10_000,
+        "the log never outgrew its cap: {longest} hits"
+    );
 }

@@ -2,7 +2,10 @@
 //! semantics. Nothing here does I/O or reads a clock; the shells around it do.
 
 pub mod algorithm;
+pub mod check_headers;
+pub mod check_profile;
 pub mod config;
+pub mod explain;
 pub mod headers;
 pub mod key;
 pub mod plan;

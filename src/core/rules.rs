@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::algorithm::{Algorithm, Quota};
+use super::check_profile::{CheckProfile, CheckProfiles};
 use super::config::ConfigWarning;
 
 /// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
@@ -281,6 +282,8 @@ pub struct RuleSet {
     pub(crate) domains: HashMap<String, DomainRules>,
     /// Things that load but probably do not do what was meant (see [`RuleSet::warnings`]).
     pub(crate) warnings: Vec<ConfigWarning>,
+    /// `check_profiles:` of every file, for the HTTP check endpoint (`/check/<name>`).
+    pub(crate) check_profiles: CheckProfiles,
 }
 
 impl RuleSet {
@@ -305,6 +308,16 @@ impl RuleSet {
     /// wins, as in the reference), `replaces` naming no rule… Worth logging after every load.
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
+    }
+
+    /// The check profile called `name` (`/check/<name>`).
+    pub fn check_profile(&self, name: &str) -> Option<&CheckProfile> {
+        self.check_profiles.get(name)
+    }
+
+    /// Every check profile, from every file.
+    pub fn check_profiles(&self) -> &CheckProfiles {
+        &self.check_profiles
     }
 }
 

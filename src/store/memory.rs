@@ -338,7 +338,7 @@ mod tests {
     fn a_rejected_request_charges_nothing() {
         let (store, _) = store(100);
         let exhausted = counter(0, "a", 1, Hits::Charge(1));
-        assert!(!store.decide_now(&[exhausted.clone()], false).over_limit);
+        assert!(!store.decide_now(std::slice::from_ref(&exhausted), false).over_limit);
         let fresh = counter(1, "b", 5, Hits::Charge(1));
         for _ in 0..3 {
             let decided = store.decide_now(&[fresh.clone(), exhausted.clone()], false);
@@ -372,7 +372,7 @@ mod tests {
         let (store, _) = store(100);
         let small = counter(0, "s", 1, Hits::Charge(1));
         let big = counter(1, "b", 10, Hits::Charge(1));
-        store.decide_now(&[small.clone()], false);
+        store.decide_now(std::slice::from_ref(&small), false);
         let decided = store.decide_now(&[small, big.clone()], true);
         assert!(!decided.over_limit);
         assert!(!decided.outcomes[0].admitted);
@@ -394,8 +394,8 @@ mod tests {
     fn expired_counters_are_swept_and_forgotten() {
         let (store, clock) = store(100);
         let c = counter(0, "x", 1, Hits::Charge(1));
-        store.decide_now(&[c.clone()], false);
-        assert!(store.decide_now(&[c.clone()], false).over_limit);
+        store.decide_now(std::slice::from_ref(&c), false);
+        assert!(store.decide_now(std::slice::from_ref(&c), false).over_limit);
         clock.advance(60 * MICROS_PER_SECOND);
         assert_eq!(store.sweep_expired(), 1);
         assert!(store.is_empty());

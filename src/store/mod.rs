@@ -39,4 +39,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and metrics (`memory`, `redis`).
     fn backend(&self) -> &'static str;
+
+    /// Whether the store can take requests now; health is NOT_SERVING while it cannot. Polled
+    /// about once a second (an answer later than 2 s counts as not ready). A store in this
+    /// process is always ready.
+    fn ready(&self) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
 }

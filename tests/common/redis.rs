@@ -91,7 +91,10 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.kill();
-        Err(format!("no PONG on port {} within {START_TIMEOUT:?}", self.port))
+        Err(format!(
+            "no PONG on port {} within {START_TIMEOUT:?}",
+            self.port
+        ))
     }
 
     pub fn port(&self) -> u16 {
@@ -167,7 +170,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -183,19 +186,27 @@ fn ping(port: u16) -> bool {
     if stream.write_all(b"PING\r\n").is_err() {
         return false;
     }
+    // A server with a password answers -NOAUTH: it is up all the same.
     let mut reply = [0u8; 7];
-    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    stream.read_exact(&mut reply).is_ok()
+        && (&reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH"))
 }
 
 fn signal(pid: u32, which: &str) {
-    let status = Command::new("kill").arg(which).arg(pid.to_string()).status();
+    let status = Command::new("kill")
+        .arg(which)
+        .arg(pid.to_string())
+        .status();
     if !status.is_ok_and(|status| status.success()) {
         panic!("kill {which} {pid} failed");
     }
 }
 
 /// Every key under `pattern`, by SCAN.
-pub async fn scan_keys(connection: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+pub async fn scan_keys(
+    connection: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+) -> Vec<String> {
     let mut keys = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -216,32 +227,24 @@ pub async fn scan_keys(connection: &mut redis::aio::MultiplexedConnection, patte
     }
 }
 
-/// `INFO commandstats` as (command, calls).
-pub async fn command_calls(connection: &mut redis::aio::MultiplexedConnection) -> Vec<(String, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(connection)
-        .await
-        .unwrap_or_else(|error| panic!("INFO failed: {error}"));
-    info.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix("cmdstat_")?;
-            let (name, fields) = rest.split_once(':')?;
-            let calls = fields
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 /// The identity of a counter of rule `domain.key` for `value`, as the planner builds it.
-pub fn identity(domain: &str, key: &str, value: &str, limit_index: usize, quota: &Quota) -> Vec<u8> {
+pub fn identity(
+    domain: &str,
+    key: &str,
+    value: &str,
+    limit_index: usize,
+    quota: &Quota,
+) -> Vec<u8> {
     let entries = [Entry::new(key, value)];
     let levels = [MatchedLevel::Exact];
-    counter_key(domain, &format!("{domain}.{key}_{value}"), limit_index, quota, &entries, &levels)
+    counter_key(
+        domain,
+        &format!("{domain}.{key}_{value}"),
+        limit_index,
+        quota,
+        &entries,
+        &levels,
+    )
 }
 
 pub fn counter(descriptor: usize, key: &[u8], quota: &Quota, hits: Hits, role: Role) -> Counter {
@@ -256,7 +259,11 @@ pub fn counter(descriptor: usize, key: &[u8], quota: &Quota, hits: Hits, role: R
 
 /// Every algorithm, with a quota of `limit` per `window` that admits exactly `limit` hits on a
 /// fresh counter (leaky bucket: burst = limit − 1).
-pub fn quota_admitting(algorithm: Algorithm, limit: u32, unit: floodgate::core::unit::Unit) -> Quota {
+pub fn quota_admitting(
+    algorithm: Algorithm,
+    limit: u32,
+    unit: floodgate::core::unit::Unit,
+) -> Quota {
     let quota = Quota::new(limit, unit).with_algorithm(algorithm);
     match algorithm {
         Algorithm::TokenBucket => quota.with_burst(limit),

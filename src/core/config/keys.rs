@@ -27,7 +27,12 @@ impl Place {
 
     pub(super) fn keys(self) -> &'static [&'static str] {
         match self {
-            Place::Top => &["domain", "descriptors", "default_algorithm"],
+            Place::Top => &[
+                "domain",
+                "descriptors",
+                "default_algorithm",
+                "check_profiles",
+            ],
             Place::Descriptor => &[
                 "key",
                 "value",

@@ -14,6 +14,7 @@
 //! what to change.
 
 mod build;
+mod check_profiles;
 mod descriptor;
 mod file;
 mod keys;
@@ -106,9 +107,14 @@ pub fn load(files: &[SourceFile], options: &LoadOptions) -> Result<RuleSet, Conf
         .filter_map(|(index, source)| file::read_file(index, source, options, &mut report))
         .collect();
     let domains = build::build_domains(specs, options, &mut report);
+    let check_profiles = check_profiles::read_check_profiles(files, &mut report);
     let (errors, warnings) = report.finish();
     if errors.is_empty() {
-        Ok(RuleSet { domains, warnings })
+        Ok(RuleSet {
+            domains,
+            warnings,
+            check_profiles,
+        })
     } else {
         Err(ConfigErrors(errors))
     }

@@ -7,7 +7,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError,
+};
 
 use crate::store::StoreError;
 
@@ -50,6 +52,31 @@ impl Connection {
                 scrub(&error.to_string(), &secrets)
             ))
         })?;
+        // One plain attempt first: the manager retries every failure until its deadline, which
+        // would hide a wrong password or a refused connection behind "no connection".
+        let probe = async {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(connect_timeout));
+            let mut probe = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async::<()>(&mut probe).await
+        };
+        match tokio::time::timeout(connect_timeout, probe).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                return Err(unavailable(format!(
+                    "cannot connect to Redis at {server}: {}",
+                    scrub(&error.to_string(), &secrets)
+                )))
+            }
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "cannot connect to Redis at {server}: no answer within {connect_timeout:?}"
+                )))
+            }
+        }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_max_delay(MAX_RECONNECT_DELAY);

@@ -21,11 +21,14 @@
 //!
 //! `<prefix>{<domain>}:<rule digest>:<counter digest>`; see [`keys`] for the layout, why
 //! values are hashed and the Cluster hash tag. A key holds one short string,
-//! `<tag> <expires_at> <state…>`. Every write sets a TTL that ends when the state means the same
-//! as no state (`Evaluation::expires_at`: the end of the window, or when the bucket is full
-//! again), so no key lives without one and idle counters vanish on their own. The script also
-//! ignores a state past its `expires_at`, so decisions never depend on when Redis gets round to
-//! expiring a key.
+//! `<tag> <expires_at> <state…>` (fixed and sliding window, GCRA), or, for a sliding log, a
+//! hash used as a deque so a decision touches only the entries it needs (`lua/sliding_log.lua`):
+//! its cost does not grow with the limit. Every write sets a TTL that ends when the state means
+//! the same as no state (`Evaluation::expires_at`: the end of the window, when the bucket is full
+//! again, when the newest logged hit leaves the window), so no key lives without one and idle
+//! counters vanish on their own; a state that is dead on arrival (a refund emptied the counter)
+//! is deleted instead. The script also ignores a state past its `expires_at`, so decisions never
+//! depend on when Redis gets round to expiring a key.
 //!
 //! # Numbers
 //!

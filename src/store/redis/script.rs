@@ -412,10 +412,10 @@ mod tests {
     fn the_script_has_every_part() {
         for part in [
             "local function evaluate_counter",
-            "local FixedWindow = {}",
-            "local SlidingWindow = {}",
-            "local SlidingLog = {}",
-            "local Gcra = {}",
+            "local function define_fixed_window()",
+            "local function define_sliding_window()",
+            "local function define_sliding_log()",
+            "local function define_gcra()",
             "local COUNTER_FIELDS = 9",
         ] {
             assert!(SOURCE.contains(part), "missing {part}");

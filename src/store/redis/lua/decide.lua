@@ -13,12 +13,29 @@
 --        integers only (0/1 for booleans).
 
 local COUNTER_FIELDS = 9
-local COUNTER_KINDS = {
-  fixed_window = FixedWindow,
-  sliding_window = SlidingWindow,
-  sliding_log = SlidingLog,
-  gcra = Gcra,
+
+-- Redis runs a script's whole top level at every call. Defining all four algorithms each
+-- time would cost more Redis CPU than a decision, so each is defined when a request first
+-- needs it.
+local COUNTER_KIND_DEFINITIONS = {
+  fixed_window = define_fixed_window,
+  sliding_window = define_sliding_window,
+  sliding_log = define_sliding_log,
+  gcra = define_gcra,
 }
+local counter_kinds = {}
+local function counter_kind(name)
+  local kind = counter_kinds[name]
+  if kind == nil then
+    local define = COUNTER_KIND_DEFINITIONS[name]
+    if define == nil then
+      error('floodgate: unknown algorithm ' .. tostring(name))
+    end
+    kind = define()
+    counter_kinds[name] = kind
+  end
+  return kind
+end
 
 -- Before Redis 5 a script that reads TIME may only write with effects replication.
 if redis.replicate_commands then
@@ -36,13 +53,9 @@ local extra_ttl_ms = tonumber(ARGV[3])
 local counters = {}
 for index = 1, tonumber(ARGV[4]) do
   local base = 4 + (index - 1) * COUNTER_FIELDS
-  local kind = COUNTER_KINDS[ARGV[base + 2]]
-  if kind == nil then
-    error('floodgate: unknown algorithm ' .. tostring(ARGV[base + 2]))
-  end
   counters[index] = {
     key = tonumber(ARGV[base + 1]),
-    kind = kind,
+    kind = counter_kind(ARGV[base + 2]),
     quota = {
       limit = tonumber(ARGV[base + 3]),
       window = tonumber(ARGV[base + 4]),
@@ -55,13 +68,14 @@ for index = 1, tonumber(ARGV[4]) do
   }
 end
 
--- Each key is read at most once, and only when no earlier mention answers for it.
+-- Each key is read at most once, and only when no earlier mention answers for it. (A key
+-- always belongs to one algorithm: the counter identity it is derived from names it.)
 local stored = {}
-local function stored_state(key)
-  local state = stored[key]
+local function stored_state(counter)
+  local state = stored[counter.key]
   if state == nil then
-    state = decode_stored(redis.call('GET', KEYS[key]), now) or false
-    stored[key] = state
+    state = counter.kind.storage.load(KEYS[counter.key], now) or false
+    stored[counter.key] = state
   end
   return state or nil
 end
@@ -78,7 +92,7 @@ for index, counter in ipairs(counters) do
     end
   end
   if state == nil then
-    state = stored_state(counter.key)
+    state = stored_state(counter)
   end
   local view = counter.kind.at(counter.quota, state, now)
   evaluations[index] = evaluate_counter(view, counter.hits_kind, counter.hits)
@@ -112,13 +126,13 @@ end
 local over_limit = not global_shadow and over_limit_ignoring_global_shadow()
 
 local reply = { over_limit and 1 or 0 }
-local final = {} -- key → the evaluation whose state the key ends with
+local final = {} -- key → the counter whose evaluation the key ends with
 for index, counter in ipairs(counters) do
   local evaluation = evaluations[index]
   local charge = not over_limit and evaluation.admitted and counter.hits_kind ~= 'check'
   local snapshot = charge and evaluation.committed or evaluation.uncommitted
   if charge then
-    final[counter.key] = evaluation
+    final[counter.key] = index
   end
   reply[#reply + 1] = evaluation.admitted and 1 or 0
   reply[#reply + 1] = snapshot[1]
@@ -128,15 +142,19 @@ end
 
 -- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
 -- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
-for key, evaluation in pairs(final) do
-  local ttl_ms = max(math.ceil((evaluation.expires_at - now) / 1000), 1) + extra_ttl_ms
-  redis.call(
-    'SET',
-    KEYS[key],
-    encode_stored(evaluation.next_state, evaluation.expires_at),
-    'PX',
-    string.format('%d', ttl_ms)
-  )
+-- A state that means nothing already (a refund emptied the counter) is deleted instead —
+-- except under a test clock, which keeps it for extra_ttl_ms as the memory store keeps it,
+-- so both agree even when the test's clock goes back.
+for key, index in pairs(final) do
+  local evaluation = evaluations[index]
+  local ttl_ms = math.ceil((evaluation.expires_at - now) / 1000) + extra_ttl_ms
+  if ttl_ms > 0 then
+    counters[index].kind.storage.write(
+      KEYS[key], evaluation.next_state, evaluation.expires_at, ttl_ms
+    )
+  else
+    redis.call('UNLINK', KEYS[key])
+  end
 end
 
 return reply

@@ -1,6 +1,7 @@
 -- floodgate's decision script, part 1 of 6: what every algorithm shares. The script is this
 -- file, one file per algorithm and decide.lua, joined in that order (src/store/redis/script.rs).
--- Each part mirrors a file of src/core; keep them in step.
+-- Each part mirrors a file of src/core; keep them in step. Each algorithm file defines one
+-- function that builds the algorithm's class when a request first needs it (see decide.lua).
 --
 -- Numbers: Lua numbers are doubles, exact for integers up to 2^53. The store refuses quotas that
 -- could carry an integer past that (script.rs, `check_quota`), so the integer arithmetic here is
@@ -23,10 +24,16 @@ local function epoch_window_start(now, window)
   return now - mod_euclid(now, max(window, 1))
 end
 
--- Stored counters. A key holds one string, "<tag> <expires_at> <state fields…>", integers
--- only; each algorithm registers how its state reads and writes (tag F, S, L or G).
+-- Stored counters. Most kinds keep a key as one string, "<tag> <expires_at> <state fields…>",
+-- integers only; each registers how its state reads and writes (tag F, S or G). The sliding
+-- log keeps a hash instead (sliding_log.lua). A kind's `storage` loads a key's state (nil when
+-- there is none or it has expired) and writes a state with its TTL.
 local STATE_DECODERS = {}
 local STATE_ENCODERS = {}
+
+local function format_integer(number)
+  return string.format('%d', number)
+end
 
 -- The state in `value` (a GET reply: false when the key is missing), or nil when there is
 -- none or it has expired. Past `expires_at` a state means the same as no state: the key's TTL
@@ -49,12 +56,21 @@ end
 
 local function encode_stored(state, expires_at)
   local numbers = STATE_ENCODERS[state.tag](state)
-  local words = { state.tag, string.format('%d', expires_at) }
+  local words = { state.tag, format_integer(expires_at) }
   for index = 1, #numbers do
-    words[index + 2] = string.format('%d', numbers[index])
+    words[index + 2] = format_integer(numbers[index])
   end
   return table.concat(words, ' ')
 end
+
+local STRING_STORAGE = {
+  load = function(key, now)
+    return decode_stored(redis.call('GET', key), now)
+  end,
+  write = function(key, state, expires_at, ttl_ms)
+    redis.call('SET', key, encode_stored(state, expires_at), 'PX', format_integer(ttl_ms))
+  end,
+}
 
 -- How hits turn into an evaluation once an algorithm has brought a counter up to `now`
 -- (core::algorithm::counter). A counter answers fits, charged, refunded, snapshot (remaining,

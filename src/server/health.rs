@@ -1,0 +1,222 @@
+//! Readiness: one `Health` handle answers `grpc.health.v1` service `ratelimit` and HTTP
+//! `/healthcheck`. Serving means: the rules are loaded, the store answers, and no SIGTERM has
+//! been received.
+//!
+//! The service `""` (the server as a whole) stays SERVING while the process runs, as in
+//! envoyproxy/ratelimit (grpc-go's default): it is the liveness answer, so a store outage or a
+//! drain takes an instance out of rotation (`ratelimit`) without getting it restarted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::watch;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use super::shutdown::{Shutdown, ShutdownTrigger};
+use crate::limiter::Limiter;
+use crate::store::Store;
+
+/// The gRPC health service that reports readiness (envoyproxy/ratelimit's name).
+pub const READINESS_SERVICE: &str = "ratelimit";
+
+/// How often the store is asked whether it is reachable.
+const STORE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A store that does not answer within this is unreachable for health.
+const STORE_READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Cloneable readiness state shared by the listeners, the store poller and shutdown.
+#[derive(Clone)]
+pub struct Health {
+    inner: Arc<HealthState>,
+}
+
+struct HealthState {
+    config_loaded: AtomicBool,
+    store_ready: AtomicBool,
+    draining: AtomicBool,
+    /// Bumped on every change, so the gRPC reporter can follow.
+    changed: watch::Sender<()>,
+}
+
+impl Default for Health {
+    /// Loaded and reachable: what a server started with a rule set and a working store is,
+    /// until the store poller says otherwise.
+    fn default() -> Self {
+        let health = Self::not_ready();
+        health.set_config_loaded();
+        health.set_store_ready(true);
+        health
+    }
+}
+
+impl Health {
+    /// Nothing ready yet.
+    pub fn not_ready() -> Self {
+        Self {
+            inner: Arc::new(HealthState {
+                config_loaded: AtomicBool::new(false),
+                store_ready: AtomicBool::new(false),
+                draining: AtomicBool::new(false),
+                changed: watch::Sender::new(()),
+            }),
+        }
+    }
+
+    /// Whether requests should be sent here.
+    pub fn is_serving(&self) -> bool {
+        self.inner.config_loaded.load(Ordering::Acquire)
+            && self.inner.store_ready.load(Ordering::Acquire)
+            && !self.inner.draining.load(Ordering::Acquire)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    pub fn set_config_loaded(&self) {
+        self.set(&self.inner.config_loaded, true);
+    }
+
+    /// Returns whether this changed the store's state.
+    pub fn set_store_ready(&self, ready: bool) -> bool {
+        self.set(&self.inner.store_ready, ready)
+    }
+
+    /// SIGTERM: not serving from now on.
+    pub fn start_draining(&self) {
+        self.set(&self.inner.draining, true);
+    }
+
+    fn set(&self, flag: &AtomicBool, value: bool) -> bool {
+        let changed = flag.swap(value, Ordering::AcqRel) != value;
+        if changed {
+            self.inner.changed.send_replace(());
+        }
+        changed
+    }
+
+    fn serving_status(&self) -> ServingStatus {
+        if self.is_serving() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        }
+    }
+}
+
+/// Keeps the gRPC health status of `ratelimit` equal to `health` until shutdown.
+pub async fn mirror_to_grpc(health: Health, reporter: HealthReporter, shutdown: Shutdown) {
+    let mut changes = health.inner.changed.subscribe();
+    let stop = shutdown.fired();
+    tokio::pin!(stop);
+    loop {
+        changes.mark_unchanged();
+        reporter
+            .set_service_status(READINESS_SERVICE, health.serving_status())
+            .await;
+        tokio::select! {
+            () = &mut stop => {
+                // Whoever still asks while calls in flight finish hears NOT_SERVING.
+                reporter
+                    .set_service_status(READINESS_SERVICE, ServingStatus::NotServing)
+                    .await;
+                return;
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Asks the store whether it is reachable every second until shutdown; logs each change.
+pub async fn poll_store<S: Store>(limiter: Arc<Limiter<S>>, health: Health, shutdown: Shutdown) {
+    let mut ticks = tokio::time::interval(STORE_POLL_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = shutdown.fired();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => {}
+        }
+        let store = limiter.store();
+        let ready = tokio::time::timeout(STORE_READY_TIMEOUT, store.ready())
+            .await
+            .unwrap_or(false);
+        if health.set_store_ready(ready) {
+            crate::telemetry::metrics::store_state(store.backend(), ready);
+            if ready {
+                tracing::info!(store = store.backend(), "store reachable: serving");
+            } else {
+                tracing::error!(store = store.backend(), "store unreachable: not serving");
+            }
+        }
+    }
+}
+
+/// Waits for the first shutdown signal (`signalled`), reports NOT_SERVING, keeps serving for
+/// `drain` so load balancers stop sending, then fires `stop`: the listeners stop accepting and
+/// calls in flight finish.
+pub async fn drain_then_stop(
+    signalled: Shutdown,
+    health: Health,
+    drain: Duration,
+    stop: ShutdownTrigger,
+) {
+    signalled.fired().await;
+    health.start_draining();
+    if !drain.is_zero() {
+        tracing::info!(
+            drain_seconds = drain.as_secs_f64(),
+            "not serving; draining before closing the listeners"
+        );
+        tokio::time::sleep(drain).await;
+    }
+    stop.fire();
+}
+
+/// `GET /healthcheck`: 200 `OK` when serving, else 500 with an empty body (envoyproxy/ratelimit).
+pub fn healthcheck_routes(health: Health) -> Router {
+    Router::new().route(
+        "/healthcheck",
+        get(move || {
+            let serving = health.is_serving();
+            async move {
+                if serving {
+                    (StatusCode::OK, "OK")
+                } else {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "")
+                }
+            }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_needs_config_and_store_and_no_sigterm() {
+        let health = Health::not_ready();
+        assert!(!health.is_serving());
+        health.set_config_loaded();
+        assert!(!health.is_serving());
+        assert!(health.set_store_ready(true));
+        assert!(!health.set_store_ready(true), "no change, nothing to log");
+        assert!(health.is_serving());
+        health.start_draining();
+        assert!(!health.is_serving());
+        assert!(health.is_draining());
+        assert!(Health::default().is_serving());
+    }
+}

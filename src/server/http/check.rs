@@ -1,0 +1,268 @@
+//! `/check` and `/check/<profile>`: the endpoint nginx's `auth_request` calls (see
+//! `deploy/nginx/nginx.conf`). nginx passes a subrequest's status on only when it is 2xx (allow),
+//! 401 or 403; everything else, 429 included, becomes a 500. So the answer is 200 to allow and
+//! the deny status (403, or 401 with `--http-deny-status 401`) to reject, never 429; nginx's
+//! `error_page 403 = @ratelimited` turns the rejection into the client's 429.
+//!
+//! The rate-limit headers are always sent, whatever `--response-headers` says, because the
+//! check endpoint is useless to nginx without them: the IETF draft's `RateLimit-Policy` and
+//! `RateLimit`, the draft-03 `X-RateLimit-Limit/-Remaining/-Reset` and, when rejected,
+//! `Retry-After`; plus what `--response-headers` adds (`RateLimit-Limit/-Remaining/-Reset` in
+//! `ratelimit` mode). nginx copies them with `auth_request_set $x $upstream_http_<name>`.
+//!
+//! Header values are read as UTF-8 with invalid bytes replaced, never refused: a value a client
+//! controls must not be able to make the check fail (a fail-open nginx would let it through).
+
+use std::borrow::Cow;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+
+use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
+use crate::core::check_headers::{
+    request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
+};
+use crate::core::headers::{response_headers, HeaderMode};
+use crate::core::request::Request;
+use crate::core::response::{Code, Response as Decision};
+use crate::store::Store;
+
+/// The most profile names listed in the answer to an unknown one.
+const LISTED_PROFILES: usize = 20;
+
+/// `GET /check`: domain and descriptors from `X-RateLimit-Domain` and `X-RateLimit-Descriptor`.
+pub(super) async fn check_by_headers<S: Store>(
+    State(state): State<HttpState<S>>,
+    headers: HeaderMap,
+) -> Response {
+    let domain = first_value(&headers, DOMAIN_HEADER);
+    let descriptors: Vec<String> = headers
+        .get_all(DESCRIPTOR_HEADER)
+        .iter()
+        .map(|value| lossy(value).into_owned())
+        .collect();
+    let hits = first_value(&headers, HITS_HEADER);
+    match request_from_headers(domain.as_deref(), &descriptors, hits.as_deref()) {
+        Ok(request) => decide(&state, &request, &headers).await,
+        Err(error) => refuse(&error),
+    }
+}
+
+/// `GET /check/<profile>`: descriptors built by the named check profile from the headers.
+pub(super) async fn check_by_profile<S: Store>(
+    State(state): State<HttpState<S>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let rules = state.limiter.rules();
+    let Some(profile) = rules.check_profile(&name) else {
+        return unknown_profile(
+            &name,
+            rules.check_profiles().iter().map(|p| p.name.as_str()),
+        );
+    };
+    let decoded: Vec<(&str, Cow<'_, str>)> = headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), lossy(value)))
+        .collect();
+    let request = profile.request(|wanted| {
+        decoded
+            .iter()
+            .find(|(name, _)| *name == wanted)
+            .map(|(_, value)| value.as_ref())
+    });
+    match request {
+        // Every descriptor needed a header that was not sent: nothing to limit.
+        Ok(request) if request.descriptors.is_empty() => {
+            tracing::debug!(profile = %name, "check profile produced no descriptors: allowed");
+            text_response(StatusCode::OK, "OK")
+        }
+        Ok(request) => decide(&state, &request, &headers).await,
+        Err(error) => refuse(&error),
+    }
+}
+
+async fn decide<S: Store>(
+    state: &HttpState<S>,
+    request: &Request,
+    headers: &HeaderMap,
+) -> Response {
+    match state
+        .limiter
+        .decide_traced(request, trace_parent(headers))
+        .await
+    {
+        Ok(decision) => answer(&decision, state.settings.deny_status),
+        Err(error) => {
+            tracing::warn!(%error, domain = %request.domain, "check request not decided");
+            limit_error_response(&error)
+        }
+    }
+}
+
+/// 200 or the deny status, with the headers.
+fn answer(decision: &Decision, deny: DenyStatus) -> Response {
+    let mut response = match decision.overall_code {
+        Code::Ok => text_response(StatusCode::OK, "OK"),
+        Code::OverLimit => text_response(deny.status_code(), "OVER_LIMIT"),
+    };
+    for (name, value) in check_headers(decision) {
+        // The core writes header-safe ASCII; anything else is skipped rather than sent broken.
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// The headers of a check answer: those `--response-headers` asked for (already in the
+/// decision), then the IETF and draft-03 ones, each name once.
+fn check_headers(decision: &Decision) -> Vec<(String, String)> {
+    let mut headers = decision.response_headers.clone();
+    for mode in [HeaderMode::Ietf, HeaderMode::Draft03] {
+        for (name, value) in response_headers(mode, &decision.statuses) {
+            if !headers
+                .iter()
+                .any(|(present, _)| present.eq_ignore_ascii_case(&name))
+            {
+                headers.push((name, value));
+            }
+        }
+    }
+    headers
+}
+
+/// 400 with the reason. Logged, since with a fail-open nginx nobody else sees it: nginx answers
+/// the client from the upstream and only logs "auth request unexpected status: 400".
+fn refuse(error: &CheckInputError) -> Response {
+    tracing::warn!(%error, "check request refused");
+    text_response(StatusCode::BAD_REQUEST, error)
+}
+
+fn unknown_profile<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Response {
+    let known: Vec<&str> = known.collect();
+    let listed = if known.is_empty() {
+        "there are none: add `check_profiles:` to a configuration file".to_owned()
+    } else {
+        let shown = known
+            .iter()
+            .take(LISTED_PROFILES)
+            .copied()
+            .collect::<Vec<_>>();
+        let more = known.len().saturating_sub(LISTED_PROFILES);
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("the profiles are {}{tail}", shown.join(", "))
+    };
+    tracing::warn!(profile = %name, "check for an unknown profile");
+    text_response(
+        StatusCode::NOT_FOUND,
+        format_args!("no check profile {name:?}: {listed}"),
+    )
+}
+
+fn first_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).map(|value| lossy(value).into_owned())
+}
+
+fn lossy(value: &HeaderValue) -> Cow<'_, str> {
+    String::from_utf8_lossy(value.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::response::{CurrentLimit, DescriptorStatus};
+    use crate::core::unit::Unit;
+
+    fn decision(code: Code, configured: HeaderMode) -> Decision {
+        let statuses = vec![DescriptorStatus {
+            code,
+            current_limit: Some(CurrentLimit {
+                requests_per_unit: 10,
+                unit: Unit::Second,
+                unit_multiplier: 1,
+                name: Some("per_user".to_owned()),
+            }),
+            limit_remaining: if code == Code::Ok { 4 } else { 0 },
+            duration_until_reset: Some(300_000),
+            rule_path: Some("web.user".to_owned()),
+            shadowed: false,
+        }];
+        Decision {
+            overall_code: code,
+            response_headers: response_headers(configured, &statuses),
+            statuses,
+        }
+    }
+
+    fn names(headers: &[(String, String)]) -> Vec<&str> {
+        headers.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    #[test]
+    fn headers_are_sent_even_when_none_are_configured() {
+        let headers = check_headers(&decision(Code::Ok, HeaderMode::None));
+        assert_eq!(
+            names(&headers),
+            [
+                "RateLimit-Policy",
+                "RateLimit",
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset"
+            ]
+        );
+        assert_eq!(headers[1].1, "\"per_user\";r=4;t=1");
+    }
+
+    #[test]
+    fn configured_headers_come_first_and_no_name_twice() {
+        let headers = check_headers(&decision(Code::OverLimit, HeaderMode::RateLimit));
+        assert_eq!(
+            names(&headers),
+            [
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+                "Retry-After",
+                "RateLimit-Policy",
+                "RateLimit",
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset"
+            ]
+        );
+    }
+
+    #[test]
+    fn rejection_is_the_deny_status_never_429() {
+        let denied = answer(
+            &decision(Code::OverLimit, HeaderMode::None),
+            DenyStatus::Forbidden,
+        );
+        assert_eq!(denied.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            denied
+                .headers()
+                .get("retry-after")
+                .map(HeaderValue::as_bytes),
+            Some(&b"1"[..])
+        );
+        let unauthorized = answer(
+            &decision(Code::OverLimit, HeaderMode::None),
+            DenyStatus::Unauthorized,
+        );
+        assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+        let allowed = answer(&decision(Code::Ok, HeaderMode::Ietf), DenyStatus::Forbidden);
+        assert_eq!(allowed.status(), StatusCode::OK);
+        assert!(allowed.headers().get("retry-after").is_none());
+    }
+}

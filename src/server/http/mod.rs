@@ -1,0 +1,108 @@
+//! The HTTP listener (:8080):
+//!
+//! * `/healthcheck` (added by `server::health`: it follows readiness);
+//! * `/json`: envoyproxy/ratelimit's JSON endpoint, a `RateLimitRequest` in proto3 JSON in and the
+//!   `RateLimitResponse` out (200 OK, 429 OVER_LIMIT);
+//! * `/check` and `/check/<profile>`: for nginx's `auth_request`. The descriptors come from
+//!   request headers (`core::check_headers`) or from a check profile of the configuration
+//!   (`core::check_profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
+//!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy.
+//!
+//! Every decision is the limiter's; this module only converts.
+
+mod check;
+mod json;
+mod protojson;
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+
+use crate::limiter::{LimitError, Limiter};
+use crate::store::Store;
+use crate::telemetry::traces::RemoteParent;
+
+/// The status `/check` answers when a request is over its limits. nginx's `auth_request` passes
+/// only 2xx (allow), 401 and 403 on; anything else, 429 included, becomes a 500. So never 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DenyStatus {
+    #[default]
+    Forbidden,
+    Unauthorized,
+}
+
+impl DenyStatus {
+    pub fn status_code(self) -> StatusCode {
+        match self {
+            DenyStatus::Forbidden => StatusCode::FORBIDDEN,
+            DenyStatus::Unauthorized => StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// Settings of the HTTP listener.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpSettings {
+    /// `--http-deny-status`.
+    pub deny_status: DenyStatus,
+}
+
+struct HttpState<S> {
+    limiter: Arc<Limiter<S>>,
+    settings: HttpSettings,
+}
+
+// By hand: a derived Clone would require `S: Clone`.
+impl<S> Clone for HttpState<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            settings: self.settings,
+        }
+    }
+}
+
+pub fn main_routes<S: Store>(limiter: Arc<Limiter<S>>, settings: HttpSettings) -> Router {
+    Router::new()
+        // `/healthcheck` is added by `server::health` (it follows readiness).
+        // Any method, as the reference; nginx's auth_request subrequests are always GET.
+        .route("/json", any(json::json_endpoint::<S>))
+        .route("/check", any(check::check_by_headers::<S>))
+        .route("/check/{profile}", any(check::check_by_profile::<S>))
+        .with_state(HttpState { limiter, settings })
+}
+
+/// The caller's trace context (`traceparent`, B3), so the decision's span continues its trace,
+/// as on the gRPC path. nginx forwards it only when the subrequest passes it on.
+fn trace_parent(headers: &HeaderMap) -> RemoteParent {
+    RemoteParent::from_headers(|name| headers.get(name)?.to_str().ok())
+}
+
+/// A plain-text answer: `message` and a newline.
+fn text_response(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{message}\n"),
+    )
+        .into_response()
+}
+
+/// What a request the limiter could not decide gets: 400 with the reason for a request that
+/// cannot be decided, 503 when the store is unavailable (nginx turns both into a 500, which its
+/// `error_page` then serves fail-open or fail-closed).
+fn limit_error_response(error: &LimitError) -> Response {
+    match error {
+        LimitError::InvalidRequest(invalid) => text_response(StatusCode::BAD_REQUEST, invalid),
+        LimitError::Store(store) => {
+            tracing::warn!(%store, "HTTP request not decided: store unavailable");
+            text_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format_args!("rate limit not decided: {store}"),
+            )
+        }
+    }
+}

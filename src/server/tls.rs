@@ -1,0 +1,396 @@
+//! TLS on the gRPC listener, with certificates reloaded when their files change: every new
+//! connection is handed the configuration in force when it arrives, so a rotated certificate
+//! is served without a restart and connections already open are left alone.
+//!
+//! Handshakes run off the accept loop (one task each, bounded in time), so a slow or silent
+//! client cannot hold up the others.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::rustls::crypto::ring::default_provider;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::shutdown::Shutdown;
+use crate::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
+
+/// A client that has not finished its handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections whose handshake is done but that tonic has not taken yet.
+const ACCEPTED_BACKLOG: usize = 128;
+
+/// The files of the gRPC listener's TLS configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// Private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates (PEM) client certificates must chain to: mutual TLS when set.
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{}: cannot be read ({source})", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: no PEM certificate in it ({reason}): give a PEM file with `-----BEGIN CERTIFICATE-----`", path.display())]
+    NoCertificate { path: PathBuf, reason: String },
+    #[error("{}: no PEM private key in it ({reason}): give a PEM file with `-----BEGIN PRIVATE KEY-----` (or RSA/EC)", path.display())]
+    NoKey { path: PathBuf, reason: String },
+    #[error("{} and {}: {source} (does the key belong to the certificate?)", cert.display(), key.display())]
+    CertificateAndKey {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("{}: cannot verify client certificates with these CAs: {reason}", path.display())]
+    ClientCa { path: PathBuf, reason: String },
+    #[error("TLS settings: {0}")]
+    Settings(String),
+}
+
+/// The live server configuration, swapped whole when the files change.
+#[derive(Clone)]
+pub struct ServerTls {
+    files: TlsFiles,
+    config: Arc<ArcSwap<ServerConfig>>,
+    /// What the first configuration was built from: the watcher's starting point, so a change
+    /// made right after the start is not taken for the files already loaded.
+    loaded_from: Arc<FileContents>,
+}
+
+/// The file contents one configuration was built from, to skip rebuilding it for nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileContents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl ServerTls {
+    /// Reads the files and builds the first configuration; any problem is an error.
+    pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
+        let contents = read_contents(&files)?;
+        let config = build_config(&files, &contents)?;
+        Ok(Self {
+            files,
+            config: Arc::new(ArcSwap::from_pointee(config)),
+            loaded_from: Arc::new(contents),
+        })
+    }
+
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// What a new connection is accepted with.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config.load_full())
+    }
+
+    fn watch_targets(&self) -> Vec<WatchTarget> {
+        let mut directories: Vec<PathBuf> = [Some(&self.files.cert), Some(&self.files.key)]
+            .into_iter()
+            .chain([self.files.client_ca.as_ref()])
+            .flatten()
+            .map(|path| parent_directory(path))
+            .collect();
+        directories.sort();
+        directories.dedup();
+        directories
+            .into_iter()
+            .map(|directory| WatchTarget {
+                directory,
+                recursive: false,
+            })
+            .collect()
+    }
+}
+
+/// Rebuilds the configuration when the files change, until shutdown. A configuration that
+/// fails to build is logged and the previous one stays.
+pub async fn watch_certificates(tls: ServerTls, shutdown: Shutdown) {
+    let targets = tls.watch_targets();
+    let mut watch = DirectoryWatch::new("gRPC TLS certificate");
+    watch.ensure(&targets);
+    let mut last = Some(FileContents::clone(&tls.loaded_from));
+    let stop = shutdown.fired();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            () = watch.changed() => {}
+        }
+        watch.ensure(&targets);
+        let contents = match read_contents(&tls.files) {
+            Ok(contents) => contents,
+            Err(error) => {
+                tracing::error!(
+                    "gRPC TLS certificate reload failed, keeping the previous one: {error}"
+                );
+                last = None;
+                continue;
+            }
+        };
+        if last.as_ref() == Some(&contents) {
+            continue;
+        }
+        match build_config(&tls.files, &contents) {
+            Ok(config) => {
+                tls.config.store(Arc::new(config));
+                tracing::info!(
+                    cert = %tls.files.cert.display(),
+                    "gRPC TLS certificate reloaded: new connections use it"
+                );
+            }
+            Err(error) => {
+                tracing::error!(
+                    "gRPC TLS certificate reload failed, keeping the previous one: {error}"
+                );
+            }
+        }
+        last = Some(contents);
+    }
+}
+
+/// TLS connections accepted on `listener`, handshaken with the configuration in force when
+/// each arrives. Ends (and closes the listener) once the receiving side is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: ServerTls,
+) -> ReceiverStream<Result<TlsStream<TcpStream>, io::Error>> {
+    let (sender, receiver) = mpsc::channel(ACCEPTED_BACKLOG);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = sender.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(%error, "gRPC accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let acceptor = tls.acceptor();
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls_stream)) => {
+                        let _ = sender.send(Ok(tls_stream)).await;
+                    }
+                    // Per connection, so not worth more than debug: a probe or a client
+                    // without a certificate under mutual TLS.
+                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(receiver)
+}
+
+fn read_contents(files: &TlsFiles) -> Result<FileContents, TlsError> {
+    Ok(FileContents {
+        cert: read(&files.cert)?,
+        key: read(&files.key)?,
+        client_ca: files.client_ca.as_deref().map(read).transpose()?,
+    })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certificates = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| TlsError::NoCertificate {
+            path: path.to_path_buf(),
+            reason: error.to_string(),
+        })?;
+    if certificates.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+            reason: "the file is empty or holds something else".to_owned(),
+        });
+    }
+    Ok(certificates)
+}
+
+fn build_config(files: &TlsFiles, contents: &FileContents) -> Result<ServerConfig, TlsError> {
+    let chain = certificates(&files.cert, &contents.cert)?;
+    let key = PrivateKeyDer::from_pem_slice(&contents.key).map_err(|error| TlsError::NoKey {
+        path: files.key.clone(),
+        reason: error.to_string(),
+    })?;
+    let provider = Arc::new(default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| TlsError::Settings(error.to_string()))?;
+    let builder = match (&files.client_ca, &contents.client_ca) {
+        (Some(path), Some(pem)) => {
+            let mut roots = RootCertStore::empty();
+            for certificate in certificates(path, pem)? {
+                roots.add(certificate).map_err(|error| TlsError::ClientCa {
+                    path: path.clone(),
+                    reason: error.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|error| TlsError::ClientCa {
+                    path: path.clone(),
+                    reason: error.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut config =
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|source| TlsError::CertificateAndKey {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+                source,
+            })?;
+    // gRPC is HTTP/2: clients (Envoy among them) offer `h2` by ALPN.
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// The TLS files from the flags, or from envoyproxy/ratelimit's variables
+/// (`GRPC_SERVER_USE_TLS=true` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
+/// `GRPC_CLIENT_TLS_CACERT`). `None`: plain gRPC.
+pub fn files_from_settings(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<TlsFiles>, TlsError> {
+    if let (Some(cert), Some(key)) = (cert, key) {
+        return Ok(Some(TlsFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            client_ca: client_ca.map(Path::to_path_buf),
+        }));
+    }
+    let use_tls = env("GRPC_SERVER_USE_TLS")
+        .is_some_and(|value| matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True"));
+    if !use_tls {
+        return Ok(None);
+    }
+    match (env("GRPC_SERVER_TLS_CERT"), env("GRPC_SERVER_TLS_KEY")) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+            client_ca: env("GRPC_CLIENT_TLS_CACERT").map(PathBuf::from),
+        })),
+        _ => Err(TlsError::Settings(
+            "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (or pass \
+             --grpc-tls-cert and --grpc-tls-key)"
+                .to_owned(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+                .filter(|value| !value.is_empty())
+        }
+    }
+
+    #[test]
+    fn flags_win_and_reference_variables_are_honoured() {
+        let from_flags = files_from_settings(
+            Some(Path::new("c.pem")),
+            Some(Path::new("k.pem")),
+            None,
+            env(&[("GRPC_SERVER_USE_TLS", "true")]),
+        );
+        assert!(matches!(from_flags, Ok(Some(files)) if files.cert == Path::new("c.pem")));
+        let none = files_from_settings(None, None, None, env(&[("GRPC_SERVER_TLS_CERT", "x")]));
+        assert!(matches!(none, Ok(None)));
+        let from_env = files_from_settings(
+            None,
+            None,
+            None,
+            env(&[
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+            ]),
+        );
+        match from_env {
+            Ok(Some(files)) => {
+                assert_eq!(files.key, Path::new("/tls/key.pem"));
+                assert_eq!(files.client_ca.as_deref(), Some(Path::new("/tls/ca.pem")));
+            }
+            other => panic!("expected files, got {other:?}"),
+        }
+        let incomplete =
+            files_from_settings(None, None, None, env(&[("GRPC_SERVER_USE_TLS", "1")]));
+        assert!(matches!(incomplete, Err(TlsError::Settings(_))));
+    }
+
+    #[test]
+    fn bad_files_are_named_in_errors() {
+        let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+        let cert = dir.path().join("cert.pem");
+        let key = dir.path().join("key.pem");
+        let files = TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        };
+        assert!(
+            matches!(ServerTls::load(files.clone()), Err(TlsError::Read { path, .. }) if path == cert)
+        );
+        for (path, text) in [(&cert, "not pem"), (&key, "not pem either")] {
+            if let Err(error) = std::fs::write(path, text) {
+                panic!("write: {error}");
+            }
+        }
+        match ServerTls::load(files) {
+            Err(error @ TlsError::NoCertificate { .. }) => {
+                assert!(error.to_string().contains("cert.pem"), "{error}");
+            }
+            other => panic!("expected NoCertificate, got {:?}", other.err()),
+        }
+    }
+}

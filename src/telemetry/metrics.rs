@@ -1,0 +1,674 @@
+//! Prometheus metrics, served as text on the debug port's `/metrics`.
+//!
+//! One process-wide registry ([`global`]): the limiter, the stores and the reloader all record
+//! into it through the small functions below, without passing a handle around. Every series a
+//! decision touches is resolved to a handle (an atomic) ahead of time — per rule when the rule
+//! set is swapped in, per store when the limiter is built — so deciding costs a few atomic
+//! increments, no allocation and no lock (see `telemetry::record`).
+//!
+//! Label cardinality is bounded: per-rule series carry the rule's config path
+//! (`rule="edge.generic_key_api.client_id"`), never request values, except for rules with
+//! `detailed_metric` (the operator asked for the values) and Envoy's limit overrides (whose path
+//! names the request's keys). Beyond [`MAX_RULE_LABELS`] distinct rule labels, new ones are
+//! recorded under `rule="other"` and counted by `floodgate_metric_labels_folded_total`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::RwLock;
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// How many distinct rule labels the per-rule metrics may carry before folding into `other`.
+pub const MAX_RULE_LABELS: usize = 1000;
+/// The `rule` label of decisions whose own label would exceed [`MAX_RULE_LABELS`].
+pub const FOLDED_RULE_LABEL: &str = "other";
+/// The `rule` label of rejections no rule made (an invalid request).
+pub const NO_RULE_LABEL: &str = "none";
+/// The `domain` label of a request whose domain is not configured: request text never becomes
+/// a label unless a rule asks for it.
+pub const UNKNOWN_DOMAIN_LABEL: &str = "unknown";
+
+/// Latency buckets in seconds: a memory decision takes microseconds, a Redis one about a
+/// millisecond, a stuck store up to its deadline.
+const LATENCY_BUCKETS: [f64; 17] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("metrics registry: {0}")]
+    Registry(#[from] prometheus::Error),
+}
+
+/// How one ShouldRateLimit call ended (`floodgate_calls_total{decision}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Answered OK by at least one rule, nothing over.
+    Ok,
+    /// Answered OVER_LIMIT.
+    OverLimit,
+    /// Answered OK, but a limit in shadow mode (the rule's or `--shadow-mode`) was over.
+    Shadow,
+    /// Answered OK because no descriptor matched a rule (or the domain is unknown).
+    Unknown,
+    /// Not decided: an invalid request or a store failure.
+    Error,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 5] = [
+        Decision::Ok,
+        Decision::OverLimit,
+        Decision::Shadow,
+        Decision::Unknown,
+        Decision::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Decision::Ok => "ok",
+            Decision::OverLimit => "over_limit",
+            Decision::Shadow => "shadow",
+            Decision::Unknown => "unknown",
+            Decision::Error => "error",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why a descriptor (or a whole call) was rejected (`floodgate_requests_rejected_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// Over its limit.
+    Limit,
+    /// Over its limit, answered OK because of shadow mode: what *would* have been rejected.
+    Shadow,
+    /// The store failed and the failure policy answered OVER_LIMIT.
+    FailurePolicy,
+    /// The request itself was malformed (no rule involved).
+    InvalidRequest,
+}
+
+impl RejectReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectReason::Limit => "limit",
+            RejectReason::Shadow => "shadow",
+            RejectReason::FailurePolicy => "failure_policy",
+            RejectReason::InvalidRequest => "invalid_request",
+        }
+    }
+}
+
+/// The resolved per-rule series of one `(domain, rule)` label pair.
+#[derive(Debug)]
+pub struct RuleSeries {
+    allowed: IntCounter,
+    rejected_limit: IntCounter,
+    rejected_shadow: IntCounter,
+    rejected_failure_policy: IntCounter,
+    near_limit: IntCounter,
+    /// Set on the overflow series (`rule="other"`): every decision recorded there was folded.
+    folded: Option<IntCounter>,
+}
+
+impl RuleSeries {
+    pub fn allowed(&self) {
+        self.allowed.inc();
+        self.count_fold();
+    }
+
+    pub fn rejected(&self, reason: RejectReason) {
+        match reason {
+            RejectReason::Limit => self.rejected_limit.inc(),
+            RejectReason::Shadow => self.rejected_shadow.inc(),
+            RejectReason::FailurePolicy => self.rejected_failure_policy.inc(),
+            // Invalid requests have no rule; they are recorded by `Metrics::invalid_request`.
+            RejectReason::InvalidRequest => return,
+        }
+        self.count_fold();
+    }
+
+    /// Hits that arrived with the counter past the near-limit threshold (reference §2.5).
+    pub fn near_limit(&self, hits: u64) {
+        if hits > 0 {
+            self.near_limit.inc_by(hits);
+        }
+    }
+
+    pub fn is_folded(&self) -> bool {
+        self.folded.is_some()
+    }
+
+    fn count_fold(&self) {
+        if let Some(folded) = &self.folded {
+            folded.inc();
+        }
+    }
+}
+
+/// The resolved series of one store backend.
+#[derive(Debug, Clone)]
+pub struct StoreSeries {
+    seconds: Histogram,
+    errors: IntCounter,
+}
+
+impl StoreSeries {
+    /// One round trip to the store: how long it took and whether it failed.
+    pub fn call(&self, seconds: f64, ok: bool) {
+        self.seconds.observe(seconds);
+        if !ok {
+            self.errors.inc();
+        }
+    }
+}
+
+/// Per-rule series handed out so far, by domain then rule label. Rule-set swaps, `detailed_metric`
+/// values and limit overrides look here; a plain rule's series is resolved once per rule set
+/// (`telemetry::record::RuleSeriesTable`) and never needs this lock.
+#[derive(Debug, Default)]
+struct RuleLabels {
+    series: HashMap<String, HashMap<String, Arc<RuleSeries>>>,
+    /// Each domain's `rule="other"` series.
+    folded: HashMap<String, Arc<RuleSeries>>,
+    /// Distinct rule labels handed out (not counting `other`).
+    distinct: usize,
+}
+
+/// Every metric floodgate exports.
+pub struct Metrics {
+    registry: Registry,
+    calls: [IntCounter; 5],
+    decision_seconds: Histogram,
+    in_flight: IntGauge,
+    rules_loaded: IntGauge,
+    config_load_success: IntCounter,
+    config_load_error: IntCounter,
+    last_good_load: Gauge,
+    store_seconds: HistogramVec,
+    store_errors: IntCounterVec,
+    store_up: IntGaugeVec,
+    allowed: IntCounterVec,
+    rejected: IntCounterVec,
+    near_limit: IntCounterVec,
+    labels_folded: IntCounter,
+    max_rule_labels: usize,
+    rule_labels: RwLock<RuleLabels>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("max_rule_labels", &self.max_rule_labels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry (the process uses [`global`]; tests build their own).
+    pub fn new(max_rule_labels: usize) -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let calls_vec = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_calls_total",
+                    "ShouldRateLimit calls (gRPC and HTTP) by how they ended.",
+                ),
+                &["decision"],
+            )?,
+        )?;
+        let call = |decision: Decision| calls_vec.get_metric_with_label_values(&[decision.label()]);
+        let calls = [
+            call(Decision::Ok)?,
+            call(Decision::OverLimit)?,
+            call(Decision::Shadow)?,
+            call(Decision::Unknown)?,
+            call(Decision::Error)?,
+        ];
+        let decision_seconds = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "floodgate_decision_duration_seconds",
+                    "Time to decide one call: validation, rule lookup, store and answer.",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            )?,
+        )?;
+        let in_flight = register(
+            &registry,
+            IntGauge::new(
+                "floodgate_calls_in_flight",
+                "Calls being decided right now.",
+            )?,
+        )?;
+        let rules_loaded = register(
+            &registry,
+            IntGauge::new(
+                "floodgate_rules_loaded",
+                "Rules (descriptors with rate_limit or rate_limits) in the configuration in force.",
+            )?,
+        )?;
+        let config_load_success = register(
+            &registry,
+            IntCounter::new(
+                "floodgate_config_load_success_total",
+                "Configuration loads (the first and every reload) that were swapped in.",
+            )?,
+        )?;
+        let config_load_error = register(
+            &registry,
+            IntCounter::new(
+                "floodgate_config_load_error_total",
+                "Configuration reloads refused because of errors (the previous rules stay).",
+            )?,
+        )?;
+        let last_good_load = register(
+            &registry,
+            Gauge::new(
+                "floodgate_config_last_load_success_timestamp_seconds",
+                "When the configuration in force was loaded (Unix seconds).",
+            )?,
+        )?;
+        let store_seconds = register(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "floodgate_store_duration_seconds",
+                    "Time of one store round trip (all counters of one call).",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["backend"],
+            )?,
+        )?;
+        let store_errors = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_store_errors_total",
+                    "Store round trips that failed (unreachable, timed out, refused).",
+                ),
+                &["backend"],
+            )?,
+        )?;
+        let store_up = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "floodgate_store_up",
+                    "Whether the store is reachable (1) or not (0), as last seen.",
+                ),
+                &["backend"],
+            )?,
+        )?;
+        let allowed = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_requests_allowed_total",
+                    "Descriptors a rule admitted, by domain and rule (config path).",
+                ),
+                &["domain", "rule"],
+            )?,
+        )?;
+        let rejected = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_requests_rejected_total",
+                    "Descriptors over their limit (reason limit, or shadow when shadow mode \
+                     answered OK), calls refused by the store failure policy, and invalid calls \
+                     (rule \"none\").",
+                ),
+                &["domain", "rule", "reason"],
+            )?,
+        )?;
+        let near_limit = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_near_limit_total",
+                    "Hits that took a counter past the near-limit ratio of its limit \
+                     (--near-limit-ratio), as envoyproxy/ratelimit's near_limit.",
+                ),
+                &["domain", "rule"],
+            )?,
+        )?;
+        let labels_folded = register(
+            &registry,
+            IntCounter::new(
+                "floodgate_metric_labels_folded_total",
+                "Descriptor decisions recorded under rule=\"other\" because the rule label \
+                 limit was reached.",
+            )?,
+        )?;
+        let build_info = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new("floodgate_build_info", "The running floodgate version."),
+                &["version"],
+            )?,
+        )?;
+        build_info
+            .get_metric_with_label_values(&[env!("CARGO_PKG_VERSION")])?
+            .set(1);
+        Ok(Self {
+            registry,
+            calls,
+            decision_seconds,
+            in_flight,
+            rules_loaded,
+            config_load_success,
+            config_load_error,
+            last_good_load,
+            store_seconds,
+            store_errors,
+            store_up,
+            allowed,
+            rejected,
+            near_limit,
+            labels_folded,
+            max_rule_labels,
+            rule_labels: RwLock::new(RuleLabels::default()),
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> Result<String, MetricsError> {
+        Ok(TextEncoder::new().encode_to_string(&self.registry.gather())?)
+    }
+
+    pub fn call_finished(&self, decision: Decision, seconds: f64) {
+        self.calls[decision.index()].inc();
+        self.decision_seconds.observe(seconds);
+    }
+
+    /// Counts a call as in flight until the returned guard is dropped (also when the caller's
+    /// future is cancelled, e.g. the client went away).
+    pub fn call_started(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight {
+            gauge: self.in_flight.clone(),
+        }
+    }
+
+    /// An invalid request: rejected before any rule was looked at.
+    pub fn invalid_request(&self, domain_label: &str) {
+        if let Ok(counter) = self.rejected.get_metric_with_label_values(&[
+            domain_label,
+            NO_RULE_LABEL,
+            RejectReason::InvalidRequest.label(),
+        ]) {
+            counter.inc();
+        }
+    }
+
+    pub fn reload_succeeded(&self, rules: usize) {
+        self.config_load_success.inc();
+        self.rules_loaded
+            .set(i64::try_from(rules).unwrap_or(i64::MAX));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|since| since.as_secs_f64())
+            .unwrap_or_default();
+        self.last_good_load.set(now);
+    }
+
+    pub fn reload_failed(&self) {
+        self.config_load_error.inc();
+    }
+
+    /// The series of one store backend, for callers that record on every call.
+    pub fn store_series(&self, backend: &str) -> Result<StoreSeries, MetricsError> {
+        Ok(StoreSeries {
+            seconds: self
+                .store_seconds
+                .get_metric_with_label_values(&[backend])?,
+            errors: self.store_errors.get_metric_with_label_values(&[backend])?,
+        })
+    }
+
+    pub fn store_state(&self, backend: &str, up: bool) {
+        if let Ok(gauge) = self.store_up.get_metric_with_label_values(&[backend]) {
+            gauge.set(i64::from(up));
+        }
+    }
+
+    /// The series of `(domain, rule)`, created on first use. Past the label limit, a new rule
+    /// label gets the domain's `rule="other"` series instead. Known labels cost a read lock
+    /// and no allocation.
+    pub fn rule_series(&self, domain: &str, rule: &str) -> Result<Arc<RuleSeries>, MetricsError> {
+        {
+            let labels = self.rule_labels.read();
+            if let Some(series) = labels.series.get(domain).and_then(|rules| rules.get(rule)) {
+                return Ok(Arc::clone(series));
+            }
+            if labels.distinct >= self.max_rule_labels {
+                if let Some(other) = labels.folded.get(domain) {
+                    return Ok(Arc::clone(other));
+                }
+            }
+        }
+        let mut labels = self.rule_labels.write();
+        // Another thread may have added it between the two locks.
+        if let Some(series) = labels.series.get(domain).and_then(|rules| rules.get(rule)) {
+            return Ok(Arc::clone(series));
+        }
+        if labels.distinct >= self.max_rule_labels {
+            if let Some(other) = labels.folded.get(domain) {
+                return Ok(Arc::clone(other));
+            }
+            let other = Arc::new(self.new_rule_series(domain, FOLDED_RULE_LABEL, true)?);
+            labels.folded.insert(domain.to_owned(), Arc::clone(&other));
+            return Ok(other);
+        }
+        let series = Arc::new(self.new_rule_series(domain, rule, false)?);
+        labels
+            .series
+            .entry(domain.to_owned())
+            .or_default()
+            .insert(rule.to_owned(), Arc::clone(&series));
+        labels.distinct += 1;
+        Ok(series)
+    }
+
+    fn new_rule_series(
+        &self,
+        domain: &str,
+        rule: &str,
+        folded: bool,
+    ) -> Result<RuleSeries, MetricsError> {
+        let rejected = |reason: RejectReason| {
+            self.rejected
+                .get_metric_with_label_values(&[domain, rule, reason.label()])
+        };
+        Ok(RuleSeries {
+            allowed: self.allowed.get_metric_with_label_values(&[domain, rule])?,
+            rejected_limit: rejected(RejectReason::Limit)?,
+            rejected_shadow: rejected(RejectReason::Shadow)?,
+            rejected_failure_policy: rejected(RejectReason::FailurePolicy)?,
+            near_limit: self
+                .near_limit
+                .get_metric_with_label_values(&[domain, rule])?,
+            folded: folded.then(|| self.labels_folded.clone()),
+        })
+    }
+}
+
+/// Decrements the in-flight gauge when dropped.
+#[derive(Debug)]
+pub struct InFlight {
+    gauge: IntGauge,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> Result<M, MetricsError> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
+/// The process's metrics. `None` only if the registry could not be built (a bug caught by the
+/// unit tests): metrics then stay off rather than take the service down.
+pub fn global() -> Option<&'static Metrics> {
+    static GLOBAL: OnceLock<Option<Metrics>> = OnceLock::new();
+    GLOBAL
+        .get_or_init(|| match Metrics::new(MAX_RULE_LABELS) {
+            Ok(metrics) => Some(metrics),
+            Err(error) => {
+                tracing::error!("metrics are off: {error}");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// A configuration with `rules` rules was loaded and swapped in (the first load too).
+pub fn reload_succeeded(rules: usize) {
+    if let Some(metrics) = global() {
+        metrics.reload_succeeded(rules);
+    }
+}
+
+/// A reload was refused; the previous rules stay in force.
+pub fn reload_failed() {
+    if let Some(metrics) = global() {
+        metrics.reload_failed();
+    }
+}
+
+/// One store round trip outside the limiter's decision path (which records its own around
+/// `Store::decide`): how long it took and whether it failed.
+pub fn store_call(backend: &'static str, seconds: f64, ok: bool) {
+    if let Some(series) = global().and_then(|metrics| metrics.store_series(backend).ok()) {
+        series.call(seconds, ok);
+    }
+}
+
+/// Whether the store is reachable, as last seen (connect, reconnect, health probe).
+pub fn store_state(backend: &'static str, up: bool) {
+    if let Some(metrics) = global() {
+        metrics.store_state(backend, up);
+    }
+}
+
+/// The text for `/metrics`.
+pub fn render() -> Result<String, MetricsError> {
+    match global() {
+        Some(metrics) => metrics.render(),
+        None => Ok(String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(max_rule_labels: usize) -> Metrics {
+        Metrics::new(max_rule_labels).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn render(metrics: &Metrics) -> String {
+        metrics.render().unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn series(metrics: &Metrics, domain: &str, rule: &str) -> Arc<RuleSeries> {
+        metrics
+            .rule_series(domain, rule)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    #[test]
+    fn every_metric_is_registered_and_renders() {
+        let metrics = metrics(10);
+        metrics.call_finished(Decision::Ok, 0.001);
+        metrics.reload_succeeded(3);
+        metrics.reload_failed();
+        metrics.store_state("memory", true);
+        metrics.invalid_request(UNKNOWN_DOMAIN_LABEL);
+        let store = metrics
+            .store_series("memory")
+            .unwrap_or_else(|error| panic!("{error}"));
+        store.call(0.000_1, false);
+        series(&metrics, "edge", "edge.key").allowed();
+        let text = render(&metrics);
+        for line in [
+            "floodgate_calls_total{decision=\"ok\"} 1",
+            "floodgate_calls_total{decision=\"error\"} 0",
+            "floodgate_decision_duration_seconds_count 1",
+            "floodgate_calls_in_flight 0",
+            "floodgate_rules_loaded 3",
+            "floodgate_config_load_success_total 1",
+            "floodgate_config_load_error_total 1",
+            "floodgate_store_up{backend=\"memory\"} 1",
+            "floodgate_store_errors_total{backend=\"memory\"} 1",
+            "floodgate_store_duration_seconds_count{backend=\"memory\"} 1",
+            "floodgate_requests_allowed_total{domain=\"edge\",rule=\"edge.key\"} 1",
+            "floodgate_requests_rejected_total{domain=\"unknown\",reason=\"invalid_request\",rule=\"none\"} 1",
+            "floodgate_metric_labels_folded_total 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.contains("floodgate_config_last_load_success_timestamp_seconds 1"));
+    }
+
+    #[test]
+    fn the_in_flight_gauge_follows_the_guards() {
+        let metrics = metrics(10);
+        let first = metrics.call_started();
+        let second = metrics.call_started();
+        assert!(render(&metrics).contains("floodgate_calls_in_flight 2"));
+        drop(first);
+        drop(second);
+        assert!(render(&metrics).contains("floodgate_calls_in_flight 0"));
+    }
+
+    #[test]
+    fn rule_labels_beyond_the_limit_fold_into_other() {
+        let metrics = metrics(2);
+        let first = series(&metrics, "d", "d.a");
+        let second = series(&metrics, "d", "d.b");
+        let third = series(&metrics, "d", "d.c");
+        let fourth = series(&metrics, "d", "d.e");
+        assert!(!first.is_folded() && !second.is_folded());
+        assert!(third.is_folded() && fourth.is_folded());
+        // Known labels stay themselves.
+        assert!(!series(&metrics, "d", "d.a").is_folded());
+        third.allowed();
+        fourth.rejected(RejectReason::Limit);
+        first.allowed();
+        let text = render(&metrics);
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"other\"} 1"));
+        assert!(text.contains(
+            "floodgate_requests_rejected_total{domain=\"d\",reason=\"limit\",rule=\"other\"} 1"
+        ));
+        assert!(text.contains("floodgate_metric_labels_folded_total 2"));
+        assert!(!text.contains("rule=\"d.c\""));
+    }
+
+    #[test]
+    fn decisions_have_the_documented_labels() {
+        let labels: Vec<&str> = Decision::ALL.iter().map(|d| d.label()).collect();
+        assert_eq!(labels, ["ok", "over_limit", "shadow", "unknown", "error"]);
+        for (index, decision) in Decision::ALL.iter().enumerate() {
+            assert_eq!(decision.index(), index);
+        }
+    }
+}

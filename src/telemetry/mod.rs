@@ -1,0 +1,106 @@
+//! Logs, metrics and traces.
+//!
+//! Logging: `LOG_LEVEL` (as envoyproxy/ratelimit; `RUST_LOG` directives also work) and
+//! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
+//! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
+
+pub mod metrics;
+pub mod near_limit;
+pub mod record;
+pub mod traces;
+
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+pub use traces::{TraceError, TraceOptions, TracingGuard};
+
+/// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` default.
+pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
+
+/// How decisions are reported (`serve` flags).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecisionTelemetry {
+    /// A hit counts as near the limit once the counter is past this share of its capacity.
+    pub near_limit_ratio: f32,
+    /// Put descriptor values into spans as they are, instead of hashed.
+    pub trace_descriptor_values: bool,
+}
+
+impl Default for DecisionTelemetry {
+    fn default() -> Self {
+        Self {
+            near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            trace_descriptor_values: false,
+        }
+    }
+}
+
+/// What must outlive serving: the trace exporter, flushed by [`Telemetry::shutdown`].
+#[derive(Default)]
+pub struct Telemetry {
+    tracing: Option<TracingGuard>,
+}
+
+impl Telemetry {
+    /// Sends the spans still buffered. Call it outside the runtime's `block_on`, before the
+    /// runtime is dropped.
+    pub fn shutdown(self) {
+        if let Some(guard) = self.tracing {
+            guard.shutdown();
+        }
+    }
+}
+
+/// Logging only (the subcommands that serve nothing).
+pub fn init_logging() {
+    let _ = init(None);
+}
+
+/// Logging and, when `traces` names an endpoint, trace export. Call it inside the Tokio
+/// runtime (`Runtime::enter`): the OTLP exporter's gRPC channel is spawned there.
+pub fn init(traces: Option<&TraceOptions>) -> Result<Telemetry, TraceError> {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .or_else(|| std::env::var("LOG_LEVEL").ok())
+        .map(|level| level.to_ascii_lowercase())
+        .unwrap_or_else(|| "info".to_owned());
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if json {
+        logs.json().boxed()
+    } else {
+        logs.boxed()
+    };
+
+    let exporter = match traces {
+        Some(options) => traces::otlp_tracer(options)?,
+        None => None,
+    };
+    let (spans, guard) = match exporter {
+        Some((tracer, guard)) => {
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_location(false)
+                .with_threads(false)
+                // Only floodgate's own spans: the log level must not decide what is traced,
+                // and the HTTP/2 and gRPC libraries' spans would only add noise.
+                .with_filter(Targets::new().with_target("floodgate", tracing::Level::INFO));
+            (Some(layer), Some(guard))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init();
+    if let Some(guard) = &guard {
+        tracing::info!(
+            endpoint = guard.endpoint(),
+            "exporting traces over OTLP/gRPC"
+        );
+    }
+    Ok(Telemetry { tracing: guard })
+}

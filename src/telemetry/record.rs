@@ -1,0 +1,584 @@
+//! What one decided call means for the metrics and its span: which rule decided each
+//! descriptor and how, the near-limit hits, the call's overall decision, and the rule that
+//! drove the answer. The classification functions are pure; [`record_call`] adds their result
+//! to the metrics through handles resolved ahead of time ([`RuleSeriesTable`]).
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use super::metrics::{Decision, Metrics, RejectReason, RuleSeries};
+use super::near_limit::{near_limit_hits, threshold};
+use crate::core::algorithm::{Algorithm, Hits};
+use crate::core::plan::{DescriptorPlan, LimitSource, Plan};
+use crate::core::request::Request;
+use crate::core::response::{Code, DescriptorStatus, Response};
+use crate::core::rules::{DomainRules, MatchedLevel, Rule, RuleSet};
+use crate::store::Decided;
+
+/// The longest `detailed_metric` label kept; longer ones are cut (at a character boundary).
+/// A request value can be kilobytes long and would be kept for the life of the process.
+pub const MAX_DETAILED_LABEL_BYTES: usize = 256;
+
+/// What the rule of one descriptor said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleVerdict {
+    Allowed,
+    Rejected(RejectReason),
+}
+
+/// The verdict of the rule that decided one descriptor; `None` when no rule did (no match, or
+/// the rule was replaced by another for this call). Global shadow mode (`--shadow-mode`)
+/// leaves an over-limit descriptor status in place but answers OK: that is a shadow rejection.
+pub fn classify_descriptor(
+    plan: &DescriptorPlan<'_>,
+    status: &DescriptorStatus,
+    global_shadow: bool,
+) -> Option<RuleVerdict> {
+    match plan {
+        DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => None,
+        DescriptorPlan::Unlimited { .. } => Some(RuleVerdict::Allowed),
+        DescriptorPlan::Limited { .. } => Some(
+            if status.shadowed || (global_shadow && status.code == Code::OverLimit) {
+                RuleVerdict::Rejected(RejectReason::Shadow)
+            } else if status.code == Code::OverLimit {
+                RuleVerdict::Rejected(RejectReason::Limit)
+            } else {
+                RuleVerdict::Allowed
+            },
+        ),
+    }
+}
+
+/// The call's decision, from its descriptors' verdicts (added one by one, so recording needs
+/// no list) and the overall code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecisionTally {
+    any_rule: bool,
+    shadowed: bool,
+}
+
+impl DecisionTally {
+    pub fn add(&mut self, verdict: Option<RuleVerdict>) {
+        if let Some(verdict) = verdict {
+            self.any_rule = true;
+            self.shadowed |= verdict == RuleVerdict::Rejected(RejectReason::Shadow);
+        }
+    }
+
+    pub fn decision(self, overall: Code) -> Decision {
+        if overall == Code::OverLimit {
+            Decision::OverLimit
+        } else if self.shadowed {
+            Decision::Shadow
+        } else if self.any_rule {
+            Decision::Ok
+        } else {
+            Decision::Unknown
+        }
+    }
+}
+
+/// Near-limit hits of one descriptor: the most of any of its counters (several limits on one
+/// descriptor must not count one hit several times).
+pub fn descriptor_near_limit(
+    plan: &Plan<'_>,
+    counters: &std::ops::Range<usize>,
+    decided: &Decided,
+    ratio: f32,
+) -> u64 {
+    counters
+        .clone()
+        .filter_map(|index| {
+            let counter = plan.counters.get(index)?;
+            let outcome = decided.outcomes.get(index)?;
+            let Hits::Charge(hits) = counter.hits else {
+                return None;
+            };
+            let capacity = counter.quota.capacity();
+            let charged = !decided.over_limit && outcome.admitted;
+            // The snapshot is after charging when charged, before otherwise (all-or-nothing).
+            let used = capacity.saturating_sub(outcome.snapshot.remaining);
+            let before = if charged {
+                used.saturating_sub(hits)
+            } else {
+                used
+            };
+            let near = threshold(capacity, ratio);
+            Some(near_limit_hits(
+                capacity,
+                near,
+                before,
+                hits,
+                outcome.admitted,
+            ))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The descriptor whose rule drove the answer: the first over its limit, else the first over
+/// in shadow mode, else the limited one with the least budget left, else the first matched.
+pub fn deciding_descriptor(plan: &Plan<'_>, response: &Response) -> Option<usize> {
+    let statuses = &response.statuses;
+    let limited = |index: &usize| {
+        matches!(
+            plan.descriptors.get(*index),
+            Some(DescriptorPlan::Limited { .. })
+        )
+    };
+    let indices = || (0..statuses.len()).filter(limited);
+    indices()
+        .find(|&index| statuses[index].code == Code::OverLimit)
+        .or_else(|| indices().find(|&index| statuses[index].shadowed))
+        .or_else(|| indices().min_by_key(|&index| statuses[index].limit_remaining))
+        .or_else(|| {
+            statuses
+                .iter()
+                .position(|status| status.rule_path.is_some())
+        })
+}
+
+/// The algorithm of the limit that decided descriptor `index` (the tightest of its counters,
+/// as the answer reports it).
+pub fn deciding_algorithm(plan: &Plan<'_>, decided: &Decided, index: usize) -> Option<Algorithm> {
+    let DescriptorPlan::Limited { counters, .. } = plan.descriptors.get(index)? else {
+        return None;
+    };
+    counters
+        .clone()
+        .filter_map(|i| Some((plan.counters.get(i)?, decided.outcomes.get(i)?)))
+        .min_by_key(|(_, outcome)| (outcome.admitted, outcome.snapshot.remaining))
+        .map(|(counter, _)| counter.quota.algorithm)
+}
+
+/// `detailed_metric`'s label, as the reference builds its stats key: the domain, then per
+/// entry `key_value` with the request's value (a `share_threshold` wildcard level shows its
+/// pattern instead, since all its values share one counter).
+pub fn detailed_label(
+    domain: &DomainRules,
+    request_entries: &[crate::core::rules::Entry],
+) -> Option<String> {
+    let matched = domain.lookup(request_entries)?;
+    let mut label = domain.name.clone();
+    for (entry, level) in request_entries.iter().zip(&matched.levels) {
+        label.push('.');
+        label.push_str(&entry.key);
+        label.push('_');
+        match level {
+            MatchedLevel::Wildcard {
+                pattern,
+                shared: true,
+            } => label.push_str(pattern),
+            _ => label.push_str(&entry.value),
+        }
+    }
+    if label.len() > MAX_DETAILED_LABEL_BYTES {
+        let mut cut = MAX_DETAILED_LABEL_BYTES;
+        while !label.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        label.truncate(cut);
+    }
+    Some(label)
+}
+
+/// Each rule's series for one rule set, resolved when the set is swapped in so a decision
+/// finds its counters without a lock. Keyed by the rule's address inside that rule set: it
+/// is unique and needs no string hashing, and the table lives exactly as long as the set
+/// (both are swapped together). hashbrown's default hasher: the keys are not attacker-chosen,
+/// so SipHash's protection would only cost time.
+#[derive(Debug, Default)]
+pub struct RuleSeriesTable {
+    by_rule: HashMap<usize, Arc<RuleSeries>>,
+}
+
+impl RuleSeriesTable {
+    pub fn build(rules: &RuleSet, metrics: Option<&Metrics>) -> Self {
+        let Some(metrics) = metrics else {
+            return Self::default();
+        };
+        let mut by_rule = HashMap::default();
+        for domain in rules.domains() {
+            for rule in domain.rules() {
+                match metrics.rule_series(&domain.name, &rule.path) {
+                    Ok(series) => {
+                        by_rule.insert(rule_address(rule), series);
+                    }
+                    Err(error) => tracing::warn!(rule = %rule.path, "no metrics for rule: {error}"),
+                }
+            }
+        }
+        Self { by_rule }
+    }
+
+    fn get(&self, rule: &Rule) -> Option<&Arc<RuleSeries>> {
+        self.by_rule.get(&rule_address(rule))
+    }
+}
+
+fn rule_address(rule: &Rule) -> usize {
+    std::ptr::from_ref(rule) as usize
+}
+
+/// Everything [`record_call`] needs about one decided call.
+pub struct DecidedCall<'a> {
+    pub request: &'a Request,
+    pub rules: &'a RuleSet,
+    pub plan: &'a Plan<'a>,
+    pub decided: &'a Decided,
+    pub response: &'a Response,
+    pub global_shadow: bool,
+    pub near_limit_ratio: f32,
+}
+
+/// Adds one decided call to the per-rule metrics and returns its decision (the caller records
+/// it with the call's latency).
+pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCall<'_>) -> Decision {
+    let mut tally = DecisionTally::default();
+    let statuses = call.plan.descriptors.iter().zip(&call.response.statuses);
+    for (index, (descriptor_plan, status)) in statuses.enumerate() {
+        let verdict = classify_descriptor(descriptor_plan, status, call.global_shadow);
+        tally.add(verdict);
+        let Some(verdict) = verdict else {
+            continue;
+        };
+        let Some(series) = series_of(metrics, table, call, index, descriptor_plan) else {
+            continue;
+        };
+        match verdict {
+            RuleVerdict::Allowed => series.allowed(),
+            RuleVerdict::Rejected(reason) => series.rejected(reason),
+        }
+        if let DescriptorPlan::Limited { counters, .. } = descriptor_plan {
+            series.near_limit(descriptor_near_limit(
+                call.plan,
+                counters,
+                call.decided,
+                call.near_limit_ratio,
+            ));
+        }
+    }
+    tally.decision(call.response.overall_code)
+}
+
+/// The call's decision alone (when metrics are off).
+pub fn call_decision(call: &DecidedCall<'_>) -> Decision {
+    let mut tally = DecisionTally::default();
+    for (descriptor_plan, status) in call.plan.descriptors.iter().zip(&call.response.statuses) {
+        tally.add(classify_descriptor(
+            descriptor_plan,
+            status,
+            call.global_shadow,
+        ));
+    }
+    tally.decision(call.response.overall_code)
+}
+
+/// A rule's series: borrowed from the table for configured rules (no reference counting on
+/// the hot path), owned for labels made per call.
+enum SeriesRef<'t> {
+    Table(&'t RuleSeries),
+    Made(Arc<RuleSeries>),
+}
+
+impl std::ops::Deref for SeriesRef<'_> {
+    type Target = RuleSeries;
+    fn deref(&self) -> &RuleSeries {
+        match self {
+            SeriesRef::Table(series) => series,
+            SeriesRef::Made(series) => series,
+        }
+    }
+}
+
+fn series_of<'t>(
+    metrics: &Metrics,
+    table: &'t RuleSeriesTable,
+    call: &DecidedCall<'_>,
+    index: usize,
+    descriptor_plan: &DescriptorPlan<'_>,
+) -> Option<SeriesRef<'t>> {
+    let domain = &call.request.domain;
+    let made = |label: &str| metrics.rule_series(domain, label).ok().map(SeriesRef::Made);
+    let rule = match descriptor_plan {
+        DescriptorPlan::Limited {
+            limit: LimitSource::Rule(rule),
+            ..
+        }
+        | DescriptorPlan::Unlimited { rule } => *rule,
+        DescriptorPlan::Limited {
+            limit: LimitSource::Override { path, .. },
+            ..
+        } => return made(path),
+        DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => return None,
+    };
+    if rule.detailed_metric {
+        let label = call
+            .rules
+            .domain(domain)
+            .zip(call.request.descriptors.get(index))
+            .and_then(|(domain_rules, descriptor)| {
+                detailed_label(domain_rules, &descriptor.entries)
+            });
+        if let Some(label) = label {
+            return made(&label);
+        }
+    }
+    match table.get(rule) {
+        Some(series) => Some(SeriesRef::Table(series)),
+        // Only if the series could not be made when the rule set was swapped in.
+        None => made(&rule.path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::core::config::{load, LoadOptions, SourceFile};
+    use crate::core::headers::HeaderMode;
+    use crate::core::plan::{plan, PlanSettings};
+    use crate::core::request::Descriptor;
+    use crate::core::response::assemble;
+    use crate::core::rules::Entry;
+    use crate::core::time::{ManualClock, MICROS_PER_SECOND};
+    use crate::store::memory::MemoryStore;
+
+    const RULES: &str = r#"
+domain: d
+descriptors:
+  - key: tight
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: roomy
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: two
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 5, algorithm: sliding_log}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: path
+    value: "/files/*"
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+"#;
+
+    fn rules() -> RuleSet {
+        load(
+            &[SourceFile {
+                name: "d.yaml".into(),
+                text: RULES.into(),
+            }],
+            &LoadOptions::default(),
+        )
+        .unwrap_or_else(|errors| panic!("{errors}"))
+    }
+
+    fn request(descriptors: &[&[(&str, &str)]]) -> Request {
+        Request {
+            domain: "d".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|entries| {
+                    Descriptor::new(entries.iter().map(|(k, v)| Entry::new(*k, *v)).collect())
+                })
+                .collect(),
+            hits_addend: 0,
+        }
+    }
+
+    struct Fixture {
+        rules: RuleSet,
+        store: MemoryStore,
+        metrics: Metrics,
+        table: RuleSeriesTable,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let rules = rules();
+            let metrics = Metrics::new(100).unwrap_or_else(|error| panic!("{error}"));
+            let table = RuleSeriesTable::build(&rules, Some(&metrics));
+            let clock = Arc::new(ManualClock::new(1_796_083_210 * MICROS_PER_SECOND));
+            Self {
+                rules,
+                store: MemoryStore::new(1000, clock),
+                metrics,
+                table,
+            }
+        }
+
+        /// Decides `request` and records it; the decision and the deciding rule and algorithm.
+        fn call(
+            &self,
+            request: &Request,
+            global_shadow: bool,
+        ) -> (Decision, Option<String>, Option<Algorithm>) {
+            let plan = plan(request, self.rules.domain("d"), PlanSettings::default());
+            let decided = self.store.decide_now(&plan.counters, global_shadow);
+            let response = assemble(
+                &plan,
+                &decided.outcomes,
+                decided.over_limit,
+                HeaderMode::None,
+            );
+            let call = DecidedCall {
+                request,
+                rules: &self.rules,
+                plan: &plan,
+                decided: &decided,
+                response: &response,
+                global_shadow,
+                near_limit_ratio: 0.8,
+            };
+            let decision = record_call(&self.metrics, &self.table, &call);
+            assert_eq!(decision, call_decision(&call), "with and without metrics");
+            let deciding = deciding_descriptor(&plan, &response);
+            let rule = deciding
+                .and_then(|index| response.statuses.get(index))
+                .and_then(|status| status.rule_path.clone());
+            let algorithm = deciding.and_then(|index| deciding_algorithm(&plan, &decided, index));
+            (decision, rule, algorithm)
+        }
+
+        fn text(&self) -> String {
+            self.metrics
+                .render()
+                .unwrap_or_else(|error| panic!("{error}"))
+        }
+    }
+
+    #[test]
+    fn each_descriptor_is_counted_under_its_rule() {
+        let fixture = Fixture::new();
+        for _ in 0..3 {
+            fixture.call(&request(&[&[("tight", "a")]]), false);
+        }
+        let text = fixture.text();
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.tight\"} 2"));
+        assert!(text.contains(
+            "floodgate_requests_rejected_total{domain=\"d\",reason=\"limit\",rule=\"d.tight\"} 1"
+        ));
+        // 80 % of 2 is 1: the second hit is near, the third (over, counter full) is not.
+        assert!(text.contains("floodgate_near_limit_total{domain=\"d\",rule=\"d.tight\"} 1"));
+    }
+
+    #[test]
+    fn decisions() {
+        let fixture = Fixture::new();
+        let decision = |descriptors: &[&[(&str, &str)]], global_shadow: bool| {
+            fixture.call(&request(descriptors), global_shadow).0
+        };
+        assert_eq!(decision(&[&[("nothing", "x")]], false), Decision::Unknown);
+        assert_eq!(decision(&[&[("roomy", "x")]], false), Decision::Ok);
+        assert_eq!(decision(&[&[("free", "")]], false), Decision::Ok);
+        assert_eq!(decision(&[&[("shadowed", "x")]], false), Decision::Ok);
+        assert_eq!(decision(&[&[("shadowed", "x")]], false), Decision::Shadow);
+        assert_eq!(decision(&[&[("tight", "x")]], false), Decision::Ok);
+        assert_eq!(decision(&[&[("tight", "x")]], false), Decision::Ok);
+        assert_eq!(decision(&[&[("tight", "x")]], true), Decision::Shadow);
+        assert_eq!(
+            decision(&[&[("roomy", "x")], &[("tight", "x")]], false),
+            Decision::OverLimit
+        );
+        let text = fixture.text();
+        assert!(text.contains(
+            "floodgate_requests_rejected_total{domain=\"d\",reason=\"shadow\",rule=\"d.tight\"} 1"
+        ));
+        assert!(text.contains(
+            "floodgate_requests_rejected_total{domain=\"d\",reason=\"shadow\",rule=\"d.shadowed\"} 1"
+        ));
+        // The roomy descriptor admitted the last call although another rejected it.
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.roomy\"} 2"));
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.free\"} 1"));
+    }
+
+    #[test]
+    fn several_limits_on_one_descriptor_count_a_near_hit_once() {
+        let fixture = Fixture::new();
+        for _ in 0..5 {
+            fixture.call(&request(&[&[("two", "x")]]), false);
+        }
+        // Both limits are 5: hits 5 is past 4 on both, counted once.
+        assert!(fixture
+            .text()
+            .contains("floodgate_near_limit_total{domain=\"d\",rule=\"d.two\"} 1"));
+    }
+
+    #[test]
+    fn the_deciding_rule_and_algorithm() {
+        let fixture = Fixture::new();
+        let (_, rule, algorithm) =
+            fixture.call(&request(&[&[("roomy", "x")], &[("two", "y")]]), false);
+        assert_eq!(rule.as_deref(), Some("d.two"), "the least budget left");
+        assert!(matches!(
+            algorithm,
+            Some(Algorithm::TokenBucket | Algorithm::SlidingLog)
+        ));
+        fixture.call(&request(&[&[("tight", "z")]]), false);
+        fixture.call(&request(&[&[("tight", "z")]]), false);
+        let (decision, rule, algorithm) =
+            fixture.call(&request(&[&[("two", "y")], &[("tight", "z")]]), false);
+        assert_eq!(decision, Decision::OverLimit);
+        assert_eq!(rule.as_deref(), Some("d.tight"), "the one over its limit");
+        assert_eq!(algorithm, Some(Algorithm::FixedWindow));
+        let (_, rule, algorithm) = fixture.call(&request(&[&[("nothing", "")]]), false);
+        assert_eq!((rule, algorithm), (None, None));
+    }
+
+    #[test]
+    fn detailed_metric_labels_use_values_but_share_threshold_patterns() {
+        let rules = rules();
+        let domain = rules.domain("d").unwrap_or_else(|| panic!("no domain"));
+        let entries = [Entry::new("path", "/files/report.pdf")];
+        assert_eq!(
+            detailed_label(domain, &entries).as_deref(),
+            Some("d.path_/files/*")
+        );
+        let roomy = [Entry::new("roomy", "x".repeat(1000))];
+        let long = detailed_label(domain, &roomy).unwrap_or_default();
+        assert_eq!(long.len(), MAX_DETAILED_LABEL_BYTES);
+        let multibyte = [Entry::new("roomy", "é".repeat(300))];
+        let cut = detailed_label(domain, &multibyte).unwrap_or_default();
+        assert!(cut.len() <= MAX_DETAILED_LABEL_BYTES && cut.ends_with('é'));
+        assert_eq!(detailed_label(domain, &[Entry::new("nothing", "x")]), None);
+    }
+
+    #[test]
+    fn global_shadow_turns_an_over_limit_status_into_a_shadow_verdict() {
+        let status = DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: None,
+            limit_remaining: 0,
+            duration_until_reset: None,
+            rule_path: Some("d.tight".into()),
+            shadowed: false,
+        };
+        let rules = rules();
+        let domain = rules.domain("d");
+        let planned = plan(
+            &request(&[&[("tight", "x")]]),
+            domain,
+            PlanSettings::default(),
+        );
+        let limited = &planned.descriptors[0];
+        assert_eq!(
+            classify_descriptor(limited, &status, false),
+            Some(RuleVerdict::Rejected(RejectReason::Limit))
+        );
+        assert_eq!(
+            classify_descriptor(limited, &status, true),
+            Some(RuleVerdict::Rejected(RejectReason::Shadow))
+        );
+        assert_eq!(
+            classify_descriptor(&DescriptorPlan::NoRule, &status, false),
+            None
+        );
+    }
+}
