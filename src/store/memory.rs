@@ -338,7 +338,11 @@ mod tests {
     fn a_rejected_request_charges_nothing() {
         let (store, _) = store(100);
         let exhausted = counter(0, "a", 1, Hits::Charge(1));
-        assert!(!store.decide_now(std::slice::from_ref(&exhausted), false).over_limit);
+        assert!(
+            !store
+                .decide_now(std::slice::from_ref(&exhausted), false)
+                .over_limit
+        );
         let fresh = counter(1, "b", 5, Hits::Charge(1));
         for _ in 0..3 {
             let decided = store.decide_now(&[fresh.clone(), exhausted.clone()], false);
