@@ -18,7 +18,7 @@ use crate::core::plan::{plan, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble, Response};
 use crate::core::rules::RuleSet;
-use crate::store::{Store, StoreError};
+use crate::store::{Decided, Store, StoreError};
 use crate::telemetry::metrics::{self, Decision, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
 use crate::telemetry::record::{
     call_decision, deciding_algorithm, deciding_descriptor, record_call, DecidedCall,
@@ -195,15 +195,21 @@ impl<S: Store> Limiter<S> {
             )
         };
         let store_started = Instant::now();
-        let decided = self
-            .store
-            .decide(&plan.counters, self.settings.global_shadow)
-            .instrument(store_span.clone())
-            .await;
+        // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
+        let decided = if plan.counters.is_empty() {
+            Ok(Decided::default())
+        } else {
+            let decided = self
+                .store
+                .decide(&plan.counters, self.settings.global_shadow)
+                .instrument(store_span.clone())
+                .await;
+            if let Some(series) = &self.store_series {
+                series.call(store_started.elapsed().as_secs_f64(), decided.is_ok());
+            }
+            decided
+        };
         let store_seconds = store_started.elapsed().as_secs_f64();
-        if let Some(series) = &self.store_series {
-            series.call(store_seconds, decided.is_ok());
-        }
         span.record("floodgate.store.duration_seconds", store_seconds);
         let decided = decided.inspect_err(|error| {
             store_span.record("otel.status_code", "ERROR");

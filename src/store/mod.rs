@@ -10,7 +10,7 @@ use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 
 /// What a store decided for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decided {
     /// One per counter, in the order given.
     pub outcomes: Vec<CounterOutcome>,
