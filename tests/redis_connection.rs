@@ -7,7 +7,7 @@ mod redis_support;
 
 use std::time::Duration;
 
-use floodgate::core::algorithm::{Hits, Quota};
+use floodgate::core::algorithm::{Algorithm, Hits, Quota};
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
 use floodgate::store::redis::{RedisOptions, RedisStore};
@@ -18,7 +18,26 @@ use redis_support::{counter, free_port, identity, RedisServer};
 const ADMIN_PASSWORD: &str = "admin-Secret-4711";
 const USER_PASSWORD: &str = "floodgate-Pa55-0815";
 
-/// A server with a default-user password and an ACL user `limiter`.
+/// What the store needs: connecting (PING, SELECT, CLIENT SETINFO), the script (SCRIPT LOAD,
+/// EVALSHA) and what the script runs. Keep in step with the ACL advice in the module docs.
+const LEAST_COMMANDS: &[&str] = &[
+    "+ping",
+    "+select",
+    "+client|setinfo",
+    "+script|load",
+    "+evalsha",
+    "+time",
+    "+get",
+    "+set",
+    "+hget",
+    "+hmget",
+    "+hset",
+    "+hdel",
+    "+pexpire",
+    "+unlink",
+];
+
+/// A server with a default-user password and an ACL user `limiter` with the least it needs.
 async fn server_with_acl() -> RedisServer {
     let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
     let client = redis::Client::open(format!(
@@ -35,8 +54,10 @@ async fn server_with_acl() -> RedisServer {
         .arg("limiter")
         .arg("on")
         .arg(format!(">{USER_PASSWORD}"))
+        .arg("resetkeys")
         .arg("~floodgate:*")
-        .arg("+@all")
+        .arg("nocommands")
+        .args(LEAST_COMMANDS)
         .query_async(&mut admin)
         .await
         .unwrap_or_else(|error| panic!("ACL SETUSER failed: {error}"));
@@ -59,15 +80,21 @@ async fn keys_in_db(server: &RedisServer, db: u8) -> i64 {
         .unwrap_or_else(|error| panic!("DBSIZE failed: {error}"))
 }
 
+/// Touches every kind of key and write the script does: a string and a log, charged, then
+/// refunded until empty (deleted); on Redis time.
 async fn decide_once(store: &RedisStore) {
-    let quota = Quota::new(5, Unit::Minute);
-    let key = identity("auth", "user", "u", 0, &quota);
-    let counters = [counter(0, &key, &quota, Hits::Charge(1), Role::Enforced)];
-    let decided = store
-        .decide(&counters, false)
-        .await
-        .unwrap_or_else(|error| panic!("decide failed: {error}"));
-    assert!(!decided.over_limit);
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingLog] {
+        let quota = Quota::new(5, Unit::Minute).with_algorithm(algorithm);
+        let key = identity("auth", "user", algorithm.name(), 0, &quota);
+        for hits in [Hits::Charge(1), Hits::Refund(1)] {
+            let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
+            let decided = store
+                .decide(&counters, false)
+                .await
+                .unwrap_or_else(|error| panic!("decide failed: {error}"));
+            assert!(!decided.over_limit);
+        }
+    }
 }
 
 fn refused(result: Result<RedisStore, StoreError>) -> String {
@@ -89,6 +116,7 @@ async fn an_acl_user_with_a_database_number_connects_and_writes_there() {
         .unwrap_or_else(|error| panic!("cannot connect: {error}"));
     assert_eq!(store.server(), format!("127.0.0.1:{}/3", server.port()));
     decide_once(&store).await;
+    // The fixed window keeps its (now empty) window; the emptied log was deleted.
     assert_eq!(keys_in_db(&server, 3).await, 1);
     assert_eq!(keys_in_db(&server, 0).await, 0);
 }

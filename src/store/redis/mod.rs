@@ -63,6 +63,7 @@ pub use self::script::{
 };
 use super::{Decided, Store, StoreError};
 use crate::core::plan::Counter;
+use crate::core::rules::RuleSet;
 use crate::core::time::Clock;
 
 /// The default deadline of one decision.
@@ -79,7 +80,8 @@ const TEST_CLOCK_EXTRA_TTL_MS: u64 = 10 * 60 * 1000;
 #[derive(Clone)]
 pub struct RedisOptions {
     /// `redis://[[user]:password@]host[:port][/db]`, `unix:///path/to/socket[?db=N]`, or a bare
-    /// `host:port` as envoyproxy/ratelimit's `REDIS_URL` gives it.
+    /// `host:port` or socket path as envoyproxy/ratelimit's `REDIS_URL` gives it. (`rediss://`
+    /// needs the `redis` crate's TLS feature, which is not enabled.)
     pub url: String,
     /// `password` or `user:password` (envoyproxy/ratelimit's `REDIS_AUTH`); used when the
     /// URL carries no credentials.
@@ -117,6 +119,9 @@ impl RedisOptions {
     fn effective_url(&self) -> String {
         let url = if self.url.contains("://") {
             self.url.clone()
+        } else if self.url.starts_with('/') {
+            // envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix gives a bare socket path.
+            format!("unix://{}", self.url)
         } else {
             format!("redis://{}", self.url)
         };
@@ -172,6 +177,32 @@ fn percent_encode(text: &str) -> String {
         }
     }
     encoded
+}
+
+/// A configured limit the Redis store cannot decide exactly (see [`check_quota`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{rule_path}: {problem}")]
+pub struct UnsupportedLimit {
+    pub rule_path: String,
+    pub problem: UnsupportedQuota,
+}
+
+/// Every limit of `rules` that the Redis store cannot decide exactly. Check a rule set with
+/// this before serving it from Redis (at start-up and on every reload): such a limit would
+/// otherwise fail each request that reaches it with `StoreError::Unavailable`.
+pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
+    rules
+        .domains()
+        .flat_map(|domain| domain.rules())
+        .flat_map(|rule| {
+            rule.limits.iter().filter_map(|quota| {
+                check_quota(quota).err().map(|problem| UnsupportedLimit {
+                    rule_path: rule.path.clone(),
+                    problem,
+                })
+            })
+        })
+        .collect()
 }
 
 /// Counters in Redis, decided by one script call per request.
@@ -306,6 +337,31 @@ mod tests {
         // Credentials in the URL win.
         options.url = "redis://bob:pw@cache/1".to_owned();
         assert_eq!(options.effective_url(), "redis://bob:pw@cache/1");
+        // A bare socket path.
+        let options = RedisOptions::new("/run/redis.sock");
+        assert_eq!(options.effective_url(), "unix:///run/redis.sock");
+    }
+
+    #[test]
+    fn limits_beyond_the_bounds_are_listed_by_rule() {
+        use crate::core::config::{load, LoadOptions, SourceFile};
+        let yaml = "domain: d\n\
+                    descriptors:\n\
+                    \x20 - key: ok\n\
+                    \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 104249}\n\
+                    \x20 - key: big\n\
+                    \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 200000}\n";
+        let files = [SourceFile {
+            name: "d.yaml".to_owned(),
+            text: yaml.to_owned(),
+        }];
+        let rules = load(&files, &LoadOptions::default()).expect("a valid configuration");
+        let unsupported = unsupported_limits(&rules);
+        assert_eq!(unsupported.len(), 1, "{unsupported:?}");
+        assert_eq!(unsupported[0].rule_path, "d.big");
+        assert!(unsupported[0]
+            .to_string()
+            .starts_with("d.big: token_bucket with capacity 200000"));
     }
 
     #[test]
