@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# promtool, which checks floodgate's /metrics in the metrics tests, comes with Debian's prometheus.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-peers: missing ${need_apt[*]}; run as root (apt-get) or install them yourself" >&2
@@ -23,6 +25,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   # Debian may start the packaged services on their default ports; the tests never use those.
   service redis-server stop >/dev/null 2>&1 || true
   service nginx stop >/dev/null 2>&1 || true
+  service prometheus stop >/dev/null 2>&1 || true
 fi
 
 ENVOY_VERSION=1.40.0
