@@ -27,8 +27,13 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `url` within `connect_timeout`.
-    pub async fn open(url: &str, connect_timeout: Duration) -> Result<Self, StoreError> {
+    /// Connects to `url` within `connect_timeout`. `auth` (`password` or `user:password`)
+    /// applies when the URL carries no password.
+    pub async fn open(
+        url: &str,
+        auth: Option<&str>,
+        connect_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let info: ConnectionInfo = url.into_connection_info().map_err(|error| {
             let secrets = url_secrets(url);
             unavailable(format!(
@@ -37,6 +42,7 @@ impl Connection {
                 scrub(&error.to_string(), &secrets)
             ))
         })?;
+        let info = with_auth(info, auth);
         let server = describe_server(&info);
         let settings = info.redis_settings();
         let secrets: Vec<String> = settings
@@ -130,6 +136,23 @@ pub(super) fn unavailable(reason: String) -> StoreError {
     }
 }
 
+/// `info` with the credentials of `auth` (`password` or `user:password`, as
+/// envoyproxy/ratelimit's `REDIS_AUTH`) unless it has a password already.
+fn with_auth(info: ConnectionInfo, auth: Option<&str>) -> ConnectionInfo {
+    let Some(auth) = auth.filter(|auth| !auth.is_empty()) else {
+        return info;
+    };
+    if info.redis_settings().password().is_some() {
+        return info;
+    }
+    let settings = info.redis_settings().clone();
+    let settings = match auth.split_once(':') {
+        Some((user, password)) => settings.set_username(user).set_password(password),
+        None => settings.set_password(auth),
+    };
+    info.set_redis_settings(settings)
+}
+
 /// `host:port/db` or the socket path: enough to find the server, nothing secret.
 fn describe_server(info: &ConnectionInfo) -> String {
     let db = info.redis_settings().db();
@@ -141,33 +164,61 @@ fn describe_server(info: &ConnectionInfo) -> String {
     }
 }
 
-/// `url` with any user and password replaced by `***`.
+/// Query parameters of a Redis URL that hold credentials (`unix:///socket?user=…&pass=…`).
+const CREDENTIAL_PARAMETERS: [&str; 3] = ["user", "pass", "password"];
+
+/// `url` with any user and password (in the authority or the query) replaced by `***`.
 pub(super) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         // Not a URL at all: nothing in it can be shown safely.
         return "(not a URL)".to_owned();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***{}", &rest[at..]),
-        None => url.to_owned(),
+    let (before_query, query) = match rest.split_once('?') {
+        Some((before, query)) => (before, Some(query)),
+        None => (rest, None),
+    };
+    let authority_end = before_query.find(['/', '#']).unwrap_or(before_query.len());
+    let mut redacted = match before_query[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &before_query[at..]),
+        None => format!("{scheme}://{before_query}"),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if CREDENTIAL_PARAMETERS.contains(&name) => format!("{name}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        redacted.push('?');
+        redacted.push_str(&pairs.join("&"));
     }
+    redacted
 }
 
-/// The user-info part of `url` (raw and percent-decoded), to scrub from messages.
+/// The credentials in `url` (raw and percent-decoded), to scrub from messages.
 fn url_secrets(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {
         return vec![url.to_owned()];
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return Vec::new();
-    };
-    let user_info = &rest[..at];
-    let mut secrets = vec![user_info.to_owned()];
-    if let Some((_, password)) = user_info.split_once(':') {
-        secrets.push(password.to_owned());
-        secrets.push(percent_decode(password));
+    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut secrets = Vec::new();
+    let authority_end = before_query.find(['/', '#']).unwrap_or(before_query.len());
+    if let Some(at) = before_query[..authority_end].rfind('@') {
+        let user_info = &before_query[..at];
+        secrets.push(user_info.to_owned());
+        if let Some((_, password)) = user_info.split_once(':') {
+            secrets.push(password.to_owned());
+            secrets.push(percent_decode(password));
+        }
+    }
+    for pair in query.split('&') {
+        if let Some((name, value)) = pair.split_once('=') {
+            if CREDENTIAL_PARAMETERS.contains(&name) {
+                secrets.push(value.to_owned());
+                secrets.push(percent_decode(value));
+            }
+        }
     }
     secrets.retain(|secret| !secret.is_empty());
     secrets
@@ -223,7 +274,24 @@ mod tests {
             redact_url("redis://a@b@cache/1?x=y@z"),
             "redis://***@cache/1?x=y@z"
         );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=2&user=u&pass=hunter22"),
+            "unix:///run/redis.sock?db=2&user=***&pass=***"
+        );
         assert_eq!(redact_url("secret-without-scheme"), "(not a URL)");
+    }
+
+    #[test]
+    fn auth_fills_in_missing_credentials_only() {
+        let info = |url: &str| url.into_connection_info().expect("a valid URL");
+        let with = with_auth(info("redis://cache"), Some("alice:pa:ss"));
+        assert_eq!(with.redis_settings().username(), Some("alice"));
+        assert_eq!(with.redis_settings().password(), Some("pa:ss"));
+        let with = with_auth(info("unix:///run/redis.sock"), Some("secret"));
+        assert_eq!(with.redis_settings().username(), None);
+        assert_eq!(with.redis_settings().password(), Some("secret"));
+        let with = with_auth(info("redis://:own@cache"), Some("other"));
+        assert_eq!(with.redis_settings().password(), Some("own"));
     }
 
     #[test]
@@ -235,6 +303,8 @@ mod tests {
             "{message}"
         );
         assert!(url_secrets("redis://cache").is_empty());
+        let secrets = url_secrets("unix:///s?db=1&pass=hunter22");
+        assert_eq!(scrub("bad hunter22", &secrets), "bad ***");
     }
 
     #[test]
@@ -247,7 +317,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_url_is_refused_without_echoing_it() {
-        let result = Connection::open("redis://user:hunter22@", Duration::from_millis(100)).await;
+        let result =
+            Connection::open("redis://user:hunter22@", None, Duration::from_millis(100)).await;
         let Err(StoreError::Unavailable { reason, .. }) = result else {
             panic!("an invalid URL must be refused");
         };

@@ -38,6 +38,12 @@
 //! same integers as the core. GCRA's debt is kept as (µs, tick remainder) so a clock that went
 //! back cannot overflow it; see `lua/gcra.lua` for the one approximate corner.
 //!
+//! # Permissions
+//!
+//! An ACL user needs only its keys and these commands (Redis 7 syntax):
+//! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
+//! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`).
+//!
 //! # Failure
 //!
 //! Every call has a deadline (25 ms by default): a Redis that errs, is unreachable or stops
@@ -114,28 +120,15 @@ impl RedisOptions {
         self
     }
 
-    /// The URL as `connect` reads it: a bare `host:port` gets the `redis://` scheme, and
-    /// `auth` fills in credentials the URL lacks.
-    fn effective_url(&self) -> String {
-        let url = if self.url.contains("://") {
+    /// The URL with a scheme: a bare `host:port` gets `redis://`, a bare path `unix://`.
+    fn normalized_url(&self) -> String {
+        if self.url.contains("://") {
             self.url.clone()
         } else if self.url.starts_with('/') {
             // envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix gives a bare socket path.
             format!("unix://{}", self.url)
         } else {
             format!("redis://{}", self.url)
-        };
-        match (&self.auth, url.split_once("://")) {
-            (Some(auth), Some((scheme, rest))) if !auth.is_empty() && !has_user_info(rest) => {
-                let user_info = match auth.split_once(':') {
-                    Some((user, password)) => {
-                        format!("{}:{}", percent_encode(user), percent_encode(password))
-                    }
-                    None => format!(":{}", percent_encode(auth)),
-                };
-                format!("{scheme}://{user_info}@{rest}")
-            }
-            _ => url,
         }
     }
 }
@@ -149,7 +142,7 @@ impl Default for RedisOptions {
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
-            .field("url", &connection::redact_url(&self.effective_url()))
+            .field("url", &connection::redact_url(&self.normalized_url()))
             .field("auth", &self.auth.as_ref().map(|_| "***"))
             .field("key_prefix", &self.key_prefix)
             .field("timeout", &self.timeout)
@@ -157,26 +150,6 @@ impl fmt::Debug for RedisOptions {
             .field("test_clock", &self.test_clock.is_some())
             .finish()
     }
-}
-
-fn has_user_info(after_scheme: &str) -> bool {
-    let authority_end = after_scheme
-        .find(['/', '?', '#'])
-        .unwrap_or(after_scheme.len());
-    after_scheme[..authority_end].contains('@')
-}
-
-/// Percent-encodes everything but unreserved URL characters.
-fn percent_encode(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
 }
 
 /// A configured limit the Redis store cannot decide exactly (see [`check_quota`]).
@@ -224,8 +197,12 @@ impl RedisStore {
                 "invalid Redis options: the call timeout must be positive".to_owned(),
             ));
         }
-        let connection =
-            Connection::open(&options.effective_url(), options.connect_timeout).await?;
+        let connection = Connection::open(
+            &options.normalized_url(),
+            options.auth.as_deref(),
+            options.connect_timeout,
+        )
+        .await?;
         let script = Script::new(script::SOURCE);
         let mut manager = connection.manager.clone();
         connection
@@ -327,19 +304,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bare_addresses_and_auth_become_urls() {
-        let mut options = RedisOptions::new("cache:6380");
-        assert_eq!(options.effective_url(), "redis://cache:6380");
-        options.auth = Some("s3cr@t".to_owned());
-        assert_eq!(options.effective_url(), "redis://:s3cr%40t@cache:6380");
-        options.auth = Some("alice:pa ss".to_owned());
-        assert_eq!(options.effective_url(), "redis://alice:pa%20ss@cache:6380");
-        // Credentials in the URL win.
-        options.url = "redis://bob:pw@cache/1".to_owned();
-        assert_eq!(options.effective_url(), "redis://bob:pw@cache/1");
-        // A bare socket path.
-        let options = RedisOptions::new("/run/redis.sock");
-        assert_eq!(options.effective_url(), "unix:///run/redis.sock");
+    fn bare_addresses_and_paths_become_urls() {
+        assert_eq!(
+            RedisOptions::new("cache:6380").normalized_url(),
+            "redis://cache:6380"
+        );
+        assert_eq!(
+            RedisOptions::new("/run/redis.sock").normalized_url(),
+            "unix:///run/redis.sock"
+        );
+        assert_eq!(
+            RedisOptions::new("redis://bob:pw@cache/1").normalized_url(),
+            "redis://bob:pw@cache/1"
+        );
+    }
+
+    #[test]
+    fn debug_output_hides_credentials() {
+        let mut options = RedisOptions::new("redis://alice:hunter22@cache:6380/1");
+        options.auth = Some("other-secret".to_owned());
+        let shown = format!("{options:?}");
+        assert!(
+            !shown.contains("hunter22") && !shown.contains("other-secret"),
+            "{shown}"
+        );
+        assert!(shown.contains("cache:6380/1"), "{shown}");
+        let options = RedisOptions::new("unix:///run/redis.sock?db=2&pass=hunter22");
+        let shown = format!("{options:?}");
+        assert!(
+            !shown.contains("hunter22") && shown.contains("db=2"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -362,17 +357,5 @@ mod tests {
         assert!(unsupported[0]
             .to_string()
             .starts_with("d.big: token_bucket with capacity 200000"));
-    }
-
-    #[test]
-    fn debug_output_hides_credentials() {
-        let mut options = RedisOptions::new("redis://alice:hunter22@cache:6380/1");
-        options.auth = Some("other-secret".to_owned());
-        let shown = format!("{options:?}");
-        assert!(
-            !shown.contains("hunter22") && !shown.contains("other-secret"),
-            "{shown}"
-        );
-        assert!(shown.contains("cache:6380/1"), "{shown}");
     }
 }
