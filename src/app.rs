@@ -23,6 +23,7 @@ use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
 use crate::server::{self, shutdown, Listeners};
 use crate::store::memory::MemoryStore;
+use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore};
 use crate::store::Store;
 
 /// How often expired counters are dropped from memory.
@@ -45,6 +46,8 @@ pub enum AppError {
     Serve(#[from] server::ServeError),
     #[error("gRPC TLS: {0}")]
     Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
@@ -172,6 +175,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         grpc_tls,
     };
 
+    let serving = Serving {
+        addresses: [grpc_addr, http_addr, debug_addr],
+        listeners,
+        http_settings: server::HttpSettings {
+            deny_status: args.http_deny_status.into(),
+        },
+        shutdown,
+        operations,
+    };
     match args.store {
         StoreKind::Memory => {
             let store = MemoryStore::new(args.max_keys, Arc::new(SystemClock));
@@ -180,23 +192,79 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry()),
             );
-            tokio::spawn(sweep_memory(Arc::clone(&limiter), shutdown.clone()));
-            start_reloading(&limiter, reloader, &shutdown);
-            tracing::info!(
-                grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
-                domains = limiter.rules().domains().count(),
-                rules = limiter.rules().rule_count(),
-                store = "memory",
-                "floodgate serving"
-            );
-            let http_settings = server::HttpSettings {
-                deny_status: args.http_deny_status.into(),
+            tokio::spawn(sweep_memory(Arc::clone(&limiter), serving.shutdown.clone()));
+            run_limiter(limiter, reloader, serving).await?;
+        }
+        StoreKind::Redis => {
+            let problems = redis_problems(&rules);
+            if !problems.is_empty() {
+                return Err(AppError::Usage(format!(
+                    "--store redis cannot decide these limits exactly:\n  {}",
+                    problems.join("\n  ")
+                )));
+            }
+            let options = RedisOptions {
+                auth: args.redis_auth.clone(),
+                key_prefix: args.redis_prefix.clone(),
+                timeout: Duration::from_millis(args.redis_timeout_ms),
+                connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
+                ..RedisOptions::new(args.redis_url.clone())
             };
-            server::serve_with(limiter, listeners, http_settings, shutdown, operations).await?;
+            let store = RedisStore::connect(&options).await?;
+            crate::telemetry::metrics::store_state("redis", true);
+            tracing::info!(redis = store.server(), "connected to Redis");
+            let limiter = Arc::new(
+                Limiter::new(rules, store, settings)
+                    .with_telemetry(args.telemetry.decision_telemetry()),
+            );
+            run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
     }
     tracing::info!("floodgate stopped");
     Ok(())
+}
+
+/// What every store's server needs, made before the store is chosen.
+struct Serving {
+    addresses: [SocketAddr; 3],
+    listeners: Listeners,
+    http_settings: server::HttpSettings,
+    shutdown: shutdown::Shutdown,
+    operations: server::Operations,
+}
+
+/// Reloads rules into `limiter` and serves it until shutdown.
+async fn run_limiter<S: Store>(
+    limiter: Arc<Limiter<S>>,
+    reloader: ConfigReloader,
+    serving: Serving,
+) -> Result<(), AppError> {
+    start_reloading(&limiter, reloader, &serving.shutdown);
+    let [grpc_addr, http_addr, debug_addr] = serving.addresses;
+    tracing::info!(
+        grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
+        domains = limiter.rules().domains().count(),
+        rules = limiter.rules().rule_count(),
+        store = limiter.store().backend(),
+        "floodgate serving"
+    );
+    server::serve_with(
+        limiter,
+        serving.listeners,
+        serving.http_settings,
+        serving.shutdown,
+        serving.operations,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Limits the Redis scripts cannot decide exactly (see `store::redis::check_quota`).
+fn redis_problems(rules: &RuleSet) -> Vec<String> {
+    unsupported_limits(rules)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// Swaps reloaded rule sets into `limiter` until shutdown.

@@ -53,6 +53,9 @@ pub struct ConfigReloader {
     /// reason to reload, nor to log the same error again.
     last_read: Vec<SourceFile>,
     status: Arc<ReloadStatus>,
+    /// What the store cannot decide in a valid rule set (e.g. limits past Redis' exact
+    /// arithmetic): a non-empty answer rejects the reload like a configuration error.
+    store_check: Option<fn(&RuleSet) -> Vec<String>>,
 }
 
 impl ConfigReloader {
@@ -68,7 +71,14 @@ impl ConfigReloader {
             options,
             last_read: sources,
             status,
+            store_check: None,
         }
+    }
+
+    /// Rejects reloads whose rules `check` finds problems in.
+    pub fn with_store_check(mut self, check: fn(&RuleSet) -> Vec<String>) -> Self {
+        self.store_check = Some(check);
+        self
     }
 
     pub fn status(&self) -> &Arc<ReloadStatus> {
@@ -118,7 +128,20 @@ impl ConfigReloader {
             tracing::debug!("configuration files unchanged; nothing to reload");
             return None;
         }
-        let loaded = load(&sources, &self.options);
+        let loaded = load(&sources, &self.options).map_err(|errors| {
+            errors.0.iter().map(ToString::to_string).collect::<Vec<_>>()
+        });
+        let loaded = match (loaded, self.store_check) {
+            (Ok(rules), Some(check)) => {
+                let problems = check(&rules);
+                if problems.is_empty() {
+                    Ok(rules)
+                } else {
+                    Err(problems)
+                }
+            }
+            (loaded, _) => loaded,
+        };
         self.last_read = sources;
         match loaded {
             Ok(rules) => {
@@ -136,14 +159,13 @@ impl ConfigReloader {
                 }
                 Some(rules)
             }
-            Err(errors) => {
-                let version = self.status.record_failure(errors.to_string());
+            Err(listed) => {
+                let version = self.status.record_failure(listed.join("\n"));
                 crate::telemetry::metrics::reload_failed();
-                let listed: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
                 tracing::error!(
                     trigger = trigger.as_str(),
                     live_version = version,
-                    errors = errors.0.len(),
+                    errors = listed.len(),
                     "configuration reload rejected, keeping version {version}: {}",
                     listed.join("; ")
                 );
