@@ -133,7 +133,12 @@ pub struct ServeArgs {
     pub store: StoreKind,
     /// Redis for --store redis: redis://[[user]:password@]host[:port][/db], unix:///path?db=N,
     /// or envoyproxy/ratelimit's host:port / socket path.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/0",
+        hide_env_values = true
+    )]
     pub redis_url: String,
     /// Password, or user:password, when the URL carries none (envoyproxy/ratelimit's REDIS_AUTH).
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
@@ -145,7 +150,11 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOODGATE_REDIS_TIMEOUT_MS", default_value_t = 25)]
     pub redis_timeout_ms: u64,
     /// Deadline of connecting to Redis, in milliseconds.
-    #[arg(long, env = "FLOODGATE_REDIS_CONNECT_TIMEOUT_MS", default_value_t = 2000)]
+    #[arg(
+        long,
+        env = "FLOODGATE_REDIS_CONNECT_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
     pub redis_connect_timeout_ms: u64,
     /// Most counters the memory store keeps; beyond it the closest to expiry are evicted.
     #[arg(long, env = "FLOODGATE_MAX_KEYS", default_value_t = 1_000_000)]

@@ -128,9 +128,8 @@ impl ConfigReloader {
             tracing::debug!("configuration files unchanged; nothing to reload");
             return None;
         }
-        let loaded = load(&sources, &self.options).map_err(|errors| {
-            errors.0.iter().map(ToString::to_string).collect::<Vec<_>>()
-        });
+        let loaded = load(&sources, &self.options)
+            .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>());
         let loaded = match (loaded, self.store_check) {
             (Ok(rules), Some(check)) => {
                 let problems = check(&rules);
