@@ -8,4 +8,4 @@ scripts/install-peers.sh
 scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
 cargo build --locked --bins
-cargo test --locked --all-targets -- --test-threads=2
+cargo test --locked --no-fail-fast --all-targets -- --test-threads=2

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::cli::{
-    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, ServeArgs, StoreKind, ValidateArgs,
+    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, RedisType, ServeArgs, StoreKind,
+    ValidateArgs,
 };
 use crate::config_source::{read_sources, ConfigLocation};
 use crate::core::config::{load, LoadOptions};
@@ -144,6 +145,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         },
         global_shadow: args.shadow_mode,
         header_mode,
+        failure_policy: args.redis_failure_policy,
     };
     let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
@@ -196,6 +198,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
             run_limiter(limiter, reloader, serving).await?;
         }
         StoreKind::Redis => {
+            let unsupported = match args.redis_type {
+                RedisType::Single => None,
+                RedisType::Sentinel => Some("sentinel"),
+                RedisType::Cluster => Some("cluster"),
+            };
+            if let Some(kind) = unsupported {
+                return Err(AppError::Usage(format!(
+                    "--redis-type {kind} (REDIS_TYPE) is not supported yet: floodgate talks to one \
+                     Redis server; point --redis-url at the master (or a proxy) and use single"
+                )));
+            }
             let problems = redis_problems(&rules);
             if !problems.is_empty() {
                 return Err(AppError::Usage(format!(
@@ -208,14 +221,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 key_prefix: args.redis_prefix.clone(),
                 timeout: Duration::from_millis(args.redis_timeout_ms),
                 connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
+                breaker_threshold: args.redis_breaker_failures,
                 ..RedisOptions::new(args.redis_url.clone())
             };
             let store = RedisStore::connect(&options).await?;
             crate::telemetry::metrics::store_state("redis", true);
             tracing::info!(redis = store.server(), "connected to Redis");
+            // Always there (it costs nothing until used): a reload may give a domain
+            // `failure_policy: local`. Bounded by --max-keys like the memory store.
+            let local_fallback = MemoryStore::new(args.max_keys, Arc::new(SystemClock));
             let limiter = Arc::new(
                 Limiter::new(rules, store, settings)
-                    .with_telemetry(args.telemetry.decision_telemetry()),
+                    .with_telemetry(args.telemetry.decision_telemetry())
+                    .with_local_fallback(local_fallback),
             );
             run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
@@ -294,21 +312,13 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
 }
 
 async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {
-    let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stop = shutdown.fired();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = ticks.tick() => {
-                let dropped = limiter.store().sweep_expired();
-                if dropped > 0 {
-                    tracing::debug!(dropped, "expired counters dropped");
-                }
-            }
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        let dropped = limiter.store().sweep_expired();
+        if dropped > 0 {
+            tracing::debug!(dropped, "expired counters dropped");
         }
-    }
+    })
+    .await;
 }
 
 pub fn validate(args: ValidateArgs) -> ExitCode {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::algorithm::Algorithm;
+use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
 use crate::server::DenyStatus;
 
@@ -37,6 +38,16 @@ pub enum StoreKind {
     Memory,
     /// In Redis, shared by every instance (one script call per decision).
     Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisType {
+    /// One Redis server (or a proxy in front of several).
+    Single,
+    /// A master found through Sentinel.
+    Sentinel,
+    /// Redis Cluster.
+    Cluster,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,6 +151,16 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub redis_url: String,
+    /// How Redis is deployed (envoyproxy/ratelimit's REDIS_TYPE). Only `single` is built yet:
+    /// `sentinel` and `cluster` are refused at start with a clear error.
+    #[arg(
+        long,
+        env = "REDIS_TYPE",
+        value_enum,
+        ignore_case = true,
+        default_value = "single"
+    )]
+    pub redis_type: RedisType,
     /// Password, or user:password, when the URL carries none (envoyproxy/ratelimit's REDIS_AUTH).
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub redis_auth: Option<String>,
@@ -156,6 +177,21 @@ pub struct ServeArgs {
         default_value_t = 2000
     )]
     pub redis_connect_timeout_ms: u64,
+    /// What a request gets when the store fails: error (gRPC UNAVAILABLE, HTTP 503: Envoy's
+    /// failure_mode_deny decides, as with envoyproxy/ratelimit), fail_open (OK), fail_closed
+    /// (OVER_LIMIT, header x-floodgate-unavailable) or local (counters in this process until
+    /// Redis is back). A domain's `failure_policy:` overrides it.
+    #[arg(
+        long,
+        env = "FLOODGATE_FAILURE_POLICY",
+        default_value = "error",
+        value_parser = parse_failure_policy
+    )]
+    pub redis_failure_policy: FailurePolicy,
+    /// Consecutive failed Redis calls that open the circuit breaker (0: never): while open,
+    /// requests fail at once without calling Redis, and one call every 500 ms probes it.
+    #[arg(long, env = "FLOODGATE_REDIS_BREAKER_FAILURES", default_value_t = 5)]
+    pub redis_breaker_failures: u32,
     /// Most counters the memory store keeps; beyond it the closest to expiry are evicted.
     #[arg(long, env = "FLOODGATE_MAX_KEYS", default_value_t = 1_000_000)]
     pub max_keys: usize,
@@ -342,4 +378,9 @@ pub fn reference_address(
         .parse()
         .map(Some)
         .map_err(|_| format!("{host_var}={host:?} is not an IP address"))
+}
+
+fn parse_failure_policy(text: &str) -> Result<FailurePolicy, String> {
+    text.parse::<FailurePolicy>()
+        .map_err(|error| error.to_string())
 }

@@ -13,13 +13,18 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
+use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::{plan, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
-use crate::core::response::{assemble, Response};
+use crate::core::plan::{DescriptorPlan, Plan};
+use crate::core::response::{assemble, Code, Response};
 use crate::core::rules::RuleSet;
+use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
-use crate::telemetry::metrics::{self, Decision, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
+use crate::telemetry::metrics::{
+    self, Decision, Metrics, RejectReason, StoreSeries, UNKNOWN_DOMAIN_LABEL,
+};
 use crate::telemetry::record::{
     call_decision, deciding_algorithm, deciding_descriptor, record_call, DecidedCall,
     RuleSeriesTable,
@@ -35,6 +40,8 @@ pub struct LimiterSettings {
     /// `--shadow-mode`: count and report, but answer OK.
     pub global_shadow: bool,
     pub header_mode: HeaderMode,
+    /// What a request gets when the store fails, unless its domain says (`failure_policy:`).
+    pub failure_policy: FailurePolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,7 +67,16 @@ pub struct Limiter<S> {
     telemetry: DecisionTelemetry,
     metrics: Option<&'static Metrics>,
     store_series: Option<StoreSeries>,
+    /// Counters for `failure_policy: local`: decides while the shared store cannot.
+    local_fallback: Option<MemoryStore>,
+    /// Paces the failure-policy log line (a failed store fails every request).
+    failure_log: std::sync::Mutex<LogPace>,
+    /// The origin of `failure_log`'s clock.
+    started: Instant,
 }
+
+/// At most one failure-policy log line per this many milliseconds.
+const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
 
 impl<S: Store> Limiter<S> {
     pub fn new(rules: RuleSet, store: S, settings: LimiterSettings) -> Self {
@@ -73,7 +89,22 @@ impl<S: Store> Limiter<S> {
             telemetry: DecisionTelemetry::default(),
             metrics,
             store_series,
+            local_fallback: None,
+            failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
+            started: Instant::now(),
         }
+    }
+
+    /// The in-process store that `failure_policy: local` decides with while this limiter's
+    /// store fails. Without one, `local` answers as `error`.
+    pub fn with_local_fallback(mut self, fallback: MemoryStore) -> Self {
+        self.local_fallback = Some(fallback);
+        self
+    }
+
+    /// The fallback store, for sweeping its expired counters.
+    pub fn local_fallback(&self) -> Option<&MemoryStore> {
+        self.local_fallback.as_ref()
     }
 
     /// How decisions are reported (near-limit ratio, descriptor values in spans).
@@ -211,10 +242,26 @@ impl<S: Store> Limiter<S> {
         };
         let store_seconds = store_started.elapsed().as_secs_f64();
         span.record("floodgate.store.duration_seconds", store_seconds);
-        let decided = decided.inspect_err(|error| {
-            store_span.record("otel.status_code", "ERROR");
-            store_span.record("error.message", field::display(error));
-        })?;
+        let decided = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                store_span.record("otel.status_code", "ERROR");
+                store_span.record("error.message", field::display(&error));
+                let policy = FailurePolicy::for_domain(
+                    live.rules
+                        .domain(&request.domain)
+                        .and_then(|domain| domain.failure_policy),
+                    self.settings.failure_policy,
+                );
+                match self.apply_failure_policy(policy, &plan, error).await? {
+                    StoreFallback::Decided(decided) => decided,
+                    StoreFallback::Rejected(response) => {
+                        self.record_failure_rejection(&live.rules, &request.domain, &plan);
+                        return Ok((response, Decision::OverLimit));
+                    }
+                }
+            }
+        };
         drop(store_span);
 
         let response = assemble(
@@ -253,6 +300,74 @@ impl<S: Store> Limiter<S> {
         Ok((response, decision))
     }
 
+    /// What the failure `policy` makes of a request the store failed with `error`.
+    async fn apply_failure_policy(
+        &self,
+        policy: FailurePolicy,
+        plan: &Plan<'_>,
+        error: StoreError,
+    ) -> Result<StoreFallback, StoreError> {
+        let action = match (policy.action(), &self.local_fallback) {
+            // Only a store beside a shared one has a fallback: otherwise answer as `error`.
+            (FailureAction::DecideLocally, None) => FailureAction::Unavailable,
+            (action, _) => action,
+        };
+        if let Some(metrics) = self.metrics {
+            metrics.failure_policy_applied(policy.name());
+        }
+        self.log_failure(policy, &error);
+        match action {
+            FailureAction::Unavailable => Err(error),
+            // No outcomes: every limited descriptor is answered OK without a limit.
+            FailureAction::Admit => Ok(StoreFallback::Decided(Decided::default())),
+            FailureAction::Reject => Ok(StoreFallback::Rejected(fail_closed_response(
+                plan,
+                self.settings.header_mode,
+                self.store.backend(),
+            ))),
+            FailureAction::DecideLocally => match &self.local_fallback {
+                Some(fallback) => fallback
+                    .decide(&plan.counters, self.settings.global_shadow)
+                    .await
+                    .map(StoreFallback::Decided),
+                None => Err(error),
+            },
+        }
+    }
+
+    /// One line per FAILURE_LOG_INTERVAL_MS at most, with how many were left out.
+    fn log_failure(&self, policy: FailurePolicy, error: &StoreError) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let allowed = match self.failure_log.lock() {
+            Ok(mut pace) => pace.allow(now),
+            Err(poisoned) => poisoned.into_inner().allow(now),
+        };
+        if let Some(suppressed) = allowed {
+            tracing::warn!(
+                policy = policy.name(),
+                suppressed,
+                "store failed, answered by the failure policy: {error}"
+            );
+        }
+    }
+
+    /// `floodgate_requests_rejected_total{reason="failure_policy"}` for each limited rule.
+    fn record_failure_rejection(&self, rules: &RuleSet, domain: &str, plan: &Plan<'_>) {
+        let Some(metrics) = self.metrics else {
+            return;
+        };
+        let Some(domain) = rules.domain(domain) else {
+            return;
+        };
+        for descriptor in &plan.descriptors {
+            if let DescriptorPlan::Limited { limit, .. } = descriptor {
+                if let Ok(series) = metrics.rule_series(&domain.name, limit.path()) {
+                    series.rejected(RejectReason::FailurePolicy);
+                }
+            }
+        }
+    }
+
     /// The request's descriptors for its span, `key=value` joined by `,` and descriptors by
     /// `;`; values hashed unless `--trace-descriptor-values` (they may identify people).
     fn descriptors_for_span(&self, request: &Request) -> String {
@@ -274,6 +389,29 @@ impl<S: Store> Limiter<S> {
         }
         text
     }
+}
+
+/// What a failure policy made of a failed store call.
+enum StoreFallback {
+    /// Carry on as if the store had answered this.
+    Decided(Decided),
+    /// The answer, complete (fail_closed).
+    Rejected(Response),
+}
+
+/// OVER_LIMIT on every limited descriptor (the others stay OK), with a header naming the store
+/// that could not decide.
+fn fail_closed_response(plan: &Plan<'_>, header_mode: HeaderMode, backend: &str) -> Response {
+    let mut response = assemble(plan, &[], true, header_mode);
+    for (descriptor, status) in plan.descriptors.iter().zip(&mut response.statuses) {
+        if matches!(descriptor, DescriptorPlan::Limited { .. }) {
+            status.code = Code::OverLimit;
+        }
+    }
+    response
+        .response_headers
+        .push((UNAVAILABLE_HEADER.to_owned(), backend.to_owned()));
+    response
 }
 
 /// A count as a span attribute: OpenTelemetry integers are signed (an unsigned value would be

@@ -6,6 +6,7 @@ pub mod check_headers;
 pub mod check_profile;
 pub mod config;
 pub mod explain;
+pub mod failure;
 pub mod headers;
 pub mod key;
 pub mod plan;

@@ -169,6 +169,9 @@ pub struct DomainRules {
     pub sources: Vec<String>,
     /// What `algorithm:` defaults to in this domain; also used for request-side overrides.
     pub default_algorithm: Algorithm,
+    /// `failure_policy:` (what a request gets when the store fails); `None`: the global
+    /// `--redis-failure-policy`.
+    pub failure_policy: Option<crate::core::failure::FailurePolicy>,
     pub(crate) root: Node,
 }
 

@@ -139,15 +139,7 @@ pub async fn mirror_to_grpc(health: Health, reporter: HealthReporter, shutdown: 
 
 /// Asks the store whether it is reachable every second until shutdown; logs each change.
 pub async fn poll_store<S: Store>(limiter: Arc<Limiter<S>>, health: Health, shutdown: Shutdown) {
-    let mut ticks = tokio::time::interval(STORE_POLL_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stop = shutdown.fired();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = ticks.tick() => {}
-        }
+    super::shutdown::every(STORE_POLL_INTERVAL, shutdown, || async {
         let store = limiter.store();
         let ready = tokio::time::timeout(STORE_READY_TIMEOUT, store.ready())
             .await
@@ -160,7 +152,8 @@ pub async fn poll_store<S: Store>(limiter: Arc<Limiter<S>>, health: Health, shut
                 tracing::error!(store = store.backend(), "store unreachable: not serving");
             }
         }
-    }
+    })
+    .await;
 }
 
 /// Waits for the first shutdown signal (`signalled`), reports NOT_SERVING, keeps serving for

@@ -1,5 +1,8 @@
 //! One shutdown signal for every listener and background task.
 
+use std::future::Future;
+use std::time::Duration;
+
 use tokio::sync::watch;
 
 /// A cloneable handle that resolves once shutdown has begun.
@@ -32,6 +35,25 @@ impl Shutdown {
     /// Resolves when shutdown begins (at once if it already has, or if the trigger is gone).
     pub async fn fired(mut self) {
         let _ = self.receiver.wait_for(|fired| *fired).await;
+    }
+}
+
+/// Runs `tick` every `period` (the first at once) until shutdown; a slow tick delays the next
+/// rather than piling up.
+pub async fn every<Tick, Done>(period: Duration, shutdown: Shutdown, mut tick: Tick)
+where
+    Tick: FnMut() -> Done,
+    Done: Future<Output = ()>,
+{
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = shutdown.fired();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => tick().await,
+        }
     }
 }
 

@@ -197,6 +197,7 @@ pub struct Metrics {
     store_seconds: HistogramVec,
     store_errors: IntCounterVec,
     store_up: IntGaugeVec,
+    failure_policy_calls: IntCounterVec,
     allowed: IntCounterVec,
     rejected: IntCounterVec,
     near_limit: IntCounterVec,
@@ -311,6 +312,17 @@ impl Metrics {
                 &["backend"],
             )?,
         )?;
+        let failure_policy_calls = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_failure_policy_calls_total",
+                    "Calls the store failed, by the failure policy that answered them \
+                     (error, fail_open, fail_closed, local).",
+                ),
+                &["policy"],
+            )?,
+        )?;
         let allowed = register(
             &registry,
             IntCounterVec::new(
@@ -374,6 +386,7 @@ impl Metrics {
             store_seconds,
             store_errors,
             store_up,
+            failure_policy_calls,
             allowed,
             rejected,
             near_limit,
@@ -399,6 +412,13 @@ impl Metrics {
         self.in_flight.inc();
         InFlight {
             gauge: self.in_flight.clone(),
+        }
+    }
+
+    /// A call the store failed, answered by `policy` (its name).
+    pub fn failure_policy_applied(&self, policy: &str) {
+        if let Ok(counter) = self.failure_policy_calls.get_metric_with_label_values(&[policy]) {
+            counter.inc();
         }
     }
 

@@ -29,6 +29,7 @@ pub(super) fn build_domains(
             }
             Some(domain) if options.merge_domains => {
                 domain.check_default_algorithm(&file, report);
+                domain.check_failure_policy(&file, report);
                 domain.add(file, report);
             }
             Some(domain) => {
@@ -83,6 +84,7 @@ impl DomainBuild {
                 name: file.domain.clone(),
                 sources: Vec::new(),
                 default_algorithm: file.default_algorithm.unwrap_or(options.default_algorithm),
+                failure_policy: file.failure_policy,
                 root: Node::default(),
             },
             first_file: None,
@@ -116,6 +118,24 @@ impl DomainBuild {
                 self.explicit_default = Some((algorithm, file.file));
                 self.rules.default_algorithm = algorithm;
             }
+        }
+    }
+
+    /// One domain, one policy: merged files that disagree would make it depend on file order.
+    fn check_failure_policy(&mut self, file: &FileSpec, report: &mut Report) {
+        let Some(policy) = file.failure_policy else {
+            return;
+        };
+        match self.rules.failure_policy {
+            Some(first) if first != policy => {
+                let message = format!(
+                    "`failure_policy: {policy}` differs from `failure_policy: {first}` set by \
+                     another file of the same domain: merged files must agree"
+                );
+                report.error(file.file, &file.domain, message);
+            }
+            Some(_) => {}
+            None => self.rules.failure_policy = Some(policy),
         }
     }
 

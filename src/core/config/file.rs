@@ -113,11 +113,13 @@ fn read_root(index: usize, root: &Mapping, walk: &mut FileWalk) -> FileSpec {
         walk.default_algorithm = algorithm;
         walk.default_algorithm_source = "this file's `default_algorithm`";
     }
+    let failure_policy = walk.failure_policy(root, &path);
     let descriptors = read_descriptors(field(root, "descriptors"), &path, walk);
     FileSpec {
         file: index,
         domain,
         default_algorithm,
+        failure_policy,
         descriptors,
     }
 }
@@ -194,6 +196,38 @@ impl FileWalk<'_> {
                 None
             }
         }
+    }
+
+    /// `failure_policy:` at the top of a file.
+    fn failure_policy(
+        &mut self,
+        map: &Mapping,
+        path: &str,
+    ) -> Option<crate::core::failure::FailurePolicy> {
+        use crate::core::failure::FailurePolicy;
+        let written = self.text(
+            map,
+            "failure_policy",
+            "failure_policy",
+            path,
+            "failure_policy: fail_open",
+        )?;
+        if let Some(policy) = FailurePolicy::parse(&written) {
+            return Some(policy);
+        }
+        let names: Vec<&'static str> = FailurePolicy::ALL.iter().map(|p| p.name()).collect();
+        let hint = match suggest(&written, &names) {
+            Some(near) => format!("did you mean '{near}'? "),
+            None => String::new(),
+        };
+        self.report.error(
+            path,
+            format!(
+                "unknown failure policy '{written}' in `failure_policy`: {hint}use one of {}",
+                names.join(", ")
+            ),
+        );
+        None
     }
 
     /// An algorithm name.

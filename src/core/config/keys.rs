@@ -32,6 +32,7 @@ impl Place {
                 "descriptors",
                 "default_algorithm",
                 "check_profiles",
+                "failure_policy",
             ],
             Place::Descriptor => &[
                 "key",

@@ -11,6 +11,8 @@ pub(super) struct FileSpec {
     pub(super) domain: String,
     /// The file's `default_algorithm:`, if written.
     pub(super) default_algorithm: Option<Algorithm>,
+    /// The file's `failure_policy:`, if written.
+    pub(super) failure_policy: Option<crate::core::failure::FailurePolicy>,
     pub(super) descriptors: Vec<DescriptorSpec>,
 }
 

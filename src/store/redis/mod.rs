@@ -49,14 +49,24 @@
 //! Every call has a deadline (25 ms by default): a Redis that errs, is unreachable or stops
 //! answering yields [`StoreError::Unavailable`], never a hang. Errors name the server as
 //! `host:port/db`, never with credentials.
+//!
+//! A circuit breaker (`core::failure::Breaker`) stands before the calls: after
+//! [`RedisOptions::breaker_threshold`] consecutive failures (5 by default) the store stops
+//! calling Redis and answers `Unavailable` at once, so a dead Redis costs no request its
+//! deadline; one real decision per [`RedisOptions::probe_interval`] (500 ms) goes through as a
+//! probe, and the first that succeeds closes the breaker. Each change is logged once. Why
+//! 500 ms and not 1 s: after a restart the first probe may only wake the connection's
+//! reconnection (it fails while the socket is re-established), so two probes a second keep
+//! "decisions resume within 1 s of Redis returning" (`tests/redis_failure.rs`). What a
+//! failed request gets is the limiter's failure policy (`core::failure::FailurePolicy`).
 
 mod connection;
 pub mod keys;
 mod script;
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
@@ -68,6 +78,7 @@ pub use self::script::{
     MAX_WINDOW_MICROS,
 };
 use super::{Decided, Store, StoreError};
+use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::plan::Counter;
 use crate::core::rules::RuleSet;
 use crate::core::time::Clock;
@@ -77,6 +88,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(25);
 
 /// The default deadline for connecting (at start-up, and for each reconnection attempt).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Consecutive failures that open the circuit breaker.
+pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
+
+/// How often an open breaker lets one call through to see whether Redis is back.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long keys outlive their state under a test clock: Redis expires keys on its own clock,
 /// which moves far slower than a test's.
@@ -98,6 +115,10 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// Deadline for connecting at start-up and for each reconnection attempt.
     pub connect_timeout: Duration,
+    /// Consecutive failed calls that open the circuit breaker (0: never open).
+    pub breaker_threshold: u32,
+    /// While the breaker is open, one call per this interval goes to Redis.
+    pub probe_interval: Duration,
     /// Tests only: take "now" from this clock instead of Redis `TIME`.
     pub test_clock: Option<Arc<dyn Clock>>,
 }
@@ -110,6 +131,8 @@ impl RedisOptions {
             key_prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
             test_clock: None,
         }
     }
@@ -147,6 +170,8 @@ impl fmt::Debug for RedisOptions {
             .field("key_prefix", &self.key_prefix)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("breaker_threshold", &self.breaker_threshold)
+            .field("probe_interval", &self.probe_interval)
             .field("test_clock", &self.test_clock.is_some())
             .finish()
     }
@@ -185,6 +210,10 @@ pub struct RedisStore {
     keys: KeyLayout,
     timeout: Duration,
     test_clock: Option<Arc<dyn Clock>>,
+    /// Held only to read or update the state, never across a call.
+    breaker: Mutex<Breaker>,
+    /// The origin of the breaker's milliseconds.
+    started: Instant,
 }
 
 impl RedisStore {
@@ -217,6 +246,11 @@ impl RedisStore {
             keys,
             timeout: options.timeout,
             test_clock: options.test_clock.clone(),
+            breaker: Mutex::new(Breaker::new(
+                options.breaker_threshold,
+                u64::try_from(options.probe_interval.as_millis()).unwrap_or(u64::MAX),
+            )),
+            started: Instant::now(),
         })
     }
 
@@ -233,6 +267,60 @@ impl RedisStore {
     /// The Redis key of the counter whose identity is `identity` (`Counter::key`).
     pub fn key_for(&self, identity: &[u8]) -> String {
         self.keys.key_for(identity)
+    }
+
+    /// Whether the circuit breaker is open (Redis is not being called).
+    pub fn breaker_open(&self) -> bool {
+        self.with_breaker(|breaker| breaker.is_open())
+    }
+
+    fn with_breaker<T>(&self, change: impl FnOnce(&mut Breaker) -> T) -> T {
+        // A panic elsewhere cannot leave the few integers inconsistent: use them anyway.
+        let mut breaker = match self.breaker.lock() {
+            Ok(breaker) => breaker,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        change(&mut breaker)
+    }
+
+    fn breaker_millis(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// One decision behind the circuit breaker.
+    async fn decide_guarded(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
+        let gate = self.with_breaker(|breaker| breaker.gate(self.breaker_millis()));
+        if gate == Gate::Refuse {
+            return Err(unavailable(format!(
+                "Redis at {} failed repeatedly: not called until a probe succeeds (circuit open)",
+                self.connection.server
+            )));
+        }
+        let result = self.decide_in_redis(counters, global_shadow).await;
+        let transition = match &result {
+            Ok(_) => self.with_breaker(Breaker::succeeded),
+            Err(_) => {
+                let now = self.breaker_millis();
+                self.with_breaker(|breaker| breaker.failed(now))
+            }
+        };
+        match (transition, &result) {
+            (Some(Transition::Opened { consecutive_failures }), Err(error)) => tracing::warn!(
+                redis = %self.connection.server,
+                consecutive_failures,
+                "Redis circuit open: calls fail at once, one probe per interval: {error}"
+            ),
+            (Some(Transition::Closed), _) => tracing::info!(
+                redis = %self.connection.server,
+                "Redis circuit closed: Redis answers again"
+            ),
+            _ => {}
+        }
+        result
     }
 
     fn now(&self) -> Result<Now, StoreError> {
@@ -291,7 +379,7 @@ impl Store for RedisStore {
         counters: &[Counter],
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
-        self.decide_in_redis(counters, global_shadow).await
+        self.decide_guarded(counters, global_shadow).await
     }
 
     fn backend(&self) -> &'static str {

@@ -1,0 +1,148 @@
+//! Three floodgate processes (`--store redis`) share one Redis: 64 concurrent gRPC clients,
+//! spread over the three, send CALLS requests for one descriptor whose limit is LIMIT, and
+//! exactly LIMIT are admitted in total, for every algorithm.
+//!
+//! What this proves: each decision is one atomic script call, so requests from different
+//! processes (different connections, different tokio runtimes) never interleave between reading
+//! and writing a counter. It also shows that "now" is not the process's: every decision reads
+//! Redis `TIME` inside the script. The three processes here share the machine's clock, so the
+//! test cannot show by itself that skewed clocks agree (a process clock cannot be skewed
+//! without libfaketime, which is not installed); that part rests on the script taking `TIME`
+//! (`store::redis` module docs) and on `redis_differential.rs`, which drives the script with an
+//! explicit clock.
+
+mod common;
+#[path = "common/redis.rs"]
+mod redis_support;
+#[path = "common/rls.rs"]
+mod rls;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use floodgate::proto::rate_limit_response::Code;
+
+use common::Floodgate;
+use redis_support::RedisServer;
+
+const LIMIT: u32 = 200;
+const CALLS: usize = 1000;
+const CLIENTS: usize = 64;
+const PROCESSES: usize = 3;
+
+/// Per day, so windows roll over only at midnight UTC (the test waits if that is near) and
+/// buckets refill one hit per 432 s, far longer than the test.
+const RULES: &str = r#"
+domain: shared
+descriptors:
+  - key: fixed_window
+    rate_limit: {unit: day, requests_per_unit: 200, algorithm: fixed_window}
+  - key: sliding_window
+    rate_limit: {unit: day, requests_per_unit: 200, algorithm: sliding_window}
+  - key: sliding_log
+    rate_limit: {unit: day, requests_per_unit: 200, algorithm: sliding_log}
+  - key: token_bucket
+    rate_limit: {unit: day, requests_per_unit: 200, algorithm: token_bucket, burst: 200}
+  - key: leaky_bucket
+    rate_limit: {unit: day, requests_per_unit: 200, algorithm: leaky_bucket, burst: 199}
+"#;
+
+const ALGORITHMS: [&str; 5] = [
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "token_bucket",
+    "leaky_bucket",
+];
+
+/// Sleeps past midnight UTC when it is less than two minutes away, so one day window holds
+/// the whole test.
+async fn keep_clear_of_the_day_boundary() {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let until_midnight = 86_400 - since_epoch % 86_400;
+    if until_midnight < 120 {
+        tokio::time::sleep(Duration::from_secs(until_midnight + 2)).await;
+    }
+}
+
+/// Sends CALLS requests for `key` from CLIENTS tasks, task `i` talking to process `i % 3`;
+/// returns (admitted, over limit).
+async fn admitted_across_processes(urls: &[String], key: &str) -> (usize, usize) {
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for index in 0..CLIENTS {
+        clients.push(rls::connect(&urls[index % urls.len()]).await);
+    }
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut client)| {
+            let key = key.to_owned();
+            // CALLS spread as evenly as possible over the clients.
+            let calls = CALLS / CLIENTS + usize::from(index < CALLS % CLIENTS);
+            tokio::spawn(async move {
+                let (mut admitted, mut over) = (0, 0);
+                for call in 0..calls {
+                    let value = "one";
+                    let request = rls::request("shared", &[&[(key.as_str(), value)]]);
+                    let response = rls::call(&mut client, request)
+                        .await
+                        .unwrap_or_else(|status| panic!("call {call} for {key}: {status}"));
+                    match Code::try_from(response.overall_code) {
+                        Ok(Code::Ok) => admitted += 1,
+                        Ok(Code::OverLimit) => over += 1,
+                        other => panic!("unexpected code {other:?} for {key}"),
+                    }
+                }
+                (admitted, over)
+            })
+        })
+        .collect();
+    let (mut admitted, mut over) = (0, 0);
+    for task in tasks {
+        let (a, o) = task
+            .await
+            .unwrap_or_else(|error| panic!("client task failed: {error}"));
+        admitted += a;
+        over += o;
+    }
+    (admitted, over)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_processes_admit_exactly_the_limit_for_every_algorithm() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
+    let config = dir.path().join("shared.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("cannot write rules: {error}"));
+    let url = redis.url();
+    // A generous deadline: debug builds on a loaded 2-core machine.
+    let extra = [
+        "--store",
+        "redis",
+        "--redis-url",
+        url.as_str(),
+        "--redis-timeout-ms",
+        "2000",
+    ];
+    let processes: Vec<Floodgate> = (0..PROCESSES)
+        .map(|index| {
+            let log_dir = dir.path().join(format!("p{index}"));
+            std::fs::create_dir_all(&log_dir)
+                .unwrap_or_else(|error| panic!("cannot create log dir: {error}"));
+            Floodgate::start(&config, &extra, &log_dir)
+        })
+        .collect();
+    let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
+
+    keep_clear_of_the_day_boundary().await;
+    for algorithm in ALGORITHMS {
+        let (admitted, over) = admitted_across_processes(&urls, algorithm).await;
+        assert_eq!(
+            (admitted, over),
+            (LIMIT as usize, CALLS - LIMIT as usize),
+            "{algorithm}: admitted, over limit"
+        );
+    }
+}
