@@ -7,5 +7,6 @@ scripts/install-peers.sh
 # deploy/: Kubernetes overlays (schema, checkov), the example Envoy bootstrap, the Dockerfile.
 scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
-cargo build --locked --bins
-cargo test --locked --no-fail-fast --all-targets -- --test-threads=2
+cargo build --locked --bins --benches --examples
+# Benches are built above and measured by scripts/bench-*.sh; everything else runs here.
+cargo test --locked --no-fail-fast --lib --bins --tests --examples -- --test-threads=2
