@@ -175,6 +175,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         health,
         reload: Some(reload_status),
         grpc_tls,
+        admission: server::admission::AdmissionSettings {
+            max_in_flight: args.max_in_flight,
+            overload_answer: args.overload_answer,
+        },
     };
 
     let serving = Serving {
@@ -235,6 +239,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                     .with_telemetry(args.telemetry.decision_telemetry())
                     .with_local_fallback(local_fallback),
             );
+            tokio::spawn(sweep_local_fallback(
+                Arc::clone(&limiter),
+                serving.shutdown.clone(),
+            ));
             run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
     }
@@ -309,6 +317,20 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
         env,
     )?;
     Ok(files.map(ServerTls::load).transpose()?)
+}
+
+/// The counters `failure_policy: local` made while Redis was down expire like the memory
+/// store's.
+async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: shutdown::Shutdown) {
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        if let Some(fallback) = limiter.local_fallback() {
+            let dropped = fallback.sweep_expired();
+            if dropped > 0 {
+                tracing::debug!(dropped, "expired local fallback counters dropped");
+            }
+        }
+    })
+    .await;
 }
 
 async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::core::algorithm::Algorithm;
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
+use crate::core::overload::OverloadAnswer;
 use crate::server::DenyStatus;
 
 #[derive(Debug, Parser)]
@@ -227,6 +228,20 @@ pub struct ServeArgs {
     /// accepting and let calls in flight finish.
     #[arg(long, env = "FLOODGATE_DRAIN_SECONDS", default_value_t = 0)]
     pub drain_seconds: u64,
+    /// Most ShouldRateLimit calls (gRPC) arrived and not yet answered; beyond it a call gets
+    /// --overload-answer at once instead of waiting in a queue. 0 refuses every call (a drill).
+    #[arg(long, env = "FLOODGATE_MAX_IN_FLIGHT", default_value_t = crate::server::admission::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
+    /// What a call beyond --max-in-flight gets: unavailable (gRPC UNAVAILABLE: Envoy's
+    /// failure_mode_deny decides), ok (admit, without limits) or over_limit (OVER_LIMIT with
+    /// Retry-After: 1 and x-floodgate-overloaded: true).
+    #[arg(
+        long,
+        env = "FLOODGATE_OVERLOAD_ANSWER",
+        default_value = "unavailable",
+        value_parser = parse_overload_answer
+    )]
+    pub overload_answer: OverloadAnswer,
     #[command(flatten)]
     pub grpc_tls: GrpcTlsArgs,
 }
@@ -382,5 +397,10 @@ pub fn reference_address(
 
 fn parse_failure_policy(text: &str) -> Result<FailurePolicy, String> {
     text.parse::<FailurePolicy>()
+        .map_err(|error| error.to_string())
+}
+
+fn parse_overload_answer(text: &str) -> Result<OverloadAnswer, String> {
+    text.parse::<OverloadAnswer>()
         .map_err(|error| error.to_string())
 }

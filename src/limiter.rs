@@ -16,8 +16,8 @@ use tracing::{field, Instrument as _, Span};
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::{plan, PlanSettings};
-use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::plan::{DescriptorPlan, Plan};
+use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble, Code, Response};
 use crate::core::rules::RuleSet;
 use crate::store::memory::MemoryStore;
@@ -310,6 +310,8 @@ impl<S: Store> Limiter<S> {
         let action = match (policy.action(), &self.local_fallback) {
             // Only a store beside a shared one has a fallback: otherwise answer as `error`.
             (FailureAction::DecideLocally, None) => FailureAction::Unavailable,
+            // `--shadow-mode` answers OK to everything, a failed store included.
+            (FailureAction::Reject, _) if self.settings.global_shadow => FailureAction::Admit,
             (action, _) => action,
         };
         if let Some(metrics) = self.metrics {

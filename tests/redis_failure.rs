@@ -6,7 +6,8 @@
 //! "deadline + 20 ms" is asserted on the slowest call made once the breaker has surely opened
 //! (BREAKER_SETTLED after the outage began: five 25 ms failures take far less), when each
 //! call either fails at once or is the one probe per second that waits out the 25 ms deadline.
-//! The p99 and the maximum of every call are printed as well.
+//! The p99 and the maximum of every call are printed as well. The tests of this file run one
+//! at a time, with four load tasks, for the same reason.
 
 mod common;
 #[path = "common/redis.rs"]
@@ -31,7 +32,11 @@ const MAX_CALL_MS: u64 = TIMEOUT_MS + 20;
 /// After this much of an outage the breaker is open for sure.
 const BREAKER_SETTLED: Duration = Duration::from_millis(300);
 const OUTAGE: Duration = Duration::from_millis(1500);
-const LOAD_TASKS: usize = 8;
+const LOAD_TASKS: usize = 4;
+
+/// The tests of this file run one at a time: on 2 cores, two processes under load at once
+/// would measure each other, not the breaker.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 const DOMAINS: [(&str, &str); 4] = [
     // No `failure_policy:`: the global default, `error`.
@@ -78,7 +83,11 @@ fn start() -> Setup {
         ],
         dir.path(),
     );
-    wait_for_port(floodgate.http_port, Duration::from_secs(10), "floodgate HTTP");
+    wait_for_port(
+        floodgate.http_port,
+        Duration::from_secs(10),
+        "floodgate HTTP",
+    );
     Setup {
         redis,
         floodgate,
@@ -146,11 +155,16 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 /// checks policies and latency; returns after Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let setup = start();
     let url = setup.floodgate.grpc_url();
     let mut probe = rls::connect(&url).await;
     for (domain, _) in DOMAINS {
-        assert_eq!(call(&mut probe, domain, "user", "warm").await, Outcome::Ok, "{domain}");
+        assert_eq!(
+            call(&mut probe, domain, "user", "warm").await,
+            Outcome::Ok,
+            "{domain}"
+        );
     }
 
     let outage_started: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
@@ -167,8 +181,10 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
                 let domain = DOMAINS[round % DOMAINS.len()].0;
                 round += 1;
                 let started = Instant::now();
-                let started_after_outage =
-                    outage_started.lock().await.map(|at| started.saturating_duration_since(at));
+                let started_after_outage = outage_started
+                    .lock()
+                    .await
+                    .map(|at| started.saturating_duration_since(at));
                 let result = call(&mut client, domain, "user", "load").await;
                 samples.push(Sample {
                     started_after_outage,
@@ -204,12 +220,11 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
     // The HTTP endpoints answer 503 under `error`.
     let body = r#"{"domain": "d_error", "descriptors": [{"entries": [{"key": "user", "value": "http"}]}]}"#;
     let http_port = setup.floodgate.http_port;
-    let http = tokio::task::spawn_blocking(move || {
-        http_request(http_port, "POST", "/json", &[], body)
-    })
-    .await
-    .unwrap_or_else(|error| panic!("HTTP task: {error}"))
-    .unwrap_or_else(|error| panic!("POST /json: {error}"));
+    let http =
+        tokio::task::spawn_blocking(move || http_request(http_port, "POST", "/json", &[], body))
+            .await
+            .unwrap_or_else(|error| panic!("HTTP task: {error}"))
+            .unwrap_or_else(|error| panic!("POST /json: {error}"));
     assert_eq!(http.status, 503, "{http:?}");
 
     tokio::time::sleep(OUTAGE.saturating_sub(BREAKER_SETTLED)).await;
@@ -229,7 +244,10 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut samples = Vec::new();
     for task in tasks {
-        samples.extend(task.await.unwrap_or_else(|error| panic!("load task: {error}")));
+        samples.extend(
+            task.await
+                .unwrap_or_else(|error| panic!("load task: {error}")),
+        );
     }
 
     let settled: Vec<&Sample> = samples
@@ -240,7 +258,11 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
                 .is_some_and(|after| after >= BREAKER_SETTLED && after < OUTAGE)
         })
         .collect();
-    assert!(settled.len() > 20, "too few calls during the outage: {}", settled.len());
+    assert!(
+        settled.len() > 20,
+        "too few calls during the outage: {}",
+        settled.len()
+    );
     for sample in &settled {
         assert_eq!(
             sample.outcome,
@@ -276,21 +298,23 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
         "decisions resumed only {recovered_after:?} after Redis returned"
     );
     let metrics_port = setup.floodgate.debug_port;
-    let metrics = tokio::task::spawn_blocking(move || {
-        common::http::get(metrics_port, "/metrics", &[])
-    })
-    .await
-    .unwrap_or_else(|error| panic!("metrics task: {error}"))
-    .unwrap_or_else(|error| panic!("GET /metrics: {error}"));
+    let metrics =
+        tokio::task::spawn_blocking(move || common::http::get(metrics_port, "/metrics", &[]))
+            .await
+            .unwrap_or_else(|error| panic!("metrics task: {error}"))
+            .unwrap_or_else(|error| panic!("GET /metrics: {error}"));
     for policy in ["error", "fail_open", "fail_closed", "local"] {
         let line = format!("floodgate_failure_policy_calls_total{{policy=\"{policy}\"}}");
         assert!(metrics.body.contains(&line), "{line} missing");
     }
     assert!(
-        metrics.body.lines().any(|line| line.starts_with("floodgate_requests_rejected_total")
-            && line.contains("domain=\"d_closed\"")
-            && line.contains("reason=\"failure_policy\"")
-            && !line.ends_with(" 0")),
+        metrics
+            .body
+            .lines()
+            .any(|line| line.starts_with("floodgate_requests_rejected_total")
+                && line.contains("domain=\"d_closed\"")
+                && line.contains("reason=\"failure_policy\"")
+                && !line.ends_with(" 0")),
         "no failure_policy rejection counted"
     );
     let log = setup.floodgate.process.log_text();
@@ -302,6 +326,7 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
 /// and the `error` domain decides again soon after the new server is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn decisions_resume_after_redis_is_killed_and_restarted() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let mut setup = start();
     let url = setup.floodgate.grpc_url();
     let mut client = rls::connect(&url).await;

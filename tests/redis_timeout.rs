@@ -28,6 +28,9 @@ fn one_counter() -> Vec<Counter> {
 async fn store_with_default_timeout(server: &RedisServer) -> Arc<RedisStore> {
     let mut options = server.options(None);
     options.timeout = DEFAULT_TIMEOUT;
+    // The deadline alone: the circuit breaker would answer later calls without asking Redis
+    // (tests/redis_failure.rs covers it).
+    options.breaker_threshold = 0;
     Arc::new(
         RedisStore::connect(&options)
             .await

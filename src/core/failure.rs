@@ -154,9 +154,7 @@ impl Breaker {
 
     pub fn succeeded(&mut self) -> Option<Transition> {
         self.consecutive_failures = 0;
-        self.open_until_probe
-            .take()
-            .map(|_| Transition::Closed)
+        self.open_until_probe.take().map(|_| Transition::Closed)
     }
 
     pub fn failed(&mut self, now: Millis) -> Option<Transition> {

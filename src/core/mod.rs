@@ -9,6 +9,7 @@ pub mod explain;
 pub mod failure;
 pub mod headers;
 pub mod key;
+pub mod overload;
 pub mod plan;
 pub mod request;
 pub mod response;

@@ -2,13 +2,19 @@
 
 use std::sync::Arc;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
+use super::admission::{
+    expired_status, overloaded_status, AdmissionInterceptor, AdmissionSettings, Admitted,
+};
 use super::convert::{request_from_wire, response_to_wire};
+use crate::core::overload::{overload_reply, OverloadReply};
 use crate::limiter::{LimitError, Limiter};
 use crate::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
+use crate::telemetry::metrics::{self, OverloadReason};
 use crate::telemetry::traces::RemoteParent;
 
 pub struct RateLimitGrpc<S> {
@@ -19,20 +25,58 @@ impl<S: Store> RateLimitGrpc<S> {
     pub fn server(limiter: Arc<Limiter<S>>) -> RateLimitServiceServer<Self> {
         RateLimitServiceServer::new(Self { limiter })
     }
+
+    /// The service behind its admission control (`server::admission`).
+    pub fn admitted_server(
+        limiter: Arc<Limiter<S>>,
+        admission: AdmissionSettings,
+    ) -> InterceptedService<RateLimitServiceServer<Self>, AdmissionInterceptor> {
+        RateLimitServiceServer::with_interceptor(
+            Self { limiter },
+            AdmissionInterceptor::new(admission),
+        )
+    }
 }
 
 #[tonic::async_trait]
 impl<S: Store> RateLimitService for RateLimitGrpc<S> {
     async fn should_rate_limit(
         &self,
-        request: Request<RateLimitRequest>,
+        mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let admitted = Admitted::check(&mut request);
+        let budget = match admitted {
+            Admitted::Decide { budget, .. } => budget,
+            Admitted::Expired => return Err(expired_status()),
+            Admitted::Overloaded(answer) => {
+                let descriptors = request.get_ref().descriptors.len();
+                return match overload_reply(answer, descriptors) {
+                    OverloadReply::Unavailable => Err(overloaded_status()),
+                    OverloadReply::Answer(response) => {
+                        Ok(Response::new(response_to_wire(response)))
+                    }
+                };
+            }
+        };
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
         // is on; the decision's span continues that trace.
         let metadata = request.metadata();
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
         let request = request_from_wire(request.into_inner());
-        match self.limiter.decide_traced(&request, parent).await {
+        let deciding = self.limiter.decide_traced(&request, parent);
+        // Never work past the caller's deadline: nobody waits for that answer.
+        let decided = match budget {
+            None => deciding.await,
+            Some(budget) => match tokio::time::timeout(budget, deciding).await {
+                Ok(decided) => decided,
+                Err(_elapsed) => {
+                    metrics::overload_rejected(OverloadReason::Deadline);
+                    return Err(expired_status());
+                }
+            },
+        };
+        drop(admitted);
+        match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(LimitError::InvalidRequest(invalid)) => {
                 Err(Status::invalid_argument(invalid.to_string()))

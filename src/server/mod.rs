@@ -1,6 +1,7 @@
 //! The listeners: gRPC (RLS v3), HTTP and the debug port, all stopped by one shutdown signal.
 //! Each takes an already-bound listener, so tests start the real server on port 0.
 
+pub mod admission;
 pub mod convert;
 mod debug;
 pub mod grpc;
@@ -46,6 +47,8 @@ pub struct Operations {
     pub reload: Option<Arc<ReloadStatus>>,
     /// TLS on the gRPC listener.
     pub grpc_tls: Option<tls::ServerTls>,
+    /// The in-flight bound of ShouldRateLimit and its overload answer.
+    pub admission: admission::AdmissionSettings,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -87,7 +90,11 @@ pub async fn serve_with<S: Store>(
     let (reflection_v1, reflection_v1alpha) = reflection_services()?;
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(grpc::RateLimitGrpc::server(Arc::clone(&limiter)))
+        .max_concurrent_streams(operations.admission.streams_per_connection())
+        .add_service(grpc::RateLimitGrpc::admitted_server(
+            Arc::clone(&limiter),
+            operations.admission,
+        ))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);

@@ -108,6 +108,30 @@ impl RejectReason {
     }
 }
 
+/// Why a call was answered without being decided (`floodgate_overload_rejections_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverloadReason {
+    /// `--max-in-flight` calls were in flight: answered by `--overload-answer`.
+    InFlight,
+    /// The caller's deadline (`grpc-timeout`) passed before the decision: DEADLINE_EXCEEDED.
+    Deadline,
+}
+
+impl OverloadReason {
+    pub const ALL: [OverloadReason; 2] = [OverloadReason::InFlight, OverloadReason::Deadline];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            OverloadReason::InFlight => "in_flight",
+            OverloadReason::Deadline => "deadline",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The resolved per-rule series of one `(domain, rule)` label pair.
 #[derive(Debug)]
 pub struct RuleSeries {
@@ -190,6 +214,7 @@ pub struct Metrics {
     calls: [IntCounter; 5],
     decision_seconds: Histogram,
     in_flight: IntGauge,
+    overload_rejections: [IntCounter; 2],
     rules_loaded: IntGauge,
     config_load_success: IntCounter,
     config_load_error: IntCounter,
@@ -253,6 +278,24 @@ impl Metrics {
                 "Calls being decided right now.",
             )?,
         )?;
+        let overload_vec = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_overload_rejections_total",
+                    "gRPC calls answered without a decision to protect floodgate: in_flight \
+                     (beyond --max-in-flight, answered by --overload-answer) or deadline (the \
+                     caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
+                ),
+                &["reason"],
+            )?,
+        )?;
+        let overload =
+            |reason: OverloadReason| overload_vec.get_metric_with_label_values(&[reason.label()]);
+        let overload_rejections = [
+            overload(OverloadReason::InFlight)?,
+            overload(OverloadReason::Deadline)?,
+        ];
         let rules_loaded = register(
             &registry,
             IntGauge::new(
@@ -379,6 +422,7 @@ impl Metrics {
             calls,
             decision_seconds,
             in_flight,
+            overload_rejections,
             rules_loaded,
             config_load_success,
             config_load_error,
@@ -415,9 +459,19 @@ impl Metrics {
         }
     }
 
+    /// A call answered without a decision, to protect floodgate.
+    pub fn overload_rejected(&self, reason: OverloadReason) {
+        if let Some(counter) = self.overload_rejections.get(reason.index()) {
+            counter.inc();
+        }
+    }
+
     /// A call the store failed, answered by `policy` (its name).
     pub fn failure_policy_applied(&self, policy: &str) {
-        if let Ok(counter) = self.failure_policy_calls.get_metric_with_label_values(&[policy]) {
+        if let Ok(counter) = self
+            .failure_policy_calls
+            .get_metric_with_label_values(&[policy])
+        {
             counter.inc();
         }
     }
@@ -560,6 +614,13 @@ pub fn global() -> Option<&'static Metrics> {
         .as_ref()
 }
 
+/// A gRPC call answered without a decision (`server::admission`).
+pub fn overload_rejected(reason: OverloadReason) {
+    if let Some(metrics) = global() {
+        metrics.overload_rejected(reason);
+    }
+}
+
 /// A configuration with `rules` rules was loaded and swapped in (the first load too).
 pub fn reload_succeeded(rules: usize) {
     if let Some(metrics) = global() {
@@ -620,6 +681,7 @@ mod tests {
         let metrics = metrics(10);
         metrics.call_finished(Decision::Ok, 0.001);
         metrics.reload_succeeded(3);
+        metrics.overload_rejected(OverloadReason::InFlight);
         metrics.reload_failed();
         metrics.store_state("memory", true);
         metrics.invalid_request(UNKNOWN_DOMAIN_LABEL);
@@ -634,6 +696,8 @@ mod tests {
             "floodgate_calls_total{decision=\"error\"} 0",
             "floodgate_decision_duration_seconds_count 1",
             "floodgate_calls_in_flight 0",
+            "floodgate_overload_rejections_total{reason=\"in_flight\"} 1",
+            "floodgate_overload_rejections_total{reason=\"deadline\"} 0",
             "floodgate_rules_loaded 3",
             "floodgate_config_load_success_total 1",
             "floodgate_config_load_error_total 1",
@@ -689,6 +753,9 @@ mod tests {
         assert_eq!(labels, ["ok", "over_limit", "shadow", "unknown", "error"]);
         for (index, decision) in Decision::ALL.iter().enumerate() {
             assert_eq!(decision.index(), index);
+        }
+        for (index, reason) in OverloadReason::ALL.iter().enumerate() {
+            assert_eq!(reason.index(), index);
         }
     }
 }

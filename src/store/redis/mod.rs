@@ -77,6 +77,7 @@ pub use self::script::{
     check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
     MAX_WINDOW_MICROS,
 };
+pub use self::script::{Call, SOURCE as SCRIPT_SOURCE};
 use super::{Decided, Store, StoreError};
 use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::plan::Counter;
@@ -203,6 +204,14 @@ pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
         .collect()
 }
 
+/// The `EVALSHA` keys and arguments this store sends for `counters` with `layout`'s keys, on
+/// Redis time: what `examples/redis_script.rs` prints for `scripts/bench-redis.sh`.
+pub fn script_call(counters: &[Counter], global_shadow: bool, layout: &KeyLayout) -> Call {
+    build_call(counters, global_shadow, Now::RedisTime, |identity| {
+        layout.key_for(identity)
+    })
+}
+
 /// Counters in Redis, decided by one script call per request.
 pub struct RedisStore {
     connection: Connection,
@@ -309,7 +318,12 @@ impl RedisStore {
             }
         };
         match (transition, &result) {
-            (Some(Transition::Opened { consecutive_failures }), Err(error)) => tracing::warn!(
+            (
+                Some(Transition::Opened {
+                    consecutive_failures,
+                }),
+                Err(error),
+            ) => tracing::warn!(
                 redis = %self.connection.server,
                 consecutive_failures,
                 "Redis circuit open: calls fail at once, one probe per interval: {error}"

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Redis store benchmark: floodgate --store redis under examples/loadgen, beside redis-benchmark
+# sending the very EVALSHA the store sends (one fixed-window counter), on the same machine and
+# the same redis-server. redis-benchmark's EVALSHA/s is the ceiling for one round trip per
+# decision; the report gives floodgate's decisions/s as a ratio of it.
+#
+#   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
+#
+# Overrides (environment):
+#   BENCH_SECONDS      length of each loadgen run, seconds            [10]
+#   BENCH_CLIENTS      loadgen concurrency and redis-benchmark -c     [50]
+#   BENCH_KEYS         distinct counters (loadgen --keys, -r)         [10000]
+#   BENCH_REQUESTS     redis-benchmark -n without pipelining          [100000]
+#   BENCH_REDIS_TIMEOUT_MS  floodgate --redis-timeout-ms              [100]
+#     (not the 25 ms default: at saturation on 2 shared cores some decisions miss 25 ms, five
+#     in a row open the circuit breaker, and fast failures would then count as throughput)
+#   BENCH_PIPELINE     redis-benchmark -P for the pipelined run       [16]
+#   BENCH_OUT          the report                                     [docs/benchmarks-redis.md]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
+CLIENTS="${BENCH_CLIENTS:-50}"
+KEYS="${BENCH_KEYS:-10000}"
+REQUESTS="${BENCH_REQUESTS:-100000}"
+REDIS_TIMEOUT_MS="${BENCH_REDIS_TIMEOUT_MS:-100}"
+PIPELINE="${BENCH_PIPELINE:-16}"
+OUT="${BENCH_OUT:-docs/benchmarks-redis.md}"
+# High enough that no counter is ever over: every decision writes, as most real ones do.
+LIMIT=1000000
+
+die() { echo "bench-redis: $*" >&2; exit 1; }
+for tool in python3 redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null || die "$tool is needed"
+done
+for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$REDIS_TIMEOUT_MS"; do
+  [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
+done
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/bench-redis.XXXXXX")"
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "bench-redis: building (release): floodgate, loadgen, redis_script" >&2
+if ! cargo build --release --bin floodgate --example loadgen --example redis_script \
+  >"$WORK/build.log" 2>&1; then
+  tail -n 40 "$WORK/build.log" >&2
+  die "the release build failed"
+fi
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+BIN="$TARGET_DIR/release"
+
+read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 - <<'EOF'
+import socket
+socks = []
+for _ in range(4):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+)
+
+wait_port() { # NAME PID PORT LOG
+  local name="$1" pid="$2" port="$3" log="$4" _
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "$name exited during start-up"; }
+    if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 20 "$log" >&2
+  die "$name did not listen on 127.0.0.1:$port within 10 s"
+}
+
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+wait_port redis-server "$REDIS_PID" "$REDIS_PORT" "$WORK/redis.log"
+
+mkdir -p "$WORK/config"
+cat >"$WORK/config/edge.yaml" <<EOF
+domain: edge
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: client_id
+        rate_limit: {unit: minute, requests_per_unit: $LIMIT, algorithm: fixed_window}
+EOF
+RUST_LOG=warn "$BIN/floodgate" serve --config "$WORK/config" --store redis \
+  --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout-ms "$REDIS_TIMEOUT_MS" \
+  --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
+  --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
+FLOODGATE_PID=$!
+PIDS+=("$FLOODGATE_PID")
+wait_port floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
+
+loadgen() { # NAME ARGS…
+  local name="$1"
+  shift
+  echo "bench-redis: floodgate, $name" >&2
+  "$BIN/examples/loadgen" --addr "http://127.0.0.1:$GRPC_PORT" --label floodgate \
+    --domain edge --descriptor 'generic_key=api,client_id={key}' --keys "$KEYS" \
+    --concurrency "$CLIENTS" --duration "${SECONDS_PER_RUN}s" --json "$WORK/$name.json" \
+    "$@" >"$WORK/$name.txt"
+  sed 's/^/    /' "$WORK/$name.txt" >&2
+}
+
+loadgen peak --max-rate
+RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
+loadgen half --rate "$RATE"
+kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+
+# The same script and the same kind of call, from redis-benchmark. Its keys get a random
+# suffix (-r) so that, as under loadgen, KEYS counters share the load.
+"$BIN/examples/redis_script" source >"$WORK/script.lua"
+SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$WORK/script.lua")")"
+mapfile -t CALL < <("$BIN/examples/redis_script" call "$LIMIT")
+NUMKEYS="${CALL[0]}"
+[ "$NUMKEYS" = 1 ] || die "expected one key, got $NUMKEYS"
+KEY="${CALL[1]}:__rand_int__"
+ARGS=("${CALL[@]:2}")
+# Check that the call works before measuring it (reply: one admitted counter).
+redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 1 "${CALL[1]}:check" "${ARGS[@]}" >"$WORK/check.txt" ||
+  die "EVALSHA failed: $(cat "$WORK/check.txt")"
+
+benchmark() { # NAME PIPELINE REQUESTS
+  echo "bench-redis: redis-benchmark EVALSHA, -P $2" >&2
+  redis-benchmark -p "$REDIS_PORT" -c "$CLIENTS" -n "$3" -r "$KEYS" -P "$2" --csv \
+    EVALSHA "$SHA" 1 "$KEY" "${ARGS[@]}" >"$WORK/$1.csv"
+  sed 's/^/    /' "$WORK/$1.csv" >&2
+}
+benchmark evalsha 1 "$REQUESTS"
+benchmark evalsha-pipelined "$PIPELINE" "$((REQUESTS * 3))"
+
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  COMMIT="$COMMIT (with uncommitted changes)"
+fi
+CPU_MODEL="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+mkdir -p "$(dirname "$OUT")"
+BENCH_WORK="$WORK" BENCH_COMMIT="$COMMIT" BENCH_CPU="${CPU_MODEL:-$(uname -m)}" \
+BENCH_NPROC="$(nproc)" BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" \
+BENCH_REDIS="$(redis-server --version | awk '{print $3}')" BENCH_CLIENTS="$CLIENTS" \
+BENCH_KEYS="$KEYS" BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_PIPELINE="$PIPELINE" \
+BENCH_RATE="$RATE" BENCH_LIMIT="$LIMIT" BENCH_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
+BENCH_BREAKER_OPENED="$(grep -c 'Redis circuit open' "$WORK/floodgate.log" || true)" \
+python3 - "$OUT" <<'EOF'
+import csv, json, os, sys
+
+env = os.environ
+work = env["BENCH_WORK"]
+
+
+def loadgen(name):
+    with open(f"{work}/{name}.json") as f:
+        return json.load(f)["total"]["legit"]
+
+
+def bench(name):
+    with open(f"{work}/{name}.csv") as f:
+        rows = list(csv.DictReader(f))
+    return rows[0]
+
+
+def us(v):
+    return "–" if v is None else f"{v:,}"
+
+
+peak, half = loadgen("peak"), loadgen("half")
+plain, piped = bench("evalsha"), bench("evalsha-pipelined")
+plain_rps, piped_rps = float(plain["rps"]), float(piped["rps"])
+lines = []
+w = lines.append
+w("# Redis store benchmark: floodgate decisions vs redis-benchmark EVALSHA")
+w("")
+w("Generated by `scripts/bench-redis.sh`; do not edit by hand.")
+w("")
+w(f"- date: {env['BENCH_DATE']}; commit: `{env['BENCH_COMMIT']}`; redis-server "
+  f"{env['BENCH_REDIS']}; machine: {env['BENCH_NPROC']} CPUs ({env['BENCH_CPU']})")
+w("- **everything shares these CPUs**: redis-server, floodgate and loadgen (or "
+  "redis-benchmark). Read the ratios, not the absolute figures.")
+w(f"- one decision = **one round trip** to Redis: one `EVALSHA` of the store's script "
+  f"(a fixed window of {int(env['BENCH_LIMIT']):,} per minute, so every call is admitted and "
+  "writes its counter).")
+w(f"- floodgate: `--store redis`, loadgen over gRPC with {env['BENCH_CLIENTS']} requests in "
+  f"flight, `{{key}}` from {int(env['BENCH_KEYS']):,} values, {env['BENCH_SECONDS']} s per run.")
+w(f"- redis-benchmark: {env['BENCH_CLIENTS']} clients, the same script loaded with `SCRIPT "
+  "LOAD`, the same keys and arguments as the store sends (`examples/redis_script.rs`), key "
+  f"suffixed with one of {int(env['BENCH_KEYS']):,} random numbers (`-r`).")
+w("")
+w("| what | calls/s | ratio: floodgate ÷ this | errors |")
+w("|---|--:|--:|--:|")
+w(f"| floodgate decisions (closed loop, {env['BENCH_CLIENTS']} in flight) | "
+  f"{peak['achieved_rps']:,.0f} | 1.00 | {peak['error']:,} |")
+w(f"| redis-benchmark EVALSHA, no pipelining | {plain_rps:,.0f} | "
+  f"{peak['achieved_rps'] / plain_rps:.2f} | |")
+w(f"| redis-benchmark EVALSHA, `-P {env['BENCH_PIPELINE']}` | {piped_rps:,.0f} | "
+  f"{peak['achieved_rps'] / piped_rps:.2f} | |")
+w("")
+w(f"floodgate ran with `--redis-timeout-ms {env['BENCH_REDIS_TIMEOUT_MS']}`; *errors* are "
+  "decisions that missed that deadline (gRPC UNAVAILABLE under the default failure policy "
+  "`error`). The circuit breaker opened "
+  f"{env['BENCH_BREAKER_OPENED']} time(s) during the runs.")
+w("")
+w("Without pipelining, redis-benchmark waits for each reply before the next call on a "
+  "connection: the ceiling for one round trip per decision at this concurrency. floodgate "
+  "multiplexes every decision over one connection, so Redis sees them pipelined; the "
+  "pipelined figure is what Redis alone can do with the script.")
+w("")
+w(f"## Latency at half of floodgate's peak ({int(env['BENCH_RATE']):,} decisions/s, open loop)")
+w("")
+w("| | achieved/s | p50 µs | p90 µs | p99 µs | max µs | errors |")
+w("|---|--:|--:|--:|--:|--:|--:|")
+w(f"| floodgate (gRPC call, client-side) | {half['achieved_rps']:,.0f} | {us(half['p50_us'])} "
+  f"| {us(half['p90_us'])} | {us(half['p99_us'])} | {us(half['max_us'])} | {half['error']:,} |")
+w("")
+w(f"redis-benchmark's own latency (ms, at its peak): no pipelining p50 {plain['p50_latency_ms']} "
+  f"p99 {plain['p99_latency_ms']}; `-P {env['BENCH_PIPELINE']}` p50 {piped['p50_latency_ms']} "
+  f"p99 {piped['p99_latency_ms']}.")
+w("")
+w("## Reproduce")
+w("")
+w("```")
+w("scripts/bench-redis.sh   # BENCH_* variables override the settings (see the script's header)")
+w("```")
+with open(sys.argv[1], "w") as f:
+    f.write("\n".join(lines) + "\n")
+EOF
+echo "bench-redis: wrote $OUT" >&2

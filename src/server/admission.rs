@@ -1,0 +1,264 @@
+//! Self-protection of the gRPC listener: a bound on calls in flight and a respect for callers'
+//! deadlines, in the spirit of tower's `limit` and `load_shed`, but answering instead of
+//! waiting: a fast answer beats a timeout (Envoy gives up on a rate-limit call after 20 ms).
+//!
+//! Two pieces:
+//! - [`AdmissionInterceptor`] runs when the call's headers arrive (in the connection task,
+//!   before the call's own task is scheduled). It stamps the arrival time and takes one of
+//!   `--max-in-flight` permits without waiting. The permit is held until the answer is sent,
+//!   so calls waiting for a worker thread count as well: the bound covers the queue too.
+//! - [`Admitted::check`], at the top of the handler: a refused call gets the overload answer
+//!   (`core::overload`) at once; a call whose `grpc-timeout` ran out while it waited is not
+//!   decided at all (DEADLINE_EXCEEDED); any other call gets the rest of its deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::service::Interceptor;
+use tonic::Status;
+
+use crate::core::overload::{parse_grpc_timeout, remaining_budget, Budget, OverloadAnswer};
+use crate::telemetry::metrics::{self, OverloadReason};
+
+/// Calls decided at once unless `--max-in-flight` says otherwise.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// Streams one HTTP/2 connection may have open at once, at least. hyper's own default.
+const MIN_STREAMS_PER_CONNECTION: u32 = 200;
+
+/// `--max-in-flight` and `--overload-answer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionSettings {
+    /// Calls (arrived and not yet answered) at once; beyond it calls get `overload_answer`.
+    /// 0 refuses every call: a drill of how the proxies behave when floodgate is overloaded.
+    pub max_in_flight: usize,
+    pub overload_answer: OverloadAnswer,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            overload_answer: OverloadAnswer::default(),
+        }
+    }
+}
+
+impl AdmissionSettings {
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` of the gRPC listener. Not a shedding tool: a
+    /// client at that limit queues its calls on its side, where floodgate cannot answer them.
+    /// So it is set to let one connection (Envoy keeps few) use the whole in-flight budget and
+    /// still reach floodgate with the calls beyond it, which then get the fast overload answer;
+    /// it only bounds the memory one connection may tie up.
+    pub fn streams_per_connection(&self) -> u32 {
+        u32::try_from(self.max_in_flight)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(2)
+            .max(MIN_STREAMS_PER_CONNECTION)
+    }
+}
+
+/// Stamps each call on arrival and takes its in-flight permit without waiting.
+#[derive(Debug, Clone)]
+pub struct AdmissionInterceptor {
+    permits: Arc<Semaphore>,
+    overload_answer: OverloadAnswer,
+}
+
+impl AdmissionInterceptor {
+    pub fn new(settings: AdmissionSettings) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(
+                settings.max_in_flight.min(Semaphore::MAX_PERMITS),
+            )),
+            overload_answer: settings.overload_answer,
+        }
+    }
+}
+
+impl Interceptor for AdmissionInterceptor {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        let arrived = Instant::now();
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(permit) => Some(Arc::new(permit)),
+            // UNAVAILABLE needs nothing from the message: refuse before it is even decoded.
+            Err(_) if self.overload_answer == OverloadAnswer::Unavailable => {
+                metrics::overload_rejected(OverloadReason::InFlight);
+                return Err(overloaded_status());
+            }
+            Err(_) => None,
+        };
+        request.extensions_mut().insert(Arrival {
+            at: arrived,
+            permit,
+            overload_answer: self.overload_answer,
+        });
+        Ok(request)
+    }
+}
+
+/// What the interceptor found when the call arrived, carried to the handler in the request's
+/// extensions (which is why it is `Clone`: the permit is shared, not copied).
+#[derive(Debug, Clone)]
+struct Arrival {
+    at: Instant,
+    /// `None`: floodgate was at its bound.
+    permit: Option<Arc<OwnedSemaphorePermit>>,
+    overload_answer: OverloadAnswer,
+}
+
+/// How the handler goes on with a call.
+#[derive(Debug)]
+pub enum Admitted {
+    /// Decide, within `budget` if the caller set a deadline; hold `_permit` until answered.
+    Decide {
+        budget: Option<Duration>,
+        _permit: Option<Arc<OwnedSemaphorePermit>>,
+    },
+    /// Do not decide: answer with this overload answer now.
+    Overloaded(OverloadAnswer),
+    /// Do not decide: the caller's deadline has passed.
+    Expired,
+}
+
+impl Admitted {
+    /// Takes the arrival stamp out of the request (so the permit lives as long as the returned
+    /// value, not as long as the request) and says what to do with the call. A call that came
+    /// without the interceptor counts as arriving now.
+    pub fn check<T>(request: &mut tonic::Request<T>) -> Self {
+        let arrival = request.extensions_mut().remove::<Arrival>();
+        let metadata = request.metadata();
+        let (arrived, permit) = match arrival {
+            Some(Arrival {
+                permit: None,
+                overload_answer,
+                ..
+            }) => {
+                metrics::overload_rejected(OverloadReason::InFlight);
+                return Admitted::Overloaded(overload_answer);
+            }
+            Some(Arrival { at, permit, .. }) => (at, permit),
+            None => (Instant::now(), None),
+        };
+        // A malformed grpc-timeout is no deadline (as tonic's own server treats it).
+        let timeout = metadata
+            .get("grpc-timeout")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| parse_grpc_timeout(text).ok());
+        match remaining_budget(timeout, arrived.elapsed()) {
+            Budget::Unbounded => Admitted::Decide {
+                budget: None,
+                _permit: permit,
+            },
+            Budget::Remaining(left) => Admitted::Decide {
+                budget: Some(left),
+                _permit: permit,
+            },
+            Budget::Expired => {
+                metrics::overload_rejected(OverloadReason::Deadline);
+                Admitted::Expired
+            }
+        }
+    }
+}
+
+/// The status of a call refused at the in-flight bound under `--overload-answer unavailable`.
+pub fn overloaded_status() -> Status {
+    Status::unavailable("floodgate is overloaded: too many calls in flight")
+}
+
+/// The status of a call whose deadline passed before or while it was decided.
+pub fn expired_status() -> Status {
+    Status::deadline_exceeded("the deadline (grpc-timeout) passed before a decision")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrive(interceptor: &mut AdmissionInterceptor, timeout: Option<&str>) -> Admitted {
+        let mut request = tonic::Request::new(());
+        if let Some(timeout) = timeout {
+            if let Ok(value) = timeout.parse() {
+                request.metadata_mut().insert("grpc-timeout", value);
+            }
+        }
+        match interceptor.call(request) {
+            Ok(mut request) => Admitted::check(&mut request),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable);
+                Admitted::Overloaded(OverloadAnswer::Unavailable)
+            }
+        }
+    }
+
+    fn interceptor(max_in_flight: usize, answer: OverloadAnswer) -> AdmissionInterceptor {
+        AdmissionInterceptor::new(AdmissionSettings {
+            max_in_flight,
+            overload_answer: answer,
+        })
+    }
+
+    #[test]
+    fn calls_beyond_the_bound_get_the_overload_answer_until_a_permit_returns() {
+        let mut interceptor = interceptor(2, OverloadAnswer::OverLimit);
+        let first = arrive(&mut interceptor, None);
+        let second = arrive(&mut interceptor, None);
+        assert!(matches!(first, Admitted::Decide { .. }));
+        assert!(matches!(second, Admitted::Decide { .. }));
+        assert!(matches!(
+            arrive(&mut interceptor, None),
+            Admitted::Overloaded(OverloadAnswer::OverLimit)
+        ));
+        drop(first);
+        assert!(matches!(
+            arrive(&mut interceptor, None),
+            Admitted::Decide { .. }
+        ));
+    }
+
+    #[test]
+    fn unavailable_is_refused_in_the_interceptor() {
+        let mut interceptor = interceptor(0, OverloadAnswer::Unavailable);
+        assert!(interceptor.call(tonic::Request::new(())).is_err());
+    }
+
+    #[test]
+    fn a_spent_deadline_is_not_decided() {
+        let mut interceptor = interceptor(4, OverloadAnswer::Ok);
+        assert!(matches!(
+            arrive(&mut interceptor, Some("1n")),
+            Admitted::Expired
+        ));
+    }
+
+    #[test]
+    fn a_live_deadline_becomes_the_budget_and_a_malformed_one_none() {
+        let mut interceptor = interceptor(4, OverloadAnswer::Ok);
+        match arrive(&mut interceptor, Some("10S")) {
+            Admitted::Decide {
+                budget: Some(left), ..
+            } => assert!(left <= Duration::from_secs(10)),
+            other => panic!("expected a budget, got {other:?}"),
+        }
+        assert!(matches!(
+            arrive(&mut interceptor, Some("10x")),
+            Admitted::Decide { budget: None, .. }
+        ));
+    }
+
+    #[test]
+    fn streams_per_connection_leave_room_beyond_the_bound() {
+        let streams = |max_in_flight| {
+            AdmissionSettings {
+                max_in_flight,
+                overload_answer: OverloadAnswer::Ok,
+            }
+            .streams_per_connection()
+        };
+        assert_eq!(streams(0), 200);
+        assert_eq!(streams(1024), 2048);
+        assert_eq!(streams(usize::MAX), u32::MAX);
+    }
+}
