@@ -188,6 +188,7 @@ async fn grpc_status_with_timeout(server: &Floodgate, timeout: &str) -> String {
 }
 
 const GRPC_OK: &str = "0";
+const GRPC_CANCELLED: &str = "1";
 const GRPC_DEADLINE_EXCEEDED: &str = "4";
 
 #[test]
@@ -199,7 +200,13 @@ fn a_call_whose_deadline_has_passed_is_not_decided() {
         let fresh = grpc_status_with_timeout(&server, "10S").await;
         (expired, fresh)
     });
-    assert_eq!(expired, GRPC_DEADLINE_EXCEEDED);
+    // DEADLINE_EXCEEDED from floodgate when the message was in before the deadline passed;
+    // CANCELLED from tonic's server, which enforces grpc-timeout itself, when it passed while
+    // the message was still arriving. Either way an error to Envoy, and nothing decided.
+    assert!(
+        [GRPC_DEADLINE_EXCEEDED, GRPC_CANCELLED].contains(&expired.as_str()),
+        "grpc-status {expired}"
+    );
     assert_eq!(fresh, GRPC_OK);
     assert_eq!(overload_rejections(&server, "deadline"), 1.0);
     // Only the fresh call charged the counters (once per descriptor).

@@ -11,6 +11,7 @@
 //!   (`core::overload`) at once; a call whose `grpc-timeout` ran out while it waited is not
 //!   decided at all (DEADLINE_EXCEEDED); any other call gets the rest of its deadline.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,32 +90,81 @@ impl Interceptor for AdmissionInterceptor {
             }
             Err(_) => None,
         };
+        let timeout = grpc_timeout(request.metadata());
+        let watch = timeout
+            .and_then(|timeout| arrived.checked_add(timeout))
+            .map(|deadline| {
+                Arc::new(DeadlineWatch {
+                    deadline,
+                    settled: AtomicBool::new(false),
+                })
+            });
         request.extensions_mut().insert(Arrival {
             at: arrived,
+            timeout,
             permit,
             overload_answer: self.overload_answer,
+            watch,
         });
         Ok(request)
     }
 }
 
+/// The caller's `grpc-timeout`. A malformed one is no deadline, as tonic's own server reads it.
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    metadata
+        .get("grpc-timeout")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| parse_grpc_timeout(text).ok())
+}
+
 /// What the interceptor found when the call arrived, carried to the handler in the request's
-/// extensions (which is why it is `Clone`: the permit is shared, not copied).
+/// extensions (which is why it is `Clone`: the permit and the watch are shared, not copied).
 #[derive(Debug, Clone)]
 struct Arrival {
     at: Instant,
+    timeout: Option<Duration>,
     /// `None`: floodgate was at its bound.
     permit: Option<Arc<OwnedSemaphorePermit>>,
     overload_answer: OverloadAnswer,
+    watch: Option<Arc<DeadlineWatch>>,
+}
+
+/// Counts a call with a deadline as `floodgate_overload_rejections_total{reason="deadline"}`
+/// when it is dropped unanswered past that deadline. One place for every way that happens: the
+/// handler found it spent, the handler's timeout fired, or tonic's server (which enforces
+/// `grpc-timeout` itself, answering CANCELLED) dropped the call while its message was still
+/// arriving, before the handler ran.
+#[derive(Debug)]
+pub struct DeadlineWatch {
+    deadline: Instant,
+    /// Answered (decided or shed): not a deadline rejection, whenever it is dropped.
+    settled: AtomicBool,
+}
+
+impl Drop for DeadlineWatch {
+    fn drop(&mut self) {
+        if !self.settled.load(Ordering::Relaxed) && Instant::now() >= self.deadline {
+            metrics::overload_rejected(OverloadReason::Deadline);
+        }
+    }
+}
+
+fn settle(watch: Option<&Arc<DeadlineWatch>>) {
+    if let Some(watch) = watch {
+        watch.settled.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How the handler goes on with a call.
 #[derive(Debug)]
 pub enum Admitted {
-    /// Decide, within `budget` if the caller set a deadline; hold `_permit` until answered.
+    /// Decide, within `budget` if the caller set a deadline; hold the permit until answered
+    /// and call [`Admitted::settle`] once decided.
     Decide {
         budget: Option<Duration>,
-        _permit: Option<Arc<OwnedSemaphorePermit>>,
+        permit: Option<Arc<OwnedSemaphorePermit>>,
+        watch: Option<Arc<DeadlineWatch>>,
     },
     /// Do not decide: answer with this overload answer now.
     Overloaded(OverloadAnswer),
@@ -127,38 +177,41 @@ impl Admitted {
     /// value, not as long as the request) and says what to do with the call. A call that came
     /// without the interceptor counts as arriving now.
     pub fn check<T>(request: &mut tonic::Request<T>) -> Self {
-        let arrival = request.extensions_mut().remove::<Arrival>();
-        let metadata = request.metadata();
-        let (arrived, permit) = match arrival {
-            Some(Arrival {
-                permit: None,
-                overload_answer,
-                ..
-            }) => {
-                metrics::overload_rejected(OverloadReason::InFlight);
-                return Admitted::Overloaded(overload_answer);
+        let arrival = match request.extensions_mut().remove::<Arrival>() {
+            Some(arrival) => arrival,
+            None => {
+                return Admitted::Decide {
+                    budget: grpc_timeout(request.metadata()),
+                    permit: None,
+                    watch: None,
+                }
             }
-            Some(Arrival { at, permit, .. }) => (at, permit),
-            None => (Instant::now(), None),
         };
-        // A malformed grpc-timeout is no deadline (as tonic's own server treats it).
-        let timeout = metadata
-            .get("grpc-timeout")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|text| parse_grpc_timeout(text).ok());
-        match remaining_budget(timeout, arrived.elapsed()) {
+        if arrival.permit.is_none() {
+            settle(arrival.watch.as_ref());
+            metrics::overload_rejected(OverloadReason::InFlight);
+            return Admitted::Overloaded(arrival.overload_answer);
+        }
+        match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
             Budget::Unbounded => Admitted::Decide {
                 budget: None,
-                _permit: permit,
+                permit: arrival.permit,
+                watch: arrival.watch,
             },
             Budget::Remaining(left) => Admitted::Decide {
                 budget: Some(left),
-                _permit: permit,
+                permit: arrival.permit,
+                watch: arrival.watch,
             },
-            Budget::Expired => {
-                metrics::overload_rejected(OverloadReason::Deadline);
-                Admitted::Expired
-            }
+            // The watch, dropped unsettled past the deadline, counts it.
+            Budget::Expired => Admitted::Expired,
+        }
+    }
+
+    /// The call was decided in time: whenever it is dropped, it is no deadline rejection.
+    pub fn settle(&self) {
+        if let Admitted::Decide { watch, .. } = self {
+            settle(watch.as_ref());
         }
     }
 }

@@ -14,7 +14,6 @@ use crate::limiter::{LimitError, Limiter};
 use crate::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
-use crate::telemetry::metrics::{self, OverloadReason};
 use crate::telemetry::traces::RemoteParent;
 
 pub struct RateLimitGrpc<S> {
@@ -69,13 +68,11 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
             None => deciding.await,
             Some(budget) => match tokio::time::timeout(budget, deciding).await {
                 Ok(decided) => decided,
-                Err(_elapsed) => {
-                    metrics::overload_rejected(OverloadReason::Deadline);
-                    return Err(expired_status());
-                }
+                // Counted as a deadline rejection when `admitted` is dropped.
+                Err(_elapsed) => return Err(expired_status()),
             },
         };
-        drop(admitted);
+        admitted.settle();
         match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(LimitError::InvalidRequest(invalid)) => {
