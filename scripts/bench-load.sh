@@ -41,6 +41,8 @@ BOT_KEYS="${BENCH_BOT_KEYS:-5}"
 OUT="${BENCH_OUT:-docs/benchmarks-load.md}"
 
 die() { echo "bench-load: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib/bench-common.sh
+. scripts/lib/bench-common.sh
 command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
 [[ "$SECONDS_PER_RUN" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a whole number of seconds"
 for c in $CONCURRENCIES; do
@@ -77,32 +79,7 @@ FLOODGATE="$BIN/floodgate"
 NOOP="$BIN/examples/noop_rls"
 LOADGEN="$BIN/examples/loadgen"
 
-# Four free loopback ports, held together while chosen so they differ.
-read -r NOOP_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 - <<'EOF'
-import socket
-socks = []
-for _ in range(4):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-)
-
-wait_ready() { # NAME PID PORT LOG
-  local name="$1" pid="$2" port="$3" log="$4" _
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "$name exited during start-up"; }
-    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  tail -n 20 "$log" >&2
-  die "$name did not listen on 127.0.0.1:$port within 10 s"
-}
+read -r NOOP_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(free_ports 4)
 
 "$NOOP" --addr "127.0.0.1:$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
 NOOP_PID=$!
@@ -112,8 +89,8 @@ RUST_LOG="${RUST_LOG:-warn}" "$FLOODGATE" serve --config "$CONFIG_DIR" \
   --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
 FLOODGATE_PID=$!
 PIDS+=("$FLOODGATE_PID")
-wait_ready noop_rls "$NOOP_PID" "$NOOP_PORT" "$WORK/noop.log"
-wait_ready floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
+wait_port noop_rls "$NOOP_PID" "$NOOP_PORT" "$WORK/noop.log"
+wait_port floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
 
 # CPU seconds a process has used (user + system).
 cpu_seconds() {

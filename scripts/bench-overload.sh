@@ -33,6 +33,8 @@ OUT="${BENCH_OUT:-docs/benchmarks-overload.md}"
 UNBOUNDED=1000000
 
 die() { echo "bench-overload: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib/bench-common.sh
+. scripts/lib/bench-common.sh
 command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
 [[ "$SECONDS_PER_RUN" =~ ^[1-9][0-9]?$ ]] || die "BENCH_SECONDS must be 1 to 99"
 [[ "$FACTOR" =~ ^[1-9][0-9]?$ ]] || die "BENCH_OVERLOAD_FACTOR must be a whole number 1 to 99"
@@ -63,26 +65,12 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
 FLOODGATE="$TARGET_DIR/release/floodgate"
 LOADGEN="$TARGET_DIR/release/examples/loadgen"
 
-free_ports() {
-  python3 - <<'EOF'
-import socket
-socks = []
-for _ in range(3):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-}
-
 status_kib() { awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"; }
 
 # start_server MAX_IN_FLIGHT: floodgate on fresh ports; sets SERVER_PID, GRPC_PORT, METRICS_PORT.
 start_server() {
   local http_port _
-  read -r GRPC_PORT http_port METRICS_PORT < <(free_ports)
+  read -r GRPC_PORT http_port METRICS_PORT < <(free_ports 3)
   RUST_LOG="${RUST_LOG:-warn}" "$FLOODGATE" serve --config "$CONFIG_DIR" \
     --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$http_port" \
     --metrics-addr "127.0.0.1:$METRICS_PORT" \

@@ -30,6 +30,8 @@ OUT="${BENCH_OUT:-docs/benchmarks-redis.md}"
 LIMIT=1000000
 
 die() { echo "bench-redis: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib/bench-common.sh
+. scripts/lib/bench-common.sh
 for tool in python3 redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null || die "$tool is needed"
 done
@@ -62,31 +64,7 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 BIN="$TARGET_DIR/release"
 
-read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(python3 - <<'EOF'
-import socket
-socks = []
-for _ in range(4):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-)
-
-wait_port() { # NAME PID PORT LOG
-  local name="$1" pid="$2" port="$3" log="$4" _
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "$name exited during start-up"; }
-    if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  tail -n 20 "$log" >&2
-  die "$name did not listen on 127.0.0.1:$port within 10 s"
-}
+read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(free_ports 4)
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$WORK" >"$WORK/redis.log" 2>&1 &

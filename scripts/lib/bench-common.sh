@@ -1,0 +1,31 @@
+# Shared by scripts/bench-*.sh (sourced after each defines `die`): free loopback ports and
+# waiting for a server to listen. Loopback only.
+
+# free_ports N: N distinct free TCP ports on 127.0.0.1, held together while chosen.
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+PY
+}
+
+# wait_port NAME PID PORT LOG: until PORT accepts connections (10 s at most), or die with the log.
+wait_port() {
+  local name="$1" pid="$2" port="$3" log="$4" _
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "$name exited during start-up"; }
+    if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 20 "$log" >&2
+  die "$name did not listen on 127.0.0.1:$port within 10 s"
+}
