@@ -166,16 +166,9 @@ impl FileWalk<'_> {
         shown: &str,
         path: &str,
     ) -> Option<bool> {
-        let value = field(map, name)?;
-        match boolean(value) {
-            Ok(flag) => Some(flag),
-            Err(found) => {
-                let expected = "true or false (yes/no and on/off work too)";
-                let message = wrong_type(shown, expected, &found, &format!("{name}: true"));
-                self.report.error(path, message);
-                None
-            }
-        }
+        let expected = "true or false (yes/no and on/off work too)";
+        let example = format!("{name}: true");
+        self.typed(map, name, shown, path, boolean, (expected, &example))
     }
 
     /// An unsigned 32-bit integer field.
@@ -186,12 +179,26 @@ impl FileWalk<'_> {
         shown: &str,
         path: &str,
     ) -> Option<u32> {
-        let value = field(map, name)?;
-        match whole_number(value) {
-            Ok(number) => Some(number),
+        let expected = "a whole number from 0 to 4294967295";
+        let example = format!("{name}: 10");
+        self.typed(map, name, shown, path, whole_number, (expected, &example))
+    }
+
+    /// A field read by `parse`; a value of the wrong type is reported with what was expected
+    /// and an example, and reads as absent.
+    fn typed<T>(
+        &mut self,
+        map: &Mapping,
+        name: &str,
+        shown: &str,
+        path: &str,
+        parse: fn(&Value) -> Result<T, String>,
+        (expected, example): (&str, &str),
+    ) -> Option<T> {
+        match parse(field(map, name)?) {
+            Ok(value) => Some(value),
             Err(found) => {
-                let expected = "a whole number from 0 to 4294967295";
-                let message = wrong_type(shown, expected, &found, &format!("{name}: 10"));
+                let message = wrong_type(shown, expected, &found, example);
                 self.report.error(path, message);
                 None
             }
