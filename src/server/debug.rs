@@ -11,9 +11,19 @@ use axum::Router;
 
 use crate::describe::rule_summary;
 use crate::limiter::Limiter;
+use crate::reload::ReloadStatus;
 use crate::store::Store;
 
-pub fn debug_routes<S: Store>(limiter: Arc<Limiter<S>>) -> Router {
+/// What `/rlconfig` reads: the live rules, and which version they are when reloads are on.
+struct LiveConfig<S> {
+    limiter: Arc<Limiter<S>>,
+    reload: Option<Arc<ReloadStatus>>,
+}
+
+pub fn debug_routes<S: Store>(
+    limiter: Arc<Limiter<S>>,
+    reload: Option<Arc<ReloadStatus>>,
+) -> Router {
     Router::new()
         .route(
             "/",
@@ -21,7 +31,7 @@ pub fn debug_routes<S: Store>(limiter: Arc<Limiter<S>>) -> Router {
         )
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(prometheus_metrics))
-        .with_state(limiter)
+        .with_state(Arc::new(LiveConfig { limiter, reload }))
 }
 
 /// Every metric in the Prometheus text format (version 0.0.4).
@@ -43,10 +53,14 @@ async fn prometheus_metrics() -> impl IntoResponse {
     }
 }
 
-/// One line per rule: path, algorithm, limit, flags and the file it came from.
-async fn rlconfig<S: Store>(State(limiter): State<Arc<Limiter<S>>>) -> String {
-    let rules = limiter.rules();
+/// Which version is live (a `#` line), then one line per rule: path, algorithm, limit, flags
+/// and the file it came from.
+async fn rlconfig<S: Store>(State(live): State<Arc<LiveConfig<S>>>) -> String {
+    let rules = live.limiter.rules();
     let mut dump = String::new();
+    if let Some(reload) = &live.reload {
+        let _ = writeln!(dump, "# {}", reload.snapshot());
+    }
     for domain in rules.domains() {
         for rule in domain.rules() {
             let _ = writeln!(dump, "{} (from {})", rule_summary(rule), rule.source);

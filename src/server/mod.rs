@@ -121,7 +121,7 @@ pub async fn serve_with<S: Store>(
         .merge(health::healthcheck_routes(operations.health.clone()));
     let http =
         axum::serve(listeners.http, http_routes).with_graceful_shutdown(shutdown.clone().fired());
-    let mut debug_routes = debug::debug_routes(limiter);
+    let mut debug_routes = debug::debug_routes(limiter, operations.reload.clone());
     if let Some(status) = operations.reload {
         debug_routes = with_reload_headers(debug_routes, status);
     }
