@@ -68,7 +68,11 @@ pub fn init(traces: Option<&TraceOptions>) -> Result<Telemetry, TraceError> {
         .unwrap_or_else(|| "info".to_owned());
     let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: in files and log collectors they are noise.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colours);
     let logs = if json {
         logs.json().boxed()
     } else {
