@@ -212,29 +212,16 @@ impl FileWalk<'_> {
         path: &str,
     ) -> Option<crate::core::failure::FailurePolicy> {
         use crate::core::failure::FailurePolicy;
-        let written = self.text(
-            map,
-            "failure_policy",
-            "failure_policy",
-            path,
-            "failure_policy: fail_open",
-        )?;
-        if let Some(policy) = FailurePolicy::parse(&written) {
-            return Some(policy);
-        }
         let names: Vec<&'static str> = FailurePolicy::ALL.iter().map(|p| p.name()).collect();
-        let hint = match suggest(&written, &names) {
-            Some(near) => format!("did you mean '{near}'? "),
-            None => String::new(),
-        };
-        self.report.error(
-            path,
-            format!(
-                "unknown failure policy '{written}' in `failure_policy`: {hint}use one of {}",
-                names.join(", ")
-            ),
-        );
-        None
+        let field = ("failure_policy", "failure_policy", path);
+        let example = "failure_policy: fail_open";
+        self.named(
+            map,
+            field,
+            example,
+            ("failure policy", &names),
+            FailurePolicy::parse,
+        )
     }
 
     /// An algorithm name.
@@ -245,20 +232,39 @@ impl FileWalk<'_> {
         shown: &str,
         path: &str,
     ) -> Option<Algorithm> {
-        let example = format!("{name}: sliding_window");
-        let written = self.text(map, name, shown, path, &example)?;
-        if let Some(algorithm) = Algorithm::parse(&written) {
-            return Some(algorithm);
-        }
         let names: Vec<&'static str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-        let hint = match suggest(&written, &names) {
+        let example = format!("{name}: sliding_window");
+        self.named(
+            map,
+            (name, shown, path),
+            &example,
+            ("algorithm", &names),
+            Algorithm::parse,
+        )
+    }
+
+    /// A field naming one of `names`; an unknown name is reported with the closest one and the
+    /// whole list, and reads as absent.
+    fn named<T>(
+        &mut self,
+        map: &Mapping,
+        (name, shown, path): (&str, &str, &str),
+        example: &str,
+        (kind, names): (&str, &[&'static str]),
+        parse: fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let written = self.text(map, name, shown, path, example)?;
+        if let Some(value) = parse(&written) {
+            return Some(value);
+        }
+        let hint = match suggest(&written, names) {
             Some(near) => format!("did you mean '{near}'? "),
             None => String::new(),
         };
         self.report.error(
             path,
             format!(
-                "unknown algorithm '{written}' in `{shown}`: {hint}use one of {}",
+                "unknown {kind} '{written}' in `{shown}`: {hint}use one of {}",
                 names.join(", ")
             ),
         );
