@@ -8,10 +8,9 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::Duration;
 
 use common::http::{request, HttpResponse};
-use common::{wait_for_port, Floodgate};
+use common::{tempdir, Floodgate};
 
 const RULES: &str = r#"
 domain: edge
@@ -42,19 +41,7 @@ check_profiles:
 "#;
 
 fn start(dir: &Path, extra: &[&str]) -> Floodgate {
-    let config = dir.join("edge.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
-    let floodgate = Floodgate::start(&config, extra, dir);
-    wait_for_port(
-        floodgate.http_port,
-        Duration::from_secs(10),
-        "floodgate HTTP",
-    );
-    floodgate
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+    Floodgate::start_with_rules(dir, "edge.yaml", RULES, extra)
 }
 
 fn check(floodgate: &Floodgate, path: &str, headers: &[(&str, &str)]) -> HttpResponse {

@@ -5,10 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::http::{request, HttpResponse};
-use common::{wait_for_port, Floodgate};
+use common::{tempdir, Floodgate};
 use serde_json::{json, Value};
 
 const RULES: &str = r#"
@@ -23,19 +22,7 @@ descriptors:
 "#;
 
 fn start(dir: &Path, extra: &[&str]) -> Floodgate {
-    let config = dir.join("dummy.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
-    let floodgate = Floodgate::start(&config, extra, dir);
-    wait_for_port(
-        floodgate.http_port,
-        Duration::from_secs(10),
-        "floodgate HTTP",
-    );
-    floodgate
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+    Floodgate::start_with_rules(dir, "dummy.yaml", RULES, extra)
 }
 
 fn post(floodgate: &Floodgate, body: &str) -> HttpResponse {

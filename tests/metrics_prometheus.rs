@@ -10,7 +10,7 @@ mod rls;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::Floodgate;
+use common::{tempdir, Floodgate};
 use prom::{promtool_check, Scrape};
 
 const RULES: &str = r#"
@@ -49,10 +49,6 @@ fn scrape(floodgate: &Floodgate) -> Scrape {
         response.headers
     );
     Scrape::parse(&response.body)
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
 }
 
 const CLIENT: &[(&str, &str)] = &[("generic_key", "api"), ("client_id", "alice")];

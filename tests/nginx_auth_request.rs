@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::http::{get, HttpResponse};
-use common::{free_port, Floodgate};
+use common::{free_port, tempdir, Floodgate};
 use nginx_support::{replace_once, App, KeepAliveClient, Nginx};
 
 fn repo_file(relative: &str) -> PathBuf {
@@ -78,10 +78,6 @@ impl Stack {
             self.floodgate.process.log_text()
         )
     }
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{floodgate_bin, free_port, wait_for_port, Running};
+use common::{floodgate_bin, free_port, tempdir, wait_for_port, Running};
 use otlp::{OtlpReceiver, ReceivedSpan};
 use tonic::metadata::MetadataValue;
 
@@ -67,10 +67,6 @@ fn start(dir: &Path, receiver: &OtlpReceiver, extra: &[&str], env: &[(&str, &str
     let process = Running::spawn("floodgate", &mut command, dir);
     wait_for_port(grpc_port, Duration::from_secs(10), "floodgate");
     Traced { process, grpc_port }
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
 }
 
 /// One call for alice with `metadata` (name, value) pairs.

@@ -9,6 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A temporary directory for one test's files and logs, removed when dropped.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+}
+
 /// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -153,6 +158,19 @@ impl Floodgate {
             http_port,
             debug_port,
         }
+    }
+
+    /// Writes `rules` to `dir/file_name` and starts floodgate on it, ready on gRPC and HTTP.
+    pub fn start_with_rules(dir: &Path, file_name: &str, rules: &str, extra: &[&str]) -> Floodgate {
+        let config = dir.join(file_name);
+        std::fs::write(&config, rules).unwrap_or_else(|error| panic!("write config: {error}"));
+        let floodgate = Floodgate::start(&config, extra, dir);
+        wait_for_port(
+            floodgate.http_port,
+            Duration::from_secs(10),
+            "floodgate HTTP",
+        );
+        floodgate
     }
 
     pub fn grpc_url(&self) -> String {
