@@ -51,30 +51,8 @@ done
 [[ "$RATE_CONCURRENCY" =~ ^[1-9][0-9]*$ ]] || die "BENCH_RATE_CONCURRENCY must be a whole number"
 [ -e "$CONFIG_DIR" ] || die "no floodgate configuration at '$CONFIG_DIR' (set BENCH_CONFIG_DIR)"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/bench-load.XXXXXX")"
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "bench-load: building (release): floodgate, noop_rls, loadgen" >&2
-if ! cargo build --release --bin floodgate --example noop_rls --example loadgen \
-  >"$WORK/build.log" 2>&1; then
-  tail -n 40 "$WORK/build.log" >&2
-  die "the release build failed"
-fi
-TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-BIN="$TARGET_DIR/release"
+start_workspace bench-load
+release_build bench-load --bin floodgate --example noop_rls --example loadgen
 FLOODGATE="$BIN/floodgate"
 NOOP="$BIN/examples/noop_rls"
 LOADGEN="$BIN/examples/loadgen"

@@ -55,15 +55,9 @@ cleanup() { stop_server; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "bench-overload: building (release): floodgate, loadgen" >&2
-if ! cargo build --release --bin floodgate --example loadgen >"$WORK/build.log" 2>&1; then
-  tail -n 40 "$WORK/build.log" >&2
-  die "the release build failed"
-fi
-TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-FLOODGATE="$TARGET_DIR/release/floodgate"
-LOADGEN="$TARGET_DIR/release/examples/loadgen"
+release_build bench-overload --bin floodgate --example loadgen
+FLOODGATE="$BIN/floodgate"
+LOADGEN="$BIN/examples/loadgen"
 
 status_kib() { awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"; }
 

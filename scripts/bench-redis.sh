@@ -39,30 +39,8 @@ for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$RED
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/bench-redis.XXXXXX")"
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "bench-redis: building (release): floodgate, loadgen, redis_script" >&2
-if ! cargo build --release --bin floodgate --example loadgen --example redis_script \
-  >"$WORK/build.log" 2>&1; then
-  tail -n 40 "$WORK/build.log" >&2
-  die "the release build failed"
-fi
-TARGET_DIR="$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-BIN="$TARGET_DIR/release"
+start_workspace bench-redis
+release_build bench-redis --bin floodgate --example loadgen --example redis_script
 
 read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(free_ports 4)
 

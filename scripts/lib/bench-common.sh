@@ -29,3 +29,36 @@ wait_port() {
   tail -n 20 "$log" >&2
   die "$name did not listen on 127.0.0.1:$port within 10 s"
 }
+
+# start_workspace NAME: a temporary WORK directory and a PIDS list, both cleaned up on exit
+# (every pid in PIDS is stopped first).
+start_workspace() {
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")"
+  PIDS=()
+  trap stop_workspace EXIT
+  trap 'exit 130' INT TERM
+}
+
+stop_workspace() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+
+# release_build NAME CARGO-TARGET-ARGS…: builds them (release) into BIN, or dies with the log tail.
+release_build() {
+  local name="$1"
+  shift
+  echo "$name: building (release): $*" >&2
+  if ! cargo build --release "$@" >"$WORK/build.log" 2>&1; then
+    tail -n 40 "$WORK/build.log" >&2
+    die "the release build failed"
+  fi
+  BIN="$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release"
+}
