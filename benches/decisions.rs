@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use floodgate::core::algorithm::{evaluate, Algorithm, Hits, Quota};
+use floodgate::core::algorithm::{evaluate, Algorithm, Hits, Quota, Share};
 use floodgate::core::plan::Counter;
 use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
@@ -33,6 +33,7 @@ fn counter(algorithm: Algorithm, key: u64) -> Counter {
         quota: quota(algorithm),
         hits: Hits::Charge(1),
         role: Role::Enforced,
+        share: Share::FULL,
     }
 }
 

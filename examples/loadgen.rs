@@ -11,6 +11,10 @@
 //! # a constant rate with bot bursts every 10 s
 //! cargo run --release --example loadgen -- --addr http://127.0.0.1:8081 --rate 2000 \
 //!     --duration 30s --bot-burst 5000:2s:10s --bot-keys 5
+//! # a mix of priority classes: one critical request for two low ones, each reported apart
+//! cargo run --release --example loadgen -- --addr http://127.0.0.1:8081 --rate 600 \
+//!     --domain shop --mix critical:1:pool=shop,priority=critical \
+//!     --mix low:2:pool=shop,priority=low
 //! ```
 //!
 //! Requests are spread round robin over `--connections` HTTP/2 connections. Latency is
@@ -19,6 +23,9 @@
 //! open loop, a request due while all `--concurrency` slots are busy is not sent and
 //! counts as `shed` (so a slow server shows up as shed instead of hiding behind a queue).
 //! Bot traffic (`--bot-burst`) shares the connections and the slots and is reported apart.
+//! A `--mix` splits the legitimate traffic into classes, each with its own descriptors, taking
+//! turns by weight (deterministically, so every second holds the mix); each class is also
+//! reported apart.
 
 #[path = "loadgen/cli.rs"]
 mod cli;
@@ -39,11 +46,11 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Serialize;
 
-use cli::{parse_target, Args};
+use cli::{check_mix, parse_target, Args};
 use run::{Budget, RunEnd, Shared};
 use schedule::{Bursts, Plan};
 use stats::{Recorder, Report};
-use workload::{KeyPicker, Workload};
+use workload::{KeyPicker, Mix, Workload};
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -72,6 +79,9 @@ struct JsonReport<'a> {
     mode: &'static str,
     domain: &'a str,
     descriptors: Vec<&'a str>,
+    /// The `--mix` classes as given (empty without a mix).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mix: Vec<&'a str>,
     keys: u64,
     zipf: Option<f64>,
     bot_burst: Option<String>,
@@ -141,18 +151,23 @@ fn plan(args: &Args) -> Result<(Plan, Mode), String> {
     if args.descriptors.is_empty() {
         return Err("give at least one --descriptor".to_owned());
     }
+    check_mix(&args.mix)?;
     Ok((plan, mode))
 }
 
 /// The one-line summary printed (to stderr) before the run.
 fn describe(args: &Args, uri: &str, plan: &Plan, mode: Mode) -> String {
-    let descriptors: Vec<&str> = args.descriptors.iter().map(|d| d.source.as_str()).collect();
-    let keys = match (
-        args.descriptors
-            .iter()
-            .any(cli::DescriptorTemplate::uses_key),
-        args.zipf,
-    ) {
+    let descriptors: Vec<&str> = if args.mix.is_empty() {
+        args.descriptors.iter().map(|d| d.source.as_str()).collect()
+    } else {
+        args.mix.iter().map(|class| class.source.as_str()).collect()
+    };
+    let uses_key = args
+        .descriptors
+        .iter()
+        .chain(args.mix.iter().flat_map(|class| &class.descriptors))
+        .any(cli::DescriptorTemplate::uses_key);
+    let keys = match (uses_key, args.zipf) {
         (false, _) => " (unused: no {key} in the descriptors)".to_owned(),
         (true, Some(s)) => format!(" zipf({s})"),
         (true, None) => " uniform".to_owned(),
@@ -173,9 +188,14 @@ fn describe(args: &Args, uri: &str, plan: &Plan, mode: Mode) -> String {
         ),
     };
     format!(
-        "loadgen: {uri} domain {} descriptors [{}] keys {}{keys} | {load} | concurrency {} over \
+        "loadgen: {uri} domain {} {} [{}] keys {}{keys} | {load} | concurrency {} over \
          {} connections | warm-up {:.1}s",
         args.domain,
+        if args.mix.is_empty() {
+            "descriptors"
+        } else {
+            "mix"
+        },
         descriptors.join("] ["),
         args.keys,
         args.concurrency,
@@ -205,8 +225,9 @@ fn run(args: &Args) -> Result<(), String> {
         hits_addend: args.hits_addend,
         keys: KeyPicker::new(args.keys, args.zipf)?,
         bot_keys: args.bot_keys,
+        mix: Mix::new(args.mix.clone()),
     };
-    let recorder = Recorder::new(plan.stages.len())?;
+    let recorder = Recorder::new(plan.stages.len(), args.mix.len())?;
     let bursts = args.bot_burst.map(|burst| Bursts {
         burst,
         end: plan.total(),
@@ -250,9 +271,14 @@ fn run(args: &Args) -> Result<(), String> {
         Ok::<_, String>((end, shared))
     })?;
 
+    let mix: Vec<(String, u32)> = args
+        .mix
+        .iter()
+        .map(|class| (class.name.clone(), class.weight))
+        .collect();
     let report = shared
         .recorder
-        .report(&plan.stages, end.elapsed, bursts.is_some());
+        .report(&plan.stages, end.elapsed, bursts.is_some(), &mix);
     let stopped_early = shared.budget.exhausted().then(|| {
         format!(
             "--max-requests {} reached: the last stages are short",
@@ -276,6 +302,7 @@ fn run(args: &Args) -> Result<(), String> {
             mode: mode.name(),
             domain: &args.domain,
             descriptors: args.descriptors.iter().map(|d| d.source.as_str()).collect(),
+            mix: args.mix.iter().map(|class| class.source.as_str()).collect(),
             keys: args.keys,
             zipf: args.zipf,
             bot_burst: args.bot_burst.map(|b| {

@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
 use floodgate::core::key::counter_key;
 use floodgate::core::plan::Counter;
 use floodgate::core::rules::{Entry, MatchedLevel};
@@ -69,6 +69,7 @@ fn print_call(limit: u32) -> ExitCode {
         quota,
         hits: Hits::Charge(1),
         role: Role::Enforced,
+        share: Share::FULL,
     };
     let call = script_call(&[counter], false, &layout);
     println!("{}", call.keys.len());

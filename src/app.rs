@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::adjustments::redis::SharedOverrides;
 use crate::cli::{
     reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, RedisType, ServeArgs, StoreKind,
     ValidateArgs,
@@ -49,6 +50,10 @@ pub enum AppError {
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error("admin API: {0}")]
+    AdminToken(#[from] crate::server::admin::AdminTokenError),
+    #[error("admin API failed: {0}")]
+    Admin(std::io::Error),
 }
 
 pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
@@ -155,6 +160,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         http: bind(http_addr).await?,
         debug: bind(debug_addr).await?,
     };
+    let admin = match &args.admin_token_file {
+        Some(path) => Some(AdminSetup {
+            token: Arc::new(crate::server::admin::AdminToken::load(path)?),
+            listener: bind(args.admin_addr).await?,
+            addr: args.admin_addr,
+        }),
+        None => None,
+    };
 
     // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
     let (trigger, shutdown) = shutdown::channel();
@@ -189,6 +202,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         },
         shutdown,
         operations,
+        admin,
+        shared_overrides: None,
     };
     match args.store {
         StoreKind::Memory => {
@@ -202,17 +217,6 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
             run_limiter(limiter, reloader, serving).await?;
         }
         StoreKind::Redis => {
-            let unsupported = match args.redis_type {
-                RedisType::Single => None,
-                RedisType::Sentinel => Some("sentinel"),
-                RedisType::Cluster => Some("cluster"),
-            };
-            if let Some(kind) = unsupported {
-                return Err(AppError::Usage(format!(
-                    "--redis-type {kind} (REDIS_TYPE) is not supported yet: floodgate talks to one \
-                     Redis server; point --redis-url at the master (or a proxy) and use single"
-                )));
-            }
             let problems = redis_problems(&rules);
             if !problems.is_empty() {
                 return Err(AppError::Usage(format!(
@@ -226,11 +230,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 timeout: Duration::from_millis(args.redis_timeout_ms),
                 connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
                 breaker_threshold: args.redis_breaker_failures,
+                sentinel: args.redis_type == RedisType::Sentinel,
+                cluster: args.redis_type == RedisType::Cluster,
+                hash_tag: args.redis_hash_tag.into(),
+                sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
+                pool_size: args.redis_connection.redis_pool_size,
+                tls: args.redis_connection.tls_options(),
                 ..RedisOptions::new(args.redis_url.clone())
             };
             let store = RedisStore::connect(&options).await?;
             crate::telemetry::metrics::store_state("redis", true);
-            tracing::info!(redis = store.server(), "connected to Redis");
+            tracing::info!(redis = %store.server(), "connected to Redis");
             // Always there (it costs nothing until used): a reload may give a domain
             // `failure_policy: local`. Bounded by --max-keys like the memory store.
             let local_fallback = MemoryStore::new(args.max_keys, Arc::new(SystemClock));
@@ -243,6 +253,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
             ));
+            // Overrides set on any instance: read once before serving, then polled.
+            let shared = Arc::new(SharedOverrides::new(Arc::clone(&limiter)));
+            shared.poll().await;
+            tokio::spawn(Arc::clone(&shared).run(serving.shutdown.clone()));
+            let serving = Serving {
+                shared_overrides: Some(shared),
+                ..serving
+            };
             run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
     }
@@ -257,10 +275,21 @@ struct Serving {
     http_settings: server::HttpSettings,
     shutdown: shutdown::Shutdown,
     operations: server::Operations,
+    /// The admin API, with --admin-token-file.
+    admin: Option<AdminSetup>,
+    /// Overrides shared through Redis (`--store redis`).
+    shared_overrides: Option<Arc<SharedOverrides>>,
+}
+
+/// The admin listener and its token, ready before the store is chosen.
+struct AdminSetup {
+    listener: TcpListener,
+    token: Arc<crate::server::admin::AdminToken>,
+    addr: SocketAddr,
 }
 
 /// Reloads rules into `limiter` and serves it until shutdown.
-async fn run_limiter<S: Store>(
+async fn run_limiter<S: crate::adaptive::shared::SharesLimits>(
     limiter: Arc<Limiter<S>>,
     reloader: ConfigReloader,
     serving: Serving,
@@ -274,14 +303,44 @@ async fn run_limiter<S: Store>(
         store = limiter.store().backend(),
         "floodgate serving"
     );
-    server::serve_with(
+    tokio::spawn(crate::adjustments::maintain(
+        Arc::clone(&limiter),
+        serving.shutdown.clone(),
+    ));
+    let signals = Arc::new(crate::adaptive::signals::PushedSignals::default());
+    tokio::spawn(crate::adaptive::run(
+        Arc::clone(&limiter),
+        Arc::clone(&signals),
+        serving.admin.is_some(),
+        serving.shutdown.clone(),
+    ));
+    let admin = serving.admin.map(|admin| {
+        crate::server::admin::announce(admin.addr);
+        let routes =
+            crate::server::admin::override_routes(Arc::clone(&limiter), serving.shared_overrides)
+                .merge(crate::adaptive::push::routes(signals, Arc::clone(&limiter)));
+        crate::server::admin::serve(
+            admin.listener,
+            admin.token,
+            routes,
+            serving.shutdown.clone(),
+        )
+    });
+    let served = server::serve_with(
         limiter,
         serving.listeners,
         serving.http_settings,
         serving.shutdown,
         serving.operations,
-    )
-    .await?;
+    );
+    match admin {
+        Some(admin) => {
+            let (served, admin) = tokio::join!(served, admin);
+            served?;
+            admin.map_err(AppError::Admin)?;
+        }
+        None => served.await?,
+    }
     Ok(())
 }
 

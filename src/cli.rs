@@ -47,8 +47,26 @@ pub enum RedisType {
     Single,
     /// A master found through Sentinel.
     Sentinel,
-    /// Redis Cluster.
+    /// Redis Cluster, reached through seed nodes.
     Cluster,
+}
+
+/// What a Redis key's Cluster hash tag holds (`store::redis::keys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HashTagArg {
+    /// `{domain}`: a request's counters share one slot; one script call, all or nothing.
+    Domain,
+    /// `{domain:descriptor digest}`: counters spread over the shards; one call per slot group.
+    Descriptor,
+}
+
+impl From<HashTagArg> for crate::store::redis::HashTag {
+    fn from(arg: HashTagArg) -> Self {
+        match arg {
+            HashTagArg::Domain => Self::Domain,
+            HashTagArg::Descriptor => Self::Descriptor,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -143,8 +161,8 @@ pub struct ServeArgs {
     /// Where counters live.
     #[arg(long, env = "FLOODGATE_STORE", value_enum, default_value = "memory")]
     pub store: StoreKind,
-    /// Redis for --store redis: redis://[[user]:password@]host[:port][/db], unix:///path?db=N,
-    /// or envoyproxy/ratelimit's host:port / socket path.
+    /// Redis for --store redis: redis://[[user]:password@]host[:port][/db], rediss://… (TLS),
+    /// unix:///path?db=N, or envoyproxy/ratelimit's host:port / socket path.
     #[arg(
         long,
         env = "REDIS_URL",
@@ -152,8 +170,9 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub redis_url: String,
-    /// How Redis is deployed (envoyproxy/ratelimit's REDIS_TYPE). Only `single` is built yet:
-    /// `sentinel` and `cluster` are refused at start with a clear error.
+    /// How Redis is deployed (envoyproxy/ratelimit's REDIS_TYPE). With `sentinel`, --redis-url
+    /// is MASTER_NAME,HOST:PORT[,HOST:PORT…] (the sentinels), as for envoyproxy/ratelimit;
+    /// with `cluster`, HOST:PORT[,HOST:PORT…] (seed nodes; each may be a redis:// URL).
     #[arg(
         long,
         env = "REDIS_TYPE",
@@ -168,6 +187,16 @@ pub struct ServeArgs {
     /// Prefix of every Redis key floodgate writes.
     #[arg(long, env = "FLOODGATE_REDIS_PREFIX", default_value = "floodgate:")]
     pub redis_prefix: String,
+    /// What a key's Redis Cluster hash tag holds: `domain` (a request is one script call, all or
+    /// nothing; a domain lives on one shard) or `descriptor` (a domain spreads over the shards;
+    /// one call per slot group, all or nothing within each; README: Redis Cluster).
+    #[arg(
+        long,
+        env = "FLOODGATE_REDIS_HASH_TAG",
+        value_enum,
+        default_value = "domain"
+    )]
+    pub redis_hash_tag: HashTagArg,
     /// Deadline of one Redis decision, in milliseconds.
     #[arg(long, env = "FLOODGATE_REDIS_TIMEOUT_MS", default_value_t = 25)]
     pub redis_timeout_ms: u64,
@@ -242,8 +271,87 @@ pub struct ServeArgs {
         value_parser = parse_overload_answer
     )]
     pub overload_answer: OverloadAnswer,
+    /// Turn on the admin API (runtime limit overrides) with the bearer token(s) in this file,
+    /// one per line; re-read when the file changes. Off without it.
+    #[arg(long, env = "FLOODGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Admin API listen address (with --admin-token-file). Loopback by default; any other
+    /// address is logged as a warning.
+    #[arg(long, env = "FLOODGATE_ADMIN_ADDR", default_value = "127.0.0.1:6071")]
+    pub admin_addr: SocketAddr,
     #[command(flatten)]
     pub grpc_tls: GrpcTlsArgs,
+    #[command(flatten)]
+    pub redis_connection: Box<RedisConnectionArgs>,
+}
+
+/// How floodgate reaches Redis beyond its URL: TLS, Sentinel credentials, sockets. Named after
+/// envoyproxy/ratelimit's variables, which are honoured as they are.
+#[derive(Debug, Args)]
+pub struct RedisConnectionArgs {
+    /// TLS to a Redis given as a bare host:port (envoyproxy/ratelimit's REDIS_TLS); a
+    /// rediss:// URL needs no flag. With --redis-type sentinel: TLS to the sentinels and master.
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub redis_tls: bool,
+    // The files are strings, not paths: envoyproxy/ratelimit deployments often set these
+    // variables empty, which means "none" (a path may not be empty).
+    /// CA certificates (PEM) that signed the Redis server's certificate [default: the system's].
+    #[arg(long, env = "REDIS_TLS_CACERT", value_name = "FILE")]
+    pub redis_tls_ca: Option<String>,
+    /// Client certificate chain (PEM) for a Redis with `tls-auth-clients yes`; needs
+    /// --redis-tls-key.
+    #[arg(long, env = "REDIS_TLS_CLIENT_CERT", value_name = "FILE")]
+    pub redis_tls_cert: Option<String>,
+    /// The private key of --redis-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "REDIS_TLS_CLIENT_KEY", value_name = "FILE")]
+    pub redis_tls_key: Option<String>,
+    /// Accept a Redis certificate issued for another host name (the chain is still verified).
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub redis_tls_skip_hostname_verification: bool,
+    /// Password, or user:password, for the sentinels (--redis-type sentinel) when their
+    /// addresses carry none (envoyproxy/ratelimit's REDIS_SENTINEL_AUTH).
+    #[arg(long, env = "REDIS_SENTINEL_AUTH", hide_env_values = true)]
+    pub redis_sentinel_auth: Option<String>,
+    /// Sockets to Redis, used in turn (envoyproxy/ratelimit's REDIS_POOL_SIZE). Each carries
+    /// any number of concurrent calls; more help only when one socket is the bottleneck.
+    #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 1, value_parser = parse_pool_size)]
+    pub redis_pool_size: usize,
+}
+
+impl RedisConnectionArgs {
+    pub fn tls_options(&self) -> crate::store::redis::TlsOptions {
+        let file = |value: &Option<String>| {
+            value
+                .as_deref()
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from)
+        };
+        crate::store::redis::TlsOptions {
+            enabled: self.redis_tls,
+            ca_file: file(&self.redis_tls_ca),
+            cert_file: file(&self.redis_tls_cert),
+            key_file: file(&self.redis_tls_key),
+            skip_hostname_verification: self.redis_tls_skip_hostname_verification,
+        }
+    }
+}
+
+/// A boolean as envoyproxy/ratelimit reads it (Go's `strconv.ParseBool`, any case), where an
+/// empty value, as deployments often set them, means false.
+fn parse_reference_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "f" | "false" | "no" | "off" => Ok(false),
+        "1" | "t" | "true" | "yes" | "on" => Ok(true),
+        _ => Err("expected true or false".to_owned()),
+    }
+}
+
+fn parse_pool_size(text: &str) -> Result<usize, String> {
+    let max = crate::store::redis::MAX_POOL_SIZE;
+    match text.trim().parse::<usize>() {
+        Ok(size) if (1..=max).contains(&size) => Ok(size),
+        _ => Err(format!("expected a number of sockets from 1 to {max}")),
+    }
 }
 
 /// TLS on the gRPC listener. envoyproxy/ratelimit's GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT,

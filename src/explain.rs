@@ -103,6 +103,22 @@ fn render_descriptor(text: &mut String, descriptor: &DescriptorExplanation<'_>) 
         }
         Verdict::Limited(rule) => {
             let _ = writeln!(text, "  rule {}", rule_text(rule));
+            if let Some(priority) = &rule.priority {
+                let entry = descriptor.entries.get(descriptor.levels.len());
+                let class = priority.class_for(entry.map(|entry| entry.value.as_str()));
+                let from = match entry {
+                    Some(entry) if entry.value == class.name() => "named by the last entry",
+                    Some(_) => "the default: the last entry names no class",
+                    None => "the default: no class entry",
+                };
+                let _ = writeln!(
+                    text,
+                    "  priority class {} ({}; may use {} of the capacity)",
+                    class.name(),
+                    from,
+                    class.share()
+                );
+            }
             let shadow = if rule.shadow_mode {
                 " (shadow_mode: counted and reported, never rejected)"
             } else {

@@ -2,6 +2,8 @@
 //!
 //! `core` decides and never does I/O; everything else is a thin shell around it.
 
+pub mod adaptive;
+pub mod adjustments;
 pub mod app;
 pub mod check;
 pub mod cli;

@@ -13,9 +13,11 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
+use crate::adjustments::LiveAdjustments;
+use crate::core::adjust::AdjustmentsAt;
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
 use crate::core::headers::HeaderMode;
-use crate::core::plan::{plan, PlanSettings};
+use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::plan::{DescriptorPlan, Plan};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble, Code, Response};
@@ -73,6 +75,8 @@ pub struct Limiter<S> {
     failure_log: std::sync::Mutex<LogPace>,
     /// The origin of `failure_log`'s clock.
     started: Instant,
+    /// Limits changed at run time (overrides, adaptive values), planned with on every decision.
+    adjustments: Arc<LiveAdjustments>,
 }
 
 /// At most one failure-policy log line per this many milliseconds.
@@ -92,7 +96,19 @@ impl<S: Store> Limiter<S> {
             local_fallback: None,
             failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
             started: Instant::now(),
+            adjustments: Arc::new(LiveAdjustments::default()),
         }
+    }
+
+    /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
+    pub fn with_adjustments(mut self, adjustments: Arc<LiveAdjustments>) -> Self {
+        self.adjustments = adjustments;
+        self
+    }
+
+    /// The runtime adjustments this limiter plans with: set overrides and adaptive values here.
+    pub fn adjustments(&self) -> &Arc<LiveAdjustments> {
+        &self.adjustments
     }
 
     /// The in-process store that `failure_policy: local` decides with while this limiter's
@@ -207,10 +223,17 @@ impl<S: Store> Limiter<S> {
             }
             return Err(invalid.into());
         }
-        let plan = plan(
+        // Owned for the same reason; an empty set costs no clock read.
+        let adjustments = self.adjustments.snapshot();
+        let adjusted = (!adjustments.is_empty()).then(|| AdjustmentsAt {
+            adjustments: &adjustments,
+            now_unix_ms: self.adjustments.now_unix_ms(),
+        });
+        let plan = plan_adjusted(
             request,
             live.rules.domain(&request.domain),
             self.settings.plan,
+            adjusted,
         );
 
         let store_span = if span.is_disabled() {

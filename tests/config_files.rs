@@ -57,7 +57,7 @@ fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
 fn every_example_loads_one_domain_each() {
     let rules = examples();
     let names: Vec<&str> = rules.domains().map(|domain| domain.name.as_str()).collect();
-    assert_eq!(names, vec!["api", "edge", "login", "reports"]);
+    assert_eq!(names, vec!["api", "edge", "login", "reports", "shop"]);
     for domain in rules.domains() {
         assert_eq!(domain.sources.len(), 1, "{}", domain.name);
     }

@@ -120,7 +120,12 @@ async fn every_kind_of_decision_is_counted_and_promtool_accepts_the_scrape() {
     let rejected = |rule: &str, reason: &str| {
         scrape.value(
             "floodgate_requests_rejected_total",
-            &[("domain", "edge"), ("rule", rule), ("reason", reason)],
+            &[
+                ("domain", "edge"),
+                ("rule", rule),
+                ("reason", reason),
+                ("class", ""),
+            ],
         )
     };
     assert_eq!(rejected(rule, "limit"), 2.0);
@@ -167,6 +172,7 @@ async fn every_kind_of_decision_is_counted_and_promtool_accepts_the_scrape() {
                 ("domain", domain),
                 ("rule", "none"),
                 ("reason", "invalid_request"),
+                ("class", ""),
             ],
         )
     };

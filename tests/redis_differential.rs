@@ -3,14 +3,15 @@
 //! decision (admitted, remaining, reset_after, retry_after, verdict) must be identical. The
 //! sequences mix multi-descriptor requests (all or nothing), quota and shadow roles, global
 //! shadow mode, check-only hits, refunds, oversized hits, counters repeated within a request,
-//! limits changed between requests (a reload) and a clock that sometimes goes backwards.
+//! limits changed between requests (a reload), a clock that sometimes goes backwards, and
+//! priority classes: descriptors of different classes (shares) charging the same counters.
 
 #[path = "common/redis.rs"]
 mod redis_support;
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
 use floodgate::core::plan::Counter;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
@@ -81,6 +82,19 @@ fn random_hits(rng: &mut StdRng) -> Hits {
     }
 }
 
+/// The priority class of a descriptor: none (the whole capacity) for a good part, the usual
+/// 80 % and 50 %, a third (reserves that do not divide evenly), or any share at all.
+fn random_share(rng: &mut StdRng) -> Share {
+    let millionths = match rng.random_range(0..100) {
+        0..40 => 1_000_000,
+        40..60 => 800_000,
+        60..80 => 500_000,
+        80..90 => 333_333,
+        _ => rng.random_range(1..=1_000_000),
+    };
+    Share::from_millionths(millionths).unwrap_or(Share::FULL)
+}
+
 fn random_role(rng: &mut StdRng) -> Role {
     match rng.random_range(0..100) {
         0..70 => Role::Enforced,
@@ -90,12 +104,14 @@ fn random_role(rng: &mut StdRng) -> Role {
 }
 
 /// A planner-shaped request: descriptors in order, each with one or two counters sharing its
-/// hits and role; slots are sometimes repeated, within a descriptor or across descriptors.
+/// hits, role and priority class; slots are sometimes repeated, within a descriptor or across
+/// descriptors (so classes meet on one counter).
 fn random_request(rng: &mut StdRng, slots: &[Slot]) -> Vec<Counter> {
     let mut counters: Vec<Counter> = Vec::new();
     for descriptor in 0..rng.random_range(1..=3) {
         let hits = random_hits(rng);
         let role = random_role(rng);
+        let share = random_share(rng);
         for _ in 0..rng.random_range(1..=2) {
             let repeat = !counters.is_empty() && rng.random_bool(0.15);
             let slot = if repeat {
@@ -112,7 +128,10 @@ fn random_request(rng: &mut StdRng, slots: &[Slot]) -> Vec<Counter> {
             } else {
                 slot.quota.clone()
             };
-            counters.push(counter(descriptor, &slot.key, &quota, hits, role));
+            counters.push(Counter {
+                share,
+                ..counter(descriptor, &slot.key, &quota, hits, role)
+            });
         }
     }
     counters
@@ -277,6 +296,32 @@ async fn token_bucket_matches_memory() {
 async fn leaky_bucket_matches_memory() {
     run_differential("leaky_bucket", |rng| {
         random_slots(rng, &[Algorithm::LeakyBucket])
+    })
+    .await;
+}
+
+/// Classes crowding one counter per algorithm, with capacities large enough that every class's
+/// reserve is a real part of it: the hits that pass, where each class is cut off and when it
+/// may retry must agree.
+#[tokio::test]
+async fn priority_classes_sharing_a_counter_match_memory() {
+    run_differential("priority", |rng| {
+        Algorithm::ALL
+            .iter()
+            .map(|&algorithm| {
+                let limit = rng.random_range(20..=60);
+                let quota = Quota::new(limit, Unit::Minute).with_algorithm(algorithm);
+                let quota = if algorithm.accepts_burst() {
+                    quota.with_burst(rng.random_range(limit / 2..=limit))
+                } else {
+                    quota
+                };
+                Slot {
+                    key: identity("classes", "pool", algorithm.name(), 0, &quota),
+                    quota,
+                }
+            })
+            .collect()
     })
     .await;
 }

@@ -5,11 +5,9 @@
 //! What this proves: each decision is one atomic script call, so requests from different
 //! processes (different connections, different tokio runtimes) never interleave between reading
 //! and writing a counter. It also shows that "now" is not the process's: every decision reads
-//! Redis `TIME` inside the script. The three processes here share the machine's clock, so the
-//! test cannot show by itself that skewed clocks agree (a process clock cannot be skewed
-//! without libfaketime, which is not installed); that part rests on the script taking `TIME`
-//! (`store::redis` module docs) and on `redis_differential.rs`, which drives the script with an
-//! explicit clock.
+//! Redis `TIME` inside the script. The three processes here share the machine's clock; that
+//! instances with skewed clocks agree is shown by `redis_clock_skew.rs` (one process runs
+//! minutes ahead under libfaketime).
 
 mod common;
 #[path = "common/redis.rs"]

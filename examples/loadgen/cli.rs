@@ -73,6 +73,13 @@ pub struct Args {
     #[arg(long = "descriptor", env = "LOADGEN_DESCRIPTOR", default_value = "generic_key=api,client_id={key}", value_parser = parse_descriptor)]
     pub descriptors: Vec<DescriptorTemplate>,
 
+    /// A traffic mix instead of --descriptor: each request is of one class, the classes in
+    /// proportion to their weights, as `NAME:WEIGHT:DESCRIPTOR[;DESCRIPTOR…]` (e.g.
+    /// `critical:1:pool=shop,priority=critical`). Repeat for each class; the report gives
+    /// each class's figures apart.
+    #[arg(long = "mix", value_parser = parse_mix_class, conflicts_with = "descriptors")]
+    pub mix: Vec<MixClass>,
+
     /// The request's hits_addend (0: unset, which the server reads as 1).
     #[arg(long, default_value_t = 0)]
     pub hits_addend: u32,
@@ -156,6 +163,20 @@ impl DescriptorTemplate {
             .any(|(_, parts)| parts.contains(&Part::Key))
     }
 }
+
+/// One `--mix` class: its name, its weight in the mix and the descriptors it sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MixClass {
+    pub source: String,
+    pub name: String,
+    pub weight: u32,
+    pub descriptors: Vec<DescriptorTemplate>,
+}
+
+/// Most classes in a mix, and the largest sum of their weights (the length of one round of
+/// the deterministic interleaving).
+pub const MAX_MIX_CLASSES: usize = 16;
+pub const MAX_MIX_WEIGHT: u32 = 10_000;
 
 /// Highest rate a stage, `--rate` or a burst may ask for.
 const MAX_RATE: f64 = 10_000_000.0;
@@ -331,6 +352,74 @@ pub fn parse_descriptor(text: &str) -> Result<DescriptorTemplate, String> {
     })
 }
 
+/// `critical:1:pool=shop,priority=critical` (descriptors separated by `;`).
+pub fn parse_mix_class(text: &str) -> Result<MixClass, String> {
+    let expected = "expected NAME:WEIGHT:DESCRIPTOR[;DESCRIPTOR…], e.g. \
+        critical:1:pool=shop,priority=critical";
+    let mut parts = text.splitn(3, ':');
+    let (Some(name), Some(weight), Some(descriptors)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("--mix `{text}`: {expected}"));
+    };
+    let name = name.trim();
+    let well_formed = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !well_formed {
+        return Err(format!(
+            "--mix `{text}`: the class name `{name}` must be 1 to 32 letters, digits, '_', '-' \
+             or '.'"
+        ));
+    }
+    let weight = match weight.trim().parse::<u32>() {
+        Ok(weight) if (1..=MAX_MIX_WEIGHT).contains(&weight) => weight,
+        _ => {
+            return Err(format!(
+                "--mix `{text}`: the weight `{weight}` must be a whole number from 1 to \
+                 {MAX_MIX_WEIGHT}"
+            ))
+        }
+    };
+    let descriptors = descriptors
+        .split(';')
+        .map(|descriptor| parse_descriptor(descriptor).map_err(|e| format!("--mix `{text}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(MixClass {
+        source: text.to_owned(),
+        name: name.to_owned(),
+        weight,
+        descriptors,
+    })
+}
+
+/// What clap cannot check one class at a time: distinct names, bounded count and weights.
+pub fn check_mix(mix: &[MixClass]) -> Result<(), String> {
+    if mix.len() > MAX_MIX_CLASSES {
+        return Err(format!(
+            "--mix: {} classes, at most {MAX_MIX_CLASSES}",
+            mix.len()
+        ));
+    }
+    for (index, class) in mix.iter().enumerate() {
+        if mix[..index].iter().any(|other| other.name == class.name) {
+            return Err(format!(
+                "--mix: the class `{}` is given twice; give each class once, with its weight",
+                class.name
+            ));
+        }
+    }
+    let total: u32 = mix.iter().map(|class| class.weight).sum();
+    if total > MAX_MIX_WEIGHT {
+        return Err(format!(
+            "--mix: the weights add up to {total}, at most {MAX_MIX_WEIGHT}; divide them by a \
+             common factor"
+        ));
+    }
+    Ok(())
+}
+
 /// The one address loadgen connects to: a loopback IP literal and a port. `localhost` is
 /// taken as 127.0.0.1 (not resolved), so nothing but loopback can ever be reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -484,6 +573,38 @@ mod tests {
     }
 
     #[test]
+    fn mix_classes() {
+        let class = parse_mix_class("critical:2:pool=shop,priority=critical;user={key}").unwrap();
+        assert_eq!((class.name.as_str(), class.weight), ("critical", 2));
+        assert_eq!(class.descriptors.len(), 2);
+        assert_eq!(class.descriptors[0].entries[1].0, "priority");
+        assert!(class.descriptors[1].uses_key());
+        // A value may hold ':' (only the first two separate the fields).
+        let class = parse_mix_class("v6:1:remote_address=::1").unwrap();
+        assert_eq!(
+            class.descriptors[0].entries[0].1,
+            vec![Part::Text("::1".to_owned())]
+        );
+        for bad in [
+            "critical",
+            "critical:1",
+            ":1:a=b",
+            "cri tical:1:a=b",
+            "critical:0:a=b",
+            "critical:x:a=b",
+            "critical:10001:a=b",
+            "critical:1:=b",
+            "critical:1:a=b;",
+        ] {
+            assert!(parse_mix_class(bad).is_err(), "{bad}");
+        }
+        let class = |text: &str| parse_mix_class(text).unwrap();
+        assert!(check_mix(&[class("a:1:k=v"), class("b:2:k=w")]).is_ok());
+        assert!(check_mix(&[class("a:1:k=v"), class("a:2:k=w")]).is_err());
+        assert!(check_mix(&[class("a:6000:k=v"), class("b:6000:k=w")]).is_err());
+    }
+
+    #[test]
     fn command_lines() {
         use clap::CommandFactory;
         Args::command().debug_assert();
@@ -498,6 +619,12 @@ mod tests {
         assert!(args.max_rate);
         assert_eq!(args.zipf, Some(1.0));
         assert_eq!(args.descriptors.len(), 2);
+        let args = parse("loadgen --rate 100 --mix a:1:k=a --mix b:2:k=b").unwrap();
+        assert_eq!(args.mix.len(), 2);
+        assert!(
+            parse("loadgen --rate 100 --mix a:1:k=a --descriptor k=c").is_err(),
+            "--mix replaces --descriptor"
+        );
         let args = parse("loadgen --rate 100 --zipf 1.2 --duration 1m").unwrap();
         assert_eq!(args.rate, Some(100.0));
         assert_eq!(args.zipf, Some(1.2));

@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::schedule::{Bursts, Plan};
-use crate::stats::{ClassStats, Outcome, Recorder};
+use crate::stats::{ClassStats, Outcome, Recorder, StageStats};
 use crate::workload::Workload;
 
 /// How often the open-loop dispatcher wakes (tokio's timer resolution).
@@ -123,6 +123,20 @@ impl Shared {
             }
         }
     }
+
+    /// A legitimate request's answer, counted in `legit` and in its `--mix` class, if any.
+    fn record_legit(
+        &self,
+        stats: &StageStats,
+        mix_class: Option<usize>,
+        outcome: Result<Outcome, ErrorKind>,
+        latency: Duration,
+    ) {
+        if let Some(class) = mix_class.and_then(|index| stats.mix.get(index)) {
+            class.finished(*outcome.as_ref().unwrap_or(&Outcome::Error), latency);
+        }
+        self.record(&stats.legit, outcome, latency);
+    }
 }
 
 /// How a run ended.
@@ -146,7 +160,7 @@ pub async fn warm_up(shared: &Arc<Shared>, duration: Duration) {
         workers.push(tokio::spawn(async move {
             let mut rng = SmallRng::from_rng(&mut rand::rng());
             while Instant::now() < deadline && shared.budget.take() {
-                let request = shared.workload.legit(&mut rng);
+                let (request, _) = shared.workload.legit(&mut rng);
                 let _ = shared.call(request).await;
             }
         }));
@@ -167,12 +181,15 @@ pub async fn closed_loop(shared: &Arc<Shared>, duration: Duration, concurrency: 
         workers.push(tokio::spawn(async move {
             let mut rng = SmallRng::from_rng(&mut rand::rng());
             while Instant::now() < deadline && shared.budget.take() {
-                let request = shared.workload.legit(&mut rng);
+                let (request, mix_class) = shared.workload.legit(&mut rng);
                 let (outcome, latency) = shared.call(request).await;
                 if Instant::now() <= deadline {
-                    let class = &shared.recorder.stages[0].legit;
-                    class.sent();
-                    shared.record(class, outcome, latency);
+                    let stats = &shared.recorder.stages[0];
+                    stats.legit.sent();
+                    if let Some(class) = mix_class.and_then(|index| stats.mix.get(index)) {
+                        class.sent();
+                    }
+                    shared.record_legit(stats, mix_class, outcome, latency);
                 }
             }
         }));
@@ -214,7 +231,7 @@ pub async fn open_loop(
         let legit_due = plan.arrivals_by(t).floor() as u64;
         while legit_due_sent < legit_due {
             legit_due_sent += 1;
-            if !dispatch(shared, &slots, &stats.legit, stage, false, &mut rng) {
+            if !dispatch(shared, &slots, stats, stage, false, &mut rng) {
                 break 'run;
             }
         }
@@ -222,7 +239,7 @@ pub async fn open_loop(
             let bot_due = bursts.arrivals_by(t).floor() as u64;
             while bot_due_sent < bot_due {
                 bot_due_sent += 1;
-                if !dispatch(shared, &slots, &stats.bot, stage, true, &mut rng) {
+                if !dispatch(shared, &slots, stats, stage, true, &mut rng) {
                     break 'run;
                 }
             }
@@ -244,34 +261,51 @@ pub async fn open_loop(
 }
 
 /// Sends one request if a slot is free (else counts it shed); false once the budget is
-/// spent.
+/// spent. Its `--mix` class is drawn before the slot is looked for, so a shed request
+/// counts against its class too.
 fn dispatch(
     shared: &Arc<Shared>,
     slots: &Arc<Semaphore>,
-    class: &ClassStats,
+    stats: &StageStats,
     stage: usize,
     bot: bool,
     rng: &mut SmallRng,
 ) -> bool {
+    let mix_class = if bot {
+        None
+    } else {
+        shared.workload.next_class()
+    };
+    let class = if bot { &stats.bot } else { &stats.legit };
+    let mix_stats = mix_class.and_then(|index| stats.mix.get(index));
     let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
         class.shed();
+        if let Some(mix_stats) = mix_stats {
+            mix_stats.shed();
+        }
         return true;
     };
     if !shared.budget.take() {
         return false;
     }
     class.sent();
+    if let Some(mix_stats) = mix_stats {
+        mix_stats.sent();
+    }
     let request = if bot {
         shared.workload.bot(rng)
     } else {
-        shared.workload.legit(rng)
+        shared.workload.legit_in(mix_class, rng)
     };
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
         let (outcome, latency) = shared.call(request).await;
         let stats = &shared.recorder.stages[stage];
-        let class = if bot { &stats.bot } else { &stats.legit };
-        shared.record(class, outcome, latency);
+        if bot {
+            shared.record(&stats.bot, outcome, latency);
+        } else {
+            shared.record_legit(stats, mix_class, outcome, latency);
+        }
         drop(permit);
     });
     true

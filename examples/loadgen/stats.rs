@@ -1,5 +1,6 @@
-//! Counting and reporting: per stage and per traffic class (legitimate or bot), counts in
-//! atomics and latencies in an HdrHistogram (1 µs to 60 s, 3 significant digits).
+//! Counting and reporting: per stage and per traffic class (legitimate or bot, and each
+//! `--mix` class of the legitimate traffic), counts in atomics and latencies in an
+//! HdrHistogram (1 µs to 60 s, 3 significant digits).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -174,8 +175,11 @@ pub struct Figures {
 /// Counters of one stage.
 #[derive(Debug)]
 pub struct StageStats {
+    /// All legitimate traffic, every `--mix` class included.
     pub legit: ClassStats,
     pub bot: ClassStats,
+    /// Each `--mix` class apart, in the order given (empty without a mix).
+    pub mix: Vec<ClassStats>,
     /// Worst lateness of the dispatcher behind its schedule (the generator starved of CPU).
     lag_max_us: AtomicU64,
 }
@@ -196,13 +200,17 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(stages: usize) -> Result<Self, String> {
+    /// `mix_classes`: how many `--mix` classes are counted apart.
+    pub fn new(stages: usize, mix_classes: usize) -> Result<Self, String> {
         let template = histogram()?;
         Ok(Self {
             stages: (0..stages)
                 .map(|_| StageStats {
                     legit: ClassStats::new(&template),
                     bot: ClassStats::new(&template),
+                    mix: (0..mix_classes)
+                        .map(|_| ClassStats::new(&template))
+                        .collect(),
                     lag_max_us: AtomicU64::new(0),
                 })
                 .collect(),
@@ -217,10 +225,18 @@ impl Recorder {
     }
 
     /// The figures; `elapsed` is how far into the plan sending went, so stages cut short
-    /// by the request cap count only the time they ran.
-    pub fn report(&self, plan: &[Stage], elapsed: Duration, with_bots: bool) -> Report {
+    /// by the request cap count only the time they ran. `mix` names the `--mix` classes
+    /// (name, weight) in the order they were counted.
+    pub fn report(
+        &self,
+        plan: &[Stage],
+        elapsed: Duration,
+        with_bots: bool,
+        mix: &[(String, u32)],
+    ) -> Report {
         let mut total_legit = Snapshot::empty(&self.template);
         let mut total_bot = Snapshot::empty(&self.template);
+        let mut total_mix = vec![Snapshot::empty(&self.template); mix.len()];
         let mut total_seconds = 0.0;
         let mut stages = Vec::with_capacity(plan.len());
         for (index, (stage, stats)) in plan.iter().zip(&self.stages).enumerate() {
@@ -231,6 +247,7 @@ impl Recorder {
             total_seconds += seconds;
             let legit = stats.legit.snapshot();
             let bot = stats.bot.snapshot();
+            let classes: Vec<Snapshot> = stats.mix.iter().map(ClassStats::snapshot).collect();
             stages.push(StageReport {
                 index: index + 1,
                 start_s: stage.start.as_secs_f64(),
@@ -241,9 +258,13 @@ impl Recorder {
                 generator_lag_max_us: stats.lag_max_us.load(Ordering::Relaxed),
                 legit: legit.figures(seconds),
                 bot: with_bots.then(|| bot.figures(seconds)),
+                classes: mix_figures(mix, &classes, seconds),
             });
             total_legit.merge(&legit);
             total_bot.merge(&bot);
+            for (total, class) in total_mix.iter_mut().zip(&classes) {
+                total.merge(class);
+            }
         }
         // Requests the plan asked for over the time it ran.
         let target_total = plan
@@ -269,10 +290,31 @@ impl Recorder {
                 }),
                 legit: total_legit.figures(total_seconds),
                 bot: with_bots.then(|| total_bot.figures(total_seconds)),
+                classes: mix_figures(mix, &total_mix, total_seconds),
             },
             errors: self.errors.lock().clone(),
         }
     }
+}
+
+fn mix_figures(mix: &[(String, u32)], snapshots: &[Snapshot], seconds: f64) -> Vec<MixFigures> {
+    mix.iter()
+        .zip(snapshots)
+        .map(|((name, weight), snapshot)| MixFigures {
+            name: name.clone(),
+            weight: *weight,
+            figures: snapshot.figures(seconds),
+        })
+        .collect()
+}
+
+/// The figures of one `--mix` class.
+#[derive(Debug, Clone, Serialize)]
+pub struct MixFigures {
+    pub name: String,
+    pub weight: u32,
+    #[serde(flatten)]
+    pub figures: Figures,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -286,6 +328,9 @@ pub struct StageReport {
     pub generator_lag_max_us: u64,
     pub legit: Figures,
     pub bot: Option<Figures>,
+    /// The `--mix` classes (part of `legit`), absent without a mix.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<MixFigures>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -294,6 +339,8 @@ pub struct TotalReport {
     pub target_mean_rps: Option<f64>,
     pub legit: Figures,
     pub bot: Option<Figures>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<MixFigures>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -328,9 +375,18 @@ impl Report {
     /// The human-readable table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        // Wide enough for the longest --mix class name.
+        let width = self
+            .total
+            .classes
+            .iter()
+            .map(|class| class.name.chars().count() + 2)
+            .max()
+            .unwrap_or(0)
+            .max(6);
         let _ = writeln!(
             out,
-            "{:<7} {:<6} {:>7} {:>13} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>6} {:>8}",
+            "{:<7} {:<width$} {:>7} {:>13} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>6} {:>8}",
             "stage",
             "class",
             "secs",
@@ -348,7 +404,7 @@ impl Report {
         let mut row = |stage: &str, class: &str, secs: f64, target: &str, f: &Figures| {
             let _ = writeln!(
                 out,
-                "{:<7} {:<6} {:>7.1} {:>13} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>6} {:>8}",
+                "{:<7} {:<width$} {:>7.1} {:>13} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>6} {:>8}",
                 stage,
                 class,
                 secs,
@@ -368,6 +424,10 @@ impl Report {
             let name = stage.index.to_string();
             let goal = target(stage.target_from_rps, stage.target_to_rps);
             row(&name, "legit", stage.duration_s, &goal, &stage.legit);
+            for class in &stage.classes {
+                let label = format!("  {}", class.name);
+                row(&name, &label, stage.duration_s, "", &class.figures);
+            }
             if let Some(bot) = &stage.bot {
                 row(&name, "bot", stage.duration_s, "", bot);
             }
@@ -383,6 +443,10 @@ impl Report {
             &goal,
             &self.total.legit,
         );
+        for class in &self.total.classes {
+            let label = format!("  {}", class.name);
+            row("total", &label, self.total.duration_s, "", &class.figures);
+        }
         if let Some(bot) = &self.total.bot {
             row("total", "bot", self.total.duration_s, "", bot);
         }

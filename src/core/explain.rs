@@ -181,6 +181,13 @@ fn explain_descriptor<'a>(
                 });
                 nodes.push(next);
             }
+            // The class entry of a rule with priority classes ends the lookup at its rule.
+            Err(_) if level + 1 == entries.len() && is_class_entry(node, entry) => {
+                if let Some(rule) = &node.rule {
+                    explanation.verdict = Verdict::Limited(rule);
+                }
+                return explanation;
+            }
             Err(miss) => {
                 let miss = match miss {
                     StepMiss::Childless => Miss::TreeEnds {
@@ -236,6 +243,14 @@ fn explain_descriptor<'a>(
         explanation.not_tried = not_tried(&explanation.levels, &nodes, entries);
     }
     explanation
+}
+
+/// Whether `entry` names a priority class of `node`'s rule (`DomainRules::lookup`).
+fn is_class_entry(node: &Node, entry: &Entry) -> bool {
+    node.rule
+        .as_ref()
+        .and_then(|rule| rule.priority.as_ref())
+        .is_some_and(|priority| priority.key == entry.key)
 }
 
 enum StepMiss<'a> {

@@ -2,6 +2,16 @@
 //! restrictive descriptor drives them: an over-limit one if any, else the one with the least
 //! remaining (the first on ties, as Envoy chooses). Shadowed statuses are left out: shadow mode
 //! must not change what clients see.
+//!
+//! A request refused in a priority class (`core::priority`) also gets, whatever the mode:
+//!
+//!   x-floodgate-priority: low;reason=reserved;reserved-for="normal critical"
+//!   Retry-After: 3                      (added here only when the mode adds none)
+//!
+//! an RFC 9651 item: the refused class (a token), `reason=reserved` when the shared capacity
+//! still had room for the hit but it is kept for the classes above (`reserved-for`, smallest
+//! share first; absent for a class with the largest share), `reason=full` when it had none.
+//! Retry-After is when the hit fits above the class's reserve.
 
 use super::response::{Code, DescriptorStatus};
 use super::time::ceil_seconds;
@@ -52,6 +62,62 @@ pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<
     };
     if let Some(retry_after) = retry_after_seconds(&visible) {
         headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+    }
+    headers
+}
+
+/// The header naming a refused priority class and why.
+pub const PRIORITY_HEADER: &str = "x-floodgate-priority";
+
+/// Why a priority class was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The shared capacity had room for the hit, kept for the classes above this one.
+    Reserved,
+    /// The shared capacity had no room for the hit.
+    Full,
+}
+
+impl Refused {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::Reserved => "reserved",
+            Refused::Full => "full",
+        }
+    }
+}
+
+/// A descriptor refused in its priority class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassRefusal<'a> {
+    pub class: &'a str,
+    pub reason: Refused,
+    /// The classes with a larger share, smallest first.
+    pub reserved_for: Vec<&'a str>,
+}
+
+/// The headers of a request refused in a priority class: [`PRIORITY_HEADER`], and Retry-After
+/// when `mode` adds none (see the module docs).
+pub fn priority_headers(
+    mode: HeaderMode,
+    statuses: &[DescriptorStatus],
+    refusal: &ClassRefusal<'_>,
+) -> Vec<(String, String)> {
+    // Class names are tokens (the loader allows letters, digits, `_`, `-`, `.`).
+    let mut value = format!("{};reason={}", refusal.class, refusal.reason.label());
+    if !refusal.reserved_for.is_empty() {
+        value.push_str(";reserved-for=");
+        value.push_str(&sf_string(&refusal.reserved_for.join(" ")));
+    }
+    let mut headers = vec![(PRIORITY_HEADER.to_owned(), value)];
+    if mode == HeaderMode::None {
+        let visible: Vec<&DescriptorStatus> = statuses
+            .iter()
+            .filter(|status| status.current_limit.is_some() && !status.shadowed)
+            .collect();
+        if let Some(retry_after) = retry_after_seconds(&visible) {
+            headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+        }
     }
     headers
 }
@@ -282,6 +348,37 @@ mod tests {
                 "Retry-After"
             ),
             Some("1")
+        );
+    }
+
+    #[test]
+    fn a_refused_class_names_itself_why_and_whom_the_rest_is_for() {
+        let statuses = [status(50, Unit::Second, 0, 2_300, Code::OverLimit)];
+        let low = ClassRefusal {
+            class: "low",
+            reason: Refused::Reserved,
+            reserved_for: vec!["normal", "critical"],
+        };
+        let headers = priority_headers(HeaderMode::None, &statuses, &low);
+        assert_eq!(
+            header(&headers, PRIORITY_HEADER),
+            Some("low;reason=reserved;reserved-for=\"normal critical\"")
+        );
+        assert_eq!(header(&headers, "Retry-After"), Some("3"));
+        let critical = ClassRefusal {
+            class: "critical",
+            reason: Refused::Full,
+            reserved_for: Vec::new(),
+        };
+        let headers = priority_headers(HeaderMode::Ietf, &statuses, &critical);
+        assert_eq!(
+            header(&headers, PRIORITY_HEADER),
+            Some("critical;reason=full")
+        );
+        assert_eq!(
+            header(&headers, "Retry-After"),
+            None,
+            "the ietf headers carry it already"
         );
     }
 

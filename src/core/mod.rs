@@ -1,6 +1,8 @@
 //! The pure core: configuration, the descriptor rule tree, the algorithms and the request
 //! semantics. Nothing here does I/O or reads a clock; the shells around it do.
 
+pub mod adaptive;
+pub mod adjust;
 pub mod algorithm;
 pub mod check_headers;
 pub mod check_profile;
@@ -11,6 +13,7 @@ pub mod headers;
 pub mod key;
 pub mod overload;
 pub mod plan;
+pub mod priority;
 pub mod request;
 pub mod response;
 pub mod rules;

@@ -1,10 +1,12 @@
 //! From a request and the domain's rules to the counters the request touches: rule lookup,
 //! `replaces`, `unlimited`, limit overrides, hits and roles. Pure; the store does the counting.
 
-use super::algorithm::{Hits, Quota};
+use super::adjust::{Adjustment, AdjustmentsAt};
+use super::algorithm::{Hits, Quota, Share};
 use super::key::counter_key;
+use super::priority::ClassChoice;
 use super::request::{Descriptor, LimitOverride, Request};
-use super::rules::{DomainRules, MatchedLevel, Rule};
+use super::rules::{DomainRules, Entry, MatchedLevel, Rule};
 use super::verdict::Role;
 
 /// One counter a request touches: which descriptor asks, its identity, its limit, what to do.
@@ -15,6 +17,9 @@ pub struct Counter {
     pub quota: Quota,
     pub hits: Hits,
     pub role: Role,
+    /// The share of the capacity the descriptor's priority class may use (`Share::FULL`
+    /// without classes); the store evaluates with `quota.reserve(share)`.
+    pub share: Share,
 }
 
 /// What decides one descriptor.
@@ -30,6 +35,8 @@ pub enum DescriptorPlan<'a> {
     Limited {
         limit: LimitSource<'a>,
         counters: std::ops::Range<usize>,
+        /// The priority class the descriptor was decided in, when its rule has classes.
+        class: Option<ClassChoice<'a>>,
     },
 }
 
@@ -42,19 +49,25 @@ pub enum LimitSource<'a> {
         path: String,
         quotas: Vec<Quota>,
     },
+    /// The rule, with a limit changed at run time (`core::adjust`): `quotas` are in force.
+    Adjusted {
+        rule: &'a Rule,
+        quotas: Vec<Quota>,
+        adjustment: &'a Adjustment,
+    },
 }
 
 impl LimitSource<'_> {
     pub fn path(&self) -> &str {
         match self {
-            LimitSource::Rule(rule) => &rule.path,
+            LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. } => &rule.path,
             LimitSource::Override { path, .. } => path,
         }
     }
 
     pub fn name(&self) -> Option<&str> {
         match self {
-            LimitSource::Rule(rule) => rule.name.as_deref(),
+            LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. } => rule.name.as_deref(),
             LimitSource::Override { .. } => None,
         }
     }
@@ -62,12 +75,20 @@ impl LimitSource<'_> {
     pub fn quotas(&self) -> &[Quota] {
         match self {
             LimitSource::Rule(rule) => &rule.limits,
-            LimitSource::Override { quotas, .. } => quotas,
+            LimitSource::Override { quotas, .. } | LimitSource::Adjusted { quotas, .. } => quotas,
         }
     }
 
     pub fn shadow_mode(&self) -> bool {
-        matches!(self, LimitSource::Rule(rule) if rule.shadow_mode)
+        matches!(self, LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. } if rule.shadow_mode)
+    }
+
+    /// The configured rule behind these limits (none for Envoy's per-descriptor `limit`).
+    pub fn rule(&self) -> Option<&Rule> {
+        match self {
+            LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. } => Some(rule),
+            LimitSource::Override { .. } => None,
+        }
     }
 }
 
@@ -84,11 +105,21 @@ pub struct PlanSettings {
     pub global_quota_mode: bool,
 }
 
-/// Plans `request` against `domain` (`None`: the domain is unknown).
+/// Plans `request` against `domain` (`None`: the domain is unknown), with the configured limits.
 pub fn plan<'a>(
     request: &Request,
     domain: Option<&'a DomainRules>,
     settings: PlanSettings,
+) -> Plan<'a> {
+    plan_adjusted(request, domain, settings, None)
+}
+
+/// `plan`, where a rule with an adjustment in `adjustments` counts with the adjusted limits.
+pub fn plan_adjusted<'a>(
+    request: &Request,
+    domain: Option<&'a DomainRules>,
+    settings: PlanSettings,
+    adjustments: Option<AdjustmentsAt<'a>>,
 ) -> Plan<'a> {
     let Some(domain) = domain else {
         return Plan {
@@ -114,12 +145,38 @@ pub fn plan<'a>(
                 DescriptorPlan::Replaced { rule }
             }
             Found::Rule { rule, .. } if rule.unlimited => DescriptorPlan::Unlimited { rule },
-            Found::Rule { rule, levels } => {
+            Found::Rule {
+                rule,
+                levels,
+                class_entry,
+            } => {
                 let role = role_of(rule.shadow_mode, rule.quota_mode, settings);
-                let source = LimitSource::Rule(rule);
+                let source = match adjustments.and_then(|at| at.for_rule(&domain.name, rule)) {
+                    Some(adjustment) => LimitSource::Adjusted {
+                        rule,
+                        quotas: adjustment.apply(&rule.limits),
+                        adjustment,
+                    },
+                    None => LimitSource::Rule(rule),
+                };
                 let hits = request.hits_for(descriptor);
+                // The class entry picks the class; it is no part of the counters' identity.
+                let class_value = class_entry
+                    .and_then(|at| descriptor.entries.get(at))
+                    .map(|entry| entry.value.as_str());
+                let class = rule.priority.as_ref().map(|p| p.class_for(class_value));
+                let counted = descriptor
+                    .entries
+                    .get(..levels.len())
+                    .unwrap_or(&descriptor.entries);
                 add_counters(
-                    &mut plan, index, domain, descriptor, &levels, source, hits, role,
+                    &mut plan,
+                    index,
+                    domain,
+                    (counted, &levels),
+                    source,
+                    (hits, role),
+                    class,
                 )
             }
             Found::Override(limit) => {
@@ -128,7 +185,13 @@ pub fn plan<'a>(
                 let role = role_of(false, false, settings);
                 let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
                 add_counters(
-                    &mut plan, index, domain, descriptor, &levels, source, hits, role,
+                    &mut plan,
+                    index,
+                    domain,
+                    (&descriptor.entries, &levels),
+                    source,
+                    (hits, role),
+                    None,
                 )
             }
         };
@@ -142,6 +205,8 @@ enum Found<'a> {
     Rule {
         rule: &'a Rule,
         levels: Vec<MatchedLevel<'a>>,
+        /// Index of the priority class entry among the descriptor's entries.
+        class_entry: Option<usize>,
     },
     Override(LimitOverride),
 }
@@ -154,6 +219,7 @@ fn find<'a>(domain: &'a DomainRules, descriptor: &Descriptor) -> Found<'a> {
         Some(matched) => Found::Rule {
             rule: matched.rule,
             levels: matched.levels,
+            class_entry: matched.class_entry,
         },
         None => Found::Nothing,
     }
@@ -209,17 +275,18 @@ fn override_source<'a>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Adds the counters of one descriptor: `entries` make their identity (a priority class
+/// entry left out), `levels` say how each matched.
 fn add_counters<'a>(
     plan: &mut Plan<'a>,
     index: usize,
     domain: &DomainRules,
-    descriptor: &Descriptor,
-    levels: &[MatchedLevel<'_>],
+    (entries, levels): (&[Entry], &[MatchedLevel<'_>]),
     source: LimitSource<'a>,
-    hits: Hits,
-    role: Role,
+    (hits, role): (Hits, Role),
+    class: Option<ClassChoice<'a>>,
 ) -> DescriptorPlan<'a> {
+    let share = class.map_or(Share::FULL, |class| class.share());
     let first = plan.counters.len();
     for (limit_index, quota) in source.quotas().iter().enumerate() {
         plan.counters.push(Counter {
@@ -229,16 +296,18 @@ fn add_counters<'a>(
                 source.path(),
                 limit_index,
                 quota,
-                &descriptor.entries,
+                entries,
                 levels,
             ),
             quota: quota.clone(),
             hits,
             role,
+            share,
         });
     }
     DescriptorPlan::Limited {
         limit: source,
         counters: first..plan.counters.len(),
+        class,
     }
 }

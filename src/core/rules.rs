@@ -47,6 +47,10 @@ pub struct Rule {
     pub share_threshold: bool,
     /// `metadata:` as written (returned in dynamic metadata when enabled).
     pub metadata: Option<serde_yaml::Value>,
+    /// `adaptive:`: the limit moves between bounds with a latency signal (`core::adaptive`).
+    pub adaptive: Option<super::adaptive::AdaptiveSettings>,
+    /// `priority:`: classes sharing this rule's counters (`core::priority`).
+    pub priority: Option<super::priority::Priority>,
 }
 
 /// How one level of a request descriptor matched the tree.
@@ -71,6 +75,9 @@ pub struct Matched<'a> {
     /// built from these pieces: `rule.path` cannot be split back into levels because keys and
     /// values may contain dots (`remote_address_10.0.0.1`).
     pub config_path: &'a [PathLevel],
+    /// Index of the rule's priority class entry among the request's entries, when it ended
+    /// with one; that entry is not a level (`levels` is one shorter than the entries).
+    pub class_entry: Option<usize>,
 }
 
 /// One configured descriptor on the way from the domain to a rule.
@@ -193,13 +200,19 @@ impl DomainRules {
     /// `key_value`, so `key: a, value: "*"` also matched the key `a_b` (quirk §9.7). Here the
     /// key must be equal and only the value is matched against the pattern.
     ///
+    /// floodgate's addition: a rule with `priority` classes takes one more, last entry keyed by
+    /// its `priority.key`, which names the class and is not a level (`core::priority`).
+    ///
     /// Allocates only the returned `levels`.
     pub fn lookup(&self, entries: &[Entry]) -> Option<Matched<'_>> {
         let last = entries.len().checked_sub(1)?;
         let mut node = &self.root;
         let mut levels = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
-            let (next, how) = node.child_for(entry)?;
+            let Some((next, how)) = node.child_for(entry) else {
+                let is_class_entry = index == last && node.has_class_key(&entry.key);
+                return node.rule_with_class_entry(is_class_entry, index, levels);
+            };
             levels.push(how);
             if index == last {
                 let rule = next.rule.as_ref()?;
@@ -207,6 +220,7 @@ impl DomainRules {
                     rule,
                     levels,
                     config_path: &next.config_path,
+                    class_entry: None,
                 });
             }
             node = next;
@@ -233,6 +247,31 @@ impl DomainRules {
 }
 
 impl Node {
+    /// Whether this node's rule has priority classes named by entries keyed `key` (the loader
+    /// keeps children keyed like that away, so such an entry is never a level).
+    fn has_class_key(&self, key: &str) -> bool {
+        self.rule
+            .as_ref()
+            .and_then(|rule| rule.priority.as_ref())
+            .is_some_and(|priority| priority.key == key)
+    }
+
+    /// This node's rule, matched with the class entry at `index`, when it is one.
+    fn rule_with_class_entry<'s>(
+        &'s self,
+        is_class_entry: bool,
+        index: usize,
+        levels: Vec<MatchedLevel<'s>>,
+    ) -> Option<Matched<'s>> {
+        let rule = self.rule.as_ref().filter(|_| is_class_entry)?;
+        Some(Matched {
+            rule,
+            levels,
+            config_path: &self.config_path,
+            class_entry: Some(index),
+        })
+    }
+
     fn child_for(&self, entry: &Entry) -> Option<(&Node, MatchedLevel<'_>)> {
         let children = self.children.get(entry.key.as_str())?;
         if let Some(node) = children.exact.get(entry.value.as_str()) {

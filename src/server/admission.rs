@@ -1,8 +1,15 @@
-//! Self-protection of the gRPC listener: a bound on calls in flight and a respect for callers'
-//! deadlines, in the spirit of tower's `limit` and `load_shed`, but answering instead of
-//! waiting: a fast answer beats a timeout (Envoy gives up on a rate-limit call after 20 ms).
+//! Self-protection: a bound on calls in flight and a respect for callers' deadlines, in the
+//! spirit of tower's `limit` and `load_shed`, but answering instead of waiting: a fast answer
+//! beats a timeout (Envoy gives up on a rate-limit call after 20 ms).
 //!
-//! Two pieces:
+//! [`Admission`] is the process's one `--max-in-flight` budget, shared by the gRPC listener and
+//! the HTTP decision endpoints (`/json`, `/check`; `server::http::admission` takes their
+//! permits). Shared, not one budget per listener, because what it protects is shared: the same
+//! worker threads, store connection and memory decide both, so one number bounds the process,
+//! as the flag promises; two budgets would let the listeners together hold twice the bound. A
+//! deployment is normally fronted by one kind of proxy, so the sharing costs nothing there.
+//!
+//! On the gRPC side, two pieces:
 //! - [`AdmissionInterceptor`] runs when the call's headers arrive (in the connection task,
 //!   before the call's own task is scheduled). It stamps the arrival time and takes one of
 //!   `--max-in-flight` permits without waiting. The permit is held until the answer is sent,
@@ -60,14 +67,14 @@ impl AdmissionSettings {
     }
 }
 
-/// Stamps each call on arrival and takes its in-flight permit without waiting.
+/// The in-flight budget of the whole process and the answer beyond it. Clones share the budget.
 #[derive(Debug, Clone)]
-pub struct AdmissionInterceptor {
+pub struct Admission {
     permits: Arc<Semaphore>,
     overload_answer: OverloadAnswer,
 }
 
-impl AdmissionInterceptor {
+impl Admission {
     pub fn new(settings: AdmissionSettings) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(
@@ -76,19 +83,50 @@ impl AdmissionInterceptor {
             overload_answer: settings.overload_answer,
         }
     }
+
+    /// A permit to decide one call, held until it is answered; `None` at the bound. Never waits:
+    /// a call that would wait gets the overload answer instead.
+    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.permits).try_acquire_owned().ok()
+    }
+
+    pub fn overload_answer(&self) -> OverloadAnswer {
+        self.overload_answer
+    }
+
+    /// The gRPC listener's side of this budget.
+    pub fn interceptor(&self) -> AdmissionInterceptor {
+        AdmissionInterceptor {
+            admission: self.clone(),
+        }
+    }
+}
+
+/// Stamps each call on arrival and takes its in-flight permit without waiting.
+#[derive(Debug, Clone)]
+pub struct AdmissionInterceptor {
+    admission: Admission,
+}
+
+impl AdmissionInterceptor {
+    /// An interceptor with a budget of its own.
+    pub fn new(settings: AdmissionSettings) -> Self {
+        Admission::new(settings).interceptor()
+    }
 }
 
 impl Interceptor for AdmissionInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
         let arrived = Instant::now();
-        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(permit) => Some(Arc::new(permit)),
+        let overload_answer = self.admission.overload_answer;
+        let permit = match self.admission.try_admit() {
+            Some(permit) => Some(Arc::new(permit)),
             // UNAVAILABLE needs nothing from the message: refuse before it is even decoded.
-            Err(_) if self.overload_answer == OverloadAnswer::Unavailable => {
+            None if overload_answer == OverloadAnswer::Unavailable => {
                 metrics::overload_rejected(OverloadReason::InFlight);
                 return Err(overloaded_status());
             }
-            Err(_) => None,
+            None => None,
         };
         let timeout = grpc_timeout(request.metadata());
         let watch = timeout
@@ -103,7 +141,7 @@ impl Interceptor for AdmissionInterceptor {
             at: arrived,
             timeout,
             permit,
-            overload_answer: self.overload_answer,
+            overload_answer,
             watch,
         });
         Ok(request)
@@ -216,9 +254,12 @@ impl Admitted {
     }
 }
 
+/// Why a call refused at the in-flight bound under `--overload-answer unavailable` was refused.
+pub const OVERLOADED_MESSAGE: &str = "floodgate is overloaded: too many calls in flight";
+
 /// The status of a call refused at the in-flight bound under `--overload-answer unavailable`.
 pub fn overloaded_status() -> Status {
-    Status::unavailable("floodgate is overloaded: too many calls in flight")
+    Status::unavailable(OVERLOADED_MESSAGE)
 }
 
 /// The status of a call whose deadline passed before or while it was decided.
@@ -269,6 +310,26 @@ mod tests {
             arrive(&mut interceptor, None),
             Admitted::Decide { .. }
         ));
+    }
+
+    #[test]
+    fn grpc_and_http_calls_draw_on_one_budget() {
+        let admission = Admission::new(AdmissionSettings {
+            max_in_flight: 2,
+            overload_answer: OverloadAnswer::Ok,
+        });
+        let mut grpc = admission.interceptor();
+        let grpc_call = arrive(&mut grpc, None);
+        assert!(matches!(grpc_call, Admitted::Decide { .. }));
+        let http_call = admission.try_admit();
+        assert!(http_call.is_some());
+        assert!(admission.try_admit().is_none());
+        assert!(matches!(
+            arrive(&mut grpc, None),
+            Admitted::Overloaded(OverloadAnswer::Ok)
+        ));
+        drop(http_call);
+        assert!(matches!(arrive(&mut grpc, None), Admitted::Decide { .. }));
     }
 
     #[test]

@@ -9,6 +9,10 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::core::adjust::{
+    adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
+};
+use crate::core::rules::Rule;
 use crate::describe::rule_summary;
 use crate::limiter::Limiter;
 use crate::reload::ReloadStatus;
@@ -54,17 +58,89 @@ async fn prometheus_metrics() -> impl IntoResponse {
 }
 
 /// Which version is live (a `#` line), then one line per rule: path, algorithm, limit, flags
-/// and the file it came from.
+/// and the file it came from, and, for a rule whose limit is adjusted at run time, the limit in
+/// force and why. Overrides whose rule is not in the configuration end it as `#` lines.
 async fn rlconfig<S: Store>(State(live): State<Arc<LiveConfig<S>>>) -> String {
     let rules = live.limiter.rules();
+    let adjustments = live.limiter.adjustments();
+    let now = adjustments.now_unix_ms();
+    let snapshot = adjustments.snapshot();
     let mut dump = String::new();
     if let Some(reload) = &live.reload {
         let _ = writeln!(dump, "# {}", reload.snapshot());
     }
     for domain in rules.domains() {
         for rule in domain.rules() {
-            let _ = writeln!(dump, "{} (from {})", rule_summary(rule), rule.source);
+            let _ = write!(dump, "{} (from {})", rule_summary(rule), rule.source);
+            if let Some(adjustment) = adjust_now(&snapshot, &domain.name, rule, now) {
+                let _ = write!(dump, " {}", effective_summary(rule, adjustment, now));
+            }
+            dump.push('\n');
+        }
+    }
+    for record in adjustments.overrides() {
+        let in_force = rules
+            .domain(&record.domain)
+            .and_then(|domain| domain.rule_by_path(&record.rule))
+            .is_some_and(|rule| rule.limits.len() > record.limit_index);
+        if !in_force {
+            let _ = writeln!(
+                dump,
+                "# override {} of {}: inactive: rule not in the current config ({}s left)",
+                record.id,
+                record.rule,
+                record
+                    .expires_at_unix_ms
+                    .saturating_sub(now)
+                    .div_ceil(1_000)
+            );
         }
     }
     dump
+}
+
+fn adjust_now<'a>(
+    adjustments: &'a Adjustments,
+    domain: &str,
+    rule: &Rule,
+    now_unix_ms: u64,
+) -> Option<&'a Adjustment> {
+    AdjustmentsAt {
+        adjustments,
+        now_unix_ms,
+    }
+    .for_rule(domain, rule)
+}
+
+/// `effective 5/1s by override ovr-… (540s left: "incident 42")` or
+/// `effective 80/1s by adaptive (signal p95)`.
+fn effective_summary(rule: &Rule, adjustment: &Adjustment, now_unix_ms: u64) -> String {
+    let Some(configured) = rule.limits.get(adjustment.limit_index) else {
+        return String::new();
+    };
+    let effective = adjusted_quota(configured, adjustment.requests_per_unit);
+    let mut line = format!(
+        "effective {}/{}s",
+        effective.requests_per_unit,
+        effective.window_seconds()
+    );
+    if let Some(burst) = effective.burst {
+        let _ = write!(line, " burst {burst}");
+    }
+    match &adjustment.source {
+        AdjustmentSource::Override {
+            id,
+            reason,
+            expires_at_unix_ms,
+        } => {
+            let left = expires_at_unix_ms
+                .saturating_sub(now_unix_ms)
+                .div_ceil(1_000);
+            let _ = write!(line, " by override {id} ({left}s left: {reason:?})");
+        }
+        AdjustmentSource::Adaptive { signal } => {
+            let _ = write!(line, " by adaptive (signal {signal})");
+        }
+    }
+    line
 }

@@ -6,7 +6,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use super::admission::{
-    expired_status, overloaded_status, AdmissionInterceptor, AdmissionSettings, Admitted,
+    expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
 };
 use super::convert::{request_from_wire, response_to_wire};
 use crate::core::overload::{overload_reply, OverloadReply};
@@ -28,12 +28,9 @@ impl<S: Store> RateLimitGrpc<S> {
     /// The service behind its admission control (`server::admission`).
     pub fn admitted_server(
         limiter: Arc<Limiter<S>>,
-        admission: AdmissionSettings,
+        admission: &Admission,
     ) -> InterceptedService<RateLimitServiceServer<Self>, AdmissionInterceptor> {
-        RateLimitServiceServer::with_interceptor(
-            Self { limiter },
-            AdmissionInterceptor::new(admission),
-        )
+        RateLimitServiceServer::with_interceptor(Self { limiter }, admission.interceptor())
     }
 }
 

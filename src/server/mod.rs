@@ -1,6 +1,7 @@
 //! The listeners: gRPC (RLS v3), HTTP and the debug port, all stopped by one shutdown signal.
 //! Each takes an already-bound listener, so tests start the real server on port 0.
 
+pub mod admin;
 pub mod admission;
 pub mod convert;
 mod debug;
@@ -47,7 +48,8 @@ pub struct Operations {
     pub reload: Option<Arc<ReloadStatus>>,
     /// TLS on the gRPC listener.
     pub grpc_tls: Option<tls::ServerTls>,
-    /// The in-flight bound of ShouldRateLimit and its overload answer.
+    /// The in-flight bound of ShouldRateLimit and the HTTP decision endpoints (one budget for
+    /// both) and its overload answer.
     pub admission: admission::AdmissionSettings,
 }
 
@@ -88,12 +90,13 @@ pub async fn serve_with<S: Store>(
         shutdown.clone(),
     ));
     let (reflection_v1, reflection_v1alpha) = reflection_services()?;
+    let admission = admission::Admission::new(operations.admission);
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .max_concurrent_streams(operations.admission.streams_per_connection())
         .add_service(grpc::RateLimitGrpc::admitted_server(
             Arc::clone(&limiter),
-            operations.admission,
+            &admission,
         ))
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -117,7 +120,7 @@ pub async fn serve_with<S: Store>(
             }
         }
     };
-    let http_routes = http::main_routes(Arc::clone(&limiter), http_settings)
+    let http_routes = http::main_routes(Arc::clone(&limiter), http_settings, admission)
         .merge(health::healthcheck_routes(operations.health.clone()));
     let http =
         axum::serve(listeners.http, http_routes).with_graceful_shutdown(shutdown.clone().fired());

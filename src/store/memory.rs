@@ -10,7 +10,7 @@ use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{Decided, Store, StoreError};
-use crate::core::algorithm::{evaluate, Evaluation, Hits, State};
+use crate::core::algorithm::{evaluate_reserving, Evaluation, Hits, State};
 use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::{Clock, Micros};
@@ -157,7 +157,14 @@ impl MemoryStore {
                     .filter(|slot| slot.expires_at > now)
                     .map(|slot| &slot.state)
             });
-            evaluations.push(evaluate(&counter.quota, stored, now, counter.hits));
+            let reserve = counter.quota.reserve(counter.share);
+            evaluations.push(evaluate_reserving(
+                &counter.quota,
+                stored,
+                now,
+                counter.hits,
+                reserve,
+            ));
         }
 
         let votes: Vec<Vote> = counters
@@ -313,7 +320,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, Quota};
+    use crate::core::algorithm::{Algorithm, Quota, Share};
     use crate::core::time::{ManualClock, MICROS_PER_SECOND};
     use crate::core::unit::Unit;
     use crate::core::verdict::Role;
@@ -327,6 +334,7 @@ mod tests {
             quota: Quota::new(limit, Unit::Minute).with_algorithm(Algorithm::FixedWindow),
             hits,
             role: Role::Enforced,
+            share: Share::FULL,
         }
     }
 

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -28,6 +28,8 @@ pub const MAX_RULE_LABELS: usize = 1000;
 pub const FOLDED_RULE_LABEL: &str = "other";
 /// The `rule` label of rejections no rule made (an invalid request).
 pub const NO_RULE_LABEL: &str = "none";
+/// The `class` label of rejections outside any priority class (rules without classes).
+pub const NO_CLASS_LABEL: &str = "";
 /// The `domain` label of a request whose domain is not configured: request text never becomes
 /// a label unless a rule asks for it.
 pub const UNKNOWN_DOMAIN_LABEL: &str = "unknown";
@@ -179,6 +181,26 @@ impl RuleSeries {
     }
 }
 
+/// The rejection series of one priority class of one rule (`class="low"`).
+#[derive(Debug, Clone)]
+pub struct ClassSeries {
+    rejected_limit: IntCounter,
+    rejected_shadow: IntCounter,
+}
+
+impl ClassSeries {
+    /// A descriptor of this class refused for `reason`; false when the reason has no class
+    /// series (the caller records it without a class).
+    pub fn rejected(&self, reason: RejectReason) -> bool {
+        match reason {
+            RejectReason::Limit => self.rejected_limit.inc(),
+            RejectReason::Shadow => self.rejected_shadow.inc(),
+            RejectReason::FailurePolicy | RejectReason::InvalidRequest => return false,
+        }
+        true
+    }
+}
+
 /// The resolved series of one store backend.
 #[derive(Debug, Clone)]
 pub struct StoreSeries {
@@ -227,6 +249,8 @@ pub struct Metrics {
     rejected: IntCounterVec,
     near_limit: IntCounterVec,
     labels_folded: IntCounter,
+    effective_limit: IntGaugeVec,
+    adaptive: AdaptiveSeries,
     max_rule_labels: usize,
     rule_labels: RwLock<RuleLabels>,
 }
@@ -283,9 +307,9 @@ impl Metrics {
             IntCounterVec::new(
                 Opts::new(
                     "floodgate_overload_rejections_total",
-                    "gRPC calls answered without a decision to protect floodgate: in_flight \
-                     (beyond --max-in-flight, answered by --overload-answer) or deadline (the \
-                     caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
+                    "gRPC and HTTP calls answered without a decision to protect floodgate: \
+                     in_flight (beyond --max-in-flight, answered by --overload-answer) or \
+                     deadline (the caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
                 ),
                 &["reason"],
             )?,
@@ -382,10 +406,11 @@ impl Metrics {
                 Opts::new(
                     "floodgate_requests_rejected_total",
                     "Descriptors over their limit (reason limit, or shadow when shadow mode \
-                     answered OK), calls refused by the store failure policy, and invalid calls \
+                     answered OK; class names the priority class refused, empty without \
+                     classes), calls refused by the store failure policy, and invalid calls \
                      (rule \"none\").",
                 ),
-                &["domain", "rule", "reason"],
+                &["domain", "rule", "reason", "class"],
             )?,
         )?;
         let near_limit = register(
@@ -407,6 +432,20 @@ impl Metrics {
                  limit was reached.",
             )?,
         )?;
+        let effective_limit = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "floodgate_effective_limit",
+                    "requests_per_unit in force for a rule whose limit is adjusted at run time, \
+                     by domain, rule and source (override: the admin API; adaptive: the \
+                     adaptive controller). Rules without a series count with their configured \
+                     limit.",
+                ),
+                &["domain", "rule", "source"],
+            )?,
+        )?;
+        let adaptive = AdaptiveSeries::register(&registry)?;
         let build_info = register(
             &registry,
             IntGaugeVec::new(
@@ -435,6 +474,8 @@ impl Metrics {
             rejected,
             near_limit,
             labels_folded,
+            effective_limit,
+            adaptive,
             max_rule_labels,
             rule_labels: RwLock::new(RuleLabels::default()),
         })
@@ -482,6 +523,7 @@ impl Metrics {
             domain_label,
             NO_RULE_LABEL,
             RejectReason::InvalidRequest.label(),
+            NO_CLASS_LABEL,
         ]) {
             counter.inc();
         }
@@ -556,6 +598,24 @@ impl Metrics {
         Ok(series)
     }
 
+    /// The rejection series of priority class `class` of rule `rule`. Not folded: classes
+    /// come from the configuration (at most 16 per rule), never from requests.
+    pub fn class_series(
+        &self,
+        domain: &str,
+        rule: &str,
+        class: &str,
+    ) -> Result<ClassSeries, MetricsError> {
+        let rejected = |reason: RejectReason| {
+            self.rejected
+                .get_metric_with_label_values(&[domain, rule, reason.label(), class])
+        };
+        Ok(ClassSeries {
+            rejected_limit: rejected(RejectReason::Limit)?,
+            rejected_shadow: rejected(RejectReason::Shadow)?,
+        })
+    }
+
     fn new_rule_series(
         &self,
         domain: &str,
@@ -563,8 +623,12 @@ impl Metrics {
         folded: bool,
     ) -> Result<RuleSeries, MetricsError> {
         let rejected = |reason: RejectReason| {
-            self.rejected
-                .get_metric_with_label_values(&[domain, rule, reason.label()])
+            self.rejected.get_metric_with_label_values(&[
+                domain,
+                rule,
+                reason.label(),
+                NO_CLASS_LABEL,
+            ])
         };
         Ok(RuleSeries {
             allowed: self.allowed.get_metric_with_label_values(&[domain, rule])?,
@@ -576,6 +640,145 @@ impl Metrics {
                 .get_metric_with_label_values(&[domain, rule])?,
             folded: folded.then(|| self.labels_folded.clone()),
         })
+    }
+}
+
+impl Metrics {
+    /// Makes `adjusted` (domain, rule, source, requests_per_unit) the only
+    /// `floodgate_effective_limit` series: a rule no longer adjusted loses its series.
+    pub fn effective_limits<'a>(
+        &self,
+        adjusted: impl IntoIterator<Item = (&'a str, &'a str, &'a str, u32)>,
+    ) {
+        self.effective_limit.reset();
+        for (domain, rule, source, requests_per_unit) in adjusted {
+            if let Ok(gauge) = self
+                .effective_limit
+                .get_metric_with_label_values(&[domain, rule, source])
+            {
+                gauge.set(i64::from(requests_per_unit));
+            }
+        }
+    }
+}
+
+/// The adaptive controllers' series (`crate::adaptive`), one set per adaptive rule.
+struct AdaptiveSeries {
+    limit: IntGaugeVec,
+    latency: GaugeVec,
+    error_ratio: GaugeVec,
+    steps: IntCounterVec,
+}
+
+impl AdaptiveSeries {
+    fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        let rule_labels = ["domain", "rule"];
+        Ok(Self {
+            limit: register(
+                registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "floodgate_adaptive_limit",
+                        "The adaptive controller's limit (requests_per_unit) of a rule with \
+                         `adaptive:`; an override still wins over it (floodgate_effective_limit).",
+                    ),
+                    &rule_labels,
+                )?,
+            )?,
+            latency: register(
+                registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "floodgate_adaptive_latency_seconds",
+                        "The latency signal (p95) an adaptive rule last read, in seconds; NaN \
+                         when it could not be read.",
+                    ),
+                    &rule_labels,
+                )?,
+            )?,
+            error_ratio: register(
+                registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "floodgate_adaptive_error_ratio",
+                        "The error ratio an adaptive rule with `errors:` last read; NaN when it \
+                         could not be read.",
+                    ),
+                    &rule_labels,
+                )?,
+            )?,
+            steps: register(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "floodgate_adaptive_steps_total",
+                        "Adaptive controller steps by outcome: decrease, increase or hold.",
+                    ),
+                    &["domain", "rule", "change"],
+                )?,
+            )?,
+        })
+    }
+
+    fn forget(&self, domain: &str, rule: &str) {
+        let labels = [domain, rule];
+        let _ = self.limit.remove_label_values(&labels);
+        let _ = self.latency.remove_label_values(&labels);
+        let _ = self.error_ratio.remove_label_values(&labels);
+        for change in ["decrease", "increase", "hold"] {
+            let _ = self.steps.remove_label_values(&[domain, rule, change]);
+        }
+    }
+}
+
+fn adaptive_series() -> Option<&'static AdaptiveSeries> {
+    global().map(|metrics| &metrics.adaptive)
+}
+
+/// The adaptive controller of `rule` set its limit.
+pub fn adaptive_limit(domain: &str, rule: &str, limit: u32) {
+    let labels = [domain, rule];
+    if let Some(Ok(gauge)) =
+        adaptive_series().map(|s| s.limit.get_metric_with_label_values(&labels))
+    {
+        gauge.set(i64::from(limit));
+    }
+}
+
+/// The latency an adaptive rule read (`None`: no reading).
+pub fn adaptive_latency(domain: &str, rule: &str, seconds: Option<f64>) {
+    let labels = [domain, rule];
+    if let Some(Ok(gauge)) =
+        adaptive_series().map(|s| s.latency.get_metric_with_label_values(&labels))
+    {
+        gauge.set(seconds.unwrap_or(f64::NAN));
+    }
+}
+
+/// The error ratio an adaptive rule read (`None`: no reading).
+pub fn adaptive_error_ratio(domain: &str, rule: &str, ratio: Option<f64>) {
+    let labels = [domain, rule];
+    if let Some(Ok(gauge)) =
+        adaptive_series().map(|s| s.error_ratio.get_metric_with_label_values(&labels))
+    {
+        gauge.set(ratio.unwrap_or(f64::NAN));
+    }
+}
+
+/// One controller step of `rule` (`change`: decrease, increase, hold).
+pub fn adaptive_step(domain: &str, rule: &str, change: &str) {
+    let labels = [domain, rule, change];
+    if let Some(Ok(counter)) =
+        adaptive_series().map(|s| s.steps.get_metric_with_label_values(&labels))
+    {
+        counter.inc();
+    }
+}
+
+/// `rule` is no longer adaptive: its series go.
+pub fn adaptive_forget(domain: &str, rule: &str) {
+    if let Some(series) = adaptive_series() {
+        series.forget(domain, rule);
     }
 }
 
@@ -650,6 +853,13 @@ pub fn store_state(backend: &'static str, up: bool) {
     }
 }
 
+/// The rules whose limit is adjusted now (`Metrics::effective_limits`).
+pub fn effective_limits<'a>(adjusted: impl IntoIterator<Item = (&'a str, &'a str, &'a str, u32)>) {
+    if let Some(metrics) = global() {
+        metrics.effective_limits(adjusted);
+    }
+}
+
 /// The text for `/metrics`.
 pub fn render() -> Result<String, MetricsError> {
     match global() {
@@ -705,7 +915,7 @@ mod tests {
             "floodgate_store_errors_total{backend=\"memory\"} 1",
             "floodgate_store_duration_seconds_count{backend=\"memory\"} 1",
             "floodgate_requests_allowed_total{domain=\"edge\",rule=\"edge.key\"} 1",
-            "floodgate_requests_rejected_total{domain=\"unknown\",reason=\"invalid_request\",rule=\"none\"} 1",
+            "floodgate_requests_rejected_total{class=\"\",domain=\"unknown\",reason=\"invalid_request\",rule=\"none\"} 1",
             "floodgate_metric_labels_folded_total 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
@@ -741,7 +951,7 @@ mod tests {
         let text = render(&metrics);
         assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"other\"} 1"));
         assert!(text.contains(
-            "floodgate_requests_rejected_total{domain=\"d\",reason=\"limit\",rule=\"other\"} 1"
+            "floodgate_requests_rejected_total{class=\"\",domain=\"d\",reason=\"limit\",rule=\"other\"} 1"
         ));
         assert!(text.contains("floodgate_metric_labels_folded_total 2"));
         assert!(!text.contains("rule=\"d.c\""));

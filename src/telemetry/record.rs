@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::metrics::{Decision, Metrics, RejectReason, RuleSeries};
+use super::metrics::{ClassSeries, Decision, Metrics, RejectReason, RuleSeries};
 use super::near_limit::{near_limit_hits, threshold};
 use crate::core::algorithm::{Algorithm, Hits};
 use crate::core::plan::{DescriptorPlan, LimitSource, Plan};
@@ -191,6 +191,9 @@ pub fn detailed_label(
 #[derive(Debug, Default)]
 pub struct RuleSeriesTable {
     by_rule: HashMap<usize, Arc<RuleSeries>>,
+    /// Rejection series per priority class (in the rule's class order), for rules with
+    /// classes whose series is their own (not folded into `other`).
+    classes: HashMap<usize, Vec<ClassSeries>>,
 }
 
 impl RuleSeriesTable {
@@ -199,22 +202,59 @@ impl RuleSeriesTable {
             return Self::default();
         };
         let mut by_rule = HashMap::default();
+        let mut classes = HashMap::default();
         for domain in rules.domains() {
             for rule in domain.rules() {
                 match metrics.rule_series(&domain.name, &rule.path) {
                     Ok(series) => {
+                        if !series.is_folded() {
+                            if let Some(resolved) = class_series_of(metrics, &domain.name, rule) {
+                                classes.insert(rule_address(rule), resolved);
+                            }
+                        }
                         by_rule.insert(rule_address(rule), series);
                     }
                     Err(error) => tracing::warn!(rule = %rule.path, "no metrics for rule: {error}"),
                 }
             }
         }
-        Self { by_rule }
+        Self { by_rule, classes }
     }
 
     fn get(&self, rule: &Rule) -> Option<&Arc<RuleSeries>> {
         self.by_rule.get(&rule_address(rule))
     }
+
+    /// The series of the priority class a descriptor was decided in, when it has one.
+    fn class_of(&self, descriptor_plan: &DescriptorPlan<'_>) -> Option<&ClassSeries> {
+        let DescriptorPlan::Limited {
+            limit,
+            class: Some(class),
+            ..
+        } = descriptor_plan
+        else {
+            return None;
+        };
+        let rule = limit.rule()?;
+        // A rule with `detailed_metric` counts under per-value labels, not its configured path.
+        if rule.detailed_metric {
+            return None;
+        }
+        self.classes.get(&rule_address(rule))?.get(class.index)
+    }
+}
+
+/// The rejection series of each priority class of `rule` (`None` without classes).
+fn class_series_of(metrics: &Metrics, domain: &str, rule: &Rule) -> Option<Vec<ClassSeries>> {
+    let priority = rule.priority.as_ref()?;
+    let resolved: Result<Vec<ClassSeries>, _> = priority
+        .classes
+        .iter()
+        .map(|class| metrics.class_series(domain, &rule.path, &class.name))
+        .collect();
+    resolved
+        .inspect_err(|error| tracing::warn!(rule = %rule.path, "no class metrics: {error}"))
+        .ok()
 }
 
 fn rule_address(rule: &Rule) -> usize {
@@ -248,7 +288,14 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
         };
         match verdict {
             RuleVerdict::Allowed => series.allowed(),
-            RuleVerdict::Rejected(reason) => series.rejected(reason),
+            RuleVerdict::Rejected(reason) => {
+                let by_class = table
+                    .class_of(descriptor_plan)
+                    .is_some_and(|class| class.rejected(reason));
+                if !by_class {
+                    series.rejected(reason);
+                }
+            }
         }
         if let DescriptorPlan::Limited { counters, .. } = descriptor_plan {
             series.near_limit(descriptor_near_limit(
@@ -303,7 +350,7 @@ fn series_of<'t>(
     let made = |label: &str| metrics.rule_series(domain, label).ok().map(SeriesRef::Made);
     let rule = match descriptor_plan {
         DescriptorPlan::Limited {
-            limit: LimitSource::Rule(rule),
+            limit: LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. },
             ..
         }
         | DescriptorPlan::Unlimited { rule } => *rule,
@@ -463,7 +510,7 @@ descriptors:
         let text = fixture.text();
         assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.tight\"} 2"));
         assert!(text.contains(
-            "floodgate_requests_rejected_total{domain=\"d\",reason=\"limit\",rule=\"d.tight\"} 1"
+            "floodgate_requests_rejected_total{class=\"\",domain=\"d\",reason=\"limit\",rule=\"d.tight\"} 1"
         ));
         // 80 % of 2 is 1: the second hit is near, the third (over, counter full) is not.
         assert!(text.contains("floodgate_near_limit_total{domain=\"d\",rule=\"d.tight\"} 1"));
@@ -489,10 +536,10 @@ descriptors:
         );
         let text = fixture.text();
         assert!(text.contains(
-            "floodgate_requests_rejected_total{domain=\"d\",reason=\"shadow\",rule=\"d.tight\"} 1"
+            "floodgate_requests_rejected_total{class=\"\",domain=\"d\",reason=\"shadow\",rule=\"d.tight\"} 1"
         ));
         assert!(text.contains(
-            "floodgate_requests_rejected_total{domain=\"d\",reason=\"shadow\",rule=\"d.shadowed\"} 1"
+            "floodgate_requests_rejected_total{class=\"\",domain=\"d\",reason=\"shadow\",rule=\"d.shadowed\"} 1"
         ));
         // The roomy descriptor admitted the last call although another rejected it.
         assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.roomy\"} 2"));

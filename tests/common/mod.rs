@@ -136,6 +136,16 @@ pub struct Floodgate {
 impl Floodgate {
     /// Starts `floodgate serve --config <config>` plus `extra` flags on free ports.
     pub fn start(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
+        Self::start_with_env(config, extra, &[], log_dir)
+    }
+
+    /// `start`, with `env` added to floodgate's environment (e.g. libfaketime's `LD_PRELOAD`).
+    pub fn start_with_env(
+        config: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log_dir: &Path,
+    ) -> Floodgate {
         let (grpc_port, http_port, debug_port) = (free_port(), free_port(), free_port());
         let mut command = Command::new(floodgate_bin());
         command
@@ -149,7 +159,8 @@ impl Floodgate {
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{debug_port}"))
             .args(extra)
-            .env("LOG_LEVEL", "debug");
+            .env("LOG_LEVEL", "debug")
+            .envs(env.iter().copied());
         let process = Running::spawn("floodgate", &mut command, log_dir);
         wait_for_port(grpc_port, Duration::from_secs(10), "floodgate");
         Floodgate {

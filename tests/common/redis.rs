@@ -97,6 +97,28 @@ impl RedisServer {
         ))
     }
 
+    /// Starts a server that also accepts TLS on a second free port (returned), with `tls_args`
+    /// (`--tls-cert-file`, …) added; `port()` stays plain, for readiness and `inspector()`.
+    pub fn start_tls(tls_args: &[&str]) -> (Self, u16) {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let tls_port = free_port();
+            let mut extra_args = vec!["--tls-port".to_owned(), tls_port.to_string()];
+            extra_args.extend(tls_args.iter().map(|arg| (*arg).to_owned()));
+            let mut server = Self {
+                port: free_port(),
+                extra_args,
+                child: None,
+                dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
+            };
+            match server.spawn() {
+                Ok(()) => return (server, tls_port),
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("cannot start {REDIS_SERVER} with TLS: {last_error}");
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -254,6 +276,7 @@ pub fn counter(descriptor: usize, key: &[u8], quota: &Quota, hits: Hits, role: R
         quota: quota.clone(),
         hits,
         role,
+        share: floodgate::core::algorithm::Share::FULL,
     }
 }
 
@@ -270,4 +293,367 @@ pub fn quota_admitting(
         Algorithm::LeakyBucket => quota.with_burst(limit.saturating_sub(1)),
         _ => quota,
     }
+}
+
+/// How long `redis-cli --cluster create` and the nodes' agreement on it may take.
+const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Redis Cluster of masters without replicas: `redis-server --cluster-enabled yes` processes
+/// (each with its own directory, port and bus port), joined by `redis-cli --cluster create`.
+/// Stopped by pid when dropped, like every `RedisServer`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    /// With `start_tls`: each node's TLS port (clients get these from `CLUSTER SLOTS` over TLS).
+    pub tls_ports: Vec<u16>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes (3 or more: `redis-cli` refuses fewer) and waits until every
+    /// node reports `cluster_state:ok` and knows every other.
+    pub fn start(masters: usize) -> Self {
+        Self::start_nodes(masters, None)
+    }
+
+    /// `start`, every node also serving TLS (and the cluster bus over TLS) with `tls_args`
+    /// (`--tls-cert-file`, …, as `RedisServer::start_tls`); the plain ports stay, for
+    /// `redis-cli --cluster create` and inspection.
+    pub fn start_tls(masters: usize, tls_args: &[&str]) -> Self {
+        Self::start_nodes(masters, Some(tls_args))
+    }
+
+    fn start_nodes(masters: usize, tls_args: Option<&[&str]>) -> Self {
+        let mut nodes = Vec::with_capacity(masters);
+        let mut tls_ports = Vec::new();
+        for _ in 0..masters {
+            // An explicit bus port: the default (port + 10000) can pass 65535.
+            let bus_port = free_port().to_string();
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                &bus_port,
+            ];
+            match tls_args {
+                None => nodes.push(RedisServer::start_with(&args)),
+                Some(tls_args) => {
+                    args.extend_from_slice(&["--tls-cluster", "yes"]);
+                    args.extend_from_slice(tls_args);
+                    let (node, tls_port) = RedisServer::start_tls(&args);
+                    nodes.push(node);
+                    tls_ports.push(tls_port);
+                }
+            }
+        }
+        // A TLS cluster bus is joined through the TLS ports: the nodes announce those.
+        let mut create = Command::new("redis-cli");
+        let ports: Vec<u16> = match tls_args {
+            None => nodes.iter().map(RedisServer::port).collect(),
+            Some(tls_args) => {
+                let ca = tls_args
+                    .windows(2)
+                    .find(|pair| pair[0] == "--tls-ca-cert-file")
+                    .map(|pair| pair[1])
+                    .unwrap_or_else(|| panic!("a TLS cluster needs --tls-ca-cert-file"));
+                create.args(["--tls", "--cacert", ca]);
+                tls_ports.clone()
+            }
+        };
+        create.args(["--cluster", "create"]);
+        for port in ports {
+            create.arg(format!("127.0.0.1:{port}"));
+        }
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let output = run_bounded(&mut create, CLUSTER_START_TIMEOUT);
+        let cluster = Self { nodes, tls_ports };
+        let deadline = Instant::now() + CLUSTER_START_TIMEOUT;
+        while !cluster.ready() {
+            if Instant::now() > deadline {
+                panic!("the cluster did not become ready: redis-cli said {output}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn ready(&self) -> bool {
+        self.nodes.iter().all(|node| {
+            let info = node.query_text(&["CLUSTER", "INFO"]).unwrap_or_default();
+            info.contains("cluster_state:ok")
+                && info.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+        })
+    }
+
+    /// `host:port,host:port,…`, as envoyproxy/ratelimit's REDIS_URL names cluster seeds.
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The seeds' TLS ports, as `seeds` (after `start_tls`).
+    pub fn tls_seeds(&self) -> String {
+        self.tls_ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Options for a store on this cluster (generous deadline, as `RedisServer::options`).
+    pub fn options(&self, clock: Option<Arc<dyn Clock>>) -> RedisOptions {
+        let mut options = RedisOptions::new(self.seeds());
+        options.cluster = true;
+        options.timeout = Duration::from_secs(2);
+        options.connect_timeout = Duration::from_secs(5);
+        options.test_clock = clock;
+        options
+    }
+
+    /// The hash slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn slot_of(&self, key: &str) -> u16 {
+        self.nodes[0]
+            .query_text(&["CLUSTER", "KEYSLOT", key])
+            .and_then(|slot| slot.trim().parse().ok())
+            .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key} failed"))
+    }
+
+    /// The index (into `nodes`) of the master that serves `slot`.
+    pub fn owner_of(&self, slot: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|node| node.own_slots().iter().any(|range| range.contains(&slot)))
+            .unwrap_or_else(|| panic!("no node serves slot {slot}"))
+    }
+
+    /// The keys each node holds, by SCAN on each node itself.
+    pub async fn keys_per_node(&self, pattern: &str) -> Vec<Vec<String>> {
+        let mut keys = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            keys.push(scan_keys(&mut node.inspector().await, pattern).await);
+        }
+        keys
+    }
+
+    /// `SCRIPT FLUSH` on every node: the next decisions meet `NOSCRIPT`.
+    pub fn flush_scripts(&self) {
+        for node in &self.nodes {
+            let reply = node.query_text(&["SCRIPT", "FLUSH"]);
+            assert_eq!(reply.as_deref().map(str::trim), Some("OK"), "SCRIPT FLUSH");
+        }
+    }
+}
+
+impl RedisServer {
+    /// One command through `redis-cli`, its output as text (`None` if redis-cli failed).
+    pub fn query_text(&self, args: &[&str]) -> Option<String> {
+        let output = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The slot ranges this cluster node serves (its own `CLUSTER NODES` line).
+    pub fn own_slots(&self) -> Vec<std::ops::RangeInclusive<u16>> {
+        let nodes = self.query_text(&["CLUSTER", "NODES"]).unwrap_or_default();
+        let Some(line) = nodes.lines().find(|line| line.contains("myself")) else {
+            return Vec::new();
+        };
+        line.split_whitespace()
+            .skip(8)
+            .filter_map(|range| {
+                let (start, end) = range.split_once('-').unwrap_or((range, range));
+                Some(start.parse().ok()?..=end.parse().ok()?)
+            })
+            .collect()
+    }
+}
+
+/// Runs `command` to its end within `timeout` (killed by pid past it); its stdout and stderr.
+fn run_bounded(command: &mut Command, timeout: Duration) -> String {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
+    let log_path = dir.path().join("output.log");
+    let log = std::fs::File::create(&log_path)
+        .unwrap_or_else(|error| panic!("cannot create {}: {error}", log_path.display()));
+    let log_err = log
+        .try_clone()
+        .unwrap_or_else(|error| panic!("cannot clone a log handle: {error}"));
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(status.success(), "{command:?} failed ({status}): {output}");
+    output
+}
+
+/// One Redis Sentinel process (`redis-server sentinel.conf --sentinel`) watching one master, on
+/// a free loopback port, stopped by pid when dropped.
+pub struct SentinelServer {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl SentinelServer {
+    /// Watches the master `name` at 127.0.0.1:`master_port` alone (quorum 1), calling it down
+    /// after `down_after_ms` without an answer.
+    pub fn start(name: &str, master_port: u16, down_after_ms: u64) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let mut sentinel = Self {
+                port: free_port(),
+                child: None,
+                dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
+            };
+            match sentinel.spawn(name, master_port, down_after_ms) {
+                Ok(()) => return sentinel,
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("cannot start a sentinel: {last_error}");
+    }
+
+    fn spawn(&mut self, name: &str, master_port: u16, down_after_ms: u64) -> Result<(), String> {
+        // Sentinel rewrites its configuration file: it must be a writable file of its own.
+        let config = self.dir.path().join("sentinel.conf");
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {name} {down_after_ms}\n\
+             sentinel failover-timeout {name} {failover_ms}\n\
+             sentinel parallel-syncs {name} 1\n",
+            port = self.port,
+            dir = self.dir.path().display(),
+            failover_ms = down_after_ms * 5,
+        );
+        std::fs::write(&config, text).map_err(|error| format!("cannot write config: {error}"))?;
+        let log_path = self.dir.path().join("sentinel.log");
+        let log = std::fs::File::create(&log_path)
+            .map_err(|error| format!("cannot open {}: {error}", log_path.display()))?;
+        let log_err = log.try_clone().map_err(|error| error.to_string())?;
+        let child = Command::new(REDIS_SERVER)
+            .arg(&config)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .spawn()
+            .map_err(|error| format!("cannot run {REDIS_SERVER} --sentinel: {error}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("exited with {status}: {log}"));
+            }
+            if ping(self.port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        Err(format!(
+            "no PONG on port {} within {START_TIMEOUT:?}",
+            self.port
+        ))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What the sentinel logged so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        let url = format!("redis://127.0.0.1:{}", self.port);
+        let client =
+            redis::Client::open(url.as_str()).unwrap_or_else(|error| panic!("bad URL: {error}"));
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|error| panic!("cannot reach the sentinel on {}: {error}", self.port))
+    }
+
+    /// The port of the master `name` as the sentinel names it now.
+    pub async fn master_port(&self, name: &str) -> Option<u16> {
+        let mut connection = self.connection().await;
+        let address: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(name)
+            .query_async(&mut connection)
+            .await
+            .unwrap_or_else(|error| panic!("SENTINEL get-master-addr-by-name: {error}"));
+        address.map(|(_, port)| port)
+    }
+
+    /// How many replicas of `name` the sentinel knows and holds up.
+    pub async fn healthy_replicas(&self, name: &str) -> usize {
+        let mut connection = self.connection().await;
+        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg(name)
+            .query_async(&mut connection)
+            .await
+            .unwrap_or_else(|error| panic!("SENTINEL replicas: {error}"));
+        replicas
+            .iter()
+            .filter(|replica| {
+                replica.get("flags").is_some_and(|flags| {
+                    !flags.contains("s_down") && !flags.contains("disconnected")
+                })
+            })
+            .count()
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for SentinelServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A connection to the plain port `port` on 127.0.0.1.
+pub async fn connect_to(port: u16) -> redis::aio::MultiplexedConnection {
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let client =
+        redis::Client::open(url.as_str()).unwrap_or_else(|error| panic!("bad URL: {error}"));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|error| panic!("cannot reach redis on {port}: {error}"))
 }

@@ -6,6 +6,10 @@
 //!   Charge(n) otherwise → rejected, next = current, retry = max(1, retry_after(n))
 //!   CheckOnly           → admitted ⇔ fits(1), next = current, retry as for Charge(1)
 //!   Refund(n)           → admitted, next = refunded(n), retry 0
+//!
+//! A priority class's `reserve` (`share.rs`) joins the hits in the two questions only:
+//! "fits" asks fits(n + reserve) and the retry asks retry_after(n + reserve); what is charged
+//! is still n, and a refund ignores it.
 
 use super::{Evaluation, Hits, Snapshot, State};
 use crate::core::time::Micros;
@@ -27,19 +31,21 @@ pub(super) trait Counter: Sized {
     fn into_state(self) -> State;
 }
 
-pub(super) fn decide(counter: impl Counter, hits: Hits) -> Evaluation {
+pub(super) fn decide(counter: impl Counter, hits: Hits, reserve: u64) -> Evaluation {
     match hits {
-        Hits::Charge(n) if counter.fits(n) => {
+        Hits::Charge(n) if counter.fits(n.saturating_add(reserve)) => {
             let next = counter.charged(n);
             commit(counter.snapshot(), next)
         }
         Hits::Charge(n) => {
-            let retry_after = counter.retry_after(n);
+            let retry_after = counter.retry_after(n.saturating_add(reserve));
             unchanged(counter, false, retry_after)
         }
-        Hits::CheckOnly if counter.fits(1) => unchanged(counter, true, 0),
+        Hits::CheckOnly if counter.fits(1u64.saturating_add(reserve)) => {
+            unchanged(counter, true, 0)
+        }
         Hits::CheckOnly => {
-            let retry_after = counter.retry_after(1);
+            let retry_after = counter.retry_after(1u64.saturating_add(reserve));
             unchanged(counter, false, retry_after)
         }
         Hits::Refund(n) => {

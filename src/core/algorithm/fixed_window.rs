@@ -20,8 +20,9 @@ pub(super) fn evaluate(
     state: Option<&State>,
     now: Micros,
     hits: Hits,
+    reserve: u64,
 ) -> Evaluation {
-    decide(Window::at(quota, state, now), hits)
+    decide(Window::at(quota, state, now), hits, reserve)
 }
 
 /// Start of the epoch-aligned window holding `now`; `window` must be positive.

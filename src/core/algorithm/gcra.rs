@@ -29,15 +29,17 @@ pub(super) fn evaluate(
     state: Option<&State>,
     now: Micros,
     hits: Hits,
+    reserve: u64,
 ) -> Evaluation {
     match Bucket::at(quota, state, now) {
-        Some(bucket) => decide(bucket, hits),
+        Some(bucket) => decide(bucket, hits, reserve),
         None => decide(
             Closed {
                 now,
                 window: quota.window_micros(),
             },
             hits,
+            reserve,
         ),
     }
 }

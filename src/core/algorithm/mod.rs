@@ -7,10 +7,13 @@
 mod counter;
 mod fixed_window;
 mod gcra;
+mod share;
 mod sliding_log;
 mod sliding_window;
 #[cfg(test)]
 mod tests;
+
+pub use share::Share;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -198,10 +201,25 @@ pub struct Evaluation {
 
 /// Evaluates `hits` against one counter at `now`.
 pub fn evaluate(quota: &Quota, state: Option<&State>, now: Micros, hits: Hits) -> Evaluation {
+    evaluate_reserving(quota, state, now, hits, 0)
+}
+
+/// Evaluates `hits` for a priority class that must leave `reserve` units of the counter
+/// unused (`Quota::reserve`; 0 for no class). Only admission and the retry time depend on
+/// it: the snapshots are the shared counter's.
+pub fn evaluate_reserving(
+    quota: &Quota,
+    state: Option<&State>,
+    now: Micros,
+    hits: Hits,
+    reserve: u64,
+) -> Evaluation {
     match quota.algorithm {
-        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits),
-        Algorithm::SlidingWindow => sliding_window::evaluate(quota, state, now, hits),
-        Algorithm::SlidingLog => sliding_log::evaluate(quota, state, now, hits),
-        Algorithm::TokenBucket | Algorithm::LeakyBucket => gcra::evaluate(quota, state, now, hits),
+        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits, reserve),
+        Algorithm::SlidingWindow => sliding_window::evaluate(quota, state, now, hits, reserve),
+        Algorithm::SlidingLog => sliding_log::evaluate(quota, state, now, hits, reserve),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            gcra::evaluate(quota, state, now, hits, reserve)
+        }
     }
 }

@@ -31,8 +31,9 @@ pub(super) fn evaluate(
     state: Option<&State>,
     now: Micros,
     hits: Hits,
+    reserve: u64,
 ) -> Evaluation {
-    decide(Log::at(quota, state, now), hits)
+    decide(Log::at(quota, state, now), hits, reserve)
 }
 
 #[derive(Debug, Clone)]

@@ -41,8 +41,9 @@ pub(super) fn evaluate(
     state: Option<&State>,
     now: Micros,
     hits: Hits,
+    reserve: u64,
 ) -> Evaluation {
-    decide(Windows::at(quota, state, now), hits)
+    decide(Windows::at(quota, state, now), hits, reserve)
 }
 
 #[derive(Debug, Clone, Copy)]

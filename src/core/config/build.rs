@@ -298,6 +298,8 @@ impl Level<'_> {
             value_to_metric: flags.value_to_metric,
             share_threshold: flags.share_threshold,
             metadata: descriptor.metadata.clone(),
+            adaptive: descriptor.adaptive.clone(),
+            priority: descriptor.priority.clone(),
         }
     }
 }

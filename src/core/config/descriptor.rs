@@ -3,9 +3,11 @@
 
 use serde_yaml::{Mapping, Value};
 
+use super::adaptive::read_adaptive;
 use super::file::FileWalk;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;
+use super::priority::read_priority;
 use super::spec::{DescriptorFlags, DescriptorSpec};
 use super::yaml_tree::{describe, field, not_a_map, render, wrong_type};
 
@@ -82,6 +84,7 @@ fn read_descriptor(
     }
 
     let rule = read_rule(map, &path, walk);
+    let adaptive = read_adaptive(map, rule.as_ref(), &path, walk);
     let flags = DescriptorFlags {
         shadow_mode: walk.flag(map, "shadow_mode", "shadow_mode", &path),
         quota_mode: walk.flag(map, "quota_mode", "quota_mode", &path),
@@ -106,6 +109,7 @@ fn read_descriptor(
     }
     let metadata = read_metadata(map, &path, walk);
     let children = read_descriptors(field(map, "descriptors"), &path, walk);
+    let priority = read_priority(map, rule.as_ref(), &children, &path, walk);
 
     DescriptorSpec {
         key,
@@ -114,6 +118,8 @@ fn read_descriptor(
         rule,
         flags,
         metadata,
+        adaptive,
+        priority,
         children,
     }
 }

@@ -46,6 +46,8 @@ impl Place {
                 "value_to_metric",
                 "share_threshold",
                 "metadata",
+                "adaptive",
+                "priority",
             ],
             Place::Limit => &[
                 "unit",
@@ -144,6 +146,39 @@ pub(super) fn check_keys(map: &Mapping, place: Place, path: &str, report: &mut F
     }
 }
 
+/// Reports every key of `map`, a map only floodgate knows (`priority`), that is not one of
+/// `allowed`: no reference file can hold it, so any other key is an error. `shown` names the
+/// map in messages.
+pub(super) fn check_floodgate_keys(
+    map: &Mapping,
+    shown: &str,
+    allowed: &[&'static str],
+    path: &str,
+    report: &mut FileReport,
+) {
+    for key in map.keys() {
+        let written = match key {
+            Value::String(text) => text.clone(),
+            other => render(other),
+        };
+        if allowed.contains(&written.as_str()) {
+            continue;
+        }
+        let hint = match suggest(&written, allowed) {
+            Some(near) => format!("did you mean '{near}'? "),
+            None => String::new(),
+        };
+        report.error(
+            path,
+            format!(
+                "config error, unknown key '{written}' in `{shown}`: {hint}the keys allowed \
+                 there are: {}",
+                allowed.join(", ")
+            ),
+        );
+    }
+}
+
 fn home_of(key: &str) -> Option<Place> {
     Place::ALL
         .into_iter()
@@ -175,7 +210,7 @@ fn unknown_key_message(key: &str, place: Place) -> String {
 
 /// The closest of `candidates` to `written`: equal once case, `_`, `-` and spaces are ignored,
 /// or within a small edit distance.
-pub(super) fn suggest(written: &str, candidates: &[&'static str]) -> Option<&'static str> {
+pub(super) fn suggest<'c>(written: &str, candidates: &[&'c str]) -> Option<&'c str> {
     let written = normalize(written);
     if written.is_empty() {
         return None;

@@ -13,6 +13,7 @@
 //! Every problem of every file is reported in one go; each names the file, the rule path and
 //! what to change.
 
+mod adaptive;
 mod build;
 mod check_profiles;
 mod descriptor;
@@ -20,6 +21,7 @@ mod file;
 mod keys;
 mod limit;
 mod parse;
+mod priority;
 mod report;
 mod spec;
 mod validate;

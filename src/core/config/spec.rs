@@ -26,6 +26,10 @@ pub(super) struct DescriptorSpec {
     pub(super) rule: Option<RuleSpec>,
     pub(super) flags: DescriptorFlags,
     pub(super) metadata: Option<serde_yaml::Value>,
+    /// `adaptive:`, when written and valid.
+    pub(super) adaptive: Option<crate::core::adaptive::AdaptiveSettings>,
+    /// `priority:`, when written and valid.
+    pub(super) priority: Option<crate::core::priority::Priority>,
     pub(super) children: Vec<DescriptorSpec>,
 }
 

@@ -12,6 +12,12 @@
 //!
 //! Header values are read as UTF-8 with invalid bytes replaced, never refused: a value a client
 //! controls must not be able to make the check fail (a fail-open nginx would let it through).
+//!
+//! Beyond the in-flight bound (`admission`), nothing is decided and the answer follows
+//! `--overload-answer` in nginx's terms: `ok` is 200 (allow), `over_limit` the deny status with
+//! `Retry-After: 1` and `x-floodgate-overloaded: true` (nginx's `@ratelimited` serves the 429),
+//! `unavailable` a 503, on which the location's own failure policy decides (fail open or closed),
+//! as when the store is down.
 
 use std::borrow::Cow;
 
@@ -19,11 +25,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 
+use super::admission::{overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
 use crate::core::check_headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
 };
 use crate::core::headers::{response_headers, HeaderMode};
+use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::request::Request;
 use crate::core::response::{Code, Response as Decision};
 use crate::store::Store;
@@ -34,6 +42,7 @@ const LISTED_PROFILES: usize = 20;
 /// `GET /check`: domain and descriptors from `X-RateLimit-Domain` and `X-RateLimit-Descriptor`.
 pub(super) async fn check_by_headers<S: Store>(
     State(state): State<HttpState<S>>,
+    admit: Admit,
     headers: HeaderMap,
 ) -> Response {
     let domain = first_value(&headers, DOMAIN_HEADER);
@@ -44,7 +53,7 @@ pub(super) async fn check_by_headers<S: Store>(
         .collect();
     let hits = first_value(&headers, HITS_HEADER);
     match request_from_headers(domain.as_deref(), &descriptors, hits.as_deref()) {
-        Ok(request) => decide(&state, &request, &headers).await,
+        Ok(request) => decide(&state, admit, &request, &headers).await,
         Err(error) => refuse(&error),
     }
 }
@@ -52,6 +61,7 @@ pub(super) async fn check_by_headers<S: Store>(
 /// `GET /check/<profile>`: descriptors built by the named check profile from the headers.
 pub(super) async fn check_by_profile<S: Store>(
     State(state): State<HttpState<S>>,
+    admit: Admit,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
@@ -78,16 +88,25 @@ pub(super) async fn check_by_profile<S: Store>(
             tracing::debug!(profile = %name, "check profile produced no descriptors: allowed");
             text_response(StatusCode::OK, "OK")
         }
-        Ok(request) => decide(&state, &request, &headers).await,
+        Ok(request) => decide(&state, admit, &request, &headers).await,
         Err(error) => refuse(&error),
     }
 }
 
+/// The limiter's answer, or the overload answer when `admit` says not to decide. The permit in
+/// `admit` is held until the answer is built.
 async fn decide<S: Store>(
     state: &HttpState<S>,
+    admit: Admit,
     request: &Request,
     headers: &HeaderMap,
 ) -> Response {
+    if let Admit::Shed(overload) = admit {
+        return match overload_reply(overload, request.descriptors.len()) {
+            OverloadReply::Answer(decision) => answer(&decision, state.settings.deny_status),
+            OverloadReply::Unavailable => overloaded_response(),
+        };
+    }
     match state
         .limiter
         .decide_traced(request, trace_parent(headers))
@@ -179,6 +198,7 @@ fn lossy(value: &HeaderValue) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::overload::{OverloadAnswer, OVERLOADED_HEADER};
     use crate::core::response::{CurrentLimit, DescriptorStatus};
     use crate::core::unit::Unit;
 
@@ -240,6 +260,18 @@ mod tests {
                 "X-RateLimit-Reset"
             ]
         );
+    }
+
+    #[test]
+    fn the_over_limit_overload_answer_denies_with_retry_after_and_the_overloaded_header() {
+        let OverloadReply::Answer(decision) = overload_reply(OverloadAnswer::OverLimit, 2) else {
+            panic!("over_limit is an answer");
+        };
+        let denied = answer(&decision, DenyStatus::Forbidden);
+        assert_eq!(denied.status(), StatusCode::FORBIDDEN);
+        let header = |name| denied.headers().get(name).map(HeaderValue::as_bytes);
+        assert_eq!(header("retry-after"), Some(&b"1"[..]));
+        assert_eq!(header(OVERLOADED_HEADER), Some(&b"true"[..]));
     }
 
     #[test]

@@ -1,21 +1,25 @@
 //! `/json`: envoyproxy/ratelimit's JSON endpoint. The body is a `RateLimitRequest` in proto3
 //! JSON; the answer is the `RateLimitResponse` in proto3 JSON with 200 (OK) or 429
 //! (OVER_LIMIT), or a plain-text reason: 400 for a body that is not a request or a request that
-//! cannot be decided, 503 when the store is unavailable.
+//! cannot be decided, 503 when the store is unavailable. Beyond the in-flight bound the answer is
+//! `--overload-answer`'s, shaped as gRPC's: 503, or the undecided OK / OVER_LIMIT response.
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::admission::{overloaded_response, Admit};
 use super::protojson::{request_from_json, response_to_json};
 use super::{limit_error_response, text_response, trace_parent, HttpState};
-use crate::core::response::Code;
+use crate::core::overload::{overload_reply, OverloadReply};
+use crate::core::response::{Code, Response as Decision};
 use crate::server::convert::{request_from_wire, response_to_wire};
 use crate::store::Store;
 
 pub(super) async fn json_endpoint<S: Store>(
     State(state): State<HttpState<S>>,
+    admit: Admit,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -23,20 +27,29 @@ pub(super) async fn json_endpoint<S: Store>(
         Ok(wire) => wire,
         Err(error) => return text_response(StatusCode::BAD_REQUEST, error),
     };
+    if let Admit::Shed(answer) = admit {
+        return match overload_reply(answer, wire.descriptors.len()) {
+            OverloadReply::Answer(response) => json_answer(response),
+            OverloadReply::Unavailable => overloaded_response(),
+        };
+    }
     let request = request_from_wire(wire);
-    match state
+    let decided = state
         .limiter
         .decide_traced(&request, trace_parent(&headers))
-        .await
-    {
-        Ok(response) => {
-            let status = match response.overall_code {
-                Code::Ok => StatusCode::OK,
-                Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
-            };
-            let body = response_to_json(&response_to_wire(response));
-            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-        }
+        .await;
+    match decided {
+        Ok(response) => json_answer(response),
         Err(error) => limit_error_response(&error),
     }
+}
+
+/// 200 or 429 by the overall code, the response in proto3 JSON.
+fn json_answer(response: Decision) -> Response {
+    let status = match response.overall_code {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let body = response_to_json(&response_to_wire(response));
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

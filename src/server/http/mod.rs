@@ -8,8 +8,10 @@
 //!   (`core::check_profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
 //!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy.
 //!
-//! Every decision is the limiter's; this module only converts.
+//! Every decision is the limiter's; this module only converts. The three share gRPC's in-flight
+//! bound (`admission`).
 
+mod admission;
 mod check;
 mod json;
 mod protojson;
@@ -22,6 +24,7 @@ use axum::routing::any;
 use axum::Router;
 
 use crate::limiter::{LimitError, Limiter};
+use crate::server::admission::Admission;
 use crate::store::Store;
 use crate::telemetry::traces::RemoteParent;
 
@@ -53,6 +56,7 @@ pub struct HttpSettings {
 struct HttpState<S> {
     limiter: Arc<Limiter<S>>,
     settings: HttpSettings,
+    admission: Admission,
 }
 
 // By hand: a derived Clone would require `S: Clone`.
@@ -61,18 +65,27 @@ impl<S> Clone for HttpState<S> {
         Self {
             limiter: Arc::clone(&self.limiter),
             settings: self.settings,
+            admission: self.admission.clone(),
         }
     }
 }
 
-pub fn main_routes<S: Store>(limiter: Arc<Limiter<S>>, settings: HttpSettings) -> Router {
+pub fn main_routes<S: Store>(
+    limiter: Arc<Limiter<S>>,
+    settings: HttpSettings,
+    admission: Admission,
+) -> Router {
     Router::new()
         // `/healthcheck` is added by `server::health` (it follows readiness).
         // Any method, as the reference; nginx's auth_request subrequests are always GET.
         .route("/json", any(json::json_endpoint::<S>))
         .route("/check", any(check::check_by_headers::<S>))
         .route("/check/{profile}", any(check::check_by_profile::<S>))
-        .with_state(HttpState { limiter, settings })
+        .with_state(HttpState {
+            limiter,
+            settings,
+            admission,
+        })
 }
 
 /// The caller's trace context (`traceparent`, B3), so the decision's span continues its trace,

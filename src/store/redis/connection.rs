@@ -1,16 +1,40 @@
-//! The connection to Redis: one multiplexed socket (concurrent calls are pipelined on it) that
-//! reconnects by itself, behind a deadline on every call. Credentials never leave this file:
-//! errors name the server as `host:port/db`, and Redis's own messages are scrubbed of the
-//! password before they are passed on.
+//! The connection to Redis: a small pool of multiplexed sockets (concurrent calls are pipelined
+//! on each; calls take them in turn) that reconnect by themselves, behind a deadline on every
+//! call. Credentials never leave this file: errors name the server as `host:port/db`, and
+//! Redis's own messages are scrubbed of the passwords before they are passed on.
+//!
+//! # Pool
+//!
+//! `--redis-pool-size N` opens N sockets to the same server. One socket already carries any
+//! number of concurrent calls; more help only when one socket's reader task is the bottleneck
+//! (many cores, a fast Redis). Each socket is a `ConnectionManager`, reconnecting on its own.
+//!
+//! # Following a Sentinel failover
+//!
+//! With `--redis-type sentinel` the server is whatever the sentinels name as master
+//! (`sentinel.rs`), checked with `ROLE`. A failed call (an error such as `READONLY` from a
+//! demoted master, a refused connection, or its deadline) asks the sentinels again in the
+//! background, at most one search at a time and one per [`FOLLOW_INTERVAL`], each bounded by
+//! the connect timeout; when they name another master, the pool is replaced by one to it. The
+//! failed call itself still ends at its deadline. Once the circuit breaker is open only its
+//! probes fail, so the search runs at the probes' pace, and the first probe after the switch
+//! closes the breaker.
 
-use std::future::Future;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Role,
+    Script,
 };
 
+use super::script::Call;
+use super::sentinel::Sentinels;
+use super::tls::{self, ClientSetup};
+use super::RedisOptions;
 use crate::store::StoreError;
 
 pub(super) const BACKEND: &str = "redis";
@@ -19,115 +43,506 @@ pub(super) const BACKEND: &str = "redis";
 /// (with the breaker's probe every 500 ms, decisions resume within 1 s of Redis returning).
 const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(250);
 
-/// A connection manager and the redacted name of the server it talks to.
+/// The shortest time between two searches for the master: failures come in bursts (every call
+/// in flight fails at once) and one answer serves them all.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The most sockets `--redis-pool-size` may open.
+pub const MAX_POOL_SIZE: usize = 256;
+
+/// The connection(s) to one Redis server, or to the master the sentinels name.
 pub(super) struct Connection {
-    pub manager: ConnectionManager,
-    pub server: String,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    links: ArcSwap<Links>,
+    /// Round-robin position over `links.pool`.
+    next: AtomicUsize,
+    opener: Opener,
+    /// Sentinel mode: where to ask when the master seems gone.
+    following: Option<Following>,
+}
+
+/// The pool to one server.
+struct Links {
+    /// `host:port/db`, safe for logs.
+    server: String,
+    /// Sentinel mode: the master's address as the sentinels gave it.
+    address: Option<(String, u16)>,
+    pool: Pool,
+}
+
+/// At least one socket, by construction.
+struct Pool {
+    first: ConnectionManager,
+    others: Vec<ConnectionManager>,
+}
+
+impl Pool {
+    fn len(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    /// The socket at `position` (modulo the size).
+    fn get(&self, position: usize) -> &ConnectionManager {
+        match position % self.len() {
+            0 => &self.first,
+            index => self.others.get(index - 1).unwrap_or(&self.first),
+        }
+    }
+}
+
+/// How pools are opened (at start, and again after a failover).
+struct Opener {
+    setup: ClientSetup,
+    pool_size: usize,
+    connect_timeout: Duration,
     /// Scrubbed out of every error message (empty: nothing to scrub).
     secrets: Vec<String>,
 }
 
+struct Following {
+    sentinels: Sentinels,
+    /// `--redis-auth` for the master, whichever server it is.
+    auth: Option<String>,
+    search: Mutex<Search>,
+}
+
+#[derive(Default)]
+struct Search {
+    running: bool,
+    last_started: Option<Instant>,
+}
+
 impl Connection {
-    /// Connects to `url` within `connect_timeout`. `auth` (`password` or `user:password`)
-    /// applies when the URL carries no password.
-    pub async fn open(
-        url: &str,
-        auth: Option<&str>,
-        connect_timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        let info: ConnectionInfo = url.into_connection_info().map_err(|error| {
-            let secrets = url_secrets(url);
-            unavailable(format!(
-                "invalid Redis URL {}: {}",
-                redact_url(url),
-                scrub(&error.to_string(), &secrets)
-            ))
-        })?;
-        let info = with_auth(info, auth);
-        let server = describe_server(&info);
-        let settings = info.redis_settings();
-        let secrets: Vec<String> = settings
-            .password()
-            .into_iter()
-            .map(str::to_owned)
-            .chain(url_secrets(url))
-            .filter(|secret| !secret.is_empty())
-            .collect();
-        let client = redis::Client::open(info).map_err(|error| {
-            unavailable(format!(
-                "cannot use Redis at {server}: {}",
-                scrub(&error.to_string(), &secrets)
-            ))
-        })?;
-        // One plain attempt first: the manager retries every failure until its deadline, which
-        // would hide a wrong password or a refused connection behind "no connection".
-        let probe = async {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(connect_timeout))
-                .set_response_timeout(Some(connect_timeout));
-            let mut probe = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("PING").query_async::<()>(&mut probe).await
-        };
-        match tokio::time::timeout(connect_timeout, probe).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                return Err(unavailable(format!(
-                    "cannot connect to Redis at {server}: {}",
-                    scrub(&error.to_string(), &secrets)
-                )))
-            }
-            Err(_) => {
-                return Err(unavailable(format!(
-                    "cannot connect to Redis at {server}: no answer within {connect_timeout:?}"
-                )))
-            }
+    /// Connects as `options` say (single server or Sentinel, TLS, pool size) within its
+    /// connect timeout.
+    pub async fn open(options: &RedisOptions) -> Result<Self, StoreError> {
+        if options.pool_size == 0 || options.pool_size > MAX_POOL_SIZE {
+            return Err(unavailable(format!(
+                "invalid Redis options: the pool size must be 1 to {MAX_POOL_SIZE} sockets \
+                 (--redis-pool-size, REDIS_POOL_SIZE), not {}",
+                options.pool_size
+            )));
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_max_delay(MAX_RECONNECT_DELAY);
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let manager = match tokio::time::timeout(connect_timeout, connecting).await {
-            Ok(Ok(manager)) => manager,
-            Ok(Err(error)) => {
-                return Err(unavailable(format!(
-                    "cannot connect to Redis at {server}: {}",
-                    scrub(&error.to_string(), &secrets)
-                )))
+        let setup = ClientSetup::new(&options.tls)?;
+        let mut secrets: Vec<String> = options
+            .auth
+            .iter()
+            .flat_map(|auth| auth_secrets(auth))
+            .collect();
+        if options.sentinel {
+            let sentinels = Sentinels::parse(
+                &options.url,
+                options.sentinel_auth.as_deref(),
+                options.tls.enabled,
+            )?;
+            if options.tls.has_settings() && !sentinels.tls {
+                return Err(not_tls());
             }
-            Err(_) => {
-                return Err(unavailable(format!(
-                    "cannot connect to Redis at {server}: no connection within {connect_timeout:?}"
-                )))
-            }
-        };
-        Ok(Self {
-            manager,
-            server,
-            secrets,
-        })
+            secrets.extend(sentinels.secrets().map(str::to_owned));
+            // Bare HOST:PORT entries and the master's name hold nothing secret.
+            secrets.extend(
+                options
+                    .url
+                    .split(',')
+                    .filter(|part| part.contains("://"))
+                    .flat_map(url_secrets),
+            );
+            secrets.extend(
+                options
+                    .sentinel_auth
+                    .iter()
+                    .flat_map(|auth| auth_secrets(auth)),
+            );
+            let following = Following {
+                sentinels,
+                auth: options.auth.clone(),
+                search: Mutex::new(Search::default()),
+            };
+            let opener = Opener::new(setup, options, secrets);
+            let links =
+                tokio::time::timeout(opener.connect_timeout, opener.open_master(&following))
+                    .await
+                    .map_err(|_| {
+                        unavailable(format!(
+                            "cannot find the Redis master {:?} through the sentinels at {} within \
+                         {:?}",
+                            following.sentinels.master_name,
+                            following.sentinels.describe(),
+                            opener.connect_timeout
+                        ))
+                    })??;
+            Ok(Self::with(links, opener, Some(following)))
+        } else {
+            let url = options.normalized_url();
+            secrets.extend(url_secrets(&url));
+            let info = single_server(&url, options, &secrets)?;
+            secrets.extend(info.redis_settings().password().map(str::to_owned));
+            let opener = Opener::new(setup, options, secrets);
+            let links = opener.open(info, None).await?;
+            Ok(Self::with(links, opener, None))
+        }
     }
 
-    /// Runs `call` with a deadline; a Redis error or the deadline becomes `Unavailable`.
-    pub async fn within<T>(
+    fn with(links: Links, opener: Opener, following: Option<Following>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                links: ArcSwap::from_pointee(links),
+                next: AtomicUsize::new(0),
+                opener,
+                following,
+            }),
+        }
+    }
+
+    /// The server now in use, as `host:port/db` (safe for logs).
+    pub fn server(&self) -> String {
+        self.shared.links.load().server.clone()
+    }
+
+    /// `SCRIPT LOAD`s `script` (once: the script cache is the server's, not the socket's).
+    pub async fn load_script(&self, script: &Script, deadline: Duration) -> Result<(), StoreError> {
+        let (server, mut manager) = self.shared.pick();
+        self.shared
+            .within(
+                &server,
+                deadline,
+                script.prepare_invoke().load_async(&mut manager),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Runs `script` with `call`'s keys and arguments (`EVALSHA`, and `SCRIPT LOAD` again on
+    /// `NOSCRIPT`) within `deadline`; a Redis error or the deadline becomes `Unavailable`.
+    pub async fn invoke(
         &self,
+        script: &Script,
+        call: &Call,
         deadline: Duration,
-        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (server, mut manager) = self.shared.pick();
+        let mut invocation = script.prepare_invoke();
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg);
+        }
+        let result = self
+            .shared
+            .within(&server, deadline, invocation.invoke_async(&mut manager))
+            .await;
+        if result.is_err() {
+            Shared::follow_master_soon(&self.shared);
+        }
+        result
+    }
+
+    /// One plain command within `deadline`, beside the decisions.
+    pub async fn command<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        let (server, mut manager) = self.shared.pick();
+        let result = self
+            .shared
+            .within(&server, deadline, command.query_async(&mut manager))
+            .await;
+        if result.is_err() {
+            Shared::follow_master_soon(&self.shared);
+        }
+        result
+    }
+}
+
+impl Shared {
+    /// The server's name and the next socket of the pool.
+    fn pick(&self) -> (String, ConnectionManager) {
+        let links = self.links.load();
+        let position = self.next.fetch_add(1, Ordering::Relaxed);
+        (links.server.clone(), links.pool.get(position).clone())
+    }
+
+    async fn within<T>(
+        &self,
+        server: &str,
+        deadline: Duration,
+        call: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(deadline, call).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(unavailable(format!(
-                "Redis at {} failed: {}",
-                self.server,
-                scrub(&error.to_string(), &self.secrets)
+                "Redis at {server} failed: {}",
+                scrub(&error.to_string(), &self.opener.secrets)
             ))),
             Err(_) => Err(unavailable(format!(
-                "Redis at {} did not answer within {deadline:?}",
-                self.server
+                "Redis at {server} did not answer within {deadline:?}"
             ))),
         }
     }
+
+    /// Sentinel mode: starts a search for the master unless one runs or ran a moment ago.
+    fn follow_master_soon(shared: &Arc<Self>) {
+        let Some(following) = &shared.following else {
+            return;
+        };
+        {
+            let mut search = lock(&following.search);
+            let recent = search
+                .last_started
+                .is_some_and(|started| started.elapsed() < FOLLOW_INTERVAL);
+            if search.running || recent {
+                return;
+            }
+            search.running = true;
+            search.last_started = Some(Instant::now());
+        }
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move { shared.follow_master().await });
+    }
+
+    async fn follow_master(&self) {
+        let Some(following) = &self.following else {
+            return;
+        };
+        // Cleared however this task ends.
+        let _running = SearchRunning(&following.search);
+        let current = self.links.load().address.clone();
+        let search = async {
+            let address = following
+                .sentinels
+                .master_address(&self.opener.setup, self.opener.connect_timeout)
+                .await
+                .map_err(|reason| unavailable(scrub(&reason, &self.opener.secrets)))?;
+            if current.as_ref() == Some(&address) {
+                return Ok(None);
+            }
+            self.opener.open_at(address, following).await.map(Some)
+        };
+        match tokio::time::timeout(self.opener.connect_timeout, search).await {
+            Ok(Ok(Some(links))) => {
+                let previous = self.links.load().server.clone();
+                tracing::warn!(
+                    redis = %links.server,
+                    previous = %previous,
+                    "Redis master changed: the sentinels name a new master, now used"
+                );
+                self.links.store(Arc::new(links));
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(error)) => tracing::debug!("Redis master not found yet: {error}"),
+            Err(_) => tracing::debug!(
+                "Redis master not found yet: no answer within {:?}",
+                self.opener.connect_timeout
+            ),
+        }
+    }
+}
+
+/// Marks the search finished when dropped.
+struct SearchRunning<'a>(&'a Mutex<Search>);
+
+impl Drop for SearchRunning<'_> {
+    fn drop(&mut self) {
+        lock(self.0).running = false;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Two plain fields: a panic elsewhere cannot leave them inconsistent.
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Opener {
+    fn new(setup: ClientSetup, options: &RedisOptions, mut secrets: Vec<String>) -> Self {
+        secrets.retain(|secret| !secret.is_empty());
+        Self {
+            setup,
+            pool_size: options.pool_size,
+            connect_timeout: options.connect_timeout,
+            secrets,
+        }
+    }
+
+    /// The master the sentinels name, checked and connected.
+    async fn open_master(&self, following: &Following) -> Result<Links, StoreError> {
+        let address = following
+            .sentinels
+            .master_address(&self.setup, self.connect_timeout)
+            .await
+            .map_err(|reason| {
+                unavailable(format!(
+                    "cannot find the Redis master through the sentinels at {}: {}",
+                    following.sentinels.describe(),
+                    scrub(&reason, &self.secrets)
+                ))
+            })?;
+        self.open_at(address, following).await
+    }
+
+    /// A pool to the master at `address`, refused unless the server says it is a master.
+    async fn open_at(
+        &self,
+        (host, port): (String, u16),
+        following: &Following,
+    ) -> Result<Links, StoreError> {
+        let addr = if following.sentinels.tls {
+            ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.clone(), port)
+        };
+        let info = addr.into_connection_info().map_err(|error| {
+            unavailable(format!(
+                "the sentinels name the master {host}:{port}, which cannot be used: {error}"
+            ))
+        })?;
+        let info = with_auth(info, following.auth.as_deref());
+        let name = &following.sentinels.master_name;
+        let mut links = self.open(info, Some(name)).await?;
+        links.address = Some((host, port));
+        Ok(links)
+    }
+
+    /// A pool of `pool_size` sockets to `info`, after one plain attempt (and, for a master
+    /// found through Sentinel, `ROLE`).
+    async fn open(&self, info: ConnectionInfo, master: Option<&str>) -> Result<Links, StoreError> {
+        let server = match master {
+            Some(name) => format!("{} (master {name:?})", describe_server(&info)),
+            None => describe_server(&info),
+        };
+        let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        let fail = |what: &str, message: String| {
+            let message = scrub(&message, &self.secrets);
+            let hint = if tls { tls::hint(&message) } else { None };
+            unavailable(match hint {
+                Some(hint) => format!("{what} Redis at {server}: {message} ({hint})"),
+                None => format!("{what} Redis at {server}: {message}"),
+            })
+        };
+        let client = self
+            .setup
+            .client(info)
+            .map_err(|error| fail("cannot use", error.to_string()))?;
+        let timeout = self.connect_timeout;
+        // One plain attempt first: the manager retries every failure until its deadline, which
+        // would hide a wrong password or a refused connection behind "no connection".
+        let probe = async {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout));
+            let mut probe = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async::<()>(&mut probe).await?;
+            match master {
+                Some(_) => redis::cmd("ROLE")
+                    .query_async::<Role>(&mut probe)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        match tokio::time::timeout(timeout, probe).await {
+            Ok(Ok(None | Some(Role::Primary { .. }))) => {}
+            Ok(Ok(Some(_))) => {
+                return Err(fail(
+                    "cannot use",
+                    "the sentinels name it master but it answers ROLE as a replica (a \
+                     failover in progress?)"
+                        .to_owned(),
+                ))
+            }
+            Ok(Err(error)) => return Err(fail("cannot connect to", error.to_string())),
+            Err(_) => {
+                return Err(fail(
+                    "cannot connect to",
+                    format!("no answer within {timeout:?}"),
+                ))
+            }
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_max_delay(MAX_RECONNECT_DELAY);
+        let connecting = async {
+            let first = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+            let mut others = Vec::with_capacity(self.pool_size.saturating_sub(1));
+            for _ in 1..self.pool_size {
+                others.push(
+                    ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+                );
+            }
+            Ok::<_, RedisError>(Pool { first, others })
+        };
+        let pool = match tokio::time::timeout(timeout, connecting).await {
+            Ok(Ok(pool)) => pool,
+            Ok(Err(error)) => return Err(fail("cannot connect to", error.to_string())),
+            Err(_) => {
+                return Err(fail(
+                    "cannot connect to",
+                    format!("no connection within {timeout:?}"),
+                ))
+            }
+        };
+        Ok(Links {
+            server,
+            address: None,
+            pool,
+        })
+    }
+}
+
+/// The single server of `url`, with `options`' credentials and TLS checked against the URL.
+fn single_server(
+    url: &str,
+    options: &RedisOptions,
+    secrets: &[String],
+) -> Result<ConnectionInfo, StoreError> {
+    let info: ConnectionInfo = url.into_connection_info().map_err(|error| {
+        unavailable(format!(
+            "invalid Redis URL {}: {}",
+            redact_url(url),
+            scrub(&error.to_string(), secrets)
+        ))
+    })?;
+    let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    if options.tls.enabled && !tls {
+        return Err(unavailable(format!(
+            "invalid Redis options: REDIS_TLS (--redis-tls) asks for TLS but the URL {} does \
+             not: use rediss://, or a bare HOST:PORT",
+            redact_url(url)
+        )));
+    }
+    if options.tls.has_settings() && !tls {
+        return Err(not_tls());
+    }
+    if let ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+        tracing::warn!(
+            "Redis TLS without certificate verification (#insecure in the URL): anyone on the \
+             path can read and change what floodgate sends"
+        );
+    }
+    Ok(with_auth(info, options.auth.as_deref()))
+}
+
+fn not_tls() -> StoreError {
+    unavailable(
+        "invalid Redis options: TLS files or settings are given (--redis-tls-*, REDIS_TLS_*) \
+         but the connection is not TLS: use a rediss:// URL (or a bare HOST:PORT with \
+         REDIS_TLS=true)"
+            .to_owned(),
+    )
 }
 
 pub(super) fn unavailable(reason: String) -> StoreError {
@@ -137,9 +552,18 @@ pub(super) fn unavailable(reason: String) -> StoreError {
     }
 }
 
+/// The password of `auth` (`password` or `user:password`), and the whole, to scrub.
+fn auth_secrets(auth: &str) -> Vec<String> {
+    let mut secrets = vec![auth.to_owned()];
+    if let Some((_, password)) = auth.split_once(':') {
+        secrets.push(password.to_owned());
+    }
+    secrets
+}
+
 /// `info` with the credentials of `auth` (`password` or `user:password`, as
 /// envoyproxy/ratelimit's `REDIS_AUTH`) unless it has a password already.
-fn with_auth(info: ConnectionInfo, auth: Option<&str>) -> ConnectionInfo {
+pub(super) fn with_auth(info: ConnectionInfo, auth: Option<&str>) -> ConnectionInfo {
     let Some(auth) = auth.filter(|auth| !auth.is_empty()) else {
         return info;
     };
@@ -198,7 +622,7 @@ pub(super) fn redact_url(url: &str) -> String {
 }
 
 /// The credentials in `url` (raw and percent-decoded), to scrub from messages.
-fn url_secrets(url: &str) -> Vec<String> {
+pub(super) fn url_secrets(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {
         return vec![url.to_owned()];
     };
@@ -250,7 +674,7 @@ fn percent_decode(text: &str) -> String {
 }
 
 /// `message` with every secret replaced by `***`.
-fn scrub(message: &str, secrets: &[String]) -> String {
+pub(super) fn scrub(message: &str, secrets: &[String]) -> String {
     secrets
         .iter()
         .filter(|secret| !secret.is_empty())
@@ -318,8 +742,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_url_is_refused_without_echoing_it() {
-        let result =
-            Connection::open("redis://user:hunter22@", None, Duration::from_millis(100)).await;
+        let mut options = RedisOptions::new("redis://user:hunter22@");
+        options.connect_timeout = Duration::from_millis(100);
+        let result = Connection::open(&options).await;
         let Err(StoreError::Unavailable { reason, .. }) = result else {
             panic!("an invalid URL must be refused");
         };

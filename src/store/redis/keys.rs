@@ -1,20 +1,35 @@
 //! Where a counter lives in Redis:
 //!
 //! ```text
-//! <prefix>{<domain>}:<rule>:<counter>
+//! <prefix>{<domain>}:<rule>:<counter>                          --redis-hash-tag domain (default)
+//! <prefix>{<domain>:<descriptor>}:<rule>:<counter>             --redis-hash-tag descriptor
 //! floodgate:{edge}:9c1e0b7f5a3d2e48:4f7a…(32 hex digits)
+//! floodgate:{edge:5d0c33a1e27f9b64}:9c1e0b7f5a3d2e48:4f7a…
 //! ```
 //!
 //! * `prefix`: configurable, `floodgate:` by default; printable ASCII without braces or spaces.
-//! * `{<domain>}`: the request's domain, sanitized: bytes outside `[A-Za-z0-9._-]` become `_`,
-//!   at most 64 bytes, never empty. It is the Redis Cluster hash tag: a request has exactly
-//!   one domain, so all the keys one script call touches share a slot, which Cluster requires.
-//!   The layout is Cluster-ready as it stands; the cost is that one domain's counters live on
-//!   one shard. (A later change could shard finer only by giving up one-call atomicity across
-//!   a request's descriptors.) A sanitized domain may coincide with another's: that only puts
-//!   both in one slot, the counter hash below still tells them apart.
+//! * `{…}`: the Redis Cluster hash tag. Cluster places a key by the CRC16 of the text between
+//!   the first `{` and the next `}` only, and one script call may only touch keys of one slot.
+//!   [`HashTag`] chooses what goes inside:
+//!   * `domain` (the default): the request's domain, sanitized (bytes outside
+//!     `[A-Za-z0-9._-]` become `_`, at most 64 bytes, never empty). A request has exactly one
+//!     domain, so all its keys share one slot: one script call decides the whole request all
+//!     or nothing, on Cluster too. The cost: one domain's counters all live on one shard.
+//!   * `descriptor`: the domain, then 64 bits of SHA-256 of what identifies one descriptor of
+//!     one rule (domain, rule path and the descriptor's entries; not the limit index, algorithm
+//!     or window, so every limit of one descriptor shares its slot). A domain's counters spread
+//!     over every shard. On Cluster a request's keys are grouped by slot and each group is one
+//!     script call (`slot.rs`): each group is all or nothing, but across groups a rejected
+//!     request may already have charged the groups that admitted it — an over-count, never an
+//!     under-count. Counters in `quota_mode` keep the domain tag even here: a request is over
+//!     its quota only when every quota descriptor is, which one call can judge only if it sees
+//!     them all, so they always share the domain's slot.
+//!
+//!   A sanitized domain may coincide with another's: that only puts both in one slot, the
+//!   counter hash below still tells them apart. Changing the tag (or a rule's `quota_mode`
+//!   under `descriptor`) moves counters to new keys: they start afresh.
 //! * `<rule>`: the first 64 bits of SHA-256 of the rule's config path, in hex, so one rule's
-//!   counters can be found (`SCAN MATCH floodgate:{edge}:<rule>:*`). Hashed, not written out:
+//!   counters can be found (`SCAN MATCH floodgate:{edge*}:<rule>:*`). Hashed, not written out:
 //!   a config path holds config values (`api_key_<value>`), which may be secrets.
 //! * `<counter>`: the first 128 bits of SHA-256 of the whole counter identity
 //!   (`core::key::counter_key`: domain, rule path, algorithm, limit index, window and the
@@ -27,6 +42,9 @@
 use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
+
+use crate::core::plan::Counter;
+use crate::core::verdict::Role;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "floodgate:";
@@ -45,6 +63,30 @@ const RULE_DIGEST_BYTES: usize = 8;
 /// counters a Redis can hold).
 const COUNTER_DIGEST_BYTES: usize = 16;
 
+/// Bytes of a descriptor's digest in a `descriptor` hash tag (64 bits: the tag only spreads
+/// load, and two descriptors that share a slot lose nothing).
+const DESCRIPTOR_DIGEST_BYTES: usize = 8;
+
+/// What a key's Redis Cluster hash tag holds (`--redis-hash-tag`; see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashTag {
+    /// `{<domain>}`: a request's keys share one slot; one call decides it all or nothing.
+    #[default]
+    Domain,
+    /// `{<domain>:<descriptor digest>}`: a domain's counters spread over the shards; a request
+    /// is decided by one call per slot group, each all or nothing.
+    Descriptor,
+}
+
+impl HashTag {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Domain => "domain",
+            Self::Descriptor => "descriptor",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidPrefix {
     #[error("the Redis key prefix is longer than {MAX_PREFIX_LEN} bytes")]
@@ -60,6 +102,7 @@ pub enum InvalidPrefix {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyLayout {
     prefix: String,
+    hash_tag: HashTag,
 }
 
 impl KeyLayout {
@@ -73,22 +116,56 @@ impl KeyLayout {
         }
         Ok(Self {
             prefix: prefix.to_owned(),
+            hash_tag: HashTag::Domain,
         })
+    }
+
+    /// This layout with `hash_tag` in place of the default `domain` tag.
+    pub fn with_hash_tag(mut self, hash_tag: HashTag) -> Self {
+        self.hash_tag = hash_tag;
+        self
     }
 
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// The key of the counter whose identity (`Counter::key`) is `identity`.
+    pub fn hash_tag(&self) -> HashTag {
+        self.hash_tag
+    }
+
+    /// The key of `counter`: quota-mode counters always carry the domain tag (module doc).
+    pub fn key_of(&self, counter: &Counter) -> String {
+        let hash_tag = match counter.role {
+            Role::Quota => HashTag::Domain,
+            Role::Enforced | Role::Shadow => self.hash_tag,
+        };
+        self.key(&counter.key, hash_tag)
+    }
+
+    /// The key of a counter not in quota mode whose identity (`Counter::key`) is `identity`.
     pub fn key_for(&self, identity: &[u8]) -> String {
+        self.key(identity, self.hash_tag)
+    }
+
+    fn key(&self, identity: &[u8], hash_tag: HashTag) -> String {
         let (domain, rule_path) = leading_fields(identity).unwrap_or((b"", b""));
         let mut key = String::with_capacity(
-            self.prefix.len() + MAX_DOMAIN_LEN + 4 + 2 * (RULE_DIGEST_BYTES + COUNTER_DIGEST_BYTES),
+            self.prefix.len()
+                + MAX_DOMAIN_LEN
+                + 5
+                + 2 * (DESCRIPTOR_DIGEST_BYTES + RULE_DIGEST_BYTES + COUNTER_DIGEST_BYTES),
         );
         key.push_str(&self.prefix);
         key.push('{');
         push_sanitized(&mut key, domain);
+        if hash_tag == HashTag::Descriptor {
+            key.push(':');
+            push_hex(
+                &mut key,
+                &descriptor_digest(identity)[..DESCRIPTOR_DIGEST_BYTES],
+            );
+        }
         key.push_str("}:");
         push_hex(&mut key, &Sha256::digest(rule_path)[..RULE_DIGEST_BYTES]);
         key.push(':');
@@ -104,6 +181,29 @@ fn leading_fields(identity: &[u8]) -> Option<(&[u8], &[u8])> {
     let (domain, rest) = length_prefixed(identity)?;
     let (rule_path, _) = length_prefixed(rest)?;
     Some((domain, rule_path))
+}
+
+/// The digest of what `core::key::counter_key` writes for one descriptor of one rule: the
+/// domain and rule path, then the entries; the algorithm, limit index and window between them
+/// are left out, so every limit of a descriptor gets one digest. An identity not shaped so is
+/// hashed whole.
+fn descriptor_digest(identity: &[u8]) -> sha2::digest::Output<Sha256> {
+    let fields = || {
+        let (_, rest) = length_prefixed(identity)?;
+        let (_, rest) = length_prefixed(rest)?;
+        let domain_and_rule = &identity[..identity.len() - rest.len()];
+        let (_, rest) = length_prefixed(rest)?;
+        // The limit index and the window, a little-endian u64 each.
+        let entries = rest.get(16..)?;
+        Some((domain_and_rule, entries))
+    };
+    match fields() {
+        Some((domain_and_rule, entries)) => Sha256::new()
+            .chain_update(domain_and_rule)
+            .chain_update(entries)
+            .finalize(),
+        None => Sha256::digest(identity),
+    }
 }
 
 fn length_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -134,7 +234,7 @@ fn push_hex(key: &mut String, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::Quota;
+    use crate::core::algorithm::{Algorithm, Quota, Share};
     use crate::core::key::counter_key;
     use crate::core::rules::{Entry, MatchedLevel};
     use crate::core::unit::Unit;
@@ -229,7 +329,8 @@ mod tests {
         assert_eq!(
             KeyLayout::new(""),
             Ok(KeyLayout {
-                prefix: String::new()
+                prefix: String::new(),
+                hash_tag: HashTag::Domain,
             })
         );
         assert_eq!(KeyLayout::new("a{b"), Err(InvalidPrefix::BadByte));
@@ -239,5 +340,75 @@ mod tests {
             KeyLayout::new(&"x".repeat(129)),
             Err(InvalidPrefix::TooLong)
         );
+    }
+
+    fn tag_of(key: &str) -> &str {
+        let open = key.find('{').unwrap_or(0);
+        let close = key.find('}').unwrap_or(key.len());
+        &key[open..=close.min(key.len() - 1)]
+    }
+
+    #[test]
+    fn descriptor_tags_share_a_descriptors_limits_and_spread_the_rest() {
+        let spread = layout().with_hash_tag(HashTag::Descriptor);
+        let entries = [Entry::new("remote_address", "10.0.0.1")];
+        let levels = [MatchedLevel::Exact];
+        let minute = Quota::new(10, Unit::Minute);
+        let hour = Quota::new(100, Unit::Hour).with_algorithm(Algorithm::SlidingWindow);
+        let first = counter_key("edge", "edge.ip", 0, &minute, &entries, &levels);
+        let second = counter_key("edge", "edge.ip", 1, &hour, &entries, &levels);
+        let (a, b) = (spread.key_for(&first), spread.key_for(&second));
+        assert_ne!(a, b);
+        assert_eq!(tag_of(&a), tag_of(&b), "{a} {b}");
+        assert!(a.starts_with("floodgate:{edge:"), "{a}");
+        assert_eq!(
+            tag_of(&a).len(),
+            "{edge:}".len() + 2 * DESCRIPTOR_DIGEST_BYTES
+        );
+
+        let other_value = [Entry::new("remote_address", "10.0.0.2")];
+        let third = counter_key("edge", "edge.ip", 0, &minute, &other_value, &levels);
+        assert_ne!(tag_of(&a), tag_of(&spread.key_for(&third)));
+        let other_rule = counter_key("edge", "edge.ip2", 0, &minute, &entries, &levels);
+        assert_ne!(tag_of(&a), tag_of(&spread.key_for(&other_rule)));
+        let other_domain = counter_key("edge2", "edge.ip", 0, &minute, &entries, &levels);
+        assert_ne!(tag_of(&a), tag_of(&spread.key_for(&other_domain)));
+
+        // The tag is the only change: the rule and counter digests stay as they were.
+        let domain_key = layout().key_for(&first);
+        assert_eq!(
+            a.split_once("}:").map(|(_, rest)| rest),
+            domain_key.split_once("}:").map(|(_, rest)| rest)
+        );
+        assert_eq!(tag_of(&domain_key), "{edge}");
+    }
+
+    #[test]
+    fn quota_counters_keep_the_domain_tag() {
+        let spread = layout().with_hash_tag(HashTag::Descriptor);
+        let id = identity("edge", "edge.k", &[Entry::new("k", "v")]);
+        let counter = |role| Counter {
+            descriptor: 0,
+            key: id.clone(),
+            quota: Quota::new(1, Unit::Second),
+            hits: crate::core::algorithm::Hits::Charge(1),
+            role,
+            share: Share::FULL,
+        };
+        assert_eq!(spread.key_of(&counter(Role::Quota)), layout().key_for(&id));
+        assert_eq!(spread.key_of(&counter(Role::Enforced)), spread.key_for(&id));
+        assert_eq!(spread.key_of(&counter(Role::Shadow)), spread.key_for(&id));
+        assert_eq!(
+            layout().key_of(&counter(Role::Enforced)),
+            layout().key_for(&id)
+        );
+    }
+
+    #[test]
+    fn odd_identities_get_a_descriptor_tag_too() {
+        let spread = layout().with_hash_tag(HashTag::Descriptor);
+        let key = spread.key_for(b"short");
+        assert!(key.starts_with("floodgate:{_:"), "{key}");
+        assert_ne!(tag_of(&key), tag_of(&spread.key_for(b"shorter")));
     }
 }

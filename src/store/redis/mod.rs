@@ -1,5 +1,5 @@
 //! The Redis store: counters shared by every floodgate instance, decided by one Lua script call
-//! per request.
+//! per request (on Redis Cluster with `--redis-hash-tag descriptor`: one per hash-slot group).
 //!
 //! # One round trip, all or nothing
 //!
@@ -19,8 +19,9 @@
 //!
 //! # Keys and expiry
 //!
-//! `<prefix>{<domain>}:<rule digest>:<counter digest>`; see [`keys`] for the layout, why
-//! values are hashed and the Cluster hash tag. A key holds one short string,
+//! `<prefix>{<domain>}:<rule digest>:<counter digest>` (`{<domain>:<descriptor digest>}` with
+//! the descriptor hash tag); see [`keys`] for the layout, why values are hashed and the Cluster
+//! hash tag. A key holds one short string,
 //! `<tag> <expires_at> <state…>` (fixed and sliding window, GCRA), or, for a sliding log, a
 //! hash used as a deque so a decision touches only the entries it needs (`lua/sliding_log.lua`):
 //! its cost does not grow with the limit. Every write sets a TTL that ends when the state means
@@ -29,6 +30,21 @@
 //! counters vanish on their own; a state that is dead on arrival (a refund emptied the counter)
 //! is deleted instead. The script also ignores a state past its `expires_at`, so decisions never
 //! depend on when Redis gets round to expiring a key.
+//!
+//! # Redis Cluster
+//!
+//! `--redis-type cluster` (`cluster.rs`): seed nodes in, the redis crate's cluster client out
+//! (it follows `MOVED`/`ASK` and topology changes); the script is loaded on every node, and a
+//! node that answers `NOSCRIPT` gets it again within the call's deadline. A script may touch
+//! keys of one hash slot only, so [`keys::HashTag`] decides what all-or-nothing covers: with
+//! the `domain` tag (the default) a request's keys share one slot and one call decides it
+//! exactly as on a single server; with `descriptor` its counters are grouped by slot
+//! (`slot.rs`), one call per group, all concurrent, and the answers merged (outcomes in request
+//! order, over if any group is). Each group is all or nothing; across groups a rejected request
+//! may have charged the groups that admitted it (over-count, never under-count), and a group
+//! that fails fails the request after the others may have charged. The verdict itself is the
+//! one a single call would reach: quota-mode counters always share the domain's slot. On a
+//! single server (or Sentinel) every request is one call whatever the tag.
 //!
 //! # Numbers
 //!
@@ -42,7 +58,17 @@
 //!
 //! An ACL user needs only its keys and these commands (Redis 7 syntax):
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
-//! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`).
+//! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
+//! `+hgetall` for the runtime overrides every instance shares (`crate::adjustments::redis`).
+//! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
+//! Sentinel also `+role` on the master, and `+sentinel|get-master-addr-by-name` on the
+//! sentinels.
+//!
+//! # Connections
+//!
+//! `connection.rs`: a pool of `--redis-pool-size` multiplexed sockets (one by default) to one
+//! server, over TLS for `rediss://` (`tls.rs`), or to the master the sentinels name, followed
+//! across failovers (`sentinel.rs`).
 //!
 //! # Failure
 //!
@@ -60,9 +86,13 @@
 //! "decisions resume within 1 s of Redis returning" (`tests/redis_failure.rs`). What a
 //! failed request gets is the limiter's failure policy (`core::failure::FailurePolicy`).
 
+mod cluster;
 mod connection;
 pub mod keys;
 mod script;
+mod sentinel;
+mod slot;
+mod tls;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -70,15 +100,20 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
+use self::cluster::ClusterLink;
+pub use self::connection::MAX_POOL_SIZE;
 use self::connection::{unavailable, Connection, BACKEND};
-pub use self::keys::{InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
+pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::script::{build_call, parse_reply, Now};
 pub use self::script::{
     check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
     MAX_WINDOW_MICROS,
 };
 pub use self::script::{Call, SOURCE as SCRIPT_SOURCE};
+pub use self::slot::slot_groups;
+pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
+use crate::core::adjust::adjusted_quota;
 use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::plan::Counter;
 use crate::core::rules::RuleSet;
@@ -89,6 +124,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(25);
 
 /// The default deadline for connecting (at start-up, and for each reconnection attempt).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sockets to the Redis server (`--redis-pool-size`); see `connection.rs` for when more help.
+pub const DEFAULT_POOL_SIZE: usize = 1;
 
 /// Consecutive failures that open the circuit breaker.
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
@@ -122,6 +160,20 @@ pub struct RedisOptions {
     pub probe_interval: Duration,
     /// Tests only: take "now" from this clock instead of Redis `TIME`.
     pub test_clock: Option<Arc<dyn Clock>>,
+    /// `url` lists the seed nodes of a Redis Cluster (`host:port,host:port` or one URL each).
+    pub cluster: bool,
+    /// What the keys' Cluster hash tag holds (see [`keys`]).
+    pub hash_tag: HashTag,
+    /// `url` is `mastername,host:port[,host:port…]`: the master is found through these
+    /// sentinels and followed across failovers.
+    pub sentinel: bool,
+    /// `password` or `user:password` for the sentinels (envoyproxy/ratelimit's
+    /// `REDIS_SENTINEL_AUTH`), when their addresses carry none.
+    pub sentinel_auth: Option<String>,
+    /// Sockets to the server, used in turn (envoyproxy/ratelimit's `REDIS_POOL_SIZE`).
+    pub pool_size: usize,
+    /// TLS (`rediss://`, or `tls.enabled` for a bare `host:port`) and its files.
+    pub tls: TlsOptions,
 }
 
 impl RedisOptions {
@@ -135,6 +187,12 @@ impl RedisOptions {
             breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             test_clock: None,
+            cluster: false,
+            hash_tag: HashTag::Domain,
+            sentinel: false,
+            sentinel_auth: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            tls: TlsOptions::default(),
         }
     }
 
@@ -144,13 +202,16 @@ impl RedisOptions {
         self
     }
 
-    /// The URL with a scheme: a bare `host:port` gets `redis://`, a bare path `unix://`.
+    /// The URL with a scheme: a bare `host:port` gets `redis://` (`rediss://` with
+    /// `tls.enabled`), a bare path `unix://`.
     fn normalized_url(&self) -> String {
         if self.url.contains("://") {
             self.url.clone()
         } else if self.url.starts_with('/') {
             // envoyproxy/ratelimit's REDIS_SOCKET_TYPE=unix gives a bare socket path.
             format!("unix://{}", self.url)
+        } else if self.tls.enabled {
+            format!("rediss://{}", self.url)
         } else {
             format!("redis://{}", self.url)
         }
@@ -165,8 +226,13 @@ impl Default for RedisOptions {
 
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = if self.cluster {
+            cluster::describe_seeds(&self.url, self.tls.enabled)
+        } else {
+            connection::redact_url(&self.normalized_url())
+        };
         f.debug_struct("RedisOptions")
-            .field("url", &connection::redact_url(&self.normalized_url()))
+            .field("url", &url)
             .field("auth", &self.auth.as_ref().map(|_| "***"))
             .field("key_prefix", &self.key_prefix)
             .field("timeout", &self.timeout)
@@ -174,6 +240,12 @@ impl fmt::Debug for RedisOptions {
             .field("breaker_threshold", &self.breaker_threshold)
             .field("probe_interval", &self.probe_interval)
             .field("test_clock", &self.test_clock.is_some())
+            .field("cluster", &self.cluster)
+            .field("hash_tag", &self.hash_tag)
+            .field("sentinel", &self.sentinel)
+            .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|_| "***"))
+            .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -188,18 +260,28 @@ pub struct UnsupportedLimit {
 
 /// Every limit of `rules` that the Redis store cannot decide exactly. Check a rule set with
 /// this before serving it from Redis (at start-up and on every reload): such a limit would
-/// otherwise fail each request that reaches it with `StoreError::Unavailable`.
+/// otherwise fail each request that reaches it with `StoreError::Unavailable`. An adaptive
+/// rule is checked at its `max` too, the largest limit its controller can set.
 pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
     rules
         .domains()
         .flat_map(|domain| domain.rules())
         .flat_map(|rule| {
-            rule.limits.iter().filter_map(|quota| {
-                check_quota(quota).err().map(|problem| UnsupportedLimit {
-                    rule_path: rule.path.clone(),
-                    problem,
+            let adaptive_ceiling = rule.adaptive.as_ref().and_then(|adaptive| {
+                let first = rule.limits.first()?;
+                Some(adjusted_quota(first, u64::from(adaptive.max)))
+            });
+            rule.limits
+                .iter()
+                .cloned()
+                .chain(adaptive_ceiling)
+                .filter_map(|quota| {
+                    check_quota(&quota).err().map(|problem| UnsupportedLimit {
+                        rule_path: rule.path.clone(),
+                        problem,
+                    })
                 })
-            })
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -207,14 +289,22 @@ pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
 /// The `EVALSHA` keys and arguments this store sends for `counters` with `layout`'s keys, on
 /// Redis time: what `examples/redis_script.rs` prints for `scripts/bench-redis.sh`.
 pub fn script_call(counters: &[Counter], global_shadow: bool, layout: &KeyLayout) -> Call {
-    build_call(counters, global_shadow, Now::RedisTime, |identity| {
-        layout.key_for(identity)
+    build_call(counters, global_shadow, Now::RedisTime, |counter| {
+        layout.key_of(counter)
     })
 }
 
-/// Counters in Redis, decided by one script call per request.
+/// Where the calls go.
+enum Link {
+    /// One server: a request is one call, whatever the hash tag (one node needs no common slot).
+    Server(Connection),
+    /// A cluster: a request is one call per slot group (`slot.rs`).
+    Cluster(ClusterLink),
+}
+
+/// Counters in Redis, decided by one script call per request (per slot group on a cluster).
 pub struct RedisStore {
-    connection: Connection,
+    link: Link,
     script: Script,
     keys: KeyLayout,
     timeout: Duration,
@@ -235,22 +325,19 @@ impl RedisStore {
                 "invalid Redis options: the call timeout must be positive".to_owned(),
             ));
         }
-        let connection = Connection::open(
-            &options.normalized_url(),
-            options.auth.as_deref(),
-            options.connect_timeout,
-        )
-        .await?;
+        let keys = keys.with_hash_tag(options.hash_tag);
         let script = Script::new(script::SOURCE);
-        let mut manager = connection.manager.clone();
-        connection
-            .within(
-                options.connect_timeout,
-                script.prepare_invoke().load_async(&mut manager),
-            )
-            .await?;
+        let link = if options.cluster {
+            Link::Cluster(ClusterLink::open(options, &script).await?)
+        } else {
+            let connection = Connection::open(options).await?;
+            connection
+                .load_script(&script, options.connect_timeout)
+                .await?;
+            Link::Server(connection)
+        };
         Ok(Self {
-            connection,
+            link,
             script,
             keys,
             timeout: options.timeout,
@@ -263,9 +350,13 @@ impl RedisStore {
         })
     }
 
-    /// The server, as `host:port/db` (safe for logs).
-    pub fn server(&self) -> &str {
-        &self.connection.server
+    /// The server, as `host:port/db` (the master now in use with Sentinel), or a cluster's
+    /// seeds (safe for logs).
+    pub fn server(&self) -> String {
+        match &self.link {
+            Link::Server(connection) => connection.server(),
+            Link::Cluster(cluster) => cluster.server().to_owned(),
+        }
     }
 
     /// The SHA-1 of the decision script (what `EVALSHA` names).
@@ -273,14 +364,38 @@ impl RedisStore {
         self.script.get_hash()
     }
 
-    /// The Redis key of the counter whose identity is `identity` (`Counter::key`).
+    /// The Redis key of the counter whose identity is `identity` (`Counter::key`), not in
+    /// quota mode.
     pub fn key_for(&self, identity: &[u8]) -> String {
         self.keys.key_for(identity)
+    }
+
+    /// The Redis key of `counter`.
+    pub fn key_of(&self, counter: &Counter) -> String {
+        self.keys.key_of(counter)
     }
 
     /// Whether the circuit breaker is open (Redis is not being called).
     pub fn breaker_open(&self) -> bool {
         self.with_breaker(|breaker| breaker.is_open())
+    }
+
+    /// The key prefix: state shared beside the counters (adaptive limits) lives under it too.
+    pub fn key_prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    /// One plain command within `deadline`, beside the decisions and outside their breaker:
+    /// the adaptive limits' shared values (`crate::adaptive::shared`).
+    pub async fn command<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        match &self.link {
+            Link::Server(connection) => connection.command(command, deadline).await,
+            Link::Cluster(cluster) => cluster.command(command, deadline).await,
+        }
     }
 
     fn with_breaker<T>(&self, change: impl FnOnce(&mut Breaker) -> T) -> T {
@@ -306,7 +421,7 @@ impl RedisStore {
         if gate == Gate::Refuse {
             return Err(unavailable(format!(
                 "Redis at {} failed repeatedly: not called until a probe succeeds (circuit open)",
-                self.connection.server
+                self.server()
             )));
         }
         let result = self.decide_in_redis(counters, global_shadow).await;
@@ -324,12 +439,12 @@ impl RedisStore {
                 }),
                 Err(error),
             ) => tracing::warn!(
-                redis = %self.connection.server,
+                redis = %self.server(),
                 consecutive_failures,
                 "Redis circuit open: calls fail at once, one probe per interval: {error}"
             ),
             (Some(Transition::Closed), _) => tracing::info!(
-                redis = %self.connection.server,
+                redis = %self.server(),
                 "Redis circuit closed: Redis answers again"
             ),
             _ => {}
@@ -368,21 +483,68 @@ impl RedisStore {
             // Configuration for this store should have refused it already (`check_quota`).
             check_quota(&counter.quota).map_err(|error| unavailable(error.to_string()))?;
         }
-        let call = build_call(counters, global_shadow, self.now()?, |identity| {
-            self.keys.key_for(identity)
+        let now = self.now()?;
+        match &self.link {
+            Link::Server(connection) => {
+                self.decide_on_server(connection, counters, global_shadow, now)
+                    .await
+            }
+            Link::Cluster(cluster) => {
+                self.decide_on_cluster(cluster, counters, global_shadow, now)
+                    .await
+            }
+        }
+    }
+
+    async fn decide_on_server(
+        &self,
+        connection: &Connection,
+        counters: &[Counter],
+        global_shadow: bool,
+        now: Now,
+    ) -> Result<Decided, StoreError> {
+        let call = build_call(counters, global_shadow, now, |counter| {
+            self.keys.key_of(counter)
         });
-        let mut invocation = self.script.prepare_invoke();
-        for key in &call.keys {
-            invocation.key(key);
+        let reply = connection.invoke(&self.script, &call, self.timeout).await?;
+        parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
+    }
+
+    /// One call per slot group, all at once; `slot.rs` says what holds across groups. A group
+    /// that fails fails the request, though groups that answered may have charged.
+    async fn decide_on_cluster(
+        &self,
+        cluster: &ClusterLink,
+        counters: &[Counter],
+        global_shadow: bool,
+        now: Now,
+    ) -> Result<Decided, StoreError> {
+        let groups = slot_groups(counters, &self.keys);
+        if groups.len() == 1 {
+            return self
+                .decide_group(cluster, counters, global_shadow, now)
+                .await;
         }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
-        let mut manager = self.connection.manager.clone();
-        let reply: Vec<i64> = self
-            .connection
-            .within(self.timeout, invocation.invoke_async(&mut manager))
-            .await?;
+        let calls = groups.iter().map(|positions| async move {
+            let group = slot::group_counters(counters, positions);
+            self.decide_group(cluster, &group, global_shadow, now).await
+        });
+        let answers = futures_util::future::try_join_all(calls).await?;
+        slot::merge(counters.len(), &groups, answers)
+            .map_err(|error| unavailable(error.to_string()))
+    }
+
+    async fn decide_group(
+        &self,
+        cluster: &ClusterLink,
+        counters: &[Counter],
+        global_shadow: bool,
+        now: Now,
+    ) -> Result<Decided, StoreError> {
+        let call = build_call(counters, global_shadow, now, |counter| {
+            self.keys.key_of(counter)
+        });
+        let reply: Vec<i64> = cluster.invoke(&self.script, &call, self.timeout).await?;
         parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
     }
 }
@@ -440,6 +602,21 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_hides_every_cluster_seeds_credentials() {
+        let mut options = RedisOptions::new("redis://:first-pw@a:7000,redis://u:second-pw@b:7001");
+        options.cluster = true;
+        let shown = format!("{options:?}");
+        assert!(
+            !shown.contains("first-pw") && !shown.contains("second-pw"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("a:7000") && shown.contains("b:7001"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn limits_beyond_the_bounds_are_listed_by_rule() {
         use crate::core::config::{load, LoadOptions, SourceFile};
         let yaml = "domain: d\n\
@@ -459,5 +636,33 @@ mod tests {
         assert!(unsupported[0]
             .to_string()
             .starts_with("d.big: token_bucket with capacity 200000"));
+    }
+
+    #[test]
+    fn an_adaptive_rule_is_checked_at_its_max() {
+        use crate::core::config::{load, LoadOptions, SourceFile};
+        let rule = |max: u32| {
+            format!(
+                "domain: d\n\
+                 descriptors:\n\
+                 \x20 - key: grows\n\
+                 \x20   rate_limit: {{unit: day, requests_per_unit: 1000, algorithm: token_bucket}}\n\
+                 \x20   adaptive: {{min: 10, max: {max}, slo: 250ms, signal_unit: ms, signal: {{pushed: p95}}}}\n"
+            )
+        };
+        let unsupported_at = |max: u32| {
+            let files = [SourceFile {
+                name: "d.yaml".to_owned(),
+                text: rule(max),
+            }];
+            let rules = load(&files, &LoadOptions::default()).expect("a valid configuration");
+            unsupported_limits(&rules)
+        };
+        assert!(unsupported_at(100_000).is_empty());
+        let unsupported = unsupported_at(200_000);
+        assert_eq!(unsupported.len(), 1, "{unsupported:?}");
+        assert!(unsupported[0]
+            .to_string()
+            .starts_with("d.grows: token_bucket with capacity 200000"));
     }
 }

@@ -24,7 +24,7 @@ pub const SOURCE: &str = concat!(
 );
 
 /// ARGV values per counter (`COUNTER_FIELDS` in decide.lua).
-const COUNTER_FIELDS: usize = 9;
+const COUNTER_FIELDS: usize = 10;
 
 /// ARGV values before the counters.
 const HEADER_FIELDS: usize = 4;
@@ -127,24 +127,21 @@ pub enum Now {
     Given { now: Micros, extra_ttl_ms: u64 },
 }
 
-/// Builds the call for `counters`; `key_of` turns an identity into a Redis key.
+/// Builds the call for `counters`; `key_of` gives a counter's Redis key.
 pub fn build_call(
     counters: &[Counter],
     global_shadow: bool,
     now: Now,
-    key_of: impl Fn(&[u8]) -> String,
+    key_of: impl Fn(&Counter) -> String,
 ) -> Call {
     // Repeated identities share one key (and one read); order of first mention.
-    let mut identities: Vec<&[u8]> = Vec::new();
+    let mut identities: Vec<&Counter> = Vec::new();
     let mut key_indexes = Vec::with_capacity(counters.len());
     for counter in counters {
-        let index = match identities
-            .iter()
-            .position(|known| *known == counter.key.as_slice())
-        {
+        let index = match identities.iter().position(|known| known.key == counter.key) {
             Some(index) => index,
             None => {
-                identities.push(&counter.key);
+                identities.push(counter);
                 identities.len() - 1
             }
         };
@@ -177,6 +174,8 @@ pub fn build_call(
             hits.to_string(),
             counter.descriptor.to_string(),
             role_name(counter.role).to_owned(),
+            // Computed here, from the quota in force, so both stores use the same integer.
+            quota.reserve(counter.share).to_string(),
         ]);
     }
     Call {
@@ -263,6 +262,7 @@ fn non_negative(value: i64, what: &'static str) -> Result<Micros, BadReply> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::algorithm::Share;
     use crate::core::unit::Unit;
 
     fn counter(descriptor: usize, key: &[u8], quota: Quota, hits: Hits, role: Role) -> Counter {
@@ -272,6 +272,7 @@ mod tests {
             quota,
             hits,
             role,
+            share: Share::FULL,
         }
     }
 
@@ -283,17 +284,36 @@ mod tests {
             counter(1, b"a", quota.clone(), Hits::CheckOnly, Role::Quota),
             counter(2, b"b", quota.clone(), Hits::Refund(3), Role::Shadow),
         ];
-        let call = build_call(&counters, true, Now::RedisTime, |id| {
-            String::from_utf8_lossy(id).into_owned()
+        let call = build_call(&counters, true, Now::RedisTime, |counter| {
+            String::from_utf8_lossy(&counter.key).into_owned()
         });
         assert_eq!(call.keys, ["b", "a"]);
         let expected: Vec<&str> = vec![
             "1", "", "0", "3", //
-            "1", "gcra", "5", "60000000", "1", "charge", "2", "0", "enforced", //
-            "2", "gcra", "5", "60000000", "1", "check", "0", "1", "quota", //
-            "1", "gcra", "5", "60000000", "1", "refund", "3", "2", "shadow",
+            "1", "gcra", "5", "60000000", "1", "charge", "2", "0", "enforced", "0", //
+            "2", "gcra", "5", "60000000", "1", "check", "0", "1", "quota", "0", //
+            "1", "gcra", "5", "60000000", "1", "refund", "3", "2", "shadow", "0",
         ];
         assert_eq!(call.args, expected);
+    }
+
+    #[test]
+    fn a_priority_class_passes_its_reserve_from_the_quota_in_force() {
+        let half = Share::from_millionths(500_000).unwrap_or(Share::FULL);
+        let mut low = counter(
+            0,
+            b"k",
+            Quota::new(7, Unit::Second),
+            Hits::Charge(1),
+            Role::Enforced,
+        );
+        low.share = half;
+        let call = build_call(&[low.clone()], false, Now::RedisTime, |_| "k".to_owned());
+        // floor(7 × 50 %) = 3 usable, 4 reserved.
+        assert_eq!(call.args.last().map(String::as_str), Some("4"));
+        low.quota.requests_per_unit = 100;
+        let call = build_call(&[low], false, Now::RedisTime, |_| "k".to_owned());
+        assert_eq!(call.args.last().map(String::as_str), Some("50"));
     }
 
     #[test]
@@ -416,7 +436,7 @@ mod tests {
             "local function define_sliding_window()",
             "local function define_sliding_log()",
             "local function define_gcra()",
-            "local COUNTER_FIELDS = 9",
+            "local COUNTER_FIELDS = 10",
         ] {
             assert!(SOURCE.contains(part), "missing {part}");
         }

@@ -1,9 +1,10 @@
-//! Tests of the decision algorithms: worked examples at the edges, one file per algorithm, and
-//! properties over random traffic in `properties.rs`.
+//! Tests of the decision algorithms: worked examples at the edges, one file per algorithm,
+//! properties over random traffic in `properties.rs`, priority classes in `priority.rs`.
 
 mod all_algorithms;
 mod fixed_window;
 mod gcra;
+mod priority;
 mod properties;
 mod sliding_log;
 mod sliding_window;

@@ -31,6 +31,8 @@ fn a_minimal_rule() {
             value_to_metric: false,
             share_threshold: false,
             metadata: None,
+            adaptive: None,
+            priority: None,
         }
     );
     assert_eq!(rules.rule_count(), 1);

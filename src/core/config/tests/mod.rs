@@ -6,6 +6,7 @@ mod extensions;
 mod format;
 mod lookup;
 mod merge;
+mod priority;
 mod reference_fixtures;
 mod warnings;
 

@@ -8,11 +8,12 @@
 --       the number of counters, then per counter COUNTER_FIELDS values:
 --       key index (into KEYS), algorithm, limit L, window W µs, capacity C, hits kind
 --       ('charge', 'check' or 'refund'), hits amount, descriptor index, role
---       ('enforced', 'quota' or 'shadow').
+--       ('enforced', 'quota' or 'shadow'), reserve (units a priority class must leave
+--       unused, core::algorithm::share; 0 without classes).
 -- Reply: { over_limit, then per counter: admitted, remaining, reset_after µs, retry_after µs },
 --        integers only (0/1 for booleans).
 
-local COUNTER_FIELDS = 9
+local COUNTER_FIELDS = 10
 
 -- Redis runs a script's whole top level at every call. Defining all four algorithms each
 -- time would cost more Redis CPU than a decision, so each is defined when a request first
@@ -65,6 +66,7 @@ for index = 1, tonumber(ARGV[4]) do
     hits = tonumber(ARGV[base + 7]),
     descriptor = tonumber(ARGV[base + 8]),
     role = ARGV[base + 9],
+    reserve = tonumber(ARGV[base + 10]),
   }
 end
 
@@ -95,7 +97,7 @@ for index, counter in ipairs(counters) do
     state = stored_state(counter)
   end
   local view = counter.kind.at(counter.quota, state, now)
-  evaluations[index] = evaluate_counter(view, counter.hits_kind, counter.hits)
+  evaluations[index] = evaluate_counter(view, counter.hits_kind, counter.hits, counter.reserve)
 end
 
 -- core::verdict::over_limit_ignoring_global_shadow: counters of one descriptor come together;

@@ -79,6 +79,8 @@ local STRING_STORAGE = {
 --   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
 --   check              → admitted ⇔ fits(1), next = current, retry as for charge 1
 --   refund n           → admitted, next = refunded(n), retry 0
+-- A priority class's reserve (core::algorithm::share) joins the hits in fits and retry_after
+-- only: fits(n + reserve), retry_after(n + reserve); n is what is charged, refunds ignore it.
 local function commit(before, next)
   local before_remaining, before_reset_after = before:snapshot()
   local remaining, reset_after = next:snapshot()
@@ -105,17 +107,17 @@ local function unchanged(counter, admitted, retry_after)
   }
 end
 
-local function evaluate_counter(counter, kind, hits)
+local function evaluate_counter(counter, kind, hits, reserve)
   if kind == 'charge' then
-    if counter:fits(hits) then
+    if counter:fits(hits + reserve) then
       return commit(counter, counter:charged(hits))
     end
-    return unchanged(counter, false, counter:retry_after(hits))
+    return unchanged(counter, false, counter:retry_after(hits + reserve))
   elseif kind == 'check' then
-    if counter:fits(1) then
+    if counter:fits(1 + reserve) then
       return unchanged(counter, true, 0)
     end
-    return unchanged(counter, false, counter:retry_after(1))
+    return unchanged(counter, false, counter:retry_after(1 + reserve))
   elseif kind == 'refund' then
     return commit(counter, counter:refunded(hits))
   end

@@ -1,0 +1,332 @@
+//! The link to a Redis Cluster (`--redis-type cluster`): seed nodes in, one multiplexed
+//! connection per node out (the redis crate's async cluster client), which follows `MOVED` and
+//! `ASK` redirections and refreshes its slot map when the topology changes. Every call has a
+//! deadline; credentials never appear in what it reports.
+//!
+//! The decision script is loaded on every node when the link opens (`SCRIPT LOAD` goes to all
+//! nodes). A node that lost it (restart, failover to a replica that never had it, `SCRIPT
+//! FLUSH`) answers `NOSCRIPT`; `ScriptInvocation::invoke_async` then loads it again on every
+//! node and retries the `EVALSHA` on the node that owns the slot, within the same deadline.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script};
+
+use super::connection::{redact_url, scrub, unavailable, url_secrets, with_auth};
+use super::script::Call;
+use super::tls::TlsOptions;
+use super::RedisOptions;
+use crate::store::StoreError;
+
+/// How often one request is retried after a redirection or a lost connection. A decision's
+/// deadline is short (25 ms by default), so more would only keep abandoned requests alive.
+const RETRIES: u32 = 3;
+
+/// The shortest and longest pause (ms) before retrying a request whose node was unreachable.
+const MIN_RETRY_WAIT_MS: u64 = 5;
+const MAX_RETRY_WAIT_MS: u64 = 100;
+
+/// A connection to every node of a cluster, and what to call it in logs.
+pub(super) struct ClusterLink {
+    connection: ClusterConnection,
+    server: String,
+    /// Scrubbed out of every error message.
+    secrets: Vec<String>,
+}
+
+impl ClusterLink {
+    /// Connects through the seeds of `options.url` (comma-separated `host:port` or `redis://`
+    /// / `rediss://` URLs) within the connect timeout and loads `script` on every node.
+    /// `options.auth` (`password` or `user:password`) applies to seeds without a password;
+    /// `options.tls` as for a single server.
+    pub async fn open(options: &RedisOptions, script: &Script) -> Result<Self, StoreError> {
+        let connect_timeout = options.connect_timeout;
+        let urls = seed_urls(&options.url, options.tls.enabled).map_err(unavailable)?;
+        let server = format!(
+            "cluster via {}",
+            describe_seeds(&options.url, options.tls.enabled)
+        );
+        let mut secrets: Vec<String> = urls.iter().flat_map(|url| url_secrets(url)).collect();
+        secrets.extend(options.auth.iter().flat_map(|auth| {
+            [
+                Some(auth.as_str()),
+                auth.split_once(':').map(|(_, password)| password),
+            ]
+            .into_iter()
+            .flatten()
+            .map(str::to_owned)
+        }));
+        secrets.retain(|secret| !secret.is_empty());
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let info: ConnectionInfo = url.as_str().into_connection_info().map_err(|error| {
+                unavailable(format!(
+                    "invalid Redis Cluster seed {}: {}",
+                    redact_url(url),
+                    scrub(&error.to_string(), &secrets)
+                ))
+            })?;
+            check_seed(&info, url, &options.tls)?;
+            let info = with_auth(info, options.auth.as_deref());
+            secrets.extend(info.redis_settings().password().map(str::to_owned));
+            nodes.push(info);
+        }
+        let tls = nodes
+            .iter()
+            .any(|node| matches!(node.addr(), ConnectionAddr::TcpTls { .. }));
+        let mut builder = ClusterClientBuilder::new(nodes)
+            .connection_timeout(connect_timeout)
+            .response_timeout(connect_timeout)
+            .retries(RETRIES)
+            .min_retry_wait(MIN_RETRY_WAIT_MS)
+            .max_retry_wait(MAX_RETRY_WAIT_MS);
+        if tls {
+            if let Some(certificates) = options.tls.certificates()? {
+                builder = builder.certs(certificates);
+            }
+            builder =
+                builder.danger_accept_invalid_hostnames(options.tls.skip_hostname_verification);
+        }
+        let failed = |what: &str, error: RedisError| {
+            unavailable(format!(
+                "{what} Redis {server}: {}",
+                scrub(&error.to_string(), &secrets)
+            ))
+        };
+        let client = builder
+            .build()
+            .map_err(|error| failed("cannot use", error))?;
+        let connection =
+            match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(error)) => return Err(failed("cannot connect to", error)),
+                Err(_) => {
+                    return Err(unavailable(format!(
+                        "cannot connect to Redis {server}: no answer within \
+                     {connect_timeout:?}"
+                    )))
+                }
+            };
+        let link = Self {
+            connection,
+            server,
+            secrets,
+        };
+        let mut connection = link.connection.clone();
+        link.within(
+            connect_timeout,
+            script.prepare_invoke().load_async(&mut connection),
+        )
+        .await?;
+        Ok(link)
+    }
+
+    /// The seeds, as `cluster via redis://host:port,…` (safe for logs).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Runs `call` of `script` on the node that owns its keys' slot, within `deadline`.
+    pub async fn invoke(
+        &self,
+        script: &Script,
+        call: &Call,
+        deadline: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg);
+        }
+        let mut connection = self.connection.clone();
+        self.within(deadline, invocation.invoke_async(&mut connection))
+            .await
+    }
+
+    /// One plain command, routed by its key, within `deadline`.
+    pub async fn command<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        self.within(deadline, command.query_async(&mut connection))
+            .await
+    }
+
+    async fn within<T>(
+        &self,
+        deadline: Duration,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(deadline, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(unavailable(format!(
+                "Redis {} failed: {}",
+                self.server,
+                scrub(&error.to_string(), &self.secrets)
+            ))),
+            Err(_) => Err(unavailable(format!(
+                "Redis {} did not answer within {deadline:?}",
+                self.server
+            ))),
+        }
+    }
+}
+
+/// The seed URLs of `seeds`: envoyproxy/ratelimit's `host1:port1,host2:port2` (`rediss://` with
+/// `tls`), or one URL per seed (`redis://[[user]:password@]host:port`), comma-separated.
+fn seed_urls(seeds: &str, tls: bool) -> Result<Vec<String>, String> {
+    let urls: Vec<String> = seeds
+        .split(',')
+        .map(str::trim)
+        .filter(|seed| !seed.is_empty())
+        .map(|seed| {
+            if seed.contains("://") {
+                seed.to_owned()
+            } else if tls {
+                format!("rediss://{seed}")
+            } else {
+                format!("redis://{seed}")
+            }
+        })
+        .collect();
+    if urls.is_empty() {
+        return Err(
+            "no Redis Cluster seed node: give --redis-url (REDIS_URL) as host:port[,host:port…]"
+                .to_owned(),
+        );
+    }
+    Ok(urls)
+}
+
+/// `seeds` with each seed's credentials replaced by `***` (safe for logs).
+pub(super) fn describe_seeds(seeds: &str, tls: bool) -> String {
+    match seed_urls(seeds, tls) {
+        Ok(urls) => urls
+            .iter()
+            .map(|url| redact_url(url))
+            .collect::<Vec<_>>()
+            .join(","),
+        Err(_) => "(no seed)".to_owned(),
+    }
+}
+
+/// Refuses what a cluster cannot serve: unix sockets (nodes announce IP addresses), any
+/// database but 0 (Cluster has only one), and TLS settings for a seed without TLS.
+fn check_seed(info: &ConnectionInfo, url: &str, tls: &TlsOptions) -> Result<(), StoreError> {
+    if matches!(info.addr(), ConnectionAddr::Unix(_)) {
+        return Err(unavailable(format!(
+            "Redis Cluster seed {} is a unix socket: cluster nodes are reached by address, \
+             give host:port",
+            redact_url(url)
+        )));
+    }
+    let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    if (tls.enabled || tls.has_settings()) && !is_tls {
+        return Err(unavailable(format!(
+            "Redis Cluster seed {} is not TLS, but REDIS_TLS or --redis-tls-* settings ask for \
+             it: use rediss:// or a bare host:port",
+            redact_url(url)
+        )));
+    }
+    let db = info.redis_settings().db();
+    if db != 0 {
+        return Err(unavailable(format!(
+            "Redis Cluster seed {} names database {db}: Cluster has only database 0, drop \
+             `/{db}` from the URL",
+            redact_url(url)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_take_both_forms() {
+        assert_eq!(
+            seed_urls(
+                "10.0.0.1:7000, 10.0.0.2:7001,,redis://:pw@10.0.0.3:7002",
+                false
+            ),
+            Ok(vec![
+                "redis://10.0.0.1:7000".to_owned(),
+                "redis://10.0.0.2:7001".to_owned(),
+                "redis://:pw@10.0.0.3:7002".to_owned(),
+            ])
+        );
+        assert_eq!(
+            seed_urls("10.0.0.1:7000,redis://10.0.0.2:7001", true),
+            Ok(vec![
+                "rediss://10.0.0.1:7000".to_owned(),
+                "redis://10.0.0.2:7001".to_owned(),
+            ])
+        );
+        let empty = seed_urls(" , ", false).expect_err("no seed");
+        assert!(empty.contains("host:port"), "{empty}");
+    }
+
+    #[test]
+    fn every_seed_loses_its_credentials_in_descriptions() {
+        let shown = describe_seeds(
+            "redis://:first@a:7000,redis://bob:second@b:7001,c:7002",
+            false,
+        );
+        assert_eq!(
+            shown,
+            "redis://***@a:7000,redis://***@b:7001,redis://c:7002"
+        );
+    }
+
+    #[test]
+    fn sockets_databases_and_missing_tls_are_refused() {
+        let check = |url: &str, tls: &TlsOptions| {
+            let info = url.into_connection_info().expect("a valid URL");
+            match check_seed(&info, url, tls) {
+                Ok(()) => String::new(),
+                Err(StoreError::Unavailable { reason, .. }) => reason,
+            }
+        };
+        let plain = TlsOptions::default();
+        assert_eq!(check("redis://10.0.0.1:7000/0", &plain), "");
+        assert!(check("unix:///run/redis.sock", &plain).contains("unix socket"));
+        let db = check("redis://:hunter22@10.0.0.1:7000/3", &plain);
+        assert!(db.contains("only database 0"), "{db}");
+        assert!(!db.contains("hunter22"), "{db}");
+        let tls = TlsOptions {
+            enabled: true,
+            ..TlsOptions::default()
+        };
+        assert!(check("redis://10.0.0.1:7000", &tls).contains("not TLS"));
+        assert_eq!(check("rediss://10.0.0.1:7000", &tls), "");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_is_reported_without_credentials() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("a free port");
+        let mut options = RedisOptions::new(format!("redis://:hunter22@127.0.0.1:{port}"));
+        options.cluster = true;
+        options.auth = Some("alice:other-secret".to_owned());
+        options.connect_timeout = Duration::from_millis(500);
+        let result = ClusterLink::open(&options, &Script::new("return 1")).await;
+        let Err(StoreError::Unavailable { reason, .. }) = result else {
+            panic!("nothing listens on port {port}");
+        };
+        assert!(
+            !reason.contains("hunter22") && !reason.contains("other-secret"),
+            "{reason}"
+        );
+        assert!(reason.contains(&format!("127.0.0.1:{port}")), "{reason}");
+    }
+}
