@@ -79,10 +79,65 @@ loadgen() { # NAME ARGS…
   sed 's/^/    /' "$WORK/$name.txt" >&2
 }
 
-loadgen peak --max-rate
+# CPU seconds a process has used so far (utime + stime).
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+# Decisions floodgate has admitted so far (every call is admitted: the limit is never reached).
+admitted() {
+  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
+    awk '/^floodgate_requests_allowed_total[{ ]/ {sum += $NF} END {printf "%d", sum}'
+}
+# Runs "$@" and records, as NAME.cpu, the CPU floodgate and redis-server used meanwhile and
+# the decisions made.
+with_cpu() { # NAME COMMAND…
+  local name="$1" redis0 floodgate0 admitted0
+  shift
+  redis0="$(cpu_seconds "$REDIS_PID")"
+  floodgate0="$(cpu_seconds "$FLOODGATE_PID")"
+  admitted0="$(admitted)"
+  "$@"
+  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$FLOODGATE_PID") $floodgate0" \
+    "$(admitted) $admitted0" >"$WORK/$name.cpu"
+}
+
+with_cpu peak loadgen peak --max-rate
 RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
 loadgen half --rate "$RATE"
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+
+# The same decisions from h2load, a load generator in C that costs the shared CPUs about as
+# little as redis-benchmark does: one gRPC request body (one counter), CLIENTS connections with
+# one call in flight each, like redis-benchmark's clients. The rate counted is floodgate's own
+# admitted decisions (a gRPC error would still be HTTP 200 to h2load).
+h2load_run() {
+  python3 - "$WORK/request.grpc" <<'PY'
+import sys
+def varint(n):
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+def field(number, payload):
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+def entry(key, value):
+    return field(1, key.encode()) + field(2, value.encode())
+descriptor = field(1, entry("generic_key", "api")) + field(1, entry("client_id", "h2load"))
+request = field(1, b"edge") + field(2, descriptor) + bytes([3 << 3, 1])  # hits_addend: 1
+open(sys.argv[1], "wb").write(b"\0" + len(request).to_bytes(4, "big") + request)
+PY
+  echo "bench-redis: floodgate, h2load" >&2
+  with_cpu h2load h2load -D "$SECONDS_PER_RUN" -c "$CLIENTS" -m 1 -d "$WORK/request.grpc" \
+    -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://127.0.0.1:$GRPC_PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+    >"$WORK/h2load.txt" 2>&1 || die "h2load failed: $(tail -3 "$WORK/h2load.txt")"
+  sed 's/^/    /' "$WORK/h2load.txt" | grep -E 'finished in|requests:|status codes' >&2 || true
+}
+if command -v h2load >/dev/null; then
+  h2load_run
+else
+  echo "bench-redis: h2load not found (Debian: apt-get install nghttp2-client); its row is skipped" >&2
+fi
 
 # The same script and the same kind of call, from redis-benchmark. Its keys get a random
 # suffix (-r) so that, as under loadgen, KEYS counters share the load.
@@ -140,7 +195,25 @@ def us(v):
     return "–" if v is None else f"{v:,}"
 
 
+def cpu(name):
+    """(redis-server CPU s, floodgate CPU s, decisions) during run NAME, or None."""
+    try:
+        with open(f"{work}/{name}.cpu") as f:
+            redis1, redis0, floodgate1, floodgate0, admitted1, admitted0 = map(
+                float, f.read().split())
+    except FileNotFoundError:
+        return None
+    return redis1 - redis0, floodgate1 - floodgate0, int(admitted1 - admitted0)
+
+
+def h2load():
+    """floodgate's decisions/s under h2load, or None when it did not run."""
+    used = cpu("h2load")
+    return None if used is None else used[2] / int(env["BENCH_SECONDS"])
+
+
 peak, half = loadgen("peak"), loadgen("half")
+h2 = h2load()
 plain, piped = bench("evalsha"), bench("evalsha-pipelined")
 plain_rps, piped_rps = float(plain["rps"]), float(piped["rps"])
 lines = []
@@ -166,10 +239,32 @@ w("| what | calls/s | ratio: floodgate ÷ this | errors |")
 w("|---|--:|--:|--:|")
 w(f"| floodgate decisions (closed loop, {env['BENCH_CLIENTS']} in flight) | "
   f"{peak['achieved_rps']:,.0f} | 1.00 | {peak['error']:,} |")
+if h2:
+    w(f"| floodgate decisions under h2load ({env['BENCH_CLIENTS']} connections, 1 call in "
+      f"flight each) | {h2:,.0f} | {h2 / plain_rps:.2f} of redis-benchmark "
+      "without pipelining | |")
 w(f"| redis-benchmark EVALSHA, no pipelining | {plain_rps:,.0f} | "
   f"{peak['achieved_rps'] / plain_rps:.2f} | |")
 w(f"| redis-benchmark EVALSHA, `-P {env['BENCH_PIPELINE']}` | {piped_rps:,.0f} | "
   f"{peak['achieved_rps'] / piped_rps:.2f} | |")
+w("")
+w("**Who uses the CPUs.** Two cores serve redis-server, floodgate and the load generator at "
+  "once, so a costlier generator leaves less for the other two. CPU time per decision during "
+  "the closed-loop runs (from `/proc/<pid>/stat`):")
+w("")
+w("| run | decisions | redis-server µs/decision | floodgate µs/decision |")
+w("|---|--:|--:|--:|")
+for label, name in [("loadgen (Rust, tonic)", "peak"), ("h2load (C, nghttp2)", "h2load")]:
+    used = cpu(name)
+    if used and used[2]:
+        redis_s, floodgate_s, decisions = used
+        w(f"| {label} | {decisions:,} | {redis_s / decisions * 1e6:,.1f} | "
+          f"{floodgate_s / decisions * 1e6:,.1f} |")
+w("")
+w("The issue's target compares floodgate with redis-benchmark without pipelining: the h2load "
+  "row is that comparison with a client as light as redis-benchmark's (one counter rather "
+  "than the loadgen's spread of keys, which costs Redis the same GET and SET); the loadgen "
+  "row also carries the Rust gRPC client's own CPU on the same two cores.")
 w("")
 w(f"floodgate ran with `--redis-timeout-ms {env['BENCH_REDIS_TIMEOUT_MS']}`; *errors* are "
   "decisions that missed that deadline (gRPC UNAVAILABLE under the default failure policy "

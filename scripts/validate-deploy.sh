@@ -24,6 +24,20 @@ VENV=.venv/bin
 die() { echo "validate-deploy: $*" >&2; exit 1; }
 step() { echo "validate-deploy: $*" >&2; }
 
+# validate_envoy BOOTSTRAP LOG WHAT: `envoy --mode validate` of BOOTSTRAP (WHAT in messages),
+# step 3's rules.
+validate_envoy() {
+  local bootstrap="$1" log="$2" what="$3"
+  if ! "$VENV/envoy" --mode validate -c "$bootstrap" --log-level warn >"$log" 2>&1; then
+    cat "$log" >&2
+    die "envoy --mode validate rejected $what (above)"
+  fi
+  if grep -qi 'deprecated' "$log"; then
+    cat "$log" >&2
+    die "$what uses deprecated Envoy fields (above)"
+  fi
+}
+
 # .venv/bin/kubectl is there only when install-peers found no kubectl with kustomize v5.
 if [ -n "${KUBECTL:-}" ]; then
   kubectl_bin="$KUBECTL"
@@ -85,28 +99,13 @@ if len(found) != 1 or "envoy.yaml" not in found[0].get("data", {}):
     sys.exit(f"expected one ConfigMap envoy-config* with envoy.yaml in {rendered}, found {len(found)}")
 open(out, "w").write(found[0]["data"]["envoy.yaml"])
 EOF
-if ! "$VENV/envoy" --mode validate -c "$OUT/envoy.yaml" --log-level warn >"$OUT/envoy.log" 2>&1; then
-  cat "$OUT/envoy.log" >&2
-  die "envoy --mode validate rejected the bootstrap of components/envoy-gateway (above)"
-fi
-if grep -qi 'deprecated' "$OUT/envoy.log"; then
-  cat "$OUT/envoy.log" >&2
-  die "the bootstrap of components/envoy-gateway uses deprecated Envoy fields (above)"
-fi
+validate_envoy "$OUT/envoy.yaml" "$OUT/envoy.log" "the bootstrap of components/envoy-gateway"
 step "envoy --mode validate: the envoy-gateway-example bootstrap is OK"
 
 # 3b. The standalone bootstraps in deploy/envoy/ (the README's quick start, and "Protect the
 #     money path"), the same way.
 for bootstrap in deploy/envoy/*.yaml; do
-  log="$OUT/deploy-envoy-$(basename "$bootstrap" .yaml).log"
-  if ! "$VENV/envoy" --mode validate -c "$bootstrap" --log-level warn >"$log" 2>&1; then
-    cat "$log" >&2
-    die "envoy --mode validate rejected $bootstrap (above)"
-  fi
-  if grep -qi 'deprecated' "$log"; then
-    cat "$log" >&2
-    die "$bootstrap uses deprecated Envoy fields (above)"
-  fi
+  validate_envoy "$bootstrap" "$OUT/deploy-envoy-$(basename "$bootstrap" .yaml).log" "$bootstrap"
   step "envoy --mode validate: $bootstrap is OK"
 done
 

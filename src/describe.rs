@@ -67,15 +67,10 @@ pub fn rule_summary(rule: &Rule) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::{load, LoadOptions, SourceFile};
+    use crate::core::config::load_valid;
 
     fn summaries(yaml: &str) -> Vec<String> {
-        let files = [SourceFile {
-            name: "shop.yaml".to_owned(),
-            text: yaml.to_owned(),
-        }];
-        let rules = load(&files, &LoadOptions::default()).expect("a valid configuration");
-        rules
+        load_valid("shop.yaml", yaml)
             .domains()
             .flat_map(|domain| domain.rules())
             .map(rule_summary)

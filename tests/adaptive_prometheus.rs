@@ -22,11 +22,13 @@ use floodgate::proto::rate_limit_response::Code;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use adaptive::{charge, effective_limit, rlconfig, scrape, wait_until};
+use adaptive::{
+    charge, client, effective_limit, rlconfig, wait_for_holds, wait_for_limit, wait_until, DOMAIN,
+    LABELS, RULE,
+};
 use common::{free_port, tempdir, wait_for_port, Floodgate, Running};
+use prom::scrape;
 
-const DOMAIN: &str = "shop";
-const RULE: &str = "shop.pool_checkout.client";
 /// Falling from 200 to 50 takes 13 steps of one second; Prometheus needs a few to start.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(40);
 
@@ -145,10 +147,6 @@ descriptors:
     )
 }
 
-fn client(id: &str) -> [(&str, &str); 2] {
-    [("pool", "checkout"), ("client", id)]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limit_follows_the_latency_prometheus_reports() {
     let dir = tempdir();
@@ -162,13 +160,11 @@ async fn the_limit_follows_the_latency_prometheus_reports() {
 
     // Latency 400 ms > SLO 250 ms: −10 % a second, down to min.
     let mut seen = Vec::new();
-    wait_until(
+    wait_for_limit(
+        &grpc,
         PHASE_TIMEOUT,
         "the limit falls to min while the latency is high",
-        || {
-            let mut grpc = grpc.clone();
-            async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
-        },
+        || {},
         |limit| {
             seen.push(*limit);
             *limit == 50
@@ -193,10 +189,9 @@ async fn the_limit_follows_the_latency_prometheus_reports() {
 
     let metrics = scrape(floodgate.debug_port);
     prom::promtool_check(&metrics.text);
-    let labels = [("domain", DOMAIN), ("rule", RULE)];
-    assert_eq!(metrics.value("floodgate_adaptive_limit", &labels), 50.0);
+    assert_eq!(metrics.value("floodgate_adaptive_limit", &LABELS), 50.0);
     assert_eq!(
-        metrics.value("floodgate_adaptive_latency_seconds", &labels),
+        metrics.value("floodgate_adaptive_latency_seconds", &LABELS),
         0.4
     );
     let config = rlconfig(floodgate.debug_port);
@@ -209,30 +204,21 @@ async fn the_limit_follows_the_latency_prometheus_reports() {
 
     // Low latency but 5 % errors: no growth.
     upstream.set(50.0, 0.05);
-    let holds = |metrics: &prom::Scrape| {
-        metrics
-            .get(
-                "floodgate_adaptive_steps_total",
-                &[("domain", DOMAIN), ("rule", RULE), ("change", "hold")],
-            )
-            .unwrap_or(0.0)
-    };
     wait_until(
         PHASE_TIMEOUT,
         "the controller reads the new latency and error ratio",
         || async { scrape(floodgate.debug_port) },
         |metrics| {
-            metrics.get("floodgate_adaptive_error_ratio", &labels) == Some(0.05)
-                && metrics.get("floodgate_adaptive_latency_seconds", &labels) == Some(0.05)
+            metrics.get("floodgate_adaptive_error_ratio", &LABELS) == Some(0.05)
+                && metrics.get("floodgate_adaptive_latency_seconds", &LABELS) == Some(0.05)
         },
     )
     .await;
-    let before = holds(&scrape(floodgate.debug_port));
-    wait_until(
+    wait_for_holds(
+        floodgate.debug_port,
         PHASE_TIMEOUT,
         "the controller holds twice more",
-        || async { scrape(floodgate.debug_port) },
-        |metrics| holds(metrics) >= before + 2.0,
+        2.0,
     )
     .await;
     assert_eq!(
@@ -243,13 +229,11 @@ async fn the_limit_follows_the_latency_prometheus_reports() {
     // Healthy again: +5 % (at least +1) a second.
     upstream.set(50.0, 0.0);
     let mut climbing = Vec::new();
-    wait_until(
+    wait_for_limit(
+        &grpc,
         PHASE_TIMEOUT,
         "the limit climbs back once latency and errors are low",
-        || {
-            let mut grpc = grpc.clone();
-            async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
-        },
+        || {},
         |limit| {
             climbing.push(*limit);
             *limit >= 60

@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use floodgate::proto::rate_limit_response::Code;
 
-use adaptive::{charge, effective_limit, push, scrape, wait_until, ADMIN_TOKEN};
-use common::{free_port, tempdir, wait_for_port, Floodgate};
+use adaptive::{
+    charge, client, effective_limit, push, wait_for_holds, wait_for_limit, wait_until, ADMIN_TOKEN,
+    DOMAIN, LABELS,
+};
+use common::{free_port, subdir, tempdir, wait_for_port, Floodgate};
+use prom::scrape;
 use redis_server::RedisServer;
 
-const DOMAIN: &str = "shop";
-const RULE: &str = "shop.pool_checkout.client";
 const SIGNAL: &str = "checkout_p95";
 /// 20 → 10 is 5 steps of one second.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,10 +47,6 @@ descriptors:
           signal: {pushed: checkout_p95}
 "#;
 
-fn client(id: &str) -> [(&str, &str); 2] {
-    [("pool", "checkout"), ("client", id)]
-}
-
 /// floodgate with the admin API on a free port; returns it and the admin port.
 fn start(dir: &Path, name: &str, extra: &[&str]) -> (Floodgate, u16) {
     let token_file = dir.join("admin-token");
@@ -64,9 +62,7 @@ fn start(dir: &Path, name: &str, extra: &[&str]) -> (Floodgate, u16) {
         &admin_addr,
     ];
     args.extend_from_slice(extra);
-    let instance_dir = dir.join(name);
-    std::fs::create_dir_all(&instance_dir).unwrap_or_else(|error| panic!("mkdir: {error}"));
-    let floodgate = Floodgate::start_with_rules(&instance_dir, "shop.yaml", RULES, &args);
+    let floodgate = Floodgate::start_with_rules(&subdir(dir, name), "shop.yaml", RULES, &args);
     wait_for_port(admin_port, Duration::from_secs(10), "floodgate admin API");
     (floodgate, admin_port)
 }
@@ -109,14 +105,11 @@ async fn pushed_values_move_the_limit_and_a_stale_one_holds_it() {
 
     // 900 ms > 250 ms, pushed faster than it goes stale: down to min.
     let mut seen = Vec::new();
-    wait_until(
+    wait_for_limit(
+        &grpc,
         PHASE_TIMEOUT,
         "the limit falls to min while high latency is pushed",
-        || {
-            push_ok(admin_port, "900");
-            let mut grpc = grpc.clone();
-            async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
-        },
+        || push_ok(admin_port, "900"),
         |limit| {
             seen.push(*limit);
             *limit == 10
@@ -133,33 +126,23 @@ async fn pushed_values_move_the_limit_and_a_stale_one_holds_it() {
     // One low value (100 ms < 0.7 × 250 ms) and then no pushes: the limit may grow while the
     // value is fresh, but after 2 intervals it is stale, so no signal, and the limit holds.
     push_ok(admin_port, r#"{"value": 100}"#);
-    let labels = [("domain", DOMAIN), ("rule", RULE)];
     wait_until(
         PHASE_TIMEOUT,
         "the pushed value goes stale",
         || async { scrape(floodgate.debug_port) },
         |metrics| {
             metrics
-                .get("floodgate_adaptive_latency_seconds", &labels)
+                .get("floodgate_adaptive_latency_seconds", &LABELS)
                 .is_some_and(f64::is_nan)
         },
     )
     .await;
     let held = effective_limit(&mut grpc, DOMAIN, &client("watch")).await;
-    let holds = |metrics: &prom::Scrape| {
-        metrics
-            .get(
-                "floodgate_adaptive_steps_total",
-                &[("domain", DOMAIN), ("rule", RULE), ("change", "hold")],
-            )
-            .unwrap_or(0.0)
-    };
-    let before = holds(&scrape(floodgate.debug_port));
-    wait_until(
+    wait_for_holds(
+        floodgate.debug_port,
         PHASE_TIMEOUT,
         "the controller holds on the stale value",
-        || async { scrape(floodgate.debug_port) },
-        |metrics| holds(metrics) >= before + 2.0,
+        2.0,
     )
     .await;
     assert_eq!(
@@ -173,14 +156,11 @@ async fn pushed_values_move_the_limit_and_a_stale_one_holds_it() {
     );
 
     // Low latency pushed: +1 a second (5 % of 10-ish rounds down), up to above 12.
-    wait_until(
+    wait_for_limit(
+        &grpc,
         PHASE_TIMEOUT,
         "the limit climbs while low latency is pushed",
-        || {
-            push_ok(admin_port, "20");
-            let mut grpc = grpc.clone();
-            async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
-        },
+        || push_ok(admin_port, "20"),
         |limit| *limit >= held + 2,
     )
     .await;
@@ -198,15 +178,12 @@ async fn with_redis_every_instance_enforces_the_limit_one_of_them_steps() {
     let mut grpc_second = rls::connect(&second.grpc_url()).await;
 
     // Pushed to the first instance only: both reach min.
-    for grpc in [&mut grpc_first, &mut grpc_second] {
-        wait_until(
+    for grpc in [&grpc_first, &grpc_second] {
+        wait_for_limit(
+            grpc,
             PHASE_TIMEOUT,
             "every instance enforces the shared limit",
-            || {
-                push_ok(admin_port, "900");
-                let mut grpc = grpc.clone();
-                async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
-            },
+            || push_ok(admin_port, "900"),
             |limit| *limit == 10,
         )
         .await;
@@ -268,15 +245,14 @@ async fn controllers_follow_reloads() {
     let limit_is = |expected: u32, what: &'static str, pushing: bool| {
         let grpc = grpc.clone();
         async move {
-            wait_until(
+            wait_for_limit(
+                &grpc,
                 PHASE_TIMEOUT,
                 what,
                 || {
                     if pushing {
                         push_ok(admin_port, "900");
                     }
-                    let mut grpc = grpc.clone();
-                    async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
                 },
                 |limit| *limit == expected,
             )
@@ -308,10 +284,7 @@ async fn controllers_follow_reloads() {
     );
     let metrics = scrape(floodgate.debug_port);
     assert_eq!(
-        metrics.get(
-            "floodgate_adaptive_limit",
-            &[("domain", DOMAIN), ("rule", RULE)]
-        ),
+        metrics.get("floodgate_adaptive_limit", &LABELS),
         None,
         "the series of a rule that is no longer adaptive is gone"
     );

@@ -3,21 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
 
+use common::envoy::Envoy;
 use common::http::{get, HttpResponse};
-use common::{envoy_bin, free_port, wait_for_port, Floodgate, Running};
-
-fn repo_file(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
-struct Envoy {
-    _process: Running,
-    port: u16,
-}
+use common::{free_port, repo_file, Floodgate};
 
 /// Starts Envoy with the README's bootstrap (`deploy/envoy/envoy.yaml`), its ports moved to free
 /// ones and its rate-limit cluster pointed at `rls_port`.
@@ -30,25 +20,7 @@ fn start_envoy(rls_port: u16, dir: &Path, edit: impl Fn(String) -> String) -> En
         .replace("port_value: 10001", &format!("port_value: {direct}"))
         .replace("port_value: 9901", &format!("port_value: {admin}"))
         .replace("port_value: 8081", &format!("port_value: {rls_port}"));
-    let path = dir.join("envoy.yaml");
-    std::fs::write(&path, bootstrap)
-        .unwrap_or_else(|error| panic!("cannot write bootstrap: {error}"));
-    let mut command = Command::new(envoy_bin());
-    command
-        .arg("-c")
-        .arg(&path)
-        .arg("--disable-hot-restart")
-        .arg("--log-level")
-        .arg("warn")
-        .arg("--concurrency")
-        .arg("1");
-    let process = Running::spawn("envoy", &mut command, dir);
-    wait_for_port(edge, Duration::from_secs(30), "envoy");
-    wait_for_port(direct, Duration::from_secs(30), "envoy");
-    Envoy {
-        _process: process,
-        port: edge,
-    }
+    Envoy::start(&bootstrap, "envoy.yaml", dir, &[edge, direct])
 }
 
 fn call(envoy: &Envoy, client: &str) -> HttpResponse {

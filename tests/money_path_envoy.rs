@@ -13,14 +13,13 @@ mod nginx_support;
 #[path = "common/prom.rs"]
 mod prom;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
 
+use common::envoy::Envoy;
 use common::http::{get, HttpResponse};
-use common::{envoy_bin, free_port, tempdir, wait_for_port, Floodgate, Running};
+use common::{free_port, repo_file, tempdir, Floodgate};
 use nginx_support::{replace_once, App};
-use prom::Scrape;
+use prom::scrape;
 
 /// The test's capacity: `requests_per_unit` (and so the bucket) of its copy of shop.yaml.
 const CAPACITY: u32 = 20;
@@ -104,10 +103,6 @@ const ROUND: [Visit; 6] = [
 /// Rounds sent: 36 requests for a capacity of 20; the last round finds the bucket empty.
 const ROUNDS: usize = 6;
 
-fn repo_file(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
 fn read(relative: &str) -> String {
     std::fs::read_to_string(repo_file(relative))
         .unwrap_or_else(|error| panic!("cannot read {relative}: {error}"))
@@ -125,11 +120,6 @@ fn clock_free_rules() -> String {
         "unit: second\n      requests_per_unit: 200\n",
         &format!("unit: day\n      requests_per_unit: {CAPACITY}\n"),
     )
-}
-
-struct Envoy {
-    _process: Running,
-    port: u16,
 }
 
 /// Envoy on money-path.yaml, its ports moved to free ones, floodgate at `rls_port` and the
@@ -151,23 +141,7 @@ fn start_envoy(rls_port: u16, app_port: u16, dir: &Path) -> Envoy {
         "failure_mode_deny: false",
         "failure_mode_deny: true",
     );
-    let path = dir.join("money-path.yaml");
-    write(&path, &bootstrap);
-    let mut command = Command::new(envoy_bin());
-    command
-        .arg("-c")
-        .arg(&path)
-        .arg("--disable-hot-restart")
-        .arg("--log-level")
-        .arg("warn")
-        .arg("--concurrency")
-        .arg("1");
-    let process = Running::spawn("envoy", &mut command, dir);
-    wait_for_port(listener, Duration::from_secs(30), "envoy");
-    Envoy {
-        _process: process,
-        port: listener,
-    }
+    Envoy::start(&bootstrap, "money-path.yaml", dir, &[listener])
 }
 
 /// What a request got, beside what the bucket should have said.
@@ -346,9 +320,7 @@ fn low_is_shed_first_and_critical_keeps_the_whole_capacity() {
     );
 
     // The rejection counter says the same, per class.
-    let response = get(floodgate.debug_port, "/metrics", &[])
-        .unwrap_or_else(|error| panic!("cannot scrape /metrics: {error}"));
-    let scrape = Scrape::parse(&response.body);
+    let scrape = scrape(floodgate.debug_port);
     for class in [Class::Critical, Class::Normal, Class::Low] {
         let refused = outcomes
             .iter()

@@ -20,7 +20,7 @@ use floodgate::proto::rate_limit_response::Code;
 
 use common::http::{self, HttpResponse};
 use common::Floodgate;
-use prom::Scrape;
+use prom::scrape;
 use redis_support::RedisServer;
 
 const RULES: &str = r#"
@@ -73,21 +73,15 @@ fn json_body(response: &HttpResponse) -> serde_json::Value {
         .unwrap_or_else(|error| panic!("/json answered {response:?}: {error}"))
 }
 
-fn scrape(server: &Floodgate) -> Scrape {
-    let response = http::get(server.debug_port, "/metrics", &[])
-        .unwrap_or_else(|error| panic!("/metrics: {error}"));
-    Scrape::parse(&response.body)
-}
-
 fn in_flight_rejections(server: &Floodgate) -> f64 {
-    scrape(server).value(
+    scrape(server.debug_port).value(
         "floodgate_overload_rejections_total",
         &[("reason", "in_flight")],
     )
 }
 
 fn allowed(server: &Floodgate) -> f64 {
-    scrape(server).value(
+    scrape(server.debug_port).value(
         "floodgate_requests_allowed_total",
         &[("domain", "shop"), ("rule", "shop.user")],
     )
@@ -97,7 +91,7 @@ fn allowed(server: &Floodgate) -> f64 {
 fn wait_for_calls_in_flight(server: &Floodgate, calls: f64) {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     loop {
-        let now = scrape(server).value("floodgate_calls_in_flight", &[]);
+        let now = scrape(server.debug_port).value("floodgate_calls_in_flight", &[]);
         if now == calls {
             return;
         }

@@ -12,7 +12,7 @@ mod rls;
 use common::Floodgate;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitResponse;
-use prom::Scrape;
+use prom::scrape;
 
 const RULES: &str =
     "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n";
@@ -33,14 +33,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|error| panic!("runtime: {error}"))
 }
 
-fn scrape(server: &Floodgate) -> Scrape {
-    let response = common::http::get(server.debug_port, "/metrics", &[])
-        .unwrap_or_else(|error| panic!("/metrics: {error}"));
-    Scrape::parse(&response.body)
-}
-
 fn overload_rejections(server: &Floodgate, reason: &str) -> f64 {
-    scrape(server).value("floodgate_overload_rejections_total", &[("reason", reason)])
+    scrape(server.debug_port).value("floodgate_overload_rejections_total", &[("reason", reason)])
 }
 
 fn two_descriptors() -> floodgate::proto::RateLimitRequest {
@@ -88,7 +82,7 @@ fn over_limit_overload_answer_rejects_with_retry_after_and_the_overloaded_header
     assert_eq!(overload_rejections(&server, "in_flight"), 3.0);
     // Nothing was decided: no counter was charged.
     assert_eq!(
-        scrape(&server).value(
+        scrape(server.debug_port).value(
             "floodgate_requests_allowed_total",
             &[("domain", "shop"), ("rule", "shop.user")]
         ),
@@ -211,7 +205,7 @@ fn a_call_whose_deadline_has_passed_is_not_decided() {
     assert_eq!(overload_rejections(&server, "deadline"), 1.0);
     // Only the fresh call charged the counters (once per descriptor).
     assert_eq!(
-        scrape(&server).value(
+        scrape(server.debug_port).value(
             "floodgate_requests_allowed_total",
             &[("domain", "shop"), ("rule", "shop.user")]
         ),

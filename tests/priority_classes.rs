@@ -15,7 +15,7 @@ mod rls;
 use common::{tempdir, Floodgate};
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitResponse;
-use prom::Scrape;
+use prom::scrape;
 use redis_support::RedisServer;
 
 const RULES: &str = r#"
@@ -164,7 +164,7 @@ async fn classes_are_shed_in_order(floodgate: &Floodgate) {
         "low retries after {low_wait} s, critical after {critical_wait} s"
     );
 
-    let scrape = scrape(floodgate);
+    let scrape = scrape(floodgate.debug_port);
     let rejected = |class: &str| {
         scrape.value(
             "floodgate_requests_rejected_total",
@@ -187,13 +187,6 @@ async fn classes_are_shed_in_order(floodgate: &Floodgate) {
         ),
         10.0
     );
-}
-
-fn scrape(floodgate: &Floodgate) -> Scrape {
-    let response = common::http::get(floodgate.debug_port, "/metrics", &[])
-        .unwrap_or_else(|error| panic!("cannot scrape /metrics: {error}"));
-    assert_eq!(response.status, 200, "{}", response.body);
-    Scrape::parse(&response.body)
 }
 
 #[tokio::test]

@@ -20,11 +20,13 @@ mod rls;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use floodgate::core::algorithm::Algorithm;
+use floodgate::core::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitResponse;
 
-use common::Floodgate;
-use redis_support::RedisServer;
+use common::{subdir, Floodgate};
+use redis_support::{every_algorithm_rules, store_flags, RedisServer};
 
 /// The skewed process's clock is this far ahead: 10 min 25 s, i.e. 25 s into another minute.
 const SKEW_SECONDS: u64 = 625;
@@ -32,29 +34,13 @@ const SKEW_SECONDS: u64 = 625;
 /// Per minute, so a skewed clock used for deciding would show on every algorithm.
 const LIMIT: u32 = 5;
 
-const RULES: &str = r#"
-domain: skew
-descriptors:
-  - key: fixed_window
-    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
-  - key: sliding_window
-    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
-  - key: sliding_log
-    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
-  - key: token_bucket
-    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: token_bucket, burst: 5}
-  - key: leaky_bucket
-    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: leaky_bucket, burst: 4}
-"#;
-
-/// `leaky_bucket` is GCRA (nginx's `limit_req`): burst 4 admits 5 at once.
-const ALGORITHMS: [&str; 5] = [
-    "fixed_window",
-    "sliding_window",
-    "sliding_log",
-    "token_bucket",
-    "leaky_bucket",
-];
+/// Domain `skew`: LIMIT per minute, one descriptor per algorithm, keyed by its name.
+fn write_rules(dir: &Path) -> PathBuf {
+    let config = dir.join("skew.yaml");
+    let rules = every_algorithm_rules("skew", LIMIT, Unit::Minute);
+    std::fs::write(&config, rules).unwrap_or_else(|error| panic!("write rules: {error}"));
+    config
+}
 
 /// Calls per algorithm, alternating between the two processes: enough for each to be refused
 /// a few times after the limit is spent.
@@ -100,12 +86,6 @@ fn start_skewed(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ];
     Floodgate::start_with_env(config, extra, &env, log_dir)
-}
-
-fn log_dir(root: &Path, name: &str) -> PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("create {name}: {error}"));
-    dir
 }
 
 fn now_seconds() -> u64 {
@@ -188,10 +168,9 @@ fn outcome(response: &RateLimitResponse, key: &str) -> (Code, u32, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_skew_reaches_the_decision_clock_of_a_process_without_redis() {
     let dir = common::tempdir();
-    let config = dir.path().join("skew.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let config = write_rules(dir.path());
     let before_start = now_seconds();
-    let skewed = start_skewed(&config, &[], &log_dir(dir.path(), "skewed-memory"));
+    let skewed = start_skewed(&config, &[], &subdir(dir.path(), "skewed-memory"));
     let stamp = loaded_at(&skewed);
     let after_read = now_seconds();
     assert!(
@@ -222,21 +201,12 @@ async fn the_skew_reaches_the_decision_clock_of_a_process_without_redis() {
 async fn skewed_instances_sharing_redis_decide_alike_for_every_algorithm() {
     let redis = RedisServer::start();
     let dir = common::tempdir();
-    let config = dir.path().join("skew.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let config = write_rules(dir.path());
     let url = redis.url();
-    // A generous deadline: debug builds on a loaded 2-core machine.
-    let extra = [
-        "--store",
-        "redis",
-        "--redis-url",
-        url.as_str(),
-        "--redis-timeout-ms",
-        "2000",
-    ];
+    let extra = store_flags(&url, &[]);
     let before_start = now_seconds();
-    let plain = Floodgate::start(&config, &extra, &log_dir(dir.path(), "plain"));
-    let skewed = start_skewed(&config, &extra, &log_dir(dir.path(), "skewed"));
+    let plain = Floodgate::start(&config, &extra, &subdir(dir.path(), "plain"));
+    let skewed = start_skewed(&config, &extra, &subdir(dir.path(), "skewed"));
     let (plain_stamp, skewed_stamp) = (loaded_at(&plain), loaded_at(&skewed));
     let after_read = now_seconds();
     assert!(
@@ -253,7 +223,7 @@ async fn skewed_instances_sharing_redis_decide_alike_for_every_algorithm() {
         rls::connect(&plain.grpc_url()).await,
         rls::connect(&skewed.grpc_url()).await,
     ];
-    for key in ALGORITHMS {
+    for key in Algorithm::ALL.map(Algorithm::name) {
         keep_clear_of_the_minute_boundary().await;
         let mut outcomes = Vec::with_capacity(CALLS);
         let from = now_seconds();

@@ -102,6 +102,31 @@ fn e2e_key(rule_path: &str, quota: &Quota, value: &str) -> String {
     descriptor_layout(DEFAULT_PREFIX).key_for(&id)
 }
 
+/// floodgate on E2E_RULES configured as envoyproxy/ratelimit is (`REDIS_TYPE=cluster`,
+/// `REDIS_URL=<seeds>`, plus `env`), with the descriptor hash tag.
+fn start_floodgate(dir: &std::path::Path, seeds: &str, env: &[(&str, &str)]) -> ops::Server {
+    let config = dir.join("cluster.yaml");
+    std::fs::write(&config, E2E_RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let config_arg = config.display().to_string();
+    let mut env = env.to_vec();
+    env.extend([("REDIS_TYPE", "cluster"), ("REDIS_URL", seeds)]);
+    ops::start(
+        &[
+            "--config",
+            &config_arg,
+            "--store",
+            "redis",
+            "--redis-hash-tag",
+            "descriptor",
+            // Generous for a debug build on a busy machine; nothing here measures time.
+            "--redis-timeout-ms",
+            "2000",
+        ],
+        &env,
+        dir,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floodgate_spreads_descriptors_over_the_masters_and_keeps_each_limit() {
     let cluster = RedisCluster::start(MASTERS);
@@ -123,25 +148,7 @@ async fn floodgate_spreads_descriptors_over_the_masters_and_keeps_each_limit() {
     assert_eq!(values.len(), MASTERS, "no value for some master");
 
     let dir = common::tempdir();
-    let config = dir.path().join("cluster.yaml");
-    std::fs::write(&config, E2E_RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
-    let config_arg = config.display().to_string();
-    let seeds = cluster.seeds();
-    let server = ops::start(
-        &[
-            "--config",
-            &config_arg,
-            "--store",
-            "redis",
-            "--redis-hash-tag",
-            "descriptor",
-            // Generous for a debug build on a busy machine; nothing here measures time.
-            "--redis-timeout-ms",
-            "2000",
-        ],
-        &[("REDIS_TYPE", "cluster"), ("REDIS_URL", seeds.as_str())],
-        dir.path(),
-    );
+    let server = start_floodgate(dir.path(), &cluster.seeds(), &[]);
     let names: Vec<&str> = values.iter().map(|(value, _, _)| value.as_str()).collect();
     let entries: Vec<[(&str, &str); 1]> = names.iter().map(|value| [("user", *value)]).collect();
     let descriptors: Vec<&[(&str, &str)]> = entries.iter().map(|entry| &entry[..]).collect();
@@ -623,28 +630,13 @@ async fn floodgate_reaches_a_tls_cluster_through_tls_seeds() {
             "no",
         ],
     );
-    let config = dir.path().join("cluster.yaml");
-    std::fs::write(&config, E2E_RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
-    let config_arg = config.display().to_string();
-    let seeds = cluster.tls_seeds();
-    let floodgate = ops::start(
+    let floodgate = start_floodgate(
+        dir.path(),
+        &cluster.tls_seeds(),
         &[
-            "--config",
-            &config_arg,
-            "--store",
-            "redis",
-            "--redis-hash-tag",
-            "descriptor",
-            "--redis-timeout-ms",
-            "2000",
-        ],
-        &[
-            ("REDIS_TYPE", "cluster"),
-            ("REDIS_URL", seeds.as_str()),
             ("REDIS_TLS", "true"),
             ("REDIS_TLS_CACERT", ca_file.as_str()),
         ],
-        dir.path(),
     );
     let mut client = rls::connect(&floodgate.grpc_url()).await;
     let values: Vec<String> = (0..12).map(|n| format!("tls{n}")).collect();

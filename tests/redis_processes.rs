@@ -17,10 +17,12 @@ mod rls;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use floodgate::core::algorithm::Algorithm;
+use floodgate::core::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 
-use common::Floodgate;
-use redis_support::RedisServer;
+use common::{subdir, Floodgate};
+use redis_support::{every_algorithm_rules, store_flags, RedisServer};
 
 const LIMIT: u32 = 200;
 const CALLS: usize = 1000;
@@ -29,28 +31,7 @@ const PROCESSES: usize = 3;
 
 /// Per day, so windows roll over only at midnight UTC (the test waits if that is near) and
 /// buckets refill one hit per 432 s, far longer than the test.
-const RULES: &str = r#"
-domain: shared
-descriptors:
-  - key: fixed_window
-    rate_limit: {unit: day, requests_per_unit: 200, algorithm: fixed_window}
-  - key: sliding_window
-    rate_limit: {unit: day, requests_per_unit: 200, algorithm: sliding_window}
-  - key: sliding_log
-    rate_limit: {unit: day, requests_per_unit: 200, algorithm: sliding_log}
-  - key: token_bucket
-    rate_limit: {unit: day, requests_per_unit: 200, algorithm: token_bucket, burst: 200}
-  - key: leaky_bucket
-    rate_limit: {unit: day, requests_per_unit: 200, algorithm: leaky_bucket, burst: 199}
-"#;
-
-const ALGORITHMS: [&str; 5] = [
-    "fixed_window",
-    "sliding_window",
-    "sliding_log",
-    "token_bucket",
-    "leaky_bucket",
-];
+const UNIT: Unit = Unit::Day;
 
 /// Sleeps past midnight UTC when it is less than two minutes away, so one day window holds
 /// the whole test.
@@ -113,29 +94,17 @@ async fn three_processes_admit_exactly_the_limit_for_every_algorithm() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("shared.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("cannot write rules: {error}"));
+    let rules = every_algorithm_rules("shared", LIMIT, UNIT);
+    std::fs::write(&config, rules).unwrap_or_else(|error| panic!("cannot write rules: {error}"));
     let url = redis.url();
-    // A generous deadline: debug builds on a loaded 2-core machine.
-    let extra = [
-        "--store",
-        "redis",
-        "--redis-url",
-        url.as_str(),
-        "--redis-timeout-ms",
-        "2000",
-    ];
+    let extra = store_flags(&url, &[]);
     let processes: Vec<Floodgate> = (0..PROCESSES)
-        .map(|index| {
-            let log_dir = dir.path().join(format!("p{index}"));
-            std::fs::create_dir_all(&log_dir)
-                .unwrap_or_else(|error| panic!("cannot create log dir: {error}"));
-            Floodgate::start(&config, &extra, &log_dir)
-        })
+        .map(|index| Floodgate::start(&config, &extra, &subdir(dir.path(), &format!("p{index}"))))
         .collect();
     let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
 
     keep_clear_of_the_day_boundary().await;
-    for algorithm in ALGORITHMS {
+    for algorithm in Algorithm::ALL.map(Algorithm::name) {
         let (admitted, over) = admitted_across_processes(&urls, algorithm).await;
         assert_eq!(
             (admitted, over),

@@ -82,6 +82,37 @@ async fn start_group() -> (RedisServer, RedisServer, SentinelServer) {
     (master, replica, sentinel)
 }
 
+/// floodgate finding the master through `sentinel`, with a generous deadline (debug builds on
+/// a loaded 2-core machine).
+fn start_floodgate(dir: &std::path::Path, sentinel: &SentinelServer) -> Floodgate {
+    let sentinels = format!("{MASTER},127.0.0.1:{}", sentinel.port());
+    Floodgate::start_with_rules(
+        dir,
+        "sentinel.yaml",
+        RULES,
+        &[
+            "--store",
+            "redis",
+            "--redis-type",
+            "sentinel",
+            "--redis-url",
+            &sentinels,
+            "--redis-timeout-ms",
+            "500",
+        ],
+    )
+}
+
+/// The counters on `master` (every key), once `replica` holds the same.
+async fn written_and_replicated(master: &RedisServer, replica: &RedisServer) -> Vec<String> {
+    let written = scan_keys(&mut master.inspector().await, "floodgate:*").await;
+    wait_until(SETUP_TIMEOUT, "the counter reached the replica", || async {
+        scan_keys(&mut replica.inspector().await, "floodgate:*").await == written
+    })
+    .await;
+    written
+}
+
 /// What `ROLE` says `server` is: "master" or "slave".
 async fn role(server: &RedisServer) -> String {
     redis::cmd("ROLE")
@@ -109,34 +140,14 @@ async fn decide(client: &mut rls::Client, key: &str, value: &str) -> Option<Code
 async fn decisions_follow_a_failover_to_the_promoted_replica_without_restart() {
     let (mut master, replica, sentinel) = start_group().await;
     let dir = common::tempdir();
-    let sentinels = format!("{MASTER},127.0.0.1:{}", sentinel.port());
-    // A generous deadline: debug builds on a loaded 2-core machine.
-    let floodgate = Floodgate::start_with_rules(
-        dir.path(),
-        "sentinel.yaml",
-        RULES,
-        &[
-            "--store",
-            "redis",
-            "--redis-type",
-            "sentinel",
-            "--redis-url",
-            &sentinels,
-            "--redis-timeout-ms",
-            "500",
-        ],
-    );
+    let floodgate = start_floodgate(dir.path(), &sentinel);
     let mut client = rls::connect(&floodgate.grpc_url()).await;
 
     // Two of alice's five, on the first master, replicated before it dies.
     assert_eq!(decide(&mut client, "user", "alice").await, Some(Code::Ok));
     assert_eq!(decide(&mut client, "user", "alice").await, Some(Code::Ok));
-    let written = scan_keys(&mut master.inspector().await, "floodgate:*").await;
+    let written = written_and_replicated(&master, &replica).await;
     assert!(!written.is_empty(), "alice's counter is in Redis");
-    wait_until(SETUP_TIMEOUT, "the counter reached the replica", || async {
-        scan_keys(&mut replica.inspector().await, "floodgate:*").await == written
-    })
-    .await;
 
     master.kill();
     let killed = Instant::now();
@@ -199,29 +210,10 @@ async fn decisions_follow_a_failover_to_the_promoted_replica_without_restart() {
 async fn a_manual_failover_with_the_old_master_alive_is_followed() {
     let (master, replica, sentinel) = start_group().await;
     let dir = common::tempdir();
-    let sentinels = format!("{MASTER},127.0.0.1:{}", sentinel.port());
-    let floodgate = Floodgate::start_with_rules(
-        dir.path(),
-        "sentinel.yaml",
-        RULES,
-        &[
-            "--store",
-            "redis",
-            "--redis-type",
-            "sentinel",
-            "--redis-url",
-            &sentinels,
-            "--redis-timeout-ms",
-            "500",
-        ],
-    );
+    let floodgate = start_floodgate(dir.path(), &sentinel);
     let mut client = rls::connect(&floodgate.grpc_url()).await;
     assert_eq!(decide(&mut client, "poll", "before").await, Some(Code::Ok));
-    let before = scan_keys(&mut master.inspector().await, "floodgate:*").await;
-    wait_until(SETUP_TIMEOUT, "the counter reached the replica", || async {
-        scan_keys(&mut replica.inspector().await, "floodgate:*").await == before
-    })
-    .await;
+    let before = written_and_replicated(&master, &replica).await;
 
     // A manual failover: the old master stays up and becomes a replica (it drops its clients;
     // a write that still reached it would be refused with READONLY).

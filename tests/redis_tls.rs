@@ -13,14 +13,14 @@ mod rls;
 #[path = "common/testca.rs"]
 mod testca;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
 use floodgate::proto::rate_limit_response::Code;
 
-use common::{free_port, Floodgate};
-use redis_support::{scan_keys, RedisServer};
+use common::{free_port, subdir, Floodgate, Running};
+use redis_support::{scan_keys, store_flags, RedisServer};
 use testca::TestCa;
 
 const RULES: &str = "domain: tls\n\
@@ -67,9 +67,7 @@ impl Files {
 
     /// A log directory of its own for one floodgate.
     fn log_dir(&self, name: &str) -> PathBuf {
-        let dir = self.dir.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("mkdir {name}: {error}"));
-        dir
+        subdir(self.dir.path(), name)
     }
 
     /// A redis-server with TLS on the returned port, requiring client certificates or not.
@@ -96,14 +94,8 @@ impl Files {
 
 /// Runs `floodgate serve` that must stop at start; returns what it printed.
 fn refused_start(files: &Files, name: &str, extra: &[&str]) -> String {
-    let log_dir = files.log_dir(name);
-    let log = log_dir.join("floodgate.log");
-    let log_file =
-        std::fs::File::create(&log).unwrap_or_else(|error| panic!("create log: {error}"));
-    let log_err = log_file
-        .try_clone()
-        .unwrap_or_else(|error| panic!("clone log: {error}"));
-    let mut child = Command::new(common::floodgate_bin())
+    let mut command = Command::new(common::floodgate_bin());
+    command
         .arg("serve")
         .arg("--config")
         .arg(files.config())
@@ -111,31 +103,15 @@ fn refused_start(files: &Files, name: &str, extra: &[&str]) -> String {
         .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--store", "redis"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log_file))
-        .stderr(Stdio::from(log_err))
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot start floodgate: {error}"));
-    let deadline = Instant::now() + REFUSAL_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child
-            .try_wait()
-            .unwrap_or_else(|error| panic!("wait for floodgate: {error}"))
-        {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{name}: floodgate still runs after {REFUSAL_TIMEOUT:?}: {}",
-                read(&log)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = read(&log);
+        .args(extra);
+    let mut floodgate = Running::spawn("floodgate", &mut command, &files.log_dir(name));
+    let status = floodgate.exit_within(REFUSAL_TIMEOUT).unwrap_or_else(|| {
+        panic!(
+            "{name}: floodgate still runs after {REFUSAL_TIMEOUT:?}: {}",
+            floodgate.log_text()
+        )
+    });
+    let output = floodgate.log_text();
     // Shown with --nocapture, or when an assertion on it fails.
     eprintln!("--- {name}:\n{output}");
     assert!(
@@ -143,10 +119,6 @@ fn refused_start(files: &Files, name: &str, extra: &[&str]) -> String {
         "{name}: floodgate should have refused to start: {output}"
     );
     output
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 async fn code(client: &mut rls::Client, user: &str) -> Code {
@@ -166,23 +138,19 @@ async fn decisions_over_mutual_tls_from_flags_and_from_the_reference_variables()
         files.path("client.pem"),
         files.path("client.key"),
     );
-    // A generous deadline: debug builds on a loaded 2-core machine.
     let with_flags = Floodgate::start(
         &files.config(),
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
+        &store_flags(
             &url,
-            "--redis-tls-ca",
-            &ca,
-            "--redis-tls-cert",
-            &cert,
-            "--redis-tls-key",
-            &key,
-            "--redis-timeout-ms",
-            "2000",
-        ],
+            &[
+                "--redis-tls-ca",
+                &ca,
+                "--redis-tls-cert",
+                &cert,
+                "--redis-tls-key",
+                &key,
+            ],
+        ),
         &files.log_dir("flags"),
     );
     let bare_address = format!("127.0.0.1:{tls_port}");
@@ -338,16 +306,7 @@ async fn a_certificate_for_another_name_needs_skip_hostname_verification() {
 
     let floodgate = Floodgate::start_with_env(
         &files.config(),
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-tls-ca",
-            &ca,
-            "--redis-timeout-ms",
-            "2000",
-        ],
+        &store_flags(&url, &["--redis-tls-ca", &ca]),
         &[("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true")],
         &files.log_dir("skip"),
     );

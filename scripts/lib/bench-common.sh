@@ -1,5 +1,6 @@
-# Shared by scripts/bench-*.sh (sourced after each defines `die`): free loopback ports and
-# waiting for a server to listen. Loopback only.
+# Shared by scripts/bench-*.sh (sourced after each defines `die`): free loopback ports, waiting
+# for a server to listen, the workspace and release build, one floodgate at a time, and the
+# commit a report names. Loopback only.
 
 # free_ports N: N distinct free TCP ports on 127.0.0.1, held together while chosen.
 free_ports() {
@@ -61,4 +62,38 @@ release_build() {
   fi
   BIN="$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release"
+}
+
+# start_floodgate BIN CONFIG LOG [SERVE-ARGS…]: `BIN serve --config CONFIG` on three free ports
+# (logging to LOG), the one pid in PIDS; sets SERVER_PID, GRPC_PORT and METRICS_PORT once gRPC
+# listens.
+start_floodgate() {
+  local bin="$1" config="$2" log="$3" http_port
+  shift 3
+  read -r GRPC_PORT http_port METRICS_PORT < <(free_ports 3)
+  RUST_LOG="${RUST_LOG:-warn}" "$bin" serve --config "$config" \
+    --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$http_port" \
+    --metrics-addr "127.0.0.1:$METRICS_PORT" "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  PIDS=("$SERVER_PID")
+  wait_port floodgate "$SERVER_PID" "$GRPC_PORT" "$log"
+}
+
+# stop_floodgate: stops the server of start_floodgate (a fresh one starts with a full bucket).
+stop_floodgate() {
+  kill "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  PIDS=()
+}
+
+# report_commit: HEAD as "<hash> <subject>", with " (with uncommitted changes)" when the tree
+# differs from it (untracked files included); "unknown" outside a git checkout.
+report_commit() {
+  local commit dirty
+  commit="$(git log -1 --format='%h %s' 2>/dev/null)" || commit=unknown
+  dirty="$(git status --porcelain 2>/dev/null)" || dirty=""
+  if [ -n "$dirty" ]; then
+    commit="$commit (with uncommitted changes)"
+  fi
+  echo "$commit"
 }

@@ -413,7 +413,7 @@ pub fn adjusted_rules<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::{load, LoadOptions, SourceFile};
+    use crate::core::config::load_valid;
     use crate::core::plan::{plan, plan_adjusted, DescriptorPlan, LimitSource, PlanSettings};
     use crate::core::request::{Descriptor, Request};
     use crate::core::rules::{Entry, RuleSet};
@@ -435,14 +435,7 @@ descriptors:
 "#;
 
     fn rules() -> RuleSet {
-        load(
-            &[SourceFile {
-                name: "d.yaml".into(),
-                text: RULES.into(),
-            }],
-            &LoadOptions::default(),
-        )
-        .unwrap_or_else(|errors| panic!("{errors}"))
+        load_valid("d.yaml", RULES)
     }
 
     fn rule<'a>(rules: &'a RuleSet, path: &str) -> &'a Rule {

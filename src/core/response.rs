@@ -256,7 +256,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::core::config::{load, LoadOptions, SourceFile};
+    use crate::core::config::load_valid;
     use crate::core::headers::PRIORITY_HEADER;
     use crate::core::plan::{plan, PlanSettings};
     use crate::core::request::{Descriptor, Request};
@@ -275,11 +275,7 @@ descriptors:
 ";
 
     fn rules() -> RuleSet {
-        let file = SourceFile {
-            name: "d.yaml".into(),
-            text: RULES.into(),
-        };
-        load(&[file], &LoadOptions::default()).unwrap_or_else(|errors| panic!("{errors}"))
+        load_valid("d.yaml", RULES)
     }
 
     struct Fixture {

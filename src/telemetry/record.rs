@@ -384,7 +384,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::core::config::{load, LoadOptions, SourceFile};
+    use crate::core::config::load_valid;
     use crate::core::headers::HeaderMode;
     use crate::core::plan::{plan, PlanSettings};
     use crate::core::request::Descriptor;
@@ -417,14 +417,7 @@ descriptors:
 "#;
 
     fn rules() -> RuleSet {
-        load(
-            &[SourceFile {
-                name: "d.yaml".into(),
-                text: RULES.into(),
-            }],
-            &LoadOptions::default(),
-        )
-        .unwrap_or_else(|errors| panic!("{errors}"))
+        load_valid("d.yaml", RULES)
     }
 
     fn request(descriptors: &[&[(&str, &str)]]) -> Request {

@@ -1,6 +1,7 @@
 //! Helpers for the adaptive-limit tests: the effective limit as a check-only call sees it,
 //! pushes to the admin API, metrics, and polling with a bound. Include with
-//! `#[path = "common/adaptive.rs"] mod adaptive;` next to `mod common;` and `mod rls;`.
+//! `#[path = "common/adaptive.rs"] mod adaptive;` next to `mod common;`, `mod prom;` and
+//! `mod rls;`.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -10,11 +11,23 @@ use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitRequest;
 
 use crate::common::http::{self, HttpResponse};
-use crate::prom::Scrape;
+use crate::prom::{scrape, Scrape};
 use crate::rls::{self, Client};
 
 /// The token the admin tests write into their token file.
 pub const ADMIN_TOKEN: &str = "adaptive-test-token";
+
+/// The tests' adaptive rule, `pool=checkout` then a `client`, in domain DOMAIN.
+pub const DOMAIN: &str = "shop";
+pub const RULE: &str = "shop.pool_checkout.client";
+
+/// The labels of RULE's adaptive series.
+pub const LABELS: [(&str, &str); 2] = [("domain", DOMAIN), ("rule", RULE)];
+
+/// The entries of client `id` of the checkout pool.
+pub fn client(id: &str) -> [(&str, &str); 2] {
+    [("pool", "checkout"), ("client", id)]
+}
 
 /// A request of one descriptor `entries` charging `hits` (0: check only).
 pub fn hits_request(domain: &str, entries: &[(&str, &str)], hits: u64) -> RateLimitRequest {
@@ -81,6 +94,49 @@ where
     }
 }
 
+/// Polls RULE's limit in force (for client "watch"), calling `before_each` first every time,
+/// until `done` holds for it; see `wait_until`.
+pub async fn wait_for_limit(
+    grpc: &Client,
+    timeout: Duration,
+    what: &str,
+    mut before_each: impl FnMut(),
+    done: impl FnMut(&u32) -> bool,
+) -> u32 {
+    wait_until(
+        timeout,
+        what,
+        || {
+            before_each();
+            let mut grpc = grpc.clone();
+            async move { effective_limit(&mut grpc, DOMAIN, &client("watch")).await }
+        },
+        done,
+    )
+    .await
+}
+
+/// Waits until RULE's controller has held its limit `more` times beyond now
+/// (`floodgate_adaptive_steps_total{change="hold"}`).
+pub async fn wait_for_holds(debug_port: u16, timeout: Duration, what: &str, more: f64) {
+    let holds = |metrics: &Scrape| {
+        metrics
+            .get(
+                "floodgate_adaptive_steps_total",
+                &[("domain", DOMAIN), ("rule", RULE), ("change", "hold")],
+            )
+            .unwrap_or(0.0)
+    };
+    let before = holds(&scrape(debug_port));
+    wait_until(
+        timeout,
+        what,
+        || async { scrape(debug_port) },
+        |metrics| holds(metrics) >= before + more,
+    )
+    .await;
+}
+
 /// POSTs `body` to `/v1/signals/{name}` on the admin port with `token` (none: no header).
 pub fn push(admin_port: u16, token: Option<&str>, name: &str, body: &str) -> HttpResponse {
     let bearer = token.map(|token| format!("Bearer {token}"));
@@ -96,13 +152,6 @@ pub fn push(admin_port: u16, token: Option<&str>, name: &str, body: &str) -> Htt
         body,
     )
     .unwrap_or_else(|error| panic!("POST /v1/signals/{name}: {error}"))
-}
-
-/// The debug port's `/metrics`, parsed.
-pub fn scrape(debug_port: u16) -> Scrape {
-    let response = http::get(debug_port, "/metrics", &[])
-        .unwrap_or_else(|error| panic!("GET /metrics: {error}"));
-    Scrape::parse(&response.body)
 }
 
 /// The debug port's `/rlconfig`.

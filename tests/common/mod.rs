@@ -2,6 +2,7 @@
 //! HTTP/1.1 to them, and stop them by pid when the test ends.
 #![allow(dead_code)]
 
+pub mod envoy;
 pub mod http;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -12,6 +13,14 @@ use std::time::{Duration, Instant};
 /// A temporary directory for one test's files and logs, removed when dropped.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+}
+
+/// The directory `root/name`, created: one process's files and logs apart from another's.
+pub fn subdir(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
+    dir
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
@@ -73,6 +82,12 @@ impl Running {
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status();
+        self.exit_within(timeout)
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; its exit status, or `None`
+    /// if it still runs (it is killed when dropped).
+    pub fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -95,6 +110,11 @@ impl Drop for Running {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A file of this repository, by its path from the repository's root.
+pub fn repo_file(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
 /// The floodgate binary cargo built for these tests.

@@ -1,4 +1,5 @@
-//! Reading a Prometheus text scrape in tests, and checking it with `promtool`.
+//! Reading a Prometheus text scrape in tests, and checking it with `promtool`. Include with
+//! `#[path = "common/prom.rs"] mod prom;` next to `mod common;`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -55,6 +56,14 @@ impl Scrape {
     pub fn all(&self, name: &str) -> Vec<&Sample> {
         self.samples.iter().filter(|s| s.name == name).collect()
     }
+}
+
+/// `GET /metrics` of a floodgate debug port, parsed.
+pub fn scrape(debug_port: u16) -> Scrape {
+    let response = crate::common::http::get(debug_port, "/metrics", &[])
+        .unwrap_or_else(|error| panic!("GET /metrics: {error}"));
+    assert_eq!(response.status, 200, "GET /metrics: {}", response.body);
+    Scrape::parse(&response.body)
 }
 
 fn parse_sample(line: &str) -> Option<Sample> {

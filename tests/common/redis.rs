@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use floodgate::core::key::counter_key;
 use floodgate::core::plan::Counter;
 use floodgate::core::rules::{Entry, MatchedLevel};
 use floodgate::core::time::Clock;
+use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
 use floodgate::store::redis::{RedisOptions, RedisStore};
 
@@ -37,32 +39,35 @@ impl RedisServer {
 
     /// Starts a server with extra `--name value` arguments.
     pub fn start_with(extra_args: &[&str]) -> Self {
-        let mut last_error = String::new();
-        // A port found free can be taken before the server binds it: try a few.
-        for _ in 0..5 {
-            let mut server = Self {
-                port: free_port(),
-                extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
-                child: None,
-                dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
-            };
-            match server.spawn() {
-                Ok(()) => return server,
-                Err(error) => last_error = error,
-            }
-        }
-        panic!("cannot start {REDIS_SERVER}: {last_error}");
+        first_start(REDIS_SERVER, || Self::spawned(owned(extra_args)))
+    }
+
+    /// Starts a server that also accepts TLS on a second free port (returned), with `tls_args`
+    /// (`--tls-cert-file`, …) added; `port()` stays plain, for readiness and `inspector()`.
+    pub fn start_tls(tls_args: &[&str]) -> (Self, u16) {
+        first_start(&format!("{REDIS_SERVER} with TLS"), || {
+            let tls_port = free_port();
+            let mut extra_args = vec!["--tls-port".to_owned(), tls_port.to_string()];
+            extra_args.extend(owned(tls_args));
+            Self::spawned(extra_args).map(|server| (server, tls_port))
+        })
+    }
+
+    /// A server on a free port, answering PING.
+    fn spawned(extra_args: Vec<String>) -> Result<Self, String> {
+        let mut server = Self {
+            port: free_port(),
+            extra_args,
+            child: None,
+            dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
+        };
+        server.spawn()?;
+        Ok(server)
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let log_path = self.dir.path().join("redis.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|error| format!("cannot open {}: {error}", log_path.display()))?;
-        let log_err = log.try_clone().map_err(|error| error.to_string())?;
-        let child = Command::new(REDIS_SERVER)
+        let mut command = Command::new(REDIS_SERVER);
+        command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -71,52 +76,10 @@ impl RedisServer {
             .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(self.dir.path())
-            .args(&self.extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err))
-            .spawn()
-            .map_err(|error| format!("cannot run {REDIS_SERVER}: {error}"))?;
+            .args(&self.extra_args);
+        let child = spawn_until_pong(&mut command, self.port, &self.dir.path().join("redis.log"))?;
         self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                self.child = None;
-                return Err(format!("exited with {status}: {log}"));
-            }
-            if ping(self.port) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        Err(format!(
-            "no PONG on port {} within {START_TIMEOUT:?}",
-            self.port
-        ))
-    }
-
-    /// Starts a server that also accepts TLS on a second free port (returned), with `tls_args`
-    /// (`--tls-cert-file`, …) added; `port()` stays plain, for readiness and `inspector()`.
-    pub fn start_tls(tls_args: &[&str]) -> (Self, u16) {
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let tls_port = free_port();
-            let mut extra_args = vec!["--tls-port".to_owned(), tls_port.to_string()];
-            extra_args.extend(tls_args.iter().map(|arg| (*arg).to_owned()));
-            let mut server = Self {
-                port: free_port(),
-                extra_args,
-                child: None,
-                dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
-            };
-            match server.spawn() {
-                Ok(()) => return (server, tls_port),
-                Err(error) => last_error = error,
-            }
-        }
-        panic!("cannot start {REDIS_SERVER} with TLS: {last_error}");
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
@@ -162,12 +125,7 @@ impl RedisServer {
 
     /// A connection for inspecting and poking the server directly.
     pub async fn inspector(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.url())
-            .unwrap_or_else(|error| panic!("bad URL {}: {error}", self.url()));
-        client
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap_or_else(|error| panic!("cannot inspect redis on {}: {error}", self.port))
+        connect_url(&self.url(), "inspect redis").await
     }
 
     /// Options for a store on this server with a generous deadline (debug builds on a busy
@@ -197,6 +155,59 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .unwrap_or_else(|error| panic!("cannot find a free port: {error}"))
+}
+
+fn owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|arg| (*arg).to_owned()).collect()
+}
+
+/// `attempt` until it starts something, a few times: a port found free can be taken before
+/// the server binds it.
+fn first_start<T>(what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        match attempt() {
+            Ok(started) => return started,
+            Err(error) => last_error = error,
+        }
+    }
+    panic!("cannot start {what}: {last_error}");
+}
+
+/// Runs `command` with stdout and stderr appended to `log_path`.
+fn spawn_logged(command: &mut Command, log_path: &Path) -> Result<Child, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|error| format!("cannot open {}: {error}", log_path.display()))?;
+    let log_err = log.try_clone().map_err(|error| error.to_string())?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .spawn()
+        .map_err(|error| format!("cannot run {command:?}: {error}"))
+}
+
+/// Runs `command` (logging to `log_path`) until it answers PING on `port`; the child, or why
+/// not (it exited, or stayed silent past START_TIMEOUT and was killed).
+fn spawn_until_pong(command: &mut Command, port: u16, log_path: &Path) -> Result<Child, String> {
+    let mut child = spawn_logged(command, log_path)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(log_path).unwrap_or_default();
+            return Err(format!("exited with {status}: {log}"));
+        }
+        if ping(port) {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!("no PONG on port {port} within {START_TIMEOUT:?}"))
 }
 
 fn ping(port: u16) -> bool {
@@ -282,17 +293,48 @@ pub fn counter(descriptor: usize, key: &[u8], quota: &Quota, hits: Hits, role: R
 
 /// Every algorithm, with a quota of `limit` per `window` that admits exactly `limit` hits on a
 /// fresh counter (leaky bucket: burst = limit − 1).
-pub fn quota_admitting(
-    algorithm: Algorithm,
-    limit: u32,
-    unit: floodgate::core::unit::Unit,
-) -> Quota {
+pub fn quota_admitting(algorithm: Algorithm, limit: u32, unit: Unit) -> Quota {
     let quota = Quota::new(limit, unit).with_algorithm(algorithm);
     match algorithm {
         Algorithm::TokenBucket => quota.with_burst(limit),
         Algorithm::LeakyBucket => quota.with_burst(limit.saturating_sub(1)),
         _ => quota,
     }
+}
+
+/// Rules of `domain` with one descriptor per algorithm, keyed by the algorithm's name, each
+/// admitting exactly `limit` per `unit` on a fresh counter (the bursts of `quota_admitting`;
+/// `leaky_bucket` is GCRA, nginx's `limit_req`: burst `limit − 1` admits `limit` at once).
+pub fn every_algorithm_rules(domain: &str, limit: u32, unit: Unit) -> String {
+    let unit_name = unit.name().to_ascii_lowercase();
+    let mut rules = format!("domain: {domain}\ndescriptors:\n");
+    for algorithm in Algorithm::ALL {
+        let name = algorithm.name();
+        let burst = quota_admitting(algorithm, limit, unit)
+            .burst
+            .map(|burst| format!(", burst: {burst}"))
+            .unwrap_or_default();
+        rules.push_str(&format!(
+            "  - key: {name}\n    rate_limit: {{unit: {unit_name}, requests_per_unit: {limit}, \
+             algorithm: {name}{burst}}}\n"
+        ));
+    }
+    rules
+}
+
+/// `floodgate serve` flags for the Redis store at `url`, with a deadline generous enough for
+/// debug builds on a loaded 2-core machine, then `extra`.
+pub fn store_flags<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut flags = vec![
+        "--store",
+        "redis",
+        "--redis-url",
+        url,
+        "--redis-timeout-ms",
+        "2000",
+    ];
+    flags.extend_from_slice(extra);
+    flags
 }
 
 /// How long `redis-cli --cluster create` and the nodes' agreement on it may take.
@@ -482,17 +524,7 @@ impl RedisServer {
 fn run_bounded(command: &mut Command, timeout: Duration) -> String {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let log_path = dir.path().join("output.log");
-    let log = std::fs::File::create(&log_path)
-        .unwrap_or_else(|error| panic!("cannot create {}: {error}", log_path.display()));
-    let log_err = log
-        .try_clone()
-        .unwrap_or_else(|error| panic!("cannot clone a log handle: {error}"));
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(log_err))
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    let mut child = spawn_logged(command, &log_path).unwrap_or_else(|error| panic!("{error}"));
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -522,19 +554,15 @@ impl SentinelServer {
     /// Watches the master `name` at 127.0.0.1:`master_port` alone (quorum 1), calling it down
     /// after `down_after_ms` without an answer.
     pub fn start(name: &str, master_port: u16, down_after_ms: u64) -> Self {
-        let mut last_error = String::new();
-        for _ in 0..5 {
+        first_start("a sentinel", || {
             let mut sentinel = Self {
                 port: free_port(),
                 child: None,
                 dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
             };
-            match sentinel.spawn(name, master_port, down_after_ms) {
-                Ok(()) => return sentinel,
-                Err(error) => last_error = error,
-            }
-        }
-        panic!("cannot start a sentinel: {last_error}");
+            sentinel.spawn(name, master_port, down_after_ms)?;
+            Ok(sentinel)
+        })
     }
 
     fn spawn(&mut self, name: &str, master_port: u16, down_after_ms: u64) -> Result<(), String> {
@@ -551,36 +579,11 @@ impl SentinelServer {
             failover_ms = down_after_ms * 5,
         );
         std::fs::write(&config, text).map_err(|error| format!("cannot write config: {error}"))?;
+        let mut command = Command::new(REDIS_SERVER);
+        command.arg(&config).arg("--sentinel");
         let log_path = self.dir.path().join("sentinel.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|error| format!("cannot open {}: {error}", log_path.display()))?;
-        let log_err = log.try_clone().map_err(|error| error.to_string())?;
-        let child = Command::new(REDIS_SERVER)
-            .arg(&config)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log_err))
-            .spawn()
-            .map_err(|error| format!("cannot run {REDIS_SERVER} --sentinel: {error}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!("exited with {status}: {log}"));
-            }
-            if ping(self.port) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        Err(format!(
-            "no PONG on port {} within {START_TIMEOUT:?}",
-            self.port
-        ))
+        self.child = Some(spawn_until_pong(&mut command, self.port, &log_path)?);
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
@@ -593,13 +596,11 @@ impl SentinelServer {
     }
 
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let url = format!("redis://127.0.0.1:{}", self.port);
-        let client =
-            redis::Client::open(url.as_str()).unwrap_or_else(|error| panic!("bad URL: {error}"));
-        client
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap_or_else(|error| panic!("cannot reach the sentinel on {}: {error}", self.port))
+        connect_url(
+            &format!("redis://127.0.0.1:{}", self.port),
+            "reach the sentinel",
+        )
+        .await
     }
 
     /// The port of the master `name` as the sentinel names it now.
@@ -649,11 +650,14 @@ impl Drop for SentinelServer {
 
 /// A connection to the plain port `port` on 127.0.0.1.
 pub async fn connect_to(port: u16) -> redis::aio::MultiplexedConnection {
-    let url = format!("redis://127.0.0.1:{port}/0");
-    let client =
-        redis::Client::open(url.as_str()).unwrap_or_else(|error| panic!("bad URL: {error}"));
+    connect_url(&format!("redis://127.0.0.1:{port}/0"), "reach redis").await
+}
+
+/// A connection to `url`; panics saying it could not `what` (e.g. "reach the sentinel").
+async fn connect_url(url: &str, what: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap_or_else(|error| panic!("bad URL {url}: {error}"));
     client
         .get_multiplexed_async_connection()
         .await
-        .unwrap_or_else(|error| panic!("cannot reach redis on {port}: {error}"))
+        .unwrap_or_else(|error| panic!("cannot {what} on {url}: {error}"))
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_yaml::{Mapping, Value};
 
 use super::file::FileWalk;
-use super::keys::check_floodgate_keys;
+use super::keys::floodgate_map;
 use super::spec::RuleSpec;
 use super::yaml_tree::{describe, field, wrong_type};
 use crate::core::adaptive::{
@@ -54,12 +54,14 @@ pub(super) fn read_adaptive(
     walk: &mut FileWalk,
 ) -> Option<AdaptiveSettings> {
     let value = field(descriptor, "adaptive")?;
-    let Value::Mapping(map) = value else {
-        let message = wrong_type("adaptive", "a map", &describe(value), EXAMPLE);
-        walk.report.error(path, message);
-        return None;
-    };
-    check_floodgate_keys(map, "adaptive", &ADAPTIVE_KEYS, path, &mut walk.report);
+    let map = floodgate_map(
+        value,
+        "adaptive",
+        &ADAPTIVE_KEYS,
+        EXAMPLE,
+        path,
+        &mut walk.report,
+    )?;
     let configured = configured_limit(descriptor, rule, path, walk);
     let min = required_number(map, "min", path, walk);
     let max = required_number(map, "max", path, walk);
@@ -302,24 +304,14 @@ fn source(
     path: &str,
     walk: &mut FileWalk,
 ) -> Option<SignalSource> {
-    let example = "{pushed: checkout_p95}";
-    let Value::Mapping(map) = value else {
-        let message = wrong_type(
-            &format!("adaptive.{shown}"),
-            "a map",
-            &describe(value),
-            example,
-        );
-        walk.report.error(path, message);
-        return None;
-    };
-    check_floodgate_keys(
-        map,
+    let map = floodgate_map(
+        value,
         &format!("adaptive.{shown}"),
         allowed,
+        "{pushed: checkout_p95}",
         path,
         &mut walk.report,
-    );
+    )?;
     match (field(map, "prometheus"), field(map, "pushed")) {
         (Some(_), Some(_)) => {
             walk.report.error(
@@ -354,12 +346,14 @@ fn prometheus_source(
 ) -> Option<SignalSource> {
     let shown = format!("adaptive.{shown}.prometheus");
     let example = "prometheus: {url: \"http://prometheus:9090\", query: 'histogram_quantile(…)'}";
-    let Value::Mapping(map) = value else {
-        let message = wrong_type(&shown, "a map", &describe(value), example);
-        walk.report.error(path, message);
-        return None;
-    };
-    check_floodgate_keys(map, &shown, &PROMETHEUS_KEYS, path, &mut walk.report);
+    let map = floodgate_map(
+        value,
+        &shown,
+        &PROMETHEUS_KEYS,
+        example,
+        path,
+        &mut walk.report,
+    )?;
     let url = walk.text(map, "url", &format!("{shown}.url"), path, example);
     let query = walk.text(map, "query", &format!("{shown}.query"), path, example);
     let url = match url {
@@ -478,15 +472,11 @@ mod tests {
 
     use super::parse_duration;
     use crate::core::adaptive::{AdaptiveSettings, ErrorCondition, SignalSource, SignalUnit};
-    use crate::core::config::{load, ConfigError, LoadOptions, SourceFile};
+    use crate::core::config::{self, ConfigError};
     use crate::core::rules::RuleSet;
 
     fn load_text(text: &str) -> Result<RuleSet, Vec<ConfigError>> {
-        let files = [SourceFile {
-            name: "shop.yaml".to_owned(),
-            text: text.to_owned(),
-        }];
-        load(&files, &LoadOptions::default()).map_err(|errors| errors.0)
+        config::load_text("shop.yaml", text).map_err(|errors| errors.0)
     }
 
     /// A rule of 200/s with `adaptive:` made of `lines` (each indented under it).
@@ -668,6 +658,15 @@ mod tests {
         );
     }
 
+    /// The whole file `text` is refused, one error saying `hint`.
+    fn file_refused(text: &str, hint: &str) {
+        let errors = load_text(text).err().unwrap_or_default();
+        assert!(
+            errors.iter().any(|e| e.message.contains(hint)),
+            "no error says {hint:?}: {errors:?}"
+        );
+    }
+
     #[test]
     fn only_a_rule_with_one_limit_adapts() {
         refused(&format!("{VALID}\nspeed: 3"), &["unknown key 'speed'"]);
@@ -675,45 +674,21 @@ mod tests {
             "{unit: second, requests_per_unit: 200}",
             "{unlimited: true}",
         );
-        let errors = load_text(&unlimited).err().unwrap_or_default();
-        assert!(
-            errors
-                .iter()
-                .any(|e| e.message.contains("cannot move an unlimited rule")),
-            "{errors:?}"
-        );
+        file_refused(&unlimited, "cannot move an unlimited rule");
         let several = rule_with(VALID).replace(
             "rate_limit: {unit: second, requests_per_unit: 200}",
             "rate_limits: [{unit: second, requests_per_unit: 200}, {unit: hour, requests_per_unit: 9000}]",
         );
-        let errors = load_text(&several).err().unwrap_or_default();
-        assert!(
-            errors
-                .iter()
-                .any(|e| e.message.contains("has `rate_limits`")),
-            "{errors:?}"
-        );
+        file_refused(&several, "has `rate_limits`");
         let without = rule_with(VALID).replace(
             "    rate_limit: {unit: second, requests_per_unit: 200}\n",
             "",
         );
-        let errors = load_text(&without).err().unwrap_or_default();
-        assert!(
-            errors
-                .iter()
-                .any(|e| e.message.contains("needs a `rate_limit`")),
-            "{errors:?}"
-        );
+        file_refused(&without, "needs a `rate_limit`");
         let misplaced =
             "domain: shop\ndescriptors:\n  - key: pool\n    rate_limit: {unit: second, \
                          requests_per_unit: 5, adaptive: {min: 1}}\n";
-        let errors = load_text(misplaced).err().unwrap_or_default();
-        assert!(
-            errors
-                .iter()
-                .any(|e| e.message.contains("move it to the descriptor")),
-            "{errors:?}"
-        );
+        file_refused(misplaced, "move it to the descriptor");
     }
 
     #[test]

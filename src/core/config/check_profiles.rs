@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde_yaml::{Mapping, Value};
 
-use super::keys::suggest;
+use super::keys::did_you_mean;
 use super::parse::parse;
 use super::report::{FileReport, Report};
 use super::yaml_tree::{describe, field, not_a_map, render, text, wrong_type};
@@ -390,10 +390,7 @@ fn check_keys(
         }
         ok = false;
         let written = text(key).unwrap_or_else(|_| render(key));
-        let hint = match suggest(&written, allowed) {
-            Some(near) => format!("did you mean '{near}'? "),
-            None => String::new(),
-        };
+        let hint = did_you_mean(&written, allowed);
         report.error(
             path,
             format!(

@@ -4,7 +4,7 @@
 use serde_yaml::{Mapping, Value};
 
 use super::descriptor::read_descriptors;
-use super::keys::{check_keys, suggest, Place};
+use super::keys::{check_keys, did_you_mean, Place};
 use super::parse::{parse, Parsed};
 use super::report::{FileReport, Report};
 use super::spec::FileSpec;
@@ -257,10 +257,7 @@ impl FileWalk<'_> {
         if let Some(value) = parse(&written) {
             return Some(value);
         }
-        let hint = match suggest(&written, names) {
-            Some(near) => format!("did you mean '{near}'? "),
-            None => String::new(),
-        };
+        let hint = did_you_mean(&written, names);
         self.report.error(
             path,
             format!(

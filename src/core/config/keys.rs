@@ -9,7 +9,7 @@
 use serde_yaml::{Mapping, Value};
 
 use super::report::FileReport;
-use super::yaml_tree::render;
+use super::yaml_tree::{describe, render, wrong_type};
 
 /// A kind of map in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,10 +164,7 @@ pub(super) fn check_floodgate_keys(
         if allowed.contains(&written.as_str()) {
             continue;
         }
-        let hint = match suggest(&written, allowed) {
-            Some(near) => format!("did you mean '{near}'? "),
-            None => String::new(),
-        };
+        let hint = did_you_mean(&written, allowed);
         report.error(
             path,
             format!(
@@ -177,6 +174,32 @@ pub(super) fn check_floodgate_keys(
             ),
         );
     }
+}
+
+/// `value` as a map only floodgate knows, its keys checked by [`check_floodgate_keys`];
+/// `None`, reported with `example`, when it is not a map at all.
+pub(super) fn floodgate_map<'v>(
+    value: &'v Value,
+    shown: &str,
+    allowed: &[&'static str],
+    example: &str,
+    path: &str,
+    report: &mut FileReport,
+) -> Option<&'v Mapping> {
+    let Value::Mapping(map) = value else {
+        report.error(path, wrong_type(shown, "a map", &describe(value), example));
+        return None;
+    };
+    check_floodgate_keys(map, shown, allowed, path, report);
+    Some(map)
+}
+
+/// "did you mean 'x'? " for the candidate closest to `written` (see [`suggest`]), or nothing:
+/// the start of a message's advice.
+pub(super) fn did_you_mean(written: &str, candidates: &[&str]) -> String {
+    suggest(written, candidates)
+        .map(|near| format!("did you mean '{near}'? "))
+        .unwrap_or_default()
 }
 
 fn home_of(key: &str) -> Option<Place> {

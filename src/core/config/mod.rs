@@ -121,3 +121,20 @@ pub fn load(files: &[SourceFile], options: &LoadOptions) -> Result<RuleSet, Conf
         Err(ConfigErrors(errors))
     }
 }
+
+/// Loads `text` as the one file `name` with the default options: how unit tests across the
+/// crate turn a YAML string into rules.
+#[cfg(test)]
+pub(crate) fn load_text(name: &str, text: &str) -> Result<RuleSet, ConfigErrors> {
+    let file = SourceFile {
+        name: name.to_owned(),
+        text: text.to_owned(),
+    };
+    load(&[file], &LoadOptions::default())
+}
+
+/// [`load_text`] of test rules that must load; panics with every error otherwise.
+#[cfg(test)]
+pub(crate) fn load_valid(name: &str, text: &str) -> RuleSet {
+    load_text(name, text).unwrap_or_else(|errors| panic!("the test rules do not load:\n{errors}"))
+}

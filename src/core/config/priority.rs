@@ -16,7 +16,7 @@
 use serde_yaml::{Mapping, Value};
 
 use super::file::FileWalk;
-use super::keys::{check_floodgate_keys, suggest};
+use super::keys::{did_you_mean, floodgate_map};
 use super::spec::{DescriptorSpec, RuleSpec};
 use super::yaml_tree::{describe, field, render, wrong_type};
 use crate::core::algorithm::Share;
@@ -42,12 +42,14 @@ pub(super) fn read_priority(
     walk: &mut FileWalk,
 ) -> Option<Priority> {
     let value = field(descriptor, "priority")?;
-    let Value::Mapping(map) = value else {
-        let message = wrong_type("priority", "a map", &describe(value), EXAMPLE);
-        walk.report.error(path, message);
-        return None;
-    };
-    check_floodgate_keys(map, "priority", &PRIORITY_KEYS, path, &mut walk.report);
+    let map = floodgate_map(
+        value,
+        "priority",
+        &PRIORITY_KEYS,
+        EXAMPLE,
+        path,
+        &mut walk.report,
+    )?;
     let key = class_key(map, children, path, walk);
     let classes = classes(map, path, walk);
     let default = classes
@@ -101,11 +103,12 @@ fn classes(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Vec<Priorit
     let example = "classes: {critical: 100%, normal: 80%, low: 50%}";
     let entries = match field(map, "classes") {
         Some(Value::Mapping(entries)) if !entries.is_empty() => entries,
-        Some(Value::Mapping(_)) => {
+        found @ (Some(Value::Mapping(_)) | None) => {
+            let what = if found.is_some() { "empty" } else { "missing" };
             walk.report.error(
                 path,
                 format!(
-                    "`priority.classes` is empty: list the classes and the share of the \
+                    "`priority.classes` is {what}: list the classes and the share of the \
                      capacity each may use, like `{example}`"
                 ),
             );
@@ -115,16 +118,6 @@ fn classes(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Vec<Priorit
             let found = describe(other);
             let message = wrong_type("priority.classes", "a map of class: share", &found, example);
             walk.report.error(path, message);
-            return None;
-        }
-        None => {
-            walk.report.error(
-                path,
-                format!(
-                    "`priority.classes` is missing: list the classes and the share of the \
-                     capacity each may use, like `{example}`"
-                ),
-            );
             return None;
         }
     };
@@ -255,9 +248,7 @@ fn default_class(
     if let Some(index) = names.iter().position(|name| *name == written) {
         return Some(index);
     }
-    let hint = suggest(&written, &names)
-        .map(|near| format!("did you mean '{near}'? "))
-        .unwrap_or_default();
+    let hint = did_you_mean(&written, &names);
     walk.report.error(
         path,
         format!(

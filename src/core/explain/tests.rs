@@ -1,7 +1,7 @@
 //! The explanation names each lookup outcome and always agrees with `DomainRules::lookup`.
 
 use super::*;
-use crate::core::config::{load, LoadOptions, SourceFile};
+use crate::core::config::load_valid;
 
 const RULES: &str = r#"
 domain: d
@@ -38,14 +38,7 @@ descriptors:
 "#;
 
 fn rules() -> RuleSet {
-    let file = SourceFile {
-        name: "d.yaml".to_owned(),
-        text: RULES.to_owned(),
-    };
-    match load(&[file], &LoadOptions::default()) {
-        Ok(rules) => rules,
-        Err(errors) => panic!("test rules do not load: {errors}"),
-    }
+    load_valid("d.yaml", RULES)
 }
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {

@@ -484,59 +484,38 @@ impl RedisStore {
             check_quota(&counter.quota).map_err(|error| unavailable(error.to_string()))?;
         }
         let now = self.now()?;
-        match &self.link {
-            Link::Server(connection) => {
-                self.decide_on_server(connection, counters, global_shadow, now)
-                    .await
-            }
-            Link::Cluster(cluster) => {
-                self.decide_on_cluster(cluster, counters, global_shadow, now)
-                    .await
+        if let Link::Cluster(_) = &self.link {
+            let groups = slot_groups(counters, &self.keys);
+            if groups.len() > 1 {
+                return self
+                    .decide_in_groups(counters, &groups, global_shadow, now)
+                    .await;
             }
         }
-    }
-
-    async fn decide_on_server(
-        &self,
-        connection: &Connection,
-        counters: &[Counter],
-        global_shadow: bool,
-        now: Now,
-    ) -> Result<Decided, StoreError> {
-        let call = build_call(counters, global_shadow, now, |counter| {
-            self.keys.key_of(counter)
-        });
-        let reply = connection.invoke(&self.script, &call, self.timeout).await?;
-        parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
+        self.decide_in_one_call(counters, global_shadow, now).await
     }
 
     /// One call per slot group, all at once; `slot.rs` says what holds across groups. A group
     /// that fails fails the request, though groups that answered may have charged.
-    async fn decide_on_cluster(
+    async fn decide_in_groups(
         &self,
-        cluster: &ClusterLink,
         counters: &[Counter],
+        groups: &[Vec<usize>],
         global_shadow: bool,
         now: Now,
     ) -> Result<Decided, StoreError> {
-        let groups = slot_groups(counters, &self.keys);
-        if groups.len() == 1 {
-            return self
-                .decide_group(cluster, counters, global_shadow, now)
-                .await;
-        }
         let calls = groups.iter().map(|positions| async move {
             let group = slot::group_counters(counters, positions);
-            self.decide_group(cluster, &group, global_shadow, now).await
+            self.decide_in_one_call(&group, global_shadow, now).await
         });
         let answers = futures_util::future::try_join_all(calls).await?;
-        slot::merge(counters.len(), &groups, answers)
-            .map_err(|error| unavailable(error.to_string()))
+        slot::merge(counters.len(), groups, answers).map_err(|error| unavailable(error.to_string()))
     }
 
-    async fn decide_group(
+    /// One script call for all of `counters`: on the server, or on the cluster node that
+    /// serves their one slot.
+    async fn decide_in_one_call(
         &self,
-        cluster: &ClusterLink,
         counters: &[Counter],
         global_shadow: bool,
         now: Now,
@@ -544,7 +523,12 @@ impl RedisStore {
         let call = build_call(counters, global_shadow, now, |counter| {
             self.keys.key_of(counter)
         });
-        let reply: Vec<i64> = cluster.invoke(&self.script, &call, self.timeout).await?;
+        let reply = match &self.link {
+            Link::Server(connection) => {
+                connection.invoke(&self.script, &call, self.timeout).await?
+            }
+            Link::Cluster(cluster) => cluster.invoke(&self.script, &call, self.timeout).await?,
+        };
         parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
     }
 }
@@ -566,6 +550,7 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::load_valid;
 
     #[test]
     fn bare_addresses_and_paths_become_urls() {
@@ -618,19 +603,13 @@ mod tests {
 
     #[test]
     fn limits_beyond_the_bounds_are_listed_by_rule() {
-        use crate::core::config::{load, LoadOptions, SourceFile};
         let yaml = "domain: d\n\
                     descriptors:\n\
                     \x20 - key: ok\n\
                     \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 104249}\n\
                     \x20 - key: big\n\
                     \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 200000}\n";
-        let files = [SourceFile {
-            name: "d.yaml".to_owned(),
-            text: yaml.to_owned(),
-        }];
-        let rules = load(&files, &LoadOptions::default()).expect("a valid configuration");
-        let unsupported = unsupported_limits(&rules);
+        let unsupported = unsupported_limits(&load_valid("d.yaml", yaml));
         assert_eq!(unsupported.len(), 1, "{unsupported:?}");
         assert_eq!(unsupported[0].rule_path, "d.big");
         assert!(unsupported[0]
@@ -640,7 +619,6 @@ mod tests {
 
     #[test]
     fn an_adaptive_rule_is_checked_at_its_max() {
-        use crate::core::config::{load, LoadOptions, SourceFile};
         let rule = |max: u32| {
             format!(
                 "domain: d\n\
@@ -650,14 +628,7 @@ mod tests {
                  \x20   adaptive: {{min: 10, max: {max}, slo: 250ms, signal_unit: ms, signal: {{pushed: p95}}}}\n"
             )
         };
-        let unsupported_at = |max: u32| {
-            let files = [SourceFile {
-                name: "d.yaml".to_owned(),
-                text: rule(max),
-            }];
-            let rules = load(&files, &LoadOptions::default()).expect("a valid configuration");
-            unsupported_limits(&rules)
-        };
+        let unsupported_at = |max: u32| unsupported_limits(&load_valid("d.yaml", &rule(max)));
         assert!(unsupported_at(100_000).is_empty());
         let unsupported = unsupported_at(200_000);
         assert_eq!(unsupported.len(), 1, "{unsupported:?}");
