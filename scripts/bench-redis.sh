@@ -15,6 +15,9 @@
 #     (not the 25 ms default: at saturation on 2 shared cores some decisions miss 25 ms, five
 #     in a row open the circuit breaker, and fast failures would then count as throughput)
 #   BENCH_PIPELINE     redis-benchmark -P for the pipelined run       [16]
+#   BENCH_WORKER_THREADS  floodgate --worker-threads                  [1]
+#     (redis-server and the load generator need the other core; with one thread per core
+#     floodgate spent ~20 % more CPU per decision here, on wake-ups across threads)
 #   BENCH_OUT          the report                                     [docs/benchmarks-redis.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ KEYS="${BENCH_KEYS:-10000}"
 REQUESTS="${BENCH_REQUESTS:-100000}"
 REDIS_TIMEOUT_MS="${BENCH_REDIS_TIMEOUT_MS:-100}"
 PIPELINE="${BENCH_PIPELINE:-16}"
+WORKER_THREADS="${BENCH_WORKER_THREADS:-1}"
 OUT="${BENCH_OUT:-docs/benchmarks-redis.md}"
 # High enough that no counter is ever over: every decision writes, as most real ones do.
 LIMIT=1000000
@@ -35,7 +39,8 @@ die() { echo "bench-redis: $*" >&2; exit 1; }
 for tool in python3 redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null || die "$tool is needed"
 done
-for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$REDIS_TIMEOUT_MS"; do
+for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$REDIS_TIMEOUT_MS" \
+  "$WORKER_THREADS"; do
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 
@@ -62,6 +67,7 @@ descriptors:
 EOF
 RUST_LOG=warn "$BIN/floodgate" serve --config "$WORK/config" --store redis \
   --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout-ms "$REDIS_TIMEOUT_MS" \
+  --worker-threads "$WORKER_THREADS" \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
 FLOODGATE_PID=$!
@@ -104,11 +110,13 @@ RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.jso
 loadgen half --rate "$RATE"
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
 
-# The same decisions from h2load, a load generator in C that costs the shared CPUs about as
-# little as redis-benchmark does: one gRPC request body (one counter), CLIENTS connections with
-# one call in flight each, like redis-benchmark's clients. The rate counted is floodgate's own
-# admitted decisions (a gRPC error would still be HTTP 200 to h2load).
-h2load_run() {
+# The same decisions from h2load, a load generator in C that costs the shared CPUs far less
+# than loadgen: one gRPC request body (one counter), CLIENTS calls in flight laid out two ways:
+# CLIENTS connections with one call each (like redis-benchmark's clients), and CLIENTS/10
+# connections with 10 calls each (how Envoy calls a rate-limit service: one HTTP/2 connection
+# per worker thread, many calls on each). The rate counted is floodgate's own admitted
+# decisions (a gRPC error would still be HTTP 200 to h2load).
+h2load_request() {
   python3 - "$WORK/request.grpc" <<'PY'
 import sys
 def varint(n):
@@ -126,15 +134,21 @@ descriptor = field(1, entry("generic_key", "api")) + field(1, entry("client_id",
 request = field(1, b"edge") + field(2, descriptor) + bytes([3 << 3, 1])  # hits_addend: 1
 open(sys.argv[1], "wb").write(b"\0" + len(request).to_bytes(4, "big") + request)
 PY
-  echo "bench-redis: floodgate, h2load" >&2
-  with_cpu h2load h2load -D "$SECONDS_PER_RUN" -c "$CLIENTS" -m 1 -d "$WORK/request.grpc" \
+}
+h2load_run() { # NAME CONNECTIONS STREAMS-PER-CONNECTION
+  echo "bench-redis: floodgate, h2load -c $2 -m $3" >&2
+  with_cpu "$1" h2load -D "$SECONDS_PER_RUN" -c "$2" -m "$3" -d "$WORK/request.grpc" \
     -H 'content-type: application/grpc' -H 'te: trailers' \
     "http://127.0.0.1:$GRPC_PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
-    >"$WORK/h2load.txt" 2>&1 || die "h2load failed: $(tail -3 "$WORK/h2load.txt")"
-  sed 's/^/    /' "$WORK/h2load.txt" | grep -E 'finished in|requests:|status codes' >&2 || true
+    >"$WORK/$1.txt" 2>&1 || die "h2load failed: $(tail -3 "$WORK/$1.txt")"
+  sed 's/^/    /' "$WORK/$1.txt" | grep -E 'finished in|requests:|status codes' >&2 || true
 }
+H2_STREAMS=$((CLIENTS >= 10 ? 10 : 1))
+H2_CONNECTIONS=$(((CLIENTS + H2_STREAMS - 1) / H2_STREAMS))
 if command -v h2load >/dev/null; then
-  h2load_run
+  h2load_request
+  h2load_run h2load-flat "$CLIENTS" 1
+  h2load_run h2load-envoy "$H2_CONNECTIONS" "$H2_STREAMS"
 else
   echo "bench-redis: h2load not found (Debian: apt-get install nghttp2-client); its row is skipped" >&2
 fi
@@ -171,7 +185,8 @@ BENCH_WORK="$WORK" BENCH_COMMIT="$COMMIT" BENCH_CPU="${CPU_MODEL:-$(uname -m)}" 
 BENCH_NPROC="$(nproc)" BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" \
 BENCH_REDIS="$(redis-server --version | awk '{print $3}')" BENCH_CLIENTS="$CLIENTS" \
 BENCH_KEYS="$KEYS" BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_PIPELINE="$PIPELINE" \
-BENCH_RATE="$RATE" BENCH_LIMIT="$LIMIT" BENCH_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
+BENCH_RATE="$RATE" BENCH_LIMIT="$LIMIT" BENCH_H2_CONNECTIONS="$H2_CONNECTIONS" \
+BENCH_H2_STREAMS="$H2_STREAMS" BENCH_WORKER_THREADS="$WORKER_THREADS" BENCH_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
 BENCH_BREAKER_OPENED="$(grep -c 'Redis circuit open' "$WORK/floodgate.log" || true)" \
 python3 - "$OUT" <<'EOF'
 import csv, json, os, sys
@@ -206,14 +221,14 @@ def cpu(name):
     return redis1 - redis0, floodgate1 - floodgate0, int(admitted1 - admitted0)
 
 
-def h2load():
-    """floodgate's decisions/s under h2load, or None when it did not run."""
-    used = cpu("h2load")
+def h2load(name):
+    """floodgate's decisions/s under h2load run NAME, or None when it did not run."""
+    used = cpu(name)
     return None if used is None else used[2] / int(env["BENCH_SECONDS"])
 
 
 peak, half = loadgen("peak"), loadgen("half")
-h2 = h2load()
+h2_flat, h2_envoy = h2load("h2load-flat"), h2load("h2load-envoy")
 plain, piped = bench("evalsha"), bench("evalsha-pipelined")
 plain_rps, piped_rps = float(plain["rps"]), float(piped["rps"])
 lines = []
@@ -229,7 +244,7 @@ w("- **everything shares these CPUs**: redis-server, floodgate and loadgen (or "
 w(f"- one decision = **one round trip** to Redis: one `EVALSHA` of the store's script "
   f"(a fixed window of {int(env['BENCH_LIMIT']):,} per minute, so every call is admitted and "
   "writes its counter).")
-w(f"- floodgate: `--store redis`, loadgen over gRPC with {env['BENCH_CLIENTS']} requests in "
+w(f"- floodgate: `--store redis --worker-threads {env['BENCH_WORKER_THREADS']}`, loadgen over gRPC with {env['BENCH_CLIENTS']} requests in "
   f"flight, `{{key}}` from {int(env['BENCH_KEYS']):,} values, {env['BENCH_SECONDS']} s per run.")
 w(f"- redis-benchmark: {env['BENCH_CLIENTS']} clients, the same script loaded with `SCRIPT "
   "LOAD`, the same keys and arguments as the store sends (`examples/redis_script.rs`), key "
@@ -239,10 +254,14 @@ w("| what | calls/s | ratio: floodgate ÷ this | errors |")
 w("|---|--:|--:|--:|")
 w(f"| floodgate decisions (closed loop, {env['BENCH_CLIENTS']} in flight) | "
   f"{peak['achieved_rps']:,.0f} | 1.00 | {peak['error']:,} |")
-if h2:
-    w(f"| floodgate decisions under h2load ({env['BENCH_CLIENTS']} connections, 1 call in "
-      f"flight each) | {h2:,.0f} | {h2 / plain_rps:.2f} of redis-benchmark "
-      "without pipelining | |")
+for rate, layout in [
+    (h2_flat, f"{env['BENCH_CLIENTS']} connections × 1 call"),
+    (h2_envoy, f"{env['BENCH_H2_CONNECTIONS']} connections × {env['BENCH_H2_STREAMS']} calls, "
+     "as Envoy connects"),
+]:
+    if rate:
+        w(f"| floodgate decisions under h2load ({layout}) | {rate:,.0f} | "
+          f"{rate / plain_rps:.2f} of redis-benchmark without pipelining | |")
 w(f"| redis-benchmark EVALSHA, no pipelining | {plain_rps:,.0f} | "
   f"{peak['achieved_rps'] / plain_rps:.2f} | |")
 w(f"| redis-benchmark EVALSHA, `-P {env['BENCH_PIPELINE']}` | {piped_rps:,.0f} | "
@@ -254,17 +273,19 @@ w("**Who uses the CPUs.** Two cores serve redis-server, floodgate and the load g
 w("")
 w("| run | decisions | redis-server µs/decision | floodgate µs/decision |")
 w("|---|--:|--:|--:|")
-for label, name in [("loadgen (Rust, tonic)", "peak"), ("h2load (C, nghttp2)", "h2load")]:
+for label, name in [("loadgen (Rust, tonic)", "peak"), ("h2load, 1 call per connection", "h2load-flat"),
+                    ("h2load, as Envoy connects", "h2load-envoy")]:
     used = cpu(name)
     if used and used[2]:
         redis_s, floodgate_s, decisions = used
         w(f"| {label} | {decisions:,} | {redis_s / decisions * 1e6:,.1f} | "
           f"{floodgate_s / decisions * 1e6:,.1f} |")
 w("")
-w("The issue's target compares floodgate with redis-benchmark without pipelining: the h2load "
-  "row is that comparison with a client as light as redis-benchmark's (one counter rather "
-  "than the loadgen's spread of keys, which costs Redis the same GET and SET); the loadgen "
-  "row also carries the Rust gRPC client's own CPU on the same two cores.")
+w("The h2load rows compare floodgate with redis-benchmark using a client closer to "
+  "redis-benchmark's cost (one counter rather than the loadgen's spread of keys, which costs "
+  "Redis the same GET and SET); the loadgen row also carries the Rust gRPC client's own CPU "
+  "on the same two cores. Whatever the client leaves of the two cores is shared by "
+  "redis-server and floodgate.")
 w("")
 w(f"floodgate ran with `--redis-timeout-ms {env['BENCH_REDIS_TIMEOUT_MS']}`; *errors* are "
   "decisions that missed that deadline (gRPC UNAVAILABLE under the default failure policy "

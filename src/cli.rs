@@ -26,11 +26,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve Envoy's RateLimitService over gRPC, plus HTTP and debug ports.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check configuration files: print every problem (exit 1) or a summary (exit 0).
     Validate(ValidateArgs),
     /// Ask a running floodgate about one request and print each descriptor's status.
-    Check(CheckArgs),
+    Check(Box<CheckArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -257,6 +257,11 @@ pub struct ServeArgs {
     /// accepting and let calls in flight finish.
     #[arg(long, env = "FLOODGATE_DRAIN_SECONDS", default_value_t = 0)]
     pub drain_seconds: u64,
+    /// Threads that serve calls [default: one per CPU, or TOKIO_WORKER_THREADS]. Where
+    /// floodgate shares few CPUs with Redis, fewer threads cost less per decision (fewer
+    /// wake-ups across threads): see docs/benchmarks-redis.md.
+    #[arg(long, env = "FLOODGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
     /// Most ShouldRateLimit calls (gRPC) arrived and not yet answered; beyond it a call gets
     /// --overload-answer at once instead of waiting in a queue. 0 refuses every call (a drill).
     #[arg(long, env = "FLOODGATE_MAX_IN_FLIGHT", default_value_t = crate::server::admission::DEFAULT_MAX_IN_FLIGHT)]

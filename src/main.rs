@@ -7,10 +7,13 @@ use floodgate::telemetry;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(args) = &cli.command {
+        if let Some(threads) = args.worker_threads {
+            builder.worker_threads(usize::from(threads));
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cannot start the async runtime: {error}");
@@ -30,7 +33,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Serve(args) => match runtime.block_on(app::serve(args)) {
+        Command::Serve(args) => match runtime.block_on(app::serve(*args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!("{error}");
@@ -39,7 +42,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate(args) => app::validate(args),
-        Command::Check(args) => runtime.block_on(app::check(args)),
+        Command::Check(args) => runtime.block_on(app::check(*args)),
     };
     // Outside `block_on`, with the runtime still running the exporter's connection.
     telemetry.shutdown();

@@ -293,3 +293,26 @@ fn bad_flag_values_are_refused_at_start() {
         "stderr: {stderr}"
     );
 }
+
+#[test]
+fn one_worker_thread_decides_concurrent_calls() {
+    // --worker-threads 1 (docs/benchmarks-redis.md): every call is still decided, none waits
+    // on another (nothing in the call path may block the only worker).
+    let (_temp, server) = start(&["--worker-threads", "1"]);
+    let (decided, shed) = runtime().block_on(burst(&server, 4, 25));
+    assert_eq!((decided, shed), (100, 0));
+}
+
+#[test]
+fn zero_worker_threads_are_refused_at_start() {
+    let output = std::process::Command::new(common::floodgate_bin())
+        .args(["serve", "--config", "/nonexistent", "--worker-threads", "0"])
+        .output()
+        .unwrap_or_else(|error| panic!("run floodgate: {error}"));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("invalid value '0' for '--worker-threads"),
+        "stderr: {stderr}"
+    );
+}
