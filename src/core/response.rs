@@ -146,8 +146,9 @@ fn status_of(
 }
 
 /// The counter that answers for a descriptor: a refusing one before an admitting one, then the
-/// least budget left for the descriptor's class.
-fn deciding_counter<'p>(
+/// least budget left for the descriptor's class. Metrics name its algorithm
+/// (`telemetry::record::deciding_algorithm`), so they and the answer agree.
+pub fn deciding_counter<'p>(
     plan: &'p Plan<'_>,
     counters: &std::ops::Range<usize>,
     outcomes: &'p [CounterOutcome],

@@ -12,7 +12,7 @@ use super::near_limit::{near_limit_hits, threshold};
 use crate::core::algorithm::{Algorithm, Hits};
 use crate::core::plan::{DescriptorPlan, LimitSource, Plan};
 use crate::core::request::Request;
-use crate::core::response::{Code, DescriptorStatus, Response};
+use crate::core::response::{deciding_counter, Code, DescriptorStatus, Response};
 use crate::core::rules::{DomainRules, MatchedLevel, Rule, RuleSet};
 use crate::store::Decided;
 
@@ -145,11 +145,7 @@ pub fn deciding_algorithm(plan: &Plan<'_>, decided: &Decided, index: usize) -> O
     let DescriptorPlan::Limited { counters, .. } = plan.descriptors.get(index)? else {
         return None;
     };
-    counters
-        .clone()
-        .filter_map(|i| Some((plan.counters.get(i)?, decided.outcomes.get(i)?)))
-        .min_by_key(|(_, outcome)| (outcome.admitted, outcome.snapshot.remaining))
-        .map(|(counter, _)| counter.quota.algorithm)
+    deciding_counter(plan, counters, &decided.outcomes).map(|(counter, _)| counter.quota.algorithm)
 }
 
 /// `detailed_metric`'s label, as the reference builds its stats key: the domain, then per
