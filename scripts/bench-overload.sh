@@ -15,6 +15,8 @@
 #   BENCH_OVERLOAD_FACTOR   offered load / measured capacity       [4]
 #   BENCH_MAX_IN_FLIGHT     floodgate --max-in-flight when bounded [64]
 #   BENCH_CLIENT_IN_FLIGHT  loadgen's in-flight cap (open loop)    [256]
+#   BENCH_CALLER_BOUND      a third run, bounded, with loadgen holding at most this many
+#                           calls, as Envoy does with circuit_breakers max_requests [64]
 #   BENCH_CONNECTIONS       HTTP/2 connections                     [4]
 #   BENCH_OUT               the report                             [docs/benchmarks-overload.md]
 set -euo pipefail
@@ -27,6 +29,7 @@ SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
 FACTOR="${BENCH_OVERLOAD_FACTOR:-4}"
 MAX_IN_FLIGHT="${BENCH_MAX_IN_FLIGHT:-64}"
 CLIENT_IN_FLIGHT="${BENCH_CLIENT_IN_FLIGHT:-256}"
+CALLER_BOUND="${BENCH_CALLER_BOUND:-64}"
 CONNECTIONS="${BENCH_CONNECTIONS:-4}"
 OUT="${BENCH_OUT:-docs/benchmarks-overload.md}"
 # "Without the bound": larger than any in-flight count this load can reach.
@@ -40,6 +43,7 @@ command -v python3 >/dev/null || die "python3 is needed (free ports, the report)
 [[ "$FACTOR" =~ ^[1-9][0-9]?$ ]] || die "BENCH_OVERLOAD_FACTOR must be a whole number 1 to 99"
 [[ "$MAX_IN_FLIGHT" =~ ^[0-9]+$ ]] || die "BENCH_MAX_IN_FLIGHT must be a whole number"
 [[ "$CLIENT_IN_FLIGHT" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CLIENT_IN_FLIGHT must be a whole number"
+[[ "$CALLER_BOUND" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CALLER_BOUND must be a whole number"
 [ -e "$CONFIG_DIR" ] || die "no floodgate configuration at '$CONFIG_DIR' (set BENCH_CONFIG_DIR)"
 
 start_workspace bench-overload
@@ -64,13 +68,14 @@ loadgen() { # NAME LOADGEN-ARGS…
   sed 's/^/    /' "$WORK/$name.txt" >&2
 }
 
-# overload NAME MAX_IN_FLIGHT RATE: one open-loop run against a fresh server, with its memory.
+# overload NAME MAX_IN_FLIGHT RATE CLIENT_CAP: one open-loop run against a fresh server, with
+# its memory.
 overload() {
-  local name="$1" bound="$2" rate="$3" rss_before
-  echo "bench-overload: $name (--max-in-flight $bound) at $rate req/s" >&2
+  local name="$1" bound="$2" rate="$3" client_cap="$4" rss_before
+  echo "bench-overload: $name (--max-in-flight $bound, loadgen ≤ $client_cap) at $rate req/s" >&2
   start_server "$bound"
   rss_before="$(status_kib "$SERVER_PID" VmRSS)"
-  loadgen "$name" --rate "$rate" --duration "${SECONDS_PER_RUN}s" --concurrency "$CLIENT_IN_FLIGHT"
+  loadgen "$name" --rate "$rate" --duration "${SECONDS_PER_RUN}s" --concurrency "$client_cap"
   python3 - "$WORK/$name.json" "$rss_before" "$(status_kib "$SERVER_PID" VmRSS)" \
     "$(status_kib "$SERVER_PID" VmHWM)" "$METRICS_PORT" <<'EOF'
 import json, sys, urllib.request
@@ -98,14 +103,15 @@ stop_floodgate
 CAPACITY="$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["total"]["legit"]["achieved_rps"]))' "$WORK/capacity.json")"
 RATE=$((CAPACITY * FACTOR))
 
-overload bounded "$MAX_IN_FLIGHT" "$RATE"
-overload unbounded "$UNBOUNDED" "$RATE"
+overload bounded "$MAX_IN_FLIGHT" "$RATE" "$CLIENT_IN_FLIGHT"
+overload unbounded "$UNBOUNDED" "$RATE" "$CLIENT_IN_FLIGHT"
+overload caller-bounded "$MAX_IN_FLIGHT" "$RATE" "$CALLER_BOUND"
 
 BENCH_COMMIT="$(report_commit)" BENCH_RUSTC="$(rustc --version 2>/dev/null || echo unknown)" \
 python3 - "$WORK" "$OUT" "$FACTOR" "$MAX_IN_FLIGHT" "$CLIENT_IN_FLIGHT" "$CONNECTIONS" \
-  "$SECONDS_PER_RUN" "$DOMAIN" "$DESCRIPTOR" "$CONFIG_DIR" <<'EOF'
+  "$SECONDS_PER_RUN" "$DOMAIN" "$DESCRIPTOR" "$CONFIG_DIR" "$CALLER_BOUND" <<'EOF'
 import json, os, sys, time
-work, out, factor, bound, client_cap, connections, seconds, domain, descriptor, config = sys.argv[1:]
+work, out, factor, bound, client_cap, connections, seconds, domain, descriptor, config, caller_cap = sys.argv[1:]
 load = lambda name: json.load(open(f"{work}/{name}.json"))
 capacity = load("capacity")["total"]["legit"]
 commit, rustc = os.environ["BENCH_COMMIT"], os.environ["BENCH_RUSTC"]
@@ -125,7 +131,11 @@ lines = [
     "| floodgate | offered req/s | answered req/s | p50 µs | p99 µs | p99.9 µs | max µs | decided OK | OVER_LIMIT (shed included) | shed by floodgate | errors | client shed | RSS before KiB | RSS after KiB | RSS peak KiB |",
     "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
 ]
-for name, label in (("bounded", f"`--max-in-flight {bound}`"), ("unbounded", "no bound")):
+for name, label in (
+    ("bounded", f"`--max-in-flight {bound}`"),
+    ("unbounded", "no bound"),
+    ("caller-bounded", f"`--max-in-flight {bound}`, loadgen holding ≤ {caller_cap} calls"),
+):
     report = load(name)
     legit = report["total"]["legit"]
     rss = report["rss_kib"]
@@ -149,6 +159,10 @@ lines += [
     "(Redis) and keeps memory bounded; with Envoy, whose calls carry `grpc-timeout` (20 ms by default), calls "
     "that waited past it are answered DEADLINE_EXCEEDED without being decided (not exercised by loadgen, which "
     "sends no `grpc-timeout`).",
+    f"- the last row bounds the queue where it forms, at the caller: loadgen holds at most {caller_cap} calls "
+    "(as many as the capacity run), as an Envoy does whose rate-limit cluster sets `circuit_breakers` "
+    "`max_requests` (a call beyond it fails at once and `failure_mode_deny` decides). The due calls it "
+    "cannot send are *client shed*, answered by Envoy in a real deployment, never queued.",
     "- the load generator shares the server's cores: its own scheduling delay is part of every figure, and an "
     "offered rate it cannot send shows as *client shed*.",
     "",
