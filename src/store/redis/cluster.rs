@@ -136,13 +136,7 @@ impl ClusterLink {
         call: &Call,
         deadline: Duration,
     ) -> Result<Vec<i64>, StoreError> {
-        let mut invocation = script.prepare_invoke();
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
+        let invocation = call.invocation(script);
         let mut connection = self.connection.clone();
         self.within(deadline, invocation.invoke_async(&mut connection))
             .await

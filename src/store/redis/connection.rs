@@ -224,13 +224,7 @@ impl Connection {
         deadline: Duration,
     ) -> Result<Vec<i64>, StoreError> {
         let (server, mut manager) = self.shared.pick();
-        let mut invocation = script.prepare_invoke();
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
+        let invocation = call.invocation(script);
         let result = self
             .shared
             .within(&server, deadline, invocation.invoke_async(&mut manager))

@@ -117,6 +117,21 @@ pub struct Call {
     pub args: Vec<String>,
 }
 
+impl Call {
+    /// `script` with these keys and arguments, ready for `invoke_async` (`EVALSHA`, and
+    /// `SCRIPT LOAD` again on `NOSCRIPT`).
+    pub(super) fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+}
+
 /// Where "now" comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Now {
