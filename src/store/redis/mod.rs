@@ -141,9 +141,9 @@ const TEST_CLOCK_EXTRA_TTL_MS: u64 = 10 * 60 * 1000;
 /// How to reach Redis and how to lay out keys there.
 #[derive(Clone)]
 pub struct RedisOptions {
-    /// `redis://[[user]:password@]host[:port][/db]`, `unix:///path/to/socket[?db=N]`, or a bare
-    /// `host:port` or socket path as envoyproxy/ratelimit's `REDIS_URL` gives it. (`rediss://`
-    /// needs the `redis` crate's TLS feature, which is not enabled.)
+    /// `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS, see `tls`),
+    /// `unix:///path/to/socket[?db=N]`, or a bare `host:port` or socket path as
+    /// envoyproxy/ratelimit's `REDIS_URL` gives it (Sentinel and Cluster: see `sentinel`, `cluster`).
     pub url: String,
     /// `password` or `user:password` (envoyproxy/ratelimit's `REDIS_AUTH`); used when the
     /// URL carries no credentials.
