@@ -14,12 +14,11 @@ mod rls;
 mod testca;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use floodgate::proto::rate_limit_response::Code;
 
-use common::{free_port, subdir, Floodgate, Running};
+use common::{subdir, Floodgate, Running};
 use redis_support::{scan_keys, store_flags, RedisServer};
 use testca::TestCa;
 
@@ -94,14 +93,10 @@ impl Files {
 
 /// Runs `floodgate serve` that must stop at start; returns what it printed.
 fn refused_start(files: &Files, name: &str, extra: &[&str]) -> String {
-    let mut command = Command::new(common::floodgate_bin());
+    let (mut command, _) = common::serve_command();
     command
-        .arg("serve")
         .arg("--config")
         .arg(files.config())
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--store", "redis"])
         .args(extra);
     let mut floodgate = Running::spawn("floodgate", &mut command, &files.log_dir(name));

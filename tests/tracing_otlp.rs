@@ -10,10 +10,9 @@ mod otlp;
 mod rls;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{floodgate_bin, free_port, tempdir, wait_for_port, Running};
+use common::{serve_command, tempdir, wait_for_port, Running};
 use otlp::{OtlpReceiver, ReceivedSpan};
 use tonic::metadata::MetadataValue;
 
@@ -42,18 +41,10 @@ struct Traced {
 fn start(dir: &Path, receiver: &OtlpReceiver, extra: &[&str], env: &[(&str, &str)]) -> Traced {
     let config = dir.join("edge.yaml");
     std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("cannot write rules: {error}"));
-    let (grpc_port, http_port, debug_port) = (free_port(), free_port(), free_port());
-    let mut command = Command::new(floodgate_bin());
+    let (mut command, (grpc_port, _, _)) = serve_command();
     command
-        .arg("serve")
         .arg("--config")
         .arg(&config)
-        .arg("--grpc-addr")
-        .arg(format!("127.0.0.1:{grpc_port}"))
-        .arg("--http-addr")
-        .arg(format!("127.0.0.1:{http_port}"))
-        .arg("--metrics-addr")
-        .arg(format!("127.0.0.1:{debug_port}"))
         .arg("--otlp-endpoint")
         .arg(receiver.endpoint())
         .args(extra)

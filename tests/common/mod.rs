@@ -153,6 +153,22 @@ pub struct Floodgate {
     pub debug_port: u16,
 }
 
+/// `floodgate serve` with its gRPC, HTTP and debug listeners on free loopback ports (returned in
+/// that order); the caller adds the rest of the command line and the environment.
+pub fn serve_command() -> (Command, (u16, u16, u16)) {
+    let ports = (free_port(), free_port(), free_port());
+    let mut command = Command::new(floodgate_bin());
+    command
+        .arg("serve")
+        .arg("--grpc-addr")
+        .arg(format!("127.0.0.1:{}", ports.0))
+        .arg("--http-addr")
+        .arg(format!("127.0.0.1:{}", ports.1))
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{}", ports.2));
+    (command, ports)
+}
+
 impl Floodgate {
     /// Starts `floodgate serve --config <config>` plus `extra` flags on free ports.
     pub fn start(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
@@ -166,18 +182,10 @@ impl Floodgate {
         env: &[(&str, &str)],
         log_dir: &Path,
     ) -> Floodgate {
-        let (grpc_port, http_port, debug_port) = (free_port(), free_port(), free_port());
-        let mut command = Command::new(floodgate_bin());
+        let (mut command, (grpc_port, http_port, debug_port)) = serve_command();
         command
-            .arg("serve")
             .arg("--config")
             .arg(config)
-            .arg("--grpc-addr")
-            .arg(format!("127.0.0.1:{grpc_port}"))
-            .arg("--http-addr")
-            .arg(format!("127.0.0.1:{http_port}"))
-            .arg("--metrics-addr")
-            .arg(format!("127.0.0.1:{debug_port}"))
             .args(extra)
             .env("LOG_LEVEL", "debug")
             .envs(env.iter().copied());

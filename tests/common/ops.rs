@@ -42,22 +42,8 @@ impl Server {
 /// Starts `floodgate serve` with `args` (nothing else but the three listen addresses on free
 /// loopback ports) and `env` (LOG_LEVEL is info unless `env` says otherwise).
 pub fn start(args: &[&str], env: &[(&str, &str)], log_dir: &Path) -> Server {
-    let (grpc_port, http_port, debug_port) = (
-        common::free_port(),
-        common::free_port(),
-        common::free_port(),
-    );
-    let mut command = Command::new(common::floodgate_bin());
-    command
-        .arg("serve")
-        .args(args)
-        .arg("--grpc-addr")
-        .arg(format!("127.0.0.1:{grpc_port}"))
-        .arg("--http-addr")
-        .arg(format!("127.0.0.1:{http_port}"))
-        .arg("--metrics-addr")
-        .arg(format!("127.0.0.1:{debug_port}"))
-        .env("LOG_LEVEL", "info");
+    let (mut command, (grpc_port, http_port, debug_port)) = common::serve_command();
+    command.args(args).env("LOG_LEVEL", "info");
     for name in [
         "FLOODGATE_CONFIG",
         "RUNTIME_ROOT",
