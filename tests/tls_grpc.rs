@@ -49,6 +49,22 @@ fn files(server: &Pair) -> Files {
     }
 }
 
+impl Files {
+    /// floodgate serving these rules over TLS with this certificate and key, plus `extra`.
+    fn serve_tls(&self, extra: &[&str]) -> Server {
+        let mut args = vec![
+            "--config",
+            &self.rules,
+            "--grpc-tls-cert",
+            &self.cert,
+            "--grpc-tls-key",
+            &self.key,
+        ];
+        args.extend_from_slice(extra);
+        ops::start(&args, &[], &self.dir)
+    }
+}
+
 /// A TLS channel to the server trusting `ca`, optionally with a client certificate.
 async fn channel(server: &Server, ca: &TestCa, identity: Option<&Pair>) -> Result<Channel, String> {
     let mut tls = ClientTlsConfig::new()
@@ -116,18 +132,7 @@ fn check_health(args: &[&str]) -> (Option<i32>, String) {
 fn tls_is_served_and_a_rotated_certificate_reaches_new_connections() {
     let (first_ca, second_ca) = (TestCa::new("first CA"), TestCa::new("second CA"));
     let files = files(&first_ca.server());
-    let server = ops::start(
-        &[
-            "--config",
-            &files.rules,
-            "--grpc-tls-cert",
-            &files.cert,
-            "--grpc-tls-key",
-            &files.key,
-        ],
-        &[],
-        &files.dir,
-    );
+    let server = files.serve_tls(&[]);
     assert!(new_connection_works(&server, &first_ca, None));
     assert!(!plain_text_works(&server), "plain text must be refused");
     assert!(!new_connection_works(&server, &second_ca, None));
@@ -169,18 +174,7 @@ fn tls_is_served_and_a_rotated_certificate_reaches_new_connections() {
 fn a_broken_rotation_keeps_the_previous_certificate() {
     let ca = TestCa::new("CA");
     let files = files(&ca.server());
-    let server = ops::start(
-        &[
-            "--config",
-            &files.rules,
-            "--grpc-tls-cert",
-            &files.cert,
-            "--grpc-tls-key",
-            &files.key,
-        ],
-        &[],
-        &files.dir,
-    );
+    let server = files.serve_tls(&[]);
     ops::write_atomically(Path::new(&files.cert), b"not a certificate");
     ops::wait_for(Duration::from_secs(3), "the error is logged", || {
         server
@@ -207,20 +201,7 @@ fn mutual_tls_refuses_clients_without_a_trusted_certificate() {
     let client_ca = files.dir.join("tls/client-ca.pem");
     write(&client_ca, &ca.pem());
     let client_ca = client_ca.display().to_string();
-    let server = ops::start(
-        &[
-            "--config",
-            &files.rules,
-            "--grpc-tls-cert",
-            &files.cert,
-            "--grpc-tls-key",
-            &files.key,
-            "--grpc-tls-client-ca",
-            &client_ca,
-        ],
-        &[],
-        &files.dir,
-    );
+    let server = files.serve_tls(&["--grpc-tls-client-ca", &client_ca]);
     let envoy = ca.client("envoy");
     assert!(new_connection_works(&server, &ca, Some(&envoy)));
     assert!(
