@@ -13,7 +13,7 @@ use floodgate::core::verdict::Role;
 use floodgate::store::redis::{RedisOptions, RedisStore};
 use floodgate::store::{Store, StoreError};
 
-use redis_support::{counter, free_port, identity, RedisServer};
+use redis_support::{connect_url, counter, free_port, identity, RedisServer};
 
 const ADMIN_PASSWORD: &str = "admin-Secret-4711";
 const USER_PASSWORD: &str = "floodgate-Pa55-0815";
@@ -40,15 +40,7 @@ const LEAST_COMMANDS: &[&str] = &[
 /// A server with a default-user password and an ACL user `limiter` with the least it needs.
 async fn server_with_acl() -> RedisServer {
     let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
-    let client = redis::Client::open(format!(
-        "redis://:{ADMIN_PASSWORD}@127.0.0.1:{}/0",
-        server.port()
-    ))
-    .unwrap_or_else(|error| panic!("bad URL: {error}"));
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect as admin: {error}"));
+    let mut admin = admin_connection(&server, 0).await;
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("limiter")
@@ -64,16 +56,14 @@ async fn server_with_acl() -> RedisServer {
     server
 }
 
+/// A connection to database `db` as the default user.
+async fn admin_connection(server: &RedisServer, db: u8) -> redis::aio::MultiplexedConnection {
+    let url = format!("redis://:{ADMIN_PASSWORD}@127.0.0.1:{}/{db}", server.port());
+    connect_url(&url, "connect as admin").await
+}
+
 async fn keys_in_db(server: &RedisServer, db: u8) -> i64 {
-    let client = redis::Client::open(format!(
-        "redis://:{ADMIN_PASSWORD}@127.0.0.1:{}/{db}",
-        server.port()
-    ))
-    .unwrap_or_else(|error| panic!("bad URL: {error}"));
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|error| panic!("cannot connect as admin: {error}"));
+    let mut admin = admin_connection(server, db).await;
     redis::cmd("DBSIZE")
         .query_async(&mut admin)
         .await

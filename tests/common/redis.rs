@@ -654,7 +654,7 @@ pub async fn connect_to(port: u16) -> redis::aio::MultiplexedConnection {
 }
 
 /// A connection to `url`; panics saying it could not `what` (e.g. "reach the sentinel").
-async fn connect_url(url: &str, what: &str) -> redis::aio::MultiplexedConnection {
+pub async fn connect_url(url: &str, what: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).unwrap_or_else(|error| panic!("bad URL {url}: {error}"));
     client
         .get_multiplexed_async_connection()
