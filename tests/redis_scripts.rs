@@ -121,13 +121,7 @@ async fn script_flush_mid_run_fails_no_call_and_loses_no_count() {
                 .query_async(&mut inspector)
                 .await
                 .unwrap_or_else(|error| panic!("SCRIPT FLUSH failed: {error}"));
-            let loaded: Vec<bool> = redis::cmd("SCRIPT")
-                .arg("EXISTS")
-                .arg(store.script_sha())
-                .query_async(&mut inspector)
-                .await
-                .unwrap_or_else(|error| panic!("SCRIPT EXISTS failed: {error}"));
-            assert_eq!(loaded, [false]);
+            assert!(!script_loaded(&mut inspector, store.script_sha()).await);
         }
         clock.advance(37_000);
         let counters = request_over_every_algorithm(step % 4);
@@ -137,13 +131,24 @@ async fn script_flush_mid_run_fails_no_call_and_loses_no_count() {
             .unwrap_or_else(|error| panic!("step {step}: {error}"));
         assert_eq!(got, memory.decide_now(&counters, false), "step {step}");
     }
+    assert!(
+        script_loaded(&mut inspector, store.script_sha()).await,
+        "the script was loaded again"
+    );
+}
+
+/// Whether Redis holds the script whose SHA-1 is `sha` (`SCRIPT EXISTS`).
+async fn script_loaded(inspector: &mut redis::aio::MultiplexedConnection, sha: &str) -> bool {
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(store.script_sha())
-        .query_async(&mut inspector)
+        .arg(sha)
+        .query_async(inspector)
         .await
         .unwrap_or_else(|error| panic!("SCRIPT EXISTS failed: {error}"));
-    assert_eq!(loaded, [true], "the script was loaded again");
+    match loaded.as_slice() {
+        [exists] => *exists,
+        other => panic!("SCRIPT EXISTS of one script answered {other:?}"),
+    }
 }
 
 #[tokio::test]
