@@ -50,6 +50,15 @@ pub enum CheckError {
     Location(#[from] Box<crate::app::AppError>),
 }
 
+impl From<tonic::Status> for CheckError {
+    fn from(status: tonic::Status) -> Self {
+        CheckError::Call {
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
 /// What a check found; `app::check` turns it into the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckOutcome {
@@ -107,14 +116,7 @@ async fn ask(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
         descriptors,
         hits_addend: 0,
     };
-    let response = client
-        .should_rate_limit(request)
-        .await
-        .map_err(|status| CheckError::Call {
-            code: status.code(),
-            message: status.message().to_owned(),
-        })?
-        .into_inner();
+    let response = client.should_rate_limit(request).await?.into_inner();
     for (index, (text, status)) in args.descriptors.iter().zip(&response.statuses).enumerate() {
         println!("descriptor {index} [{text}]: {}", describe_status(status));
     }
@@ -137,11 +139,7 @@ async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
         .check(HealthCheckRequest {
             service: args.health_service.clone(),
         })
-        .await
-        .map_err(|status| CheckError::Call {
-            code: status.code(),
-            message: status.message().to_owned(),
-        })?
+        .await?
         .into_inner();
     let status = ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown);
     println!("{}", status.as_str_name());
