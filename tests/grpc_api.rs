@@ -1,14 +1,17 @@
 //! ShouldRateLimit over a real socket: the server from the library on port 0, a tonic client,
 //! and a manual clock so every number is exact.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::descriptor;
 use floodgate::core::config::{load, LoadOptions, SourceFile};
 use floodgate::core::headers::HeaderMode;
 use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
 use floodgate::limiter::{Limiter, LimiterSettings};
-use floodgate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use floodgate::proto::rate_limit_descriptor::RateLimitOverride;
 use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code, DescriptorStatus};
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
@@ -87,19 +90,6 @@ async fn start(settings: LimiterSettings) -> Server {
         clock,
         trigger,
         task,
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
     }
 }
 

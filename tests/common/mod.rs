@@ -153,6 +153,22 @@ pub struct Floodgate {
     pub debug_port: u16,
 }
 
+/// A ShouldRateLimit descriptor of `entries` (key, value), with no hits or limit of its own.
+pub fn descriptor(entries: &[(&str, &str)]) -> floodgate::proto::RateLimitDescriptor {
+    floodgate::proto::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(
+                |(key, value)| floodgate::proto::rate_limit_descriptor::Entry {
+                    key: (*key).to_owned(),
+                    value: (*value).to_owned(),
+                },
+            )
+            .collect(),
+        ..Default::default()
+    }
+}
+
 /// `floodgate serve` with its gRPC, HTTP and debug listeners on free loopback ports (returned in
 /// that order); the caller adds the rest of the command line and the environment.
 pub fn serve_command() -> (Command, (u16, u16, u16)) {

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use floodgate::proto::rate_limit_descriptor::Entry;
 use floodgate::proto::rate_limit_response::DescriptorStatus;
 use floodgate::proto::{RateLimitDescriptor, RateLimitRequest};
 
@@ -171,15 +170,8 @@ impl ConfigMapDir {
 
 pub fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
     RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
         hits_addend: hits,
-        ..RateLimitDescriptor::default()
+        ..common::descriptor(entries)
     }
 }
 

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use floodgate::proto::rate_limit_descriptor::Entry;
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
-use floodgate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use floodgate::proto::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Channel, Endpoint};
 
 /// How long one call may take before the test fails instead of hanging.
@@ -32,16 +31,7 @@ pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitReques
         domain: domain.to_owned(),
         descriptors: descriptors
             .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(key, value)| Entry {
-                        key: (*key).to_owned(),
-                        value: (*value).to_owned(),
-                    })
-                    .collect(),
-                ..RateLimitDescriptor::default()
-            })
+            .map(|entries| crate::common::descriptor(entries))
             .collect(),
         hits_addend: 0,
     }
