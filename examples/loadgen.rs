@@ -35,6 +35,8 @@ mod run;
 mod schedule;
 #[path = "loadgen/stats.rs"]
 mod stats;
+#[path = "loadgen/timer.rs"]
+mod timer;
 #[path = "loadgen/workload.rs"]
 mod workload;
 
@@ -77,6 +79,8 @@ struct JsonReport<'a> {
     label: &'a str,
     target: String,
     mode: &'static str,
+    /// Open loop only: how requests were spaced.
+    arrivals: Option<&'static str>,
     domain: &'a str,
     descriptors: Vec<&'a str>,
     /// The `--mix` classes as given (empty without a mix).
@@ -175,7 +179,8 @@ fn describe(args: &Args, uri: &str, plan: &Plan, mode: Mode) -> String {
     let load = match mode {
         Mode::Closed => format!("closed loop for {:.1}s", plan.total().as_secs_f64()),
         Mode::Open => format!(
-            "open loop, {} stage(s) over {:.1}s{}",
+            "open loop ({} arrivals), {} stage(s) over {:.1}s{}",
+            args.arrivals.name(),
             plan.stages.len(),
             plan.total().as_secs_f64(),
             args.bot_burst.map_or_else(String::new, |b| format!(
@@ -261,13 +266,15 @@ fn run(args: &Args) -> Result<(), String> {
         let body = async {
             run::warm_up(&shared, args.warmup).await;
             match mode {
-                Mode::Closed => run::closed_loop(&shared, plan.total(), args.concurrency).await,
-                Mode::Open => run::open_loop(&shared, &plan, bursts, args.concurrency).await,
+                Mode::Closed => Ok(run::closed_loop(&shared, plan.total(), args.concurrency).await),
+                Mode::Open => {
+                    run::open_loop(&shared, &plan, bursts, args.arrivals, args.concurrency).await
+                }
             }
         };
         let end: RunEnd = tokio::time::timeout(limit, body)
             .await
-            .map_err(|_| format!("the run overran its {:.0}s limit", limit.as_secs_f64()))?;
+            .map_err(|_| format!("the run overran its {:.0}s limit", limit.as_secs_f64()))??;
         Ok::<_, String>((end, shared))
     })?;
 
@@ -300,6 +307,7 @@ fn run(args: &Args) -> Result<(), String> {
             label: &args.label,
             target: uri.clone(),
             mode: mode.name(),
+            arrivals: (mode == Mode::Open).then(|| args.arrivals.name()),
             domain: &args.domain,
             descriptors: args.descriptors.iter().map(|d| d.source.as_str()).collect(),
             mix: args.mix.iter().map(|class| class.source.as_str()).collect(),

@@ -51,6 +51,11 @@ pub struct Args {
     #[arg(long, env = "LOADGEN_RATE", value_parser = parse_rate)]
     pub rate: Option<f64>,
 
+    /// How open-loop requests are spaced: `even` (exactly the target rate, one every
+    /// 1/rate) or `poisson` (independent arrivals at the target rate, as from many callers).
+    #[arg(long, env = "LOADGEN_ARRIVALS", value_enum, default_value_t = Arrivals::Even)]
+    pub arrivals: Arrivals,
+
     /// Closed loop at full --concurrency for --duration (peak throughput).
     #[arg(long, env = "LOADGEN_MAX_RATE")]
     pub max_rate: bool,
@@ -121,6 +126,22 @@ pub struct Args {
     /// A label copied into the JSON (e.g. the server's name).
     #[arg(long, default_value = "")]
     pub label: String,
+}
+
+/// `--arrivals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arrivals {
+    Even,
+    Poisson,
+}
+
+impl Arrivals {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Even => "even",
+            Self::Poisson => "poisson",
+        }
+    }
 }
 
 /// `--stages` (a newtype: clap would read `Option<Vec<_>>` as a repeated flag).

@@ -10,15 +10,14 @@ use floodgate::proto::RateLimitRequest;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::Semaphore;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::schedule::{Bursts, Plan};
+use crate::cli::Arrivals;
+use crate::schedule::{ArrivalClock, Bursts, Plan};
 use crate::stats::{ClassStats, Outcome, Recorder, StageStats};
+use crate::timer::FineTimer;
 use crate::workload::Workload;
-
-/// How often the open-loop dispatcher wakes (tokio's timer resolution).
-const TICK: Duration = Duration::from_millis(1);
 
 /// Opens `count` HTTP/2 connections (one tonic channel each) to `uri`.
 pub async fn connect(uri: &str, count: u32, timeout: Duration) -> Result<Vec<Channel>, String> {
@@ -97,9 +96,17 @@ impl Shared {
     /// One ShouldRateLimit call on the next connection (round robin); the latency is from
     /// handing the request to the client to having the whole response.
     async fn call(&self, request: RateLimitRequest) -> (Result<Outcome, ErrorKind>, Duration) {
+        self.call_from(Instant::now(), request).await
+    }
+
+    /// One call whose latency runs from `start` (when the open loop let the request go).
+    async fn call_from(
+        &self,
+        start: Instant,
+        request: RateLimitRequest,
+    ) -> (Result<Outcome, ErrorKind>, Duration) {
         let index = self.next_channel.fetch_add(1, Ordering::Relaxed) % self.channels.len();
         let mut client = RateLimitServiceClient::new(self.channels[index].clone());
-        let start = Instant::now();
         let result = tokio::time::timeout(self.timeout, client.should_rate_limit(request)).await;
         let latency = start.elapsed();
         let outcome = match result {
@@ -209,104 +216,148 @@ pub async fn open_loop(
     shared: &Arc<Shared>,
     plan: &Plan,
     bursts: Option<Bursts>,
+    arrivals: Arrivals,
     concurrency: u32,
-) -> RunEnd {
+) -> Result<RunEnd, String> {
     let slots = Arc::new(Semaphore::new(concurrency as usize));
-    let mut rng = SmallRng::from_rng(&mut rand::rng());
-    let total = plan.total();
-    let mut legit_due_sent = 0u64;
-    let mut bot_due_sent = 0u64;
-    let mut ticks = tokio::time::interval(TICK);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let start = Instant::now();
-    let mut t;
-    'run: loop {
-        let scheduled = ticks.tick().await;
-        let now = Instant::now();
-        t = now.saturating_duration_since(start).min(total);
-        let stage = plan.stage_at(t.saturating_sub(Duration::from_nanos(1)));
-        let stats = &shared.recorder.stages[stage];
-        stats.lag(now.saturating_duration_since(scheduled));
-
-        let legit_due = plan.arrivals_by(t).floor() as u64;
-        while legit_due_sent < legit_due {
-            legit_due_sent += 1;
-            if !dispatch(shared, &slots, stats, stage, false, &mut rng) {
-                break 'run;
-            }
-        }
-        if let Some(bursts) = &bursts {
-            let bot_due = bursts.arrivals_by(t).floor() as u64;
-            while bot_due_sent < bot_due {
-                bot_due_sent += 1;
-                if !dispatch(shared, &slots, stats, stage, true, &mut rng) {
-                    break 'run;
-                }
-            }
-        }
-        if t >= total {
-            break;
-        }
-    }
+    let timer =
+        FineTimer::new().map_err(|error| format!("cannot create the pacing timer: {error}"))?;
+    let pacer = Pacer {
+        shared: Arc::clone(shared),
+        slots: Arc::clone(&slots),
+        plan: plan.clone(),
+        bursts,
+        arrivals,
+    };
+    let t = pacer.run(&timer).await?;
     // Let the calls in flight finish (each is bounded by the request timeout).
     let drain = shared.timeout + Duration::from_secs(1);
     let abandoned = match tokio::time::timeout(drain, slots.acquire_many(concurrency)).await {
         Ok(_) => 0,
         Err(_) => u64::from(concurrency).saturating_sub(slots.available_permits() as u64),
     };
-    RunEnd {
+    Ok(RunEnd {
         elapsed: t,
         abandoned,
-    }
+    })
 }
 
-/// Sends one request if a slot is free (else counts it shed); false once the budget is
-/// spent. Its `--mix` class is drawn before the slot is looked for, so a shed request
-/// counts against its class too.
-fn dispatch(
-    shared: &Arc<Shared>,
-    slots: &Arc<Semaphore>,
-    stats: &StageStats,
-    stage: usize,
-    bot: bool,
-    rng: &mut SmallRng,
-) -> bool {
-    let mix_class = if bot {
-        None
-    } else {
-        shared.workload.next_class()
-    };
-    let class = if bot { &stats.bot } else { &stats.legit };
-    let mix_stats = mix_class.and_then(|index| stats.mix.get(index));
-    let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
-        class.shed();
-        if let Some(mix_stats) = mix_stats {
-            mix_stats.shed();
+/// What the open loop sends with.
+struct Pacer {
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    plan: Plan,
+    bursts: Option<Bursts>,
+    arrivals: Arrivals,
+}
+
+/// The longest the pacer sleeps, so a ramp starting from 0 is noticed soon enough.
+const MAX_PACER_SLEEP: Duration = Duration::from_millis(1);
+
+impl Pacer {
+    /// Sends every request when it is due; returns how far into the plan it got.
+    async fn run(&self, timer: &FineTimer) -> Result<Duration, String> {
+        let mut rng = SmallRng::from_rng(&mut rand::rng());
+        let mut legit = ArrivalClock::new(self.arrivals, &self.plan, &mut rng);
+        let total = self.plan.total();
+        let mut bot_due_sent = 0u64;
+        let start = Instant::now();
+        let mut wake_at = start;
+        loop {
+            let now = Instant::now();
+            let t = now.saturating_duration_since(start).min(total);
+            let stage = self
+                .plan
+                .stage_at(t.saturating_sub(Duration::from_nanos(1)));
+            let stats = &self.shared.recorder.stages[stage];
+            stats.lag(now.saturating_duration_since(wake_at));
+
+            let legit_due = legit.due_by(t, &self.plan, &mut rng);
+            while legit.sent < legit_due {
+                legit.sent += 1;
+                if !self.dispatch(now, stats, stage, false, &mut rng) {
+                    return Ok(t);
+                }
+            }
+            let mut wait = legit.until_next(t, &self.plan);
+            if let Some(bursts) = &self.bursts {
+                let bot_due = bursts.arrivals_by(t).floor() as u64;
+                while bot_due_sent < bot_due {
+                    bot_due_sent += 1;
+                    if !self.dispatch(now, stats, stage, true, &mut rng) {
+                        return Ok(t);
+                    }
+                }
+                let rate = bursts.rate_at(t);
+                if rate > 0.0 {
+                    let short = (bot_due_sent + 1) as f64 - bursts.arrivals_by(t);
+                    wait = wait.min(
+                        Duration::try_from_secs_f64(short.max(0.0) / rate)
+                            .unwrap_or(MAX_PACER_SLEEP),
+                    );
+                }
+            }
+            if t >= total {
+                return Ok(t);
+            }
+            let wait = wait.min(MAX_PACER_SLEEP).min(total - t);
+            wake_at = now + wait;
+            timer
+                .sleep(wait)
+                .await
+                .map_err(|error| format!("the pacing timer failed: {error}"))?;
         }
-        return true;
-    };
-    if !shared.budget.take() {
-        return false;
     }
-    class.sent();
-    if let Some(mix_stats) = mix_stats {
-        mix_stats.sent();
-    }
-    let request = if bot {
-        shared.workload.bot(rng)
-    } else {
-        shared.workload.legit_in(mix_class, rng)
-    };
-    let shared = Arc::clone(shared);
-    tokio::spawn(async move {
-        let (outcome, latency) = shared.call(request).await;
-        let stats = &shared.recorder.stages[stage];
-        if bot {
-            shared.record(&stats.bot, outcome, latency);
+
+    /// Sends one request if a slot is free (else counts it shed); false once the budget is
+    /// spent. Its `--mix` class is drawn before the slot is looked for, so a shed request
+    /// counts against its class too. Its latency runs from `sent`.
+    fn dispatch(
+        &self,
+        sent: Instant,
+        stats: &StageStats,
+        stage: usize,
+        bot: bool,
+        rng: &mut SmallRng,
+    ) -> bool {
+        let shared = &self.shared;
+        let mix_class = if bot {
+            None
         } else {
-            shared.record_legit(stats, mix_class, outcome, latency);
+            shared.workload.next_class()
+        };
+        let class = if bot { &stats.bot } else { &stats.legit };
+        let mix_stats = mix_class.and_then(|index| stats.mix.get(index));
+        let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
+            class.shed();
+            if let Some(mix_stats) = mix_stats {
+                mix_stats.shed();
+            }
+            return true;
+        };
+        if !shared.budget.take() {
+            return false;
         }
-        drop(permit);
-    });
-    true
+        class.sent();
+        if let Some(mix_stats) = mix_stats {
+            mix_stats.sent();
+        }
+        let request = if bot {
+            shared.workload.bot(rng)
+        } else {
+            shared.workload.legit_in(mix_class, rng)
+        };
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            let (outcome, latency) = shared.call_from(sent, request).await;
+            let stats = &shared.recorder.stages[stage];
+            if bot {
+                shared.record(&stats.bot, outcome, latency);
+            } else {
+                shared.record_legit(stats, mix_class, outcome, latency);
+            }
+            drop(permit);
+        });
+        true
+    }
 }

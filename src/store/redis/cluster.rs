@@ -17,7 +17,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Scri
 
 use super::connection::{redact_url, scrub, unavailable, url_secrets, with_auth};
 use super::script::Call;
-use super::tls::TlsOptions;
+use super::tls::{tcp_settings, TlsOptions};
 use super::RedisOptions;
 use crate::store::StoreError;
 
@@ -78,6 +78,7 @@ impl ClusterLink {
             .iter()
             .any(|node| matches!(node.addr(), ConnectionAddr::TcpTls { .. }));
         let mut builder = ClusterClientBuilder::new(nodes)
+            .tcp_settings(tcp_settings())
             .connection_timeout(connect_timeout)
             .response_timeout(connect_timeout)
             .retries(RETRIES)

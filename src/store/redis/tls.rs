@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use redis::io::tcp::TcpSettings;
 use redis::{
     Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, RedisResult, TlsCertificates,
 };
@@ -91,6 +92,7 @@ impl ClientSetup {
 
     /// A client for `info`; a `rediss://` address gets the certificates.
     pub fn client(&self, info: ConnectionInfo) -> RedisResult<Client> {
+        let info = info.set_tcp_settings(tcp_settings());
         if !matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
             return Client::open(info);
         }
@@ -233,6 +235,13 @@ pub(super) fn hint(message: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Every socket to Redis: without TCP_NODELAY, a call written while the previous one is
+/// unacknowledged waits for Redis's reply (Nagle), which adds a round trip to calls that
+/// share a connection. Go's net package, and so envoyproxy/ratelimit, sets it by default.
+pub(super) fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
 }
 
 #[cfg(test)]
