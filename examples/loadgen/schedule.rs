@@ -324,6 +324,14 @@ mod tests {
         assert!((bursts.arrivals_by(secs(30.0)) - 20_000.0).abs() < 1e-6);
     }
 
+    fn one_ramp(from: f64, seconds: f64, to: f64) -> Plan {
+        let stage = StageSpec {
+            duration: secs(seconds),
+            target: to,
+        };
+        Plan::ramps(from, &[stage])
+    }
+
     /// Sends every request due at steps of `step` through the plan; returns when each left.
     fn drive(arrivals: Arrivals, plan: &Plan, step: Duration) -> Vec<Duration> {
         let mut rng = SmallRng::seed_from_u64(7);
@@ -383,13 +391,7 @@ mod tests {
 
     #[test]
     fn poisson_arrivals_follow_a_ramp() {
-        let plan = Plan::ramps(
-            0.0,
-            &[StageSpec {
-                duration: secs(10.0),
-                target: 20_000.0,
-            }],
-        );
+        let plan = one_ramp(0.0, 10.0, 20_000.0);
         let sent = drive(Arrivals::Poisson, &plan, secs(0.000_05));
         let first_half = sent.iter().filter(|t| **t < secs(5.0)).count() as f64;
         let second_half = sent.len() as f64 - first_half;
@@ -400,13 +402,7 @@ mod tests {
 
     #[test]
     fn rates_at_a_moment() {
-        let plan = Plan::ramps(
-            100.0,
-            &[StageSpec {
-                duration: secs(10.0),
-                target: 300.0,
-            }],
-        );
+        let plan = one_ramp(100.0, 10.0, 300.0);
         assert!((plan.rate_at(secs(5.0)) - 200.0).abs() < 1e-9);
         assert_eq!(plan.rate_at(secs(11.0)), 0.0);
         assert_eq!(plan.peak_rate(), 300.0);
