@@ -309,19 +309,24 @@ mod tests {
 
     #[test]
     fn bursts_fill_the_end_of_each_period() {
-        let bursts = Bursts {
-            burst: BotBurst {
-                rate: 5000.0,
-                duration: secs(2.0),
-                every: secs(10.0),
-            },
-            end: secs(25.0),
-        };
+        let bursts = bursts_of_5000_for_2s_every_10s();
         assert_eq!(bursts.arrivals_by(secs(7.9)), 0.0);
         assert!((bursts.arrivals_by(secs(9.0)) - 5000.0).abs() < 1e-6);
         assert!((bursts.arrivals_by(secs(10.0)) - 10_000.0).abs() < 1e-6);
         assert!((bursts.arrivals_by(secs(17.0)) - 10_000.0).abs() < 1e-6);
         assert!((bursts.arrivals_by(secs(30.0)) - 20_000.0).abs() < 1e-6);
+    }
+
+    fn bursts_of_5000_for_2s_every_10s() -> Bursts {
+        let burst = BotBurst {
+            rate: 5000.0,
+            duration: secs(2.0),
+            every: secs(10.0),
+        };
+        Bursts {
+            burst,
+            end: secs(25.0),
+        }
     }
 
     fn one_ramp(from: f64, seconds: f64, to: f64) -> Plan {
@@ -406,14 +411,7 @@ mod tests {
         assert!((plan.rate_at(secs(5.0)) - 200.0).abs() < 1e-9);
         assert_eq!(plan.rate_at(secs(11.0)), 0.0);
         assert_eq!(plan.peak_rate(), 300.0);
-        let bursts = Bursts {
-            burst: BotBurst {
-                rate: 5000.0,
-                duration: secs(2.0),
-                every: secs(10.0),
-            },
-            end: secs(25.0),
-        };
+        let bursts = bursts_of_5000_for_2s_every_10s();
         assert_eq!(bursts.rate_at(secs(7.9)), 0.0);
         assert_eq!(bursts.rate_at(secs(8.5)), 5000.0);
         assert_eq!(bursts.rate_at(secs(26.0)), 0.0);
