@@ -11,72 +11,55 @@
 --   reset_after = start + W − now
 --   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
 --   expires_at  = start + W
+--
+-- State: "F <expires_at> <window_start> <count>", { expires_at, window_start, count } here.
 
--- Defined on first use (see decide.lua).
+-- Defined on first use (see decide.lua). The methods are the branches of one function (see
+-- the cost note in prelude.lua), each naming its arguments.
 local function define_fixed_window()
-  local FixedWindow = {}
-  FixedWindow.__index = FixedWindow
-  FixedWindow.storage = STRING_STORAGE
+  -- The window looked at (Rust's `Window`), set by 'at'.
+  local limit, now, start, length, count
 
-  STATE_DECODERS.F = function(fields)
-    return { tag = 'F', window_start = tonumber(fields[3]), count = tonumber(fields[4]) }
-  end
-
-  STATE_ENCODERS.F = function(state)
-    return { state.window_start, state.count }
-  end
-
-  local function fixed_window(limit, now, start, length, count)
-    return setmetatable(
-      { limit = limit, now = now, start = start, length = length, count = count },
-      FixedWindow
-    )
-  end
-
-  function FixedWindow.at(quota, state, now)
-    local length = max(quota.window, 1)
-    local start, count = epoch_window_start(now, length), 0
-    if state and state.tag == 'F' and state.window_start >= start then
-      start, count = state.window_start, state.count
+  return function(method, a, b, c, d, e)
+    if method == 'at' then
+      local quota_limit, window, state, at_now = a, b, d, e
+      limit, now, length = quota_limit, at_now, math.max(window, 1)
+      start, count = epoch_window_start(now, length), 0
+      if state and state[2] >= start then
+        start, count = state[2], state[3]
+      end
+    elseif method == 'fits' then
+      local hits = a
+      return count + hits <= limit
+    elseif method == 'charge' then
+      local hits = a
+      count = count + hits
+    elseif method == 'refund' then
+      local hits = a
+      count = math.max(count - hits, 0)
+    elseif method == 'snapshot' then
+      return math.max(limit - count, 0), math.max(start + length - now, 0)
+    elseif method == 'retry_after' then -- reset_after
+      return math.max(start + length - now, 0)
+    elseif method == 'state' then
+      -- Into the table `into` when given.
+      local into = a
+      if into then
+        into[1], into[2], into[3] = start + length, start, count
+        return into
+      end
+      return { start + length, start, count }
+    elseif method == 'load' then
+      local key, load_now = a, b
+      local expires_at, window_start, stored_count =
+        read_record(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
+      if expires_at then
+        return { expires_at, tonumber(window_start), tonumber(stored_count) }
+      end
+      return nil
+    elseif method == 'write' then
+      local key, state, ttl_ms = a, b, c
+      write_record(key, string.format('F %d %d %d', state[1], state[2], state[3]), ttl_ms)
     end
-    return fixed_window(quota.limit, now, start, length, count)
   end
-
-  function FixedWindow:with_count(count)
-    return fixed_window(self.limit, self.now, self.start, self.length, count)
-  end
-
-  function FixedWindow:reset_after()
-    return max(self.start + self.length - self.now, 0)
-  end
-
-  function FixedWindow:fits(hits)
-    return self.count + hits <= self.limit
-  end
-
-  function FixedWindow:charged(hits)
-    return self:with_count(self.count + hits)
-  end
-
-  function FixedWindow:refunded(hits)
-    return self:with_count(max(self.count - hits, 0))
-  end
-
-  function FixedWindow:snapshot()
-    return max(self.limit - self.count, 0), self:reset_after()
-  end
-
-  function FixedWindow:retry_after(_hits)
-    return self:reset_after()
-  end
-
-  function FixedWindow:expires_at()
-    return self.start + self.length
-  end
-
-  function FixedWindow:state()
-    return { tag = 'F', window_start = self.start, count = self.count }
-  end
-
-  return FixedWindow
 end

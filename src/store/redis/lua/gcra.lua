@@ -21,79 +21,43 @@
 -- because the store refuses quotas with C·W ≥ 2^53. One corner stays approximate: a refund of
 -- n·W ≥ 2^53 ticks against a debt ≥ 2^53 ticks, which needs the clock to have gone back by
 -- more than about 2^53 / L µs.
+--
+-- State: "G <expires_at> <tat> <tat_remainder>", { expires_at, tat, tat_remainder } here.
 
--- Defined on first use (see decide.lua).
+-- Defined on first use (see decide.lua). The methods are the branches of one function (see
+-- the cost note in prelude.lua), each naming its arguments.
 local function define_gcra()
-  local Gcra = {}
-  Gcra.__index = Gcra
-  Gcra.storage = STRING_STORAGE
-  local ClosedBucket = {}
-  ClosedBucket.__index = ClosedBucket
-
   local TWO_POW_53 = 9007199254740992
 
-  STATE_DECODERS.G = function(fields)
-    return { tag = 'G', tat = tonumber(fields[3]), remainder = tonumber(fields[4]) }
-  end
-
-  STATE_ENCODERS.G = function(state)
-    return { state.tat, state.remainder }
-  end
-
-  local function gcra_bucket(now, ticks_per_micro, hit_cost, capacity, ahead, remainder)
-    return setmetatable({
-      now = now,
-      ticks_per_micro = ticks_per_micro, -- L
-      hit_cost = hit_cost, -- W
-      capacity = capacity, -- C
-      ahead = ahead, -- q: whole µs of debt
-      remainder = remainder, -- r: ticks of debt beyond them, < L
-    }, Gcra)
-  end
-
-  function Gcra.at(quota, state, now)
-    local ticks_per_micro, capacity = quota.limit, quota.capacity
-    if ticks_per_micro == 0 or capacity == 0 then
-      return setmetatable({ now = now, window = quota.window }, ClosedBucket)
-    end
-    local ahead, remainder = 0, 0
-    if state and state.tag == 'G' then
-      -- The stored remainder reaches L when the limit was lowered on reload: carry it.
-      local carry = floor(state.remainder / ticks_per_micro)
-      ahead = state.tat - now + carry
-      remainder = state.remainder - carry * ticks_per_micro
-      if ahead < 0 then
-        -- (ahead · L + remainder) < 0 since remainder < L: no debt.
-        ahead, remainder = 0, 0
-      end
-    end
-    return gcra_bucket(now, ticks_per_micro, max(quota.window, 1), capacity, ahead, remainder)
-  end
-
-  function Gcra:with_debt(ahead, remainder)
-    return gcra_bucket(
-      self.now, self.ticks_per_micro, self.hit_cost, self.capacity, ahead, remainder
-    )
-  end
+  -- The bucket looked at (Rust's `Bucket`), set by 'at'; or, when `closed`, Rust's `Closed`:
+  -- no rate (L = 0) or no room (C = 0), which admits nothing.
+  local closed
+  local window -- the quota's window: a closed bucket's retry_after
+  local now
+  local ticks_per_micro -- L
+  local hit_cost -- W
+  local capacity -- C
+  local ahead -- q: whole µs of debt
+  local remainder -- r: ticks of debt beyond them, < L
 
   -- `ticks` (an integer below 2^53) as a pair (q, r).
-  function Gcra:pair(ticks)
-    local remainder = ticks % self.ticks_per_micro
-    return (ticks - remainder) / self.ticks_per_micro, remainder
+  local function pair(ticks)
+    local ticks_remainder = ticks % ticks_per_micro
+    return (ticks - ticks_remainder) / ticks_per_micro, ticks_remainder
   end
 
   -- Whether the debt is at most (q, r).
-  function Gcra:debt_at_most(q, r)
-    return self.ahead < q or (self.ahead == q and self.remainder <= r)
+  local function debt_at_most(q, r)
+    return ahead < q or (ahead == q and remainder <= r)
   end
 
   -- The debt minus (q, r), which must not exceed it.
-  function Gcra:debt_minus(q, r)
-    local ahead, remainder = self.ahead - q, self.remainder - r
-    if remainder < 0 then
-      ahead, remainder = ahead - 1, remainder + self.ticks_per_micro
+  local function debt_minus(q, r)
+    local rest_ahead, rest_remainder = ahead - q, remainder - r
+    if rest_remainder < 0 then
+      rest_ahead, rest_remainder = rest_ahead - 1, rest_remainder + ticks_per_micro
     end
-    return ahead, remainder
+    return rest_ahead, rest_remainder
   end
 
   -- Whole µs until a debt of (q, r) has drained (ceil).
@@ -104,103 +68,116 @@ local function define_gcra()
     return q
   end
 
-  function Gcra:reset_after()
-    return micros_to_drain(self.ahead, self.remainder)
-  end
-
-  function Gcra:fits(hits)
-    -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W, which is below 2^53.
-    return hits <= self.capacity and self:debt_at_most(self:pair((self.capacity - hits) * self.hit_cost))
-  end
-
-  function Gcra:charged(hits)
-    local q, r = self:pair(hits * self.hit_cost)
-    local ahead, remainder = self.ahead + q, self.remainder + r
-    if remainder >= self.ticks_per_micro then
-      ahead, remainder = ahead + 1, remainder - self.ticks_per_micro
-    end
-    return self:with_debt(ahead, remainder)
-  end
-
-  function Gcra:refunded(hits)
-    local cost = hits * self.hit_cost
-    if cost < TWO_POW_53 then
-      local q, r = self:pair(cost)
-      if self:debt_at_most(q, r) then
-        return self:with_debt(0, 0)
+  return function(method, a, b, c, d, e)
+    if method == 'at' then
+      local quota_limit, quota_window, quota_capacity, state, at_now = a, b, c, d, e
+      now, window = at_now, quota_window
+      closed = quota_limit == 0 or quota_capacity == 0
+      if closed then
+        return
       end
-      return self:with_debt(self:debt_minus(q, r))
+      ticks_per_micro, hit_cost, capacity = quota_limit, math.max(quota_window, 1), quota_capacity
+      ahead, remainder = 0, 0
+      if state then
+        local tat, tat_remainder = state[2], state[3]
+        -- The stored remainder reaches L when the limit was lowered on reload: carry it.
+        local carry = math.floor(tat_remainder / ticks_per_micro)
+        ahead = tat - now + carry
+        remainder = tat_remainder - carry * ticks_per_micro
+        if ahead < 0 then
+          -- (ahead · L + remainder) < 0 since remainder < L: no debt.
+          ahead, remainder = 0, 0
+        end
+      end
+    elseif method == 'fits' then
+      local hits = a
+      -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W, which is below 2^53.
+      return not closed
+        and hits <= capacity
+        and debt_at_most(pair((capacity - hits) * hit_cost))
+    elseif method == 'charge' then
+      -- Never on a closed bucket: nothing fits it.
+      local hits = a
+      local q, r = pair(hits * hit_cost)
+      ahead, remainder = ahead + q, remainder + r
+      if remainder >= ticks_per_micro then
+        ahead, remainder = ahead + 1, remainder - ticks_per_micro
+      end
+    elseif method == 'refund' then
+      local hits = a
+      if closed then
+        return
+      end
+      local cost = hits * hit_cost
+      if cost < TWO_POW_53 then
+        local q, r = pair(cost)
+        if debt_at_most(q, r) then
+          ahead, remainder = 0, 0
+        else
+          ahead, remainder = debt_minus(q, r)
+        end
+        return
+      end
+      -- ahead · L is exact below 2^53 and rounds to at least 2^53 above, so this test is exact.
+      local debt = ahead * ticks_per_micro + remainder
+      if debt < TWO_POW_53 then
+        ahead, remainder = 0, 0
+        return
+      end
+      -- The approximate corner (see the top of this file).
+      local rest = debt - cost
+      if rest <= 0 then
+        ahead, remainder = 0, 0
+        return
+      end
+      local rest_remainder = rest % ticks_per_micro
+      ahead, remainder = (rest - rest_remainder) / ticks_per_micro, rest_remainder
+    elseif method == 'snapshot' then
+      if closed then
+        return 0, 0
+      end
+      local capacity_ticks = capacity * hit_cost
+      -- Exact below 2^53; at least 2^53 (so above capacity_ticks) otherwise.
+      local debt = ahead * ticks_per_micro + remainder
+      local room = 0
+      if debt < capacity_ticks then
+        room = math.floor((capacity_ticks - debt) / hit_cost)
+      end
+      return math.min(room, capacity), micros_to_drain(ahead, remainder)
+    elseif method == 'retry_after' then
+      local hits = a
+      if closed then
+        return window
+      end
+      if hits > capacity then
+        return micros_to_drain(ahead, remainder) -- reset_after
+      end
+      -- Called only when the hits do not fit, so debt > (C − n)·W.
+      return micros_to_drain(debt_minus(pair((capacity - hits) * hit_cost)))
+    elseif method == 'state' then
+      -- expires_at = now + reset_after, tat = now + q. Into the table `into` when given.
+      local expires_at, tat, tat_remainder = now, now, 0
+      if not closed then
+        expires_at, tat, tat_remainder =
+          now + micros_to_drain(ahead, remainder), now + ahead, remainder
+      end
+      local into = a
+      if into then
+        into[1], into[2], into[3] = expires_at, tat, tat_remainder
+        return into
+      end
+      return { expires_at, tat, tat_remainder }
+    elseif method == 'load' then
+      local key, load_now = a, b
+      local expires_at, tat, tat_remainder =
+        read_record(key, '^G (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
+      if expires_at then
+        return { expires_at, tonumber(tat), tonumber(tat_remainder) }
+      end
+      return nil
+    elseif method == 'write' then
+      local key, state, ttl_ms = a, b, c
+      write_record(key, string.format('G %d %d %d', state[1], state[2], state[3]), ttl_ms)
     end
-    -- ahead · L is exact below 2^53 and rounds to at least 2^53 above, so this test is exact.
-    local debt = self.ahead * self.ticks_per_micro + self.remainder
-    if debt < TWO_POW_53 then
-      return self:with_debt(0, 0)
-    end
-    -- The approximate corner (see the top of this file).
-    local rest = debt - cost
-    if rest <= 0 then
-      return self:with_debt(0, 0)
-    end
-    local remainder = rest % self.ticks_per_micro
-    return self:with_debt((rest - remainder) / self.ticks_per_micro, remainder)
   end
-
-  function Gcra:snapshot()
-    local capacity_ticks = self.capacity * self.hit_cost
-    -- Exact below 2^53; at least 2^53 (so above capacity_ticks) otherwise.
-    local debt = self.ahead * self.ticks_per_micro + self.remainder
-    local room = 0
-    if debt < capacity_ticks then
-      room = floor((capacity_ticks - debt) / self.hit_cost)
-    end
-    return min(room, self.capacity), self:reset_after()
-  end
-
-  function Gcra:retry_after(hits)
-    if hits > self.capacity then
-      return self:reset_after()
-    end
-    -- Called only when the hits do not fit, so debt > (C − n)·W.
-    local q, r = self:pair((self.capacity - hits) * self.hit_cost)
-    return micros_to_drain(self:debt_minus(q, r))
-  end
-
-  function Gcra:expires_at()
-    return self.now + self:reset_after()
-  end
-
-  function Gcra:state()
-    return { tag = 'G', tat = self.now + self.ahead, remainder = self.remainder }
-  end
-
-  -- A bucket that admits nothing: no rate (L = 0) or no room (C = 0).
-  function ClosedBucket:fits(_hits)
-    return false
-  end
-
-  function ClosedBucket:charged(_hits)
-    return self
-  end
-
-  function ClosedBucket:refunded(_hits)
-    return self
-  end
-
-  function ClosedBucket:snapshot()
-    return 0, 0
-  end
-
-  function ClosedBucket:retry_after(_hits)
-    return self.window
-  end
-
-  function ClosedBucket:expires_at()
-    return self.now
-  end
-
-  function ClosedBucket:state()
-    return { tag = 'G', tat = self.now, remainder = 0 }
-  end
-
-  return Gcra
 end

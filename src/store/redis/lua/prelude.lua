@@ -1,125 +1,96 @@
 -- floodgate's decision script, part 1 of 6: what every algorithm shares. The script is this
 -- file, one file per algorithm and decide.lua, joined in that order (src/store/redis/script.rs).
 -- Each part mirrors a file of src/core; keep them in step. Each algorithm file defines one
--- function that builds the algorithm's class when a request first needs it (see decide.lua).
+-- function that builds the algorithm when a request first needs it (see decide.lua).
 --
 -- Numbers: Lua numbers are doubles, exact for integers up to 2^53. The store refuses quotas that
 -- could carry an integer past that (script.rs, `check_quota`), so the integer arithmetic here is
 -- exact, and the sliding window's fractions use the same IEEE operations in the same order as
 -- the Rust core. Numbers are written with string.format('%d'): Lua's default conversion keeps
 -- only 14 significant digits (1.8e15 µs would lose its last two).
+--
+-- Cost: Redis CPU per decision is what every floodgate instance shares, and Redis runs the
+-- script's whole top level at every call: every function in it is made anew (a closure), with
+-- every local variable it uses from outside (an upvalue), and so is every table. Each costs
+-- Redis about 50–100 ns, counting the garbage collection Redis steps every 50 calls — as much
+-- as the arithmetic of a decision. So the script makes few: an algorithm is one function whose
+-- methods are its branches, the counter it looks at lives in locals rather than a table,
+-- numbers travel as multiple values, a stored record is read with one string.match and
+-- written with one string.format, and library functions are called as math.max rather than
+-- through local aliases (each alias a function uses is one more upvalue per call).
 
-local floor = math.floor
-local max = math.max
-local min = math.min
-
--- a mod⁺ b, Euclidean (b > 0), like Rust's rem_euclid. Exact for |a| < 2^53: the rounding of
--- a / b is below 1/b, so floor(a / b) never lands on the wrong integer.
-local function mod_euclid(a, b)
-  return a - floor(a / b) * b
-end
-
--- Start of the epoch-aligned window holding `now` (core::algorithm::fixed_window).
+-- Start of the epoch-aligned window holding `now` (core::algorithm::fixed_window): now minus
+-- now mod⁺ W, Euclidean like Rust's rem_euclid. Exact for |now| < 2^53: the rounding of
+-- now / W is below 1/W, so floor(now / W) never lands on the wrong integer.
 local function epoch_window_start(now, window)
-  return now - mod_euclid(now, max(window, 1))
+  window = math.max(window, 1)
+  return now - (now - math.floor(now / window) * window)
 end
 
 -- Stored counters. Most kinds keep a key as one string, "<tag> <expires_at> <state fields…>",
--- integers only; each registers how its state reads and writes (tag F, S or G). The sliding
--- log keeps a hash instead (sliding_log.lua). A kind's `storage` loads a key's state (nil when
--- there is none or it has expired) and writes a state with its TTL.
-local STATE_DECODERS = {}
-local STATE_ENCODERS = {}
+-- integers only (tag F, S or G); the sliding log keeps a hash instead (sliding_log.lua). In
+-- the script a state is a table whose first element is when it expires: for the string kinds
+-- the record's numbers in their stored order, { expires_at, fields… }. An algorithm `kind`
+-- (see below) reads a key's state with kind('load', key, now) (nil when there is none or it
+-- has expired), gives the state of the counter it looks at with kind('state', into) (filling
+-- the table `into` when given, so a key's table is reused), and writes a state with
+-- kind('write', key, state, ttl_ms).
 
-local function format_integer(number)
-  return string.format('%d', number)
-end
-
--- The state in `value` (a GET reply: false when the key is missing), or nil when there is
--- none or it has expired. Past `expires_at` a state means the same as no state: the key's TTL
--- only collects garbage, and it runs on Redis's clock, which a test clock is not.
-local function decode_stored(value, now)
+-- The expiry (a number) and the field strings of the record at `key`, matched by `pattern`
+-- (whose first capture is expires_at); nothing when there is no record, it is of another
+-- kind, or it has expired. Past `expires_at` a state means the same as no state: the key's
+-- TTL only collects garbage, and it runs on Redis's clock, which a test clock is not.
+local function read_record(key, pattern, now)
+  local value = redis.call('GET', key)
   if not value then
     return nil
   end
-  local fields = {}
-  for token in string.gmatch(value, '%S+') do
-    fields[#fields + 1] = token
-  end
-  local decoder = STATE_DECODERS[fields[1]]
-  local expires_at = tonumber(fields[2])
-  if not decoder or not expires_at or expires_at <= now then
+  local expires_at, first, second, third = string.match(value, pattern)
+  expires_at = tonumber(expires_at)
+  if not expires_at or expires_at <= now then
     return nil
   end
-  return decoder(fields)
+  return expires_at, first, second, third
 end
 
-local function encode_stored(state, expires_at)
-  local numbers = STATE_ENCODERS[state.tag](state)
-  local words = { state.tag, format_integer(expires_at) }
-  for index = 1, #numbers do
-    words[index + 2] = format_integer(numbers[index])
-  end
-  return table.concat(words, ' ')
+local function write_record(key, record, ttl_ms)
+  redis.call('SET', key, record, 'PX', string.format('%d', ttl_ms))
 end
-
-local STRING_STORAGE = {
-  load = function(key, now)
-    return decode_stored(redis.call('GET', key), now)
-  end,
-  write = function(key, state, expires_at, ttl_ms)
-    redis.call('SET', key, encode_stored(state, expires_at), 'PX', format_integer(ttl_ms))
-  end,
-}
 
 -- How hits turn into an evaluation once an algorithm has brought a counter up to `now`
--- (core::algorithm::counter). A counter answers fits, charged, refunded, snapshot (remaining,
--- reset_after), retry_after, expires_at and state.
+-- (core::algorithm::counter). An algorithm `kind` is called as kind(method, …) and holds the
+-- counter it looks at (set by kind('at', …)): kind('fits', n), kind('snapshot') → remaining,
+-- reset_after, kind('retry_after', n); kind('charge', n) and kind('refund', n) turn it into
+-- the next counter in place (Rust's charged and refunded return a new one: the counter before
+-- is needed only for its snapshot, taken first).
 --   charge n that fits → admitted, next = charged(n), retry 0
 --   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
 --   check              → admitted ⇔ fits(1), next = current, retry as for charge 1
 --   refund n           → admitted, next = refunded(n), retry 0
 -- A priority class's reserve (core::algorithm::share) joins the hits in fits and retry_after
 -- only: fits(n + reserve), retry_after(n + reserve); n is what is charged, refunds ignore it.
-local function commit(before, next)
-  local before_remaining, before_reset_after = before:snapshot()
-  local remaining, reset_after = next:snapshot()
-  return {
-    admitted = true,
-    committed = { remaining, reset_after },
-    uncommitted = { before_remaining, before_reset_after },
-    retry_after = 0,
-    expires_at = next:expires_at(),
-    next_state = next:state(),
-  }
-end
-
-local function unchanged(counter, admitted, retry_after)
-  local remaining, reset_after = counter:snapshot()
-  local snapshot = { remaining, reset_after }
-  return {
-    admitted = admitted,
-    committed = snapshot,
-    uncommitted = snapshot,
-    retry_after = admitted and 0 or max(retry_after, 1),
-    expires_at = counter:expires_at(),
-    next_state = counter:state(),
-  }
-end
-
-local function evaluate_counter(counter, kind, hits, reserve)
-  if kind == 'charge' then
-    if counter:fits(hits + reserve) then
-      return commit(counter, counter:charged(hits))
-    end
-    return unchanged(counter, false, counter:retry_after(hits + reserve))
-  elseif kind == 'check' then
-    if counter:fits(1 + reserve) then
-      return unchanged(counter, true, 0)
-    end
-    return unchanged(counter, false, counter:retry_after(1 + reserve))
-  elseif kind == 'refund' then
-    return commit(counter, counter:refunded(hits))
+-- Returns admitted, the snapshot if committed (remaining, reset_after), the snapshot if not,
+-- and retry_after.
+local function evaluate_counter(kind, hits_kind, hits, reserve)
+  local change, asked
+  if hits_kind == 'charge' then
+    change, asked = 'charge', hits + reserve
+  elseif hits_kind == 'check' then
+    asked = 1 + reserve
+  elseif hits_kind == 'refund' then
+    change = 'refund'
+  else
+    error('floodgate: unknown hits kind ' .. tostring(hits_kind))
   end
-  error('floodgate: unknown hits kind ' .. tostring(kind))
+  local remaining, reset_after = kind('snapshot')
+  if asked and not kind('fits', asked) then
+    return false, remaining, reset_after, remaining, reset_after,
+      math.max(kind('retry_after', asked), 1)
+  end
+  if not change then
+    return true, remaining, reset_after, remaining, reset_after, 0
+  end
+  kind(change, hits)
+  local next_remaining, next_reset_after = kind('snapshot')
+  return true, next_remaining, next_reset_after, remaining, reset_after, 0
 end

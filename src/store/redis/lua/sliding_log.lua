@@ -19,247 +19,212 @@
 --   e = expires_at, u = used, h = index of the oldest entry, t = index of the newest
 --   (t = h − 1 when empty), and field "<i>" = "<time> <count>" for every i in h..t.
 -- Times only grow along the log, so expired entries are a prefix: a decision reads the few
--- entries it needs (the newest; the expired ones it drops; the oldest ones a retry waits for)
--- and writes only what changed. A log view is the stored hash plus an overlay of changed
--- entries, so an evaluation can be discarded (all or nothing) or built upon (a counter named
--- twice) without touching Redis.
+-- entries it needs (the oldest and the newest; the expired ones it drops; the oldest ones a
+-- retry waits for) and writes only what changed.
+--
+-- In the script a key's log is one table, which evaluations change in place (the core's copy
+-- would cost Redis as much as the decision): decide.lua hands each mention of a key the log its
+-- last admitted mention left, and nothing reaches Redis unless the request commits. An
+-- evaluation that is not admitted changes nothing but what 'at' does (drop expired entries,
+-- fold beyond the cap), which gives the same log when done again at the same instant (a key
+-- has one window).
+--   { [1] = expires_at (set by 'state'), key = the stored hash (nil for a fresh log), head,
+--     tail, used, time = {}, count = {}, changed = {} }
+-- time[i] and count[i] hold entry i once read or changed; changed[i] is true for every entry
+-- changed or removed since it was read, which the write sets or deletes.
 
--- Defined on first use (see decide.lua).
+-- Defined on first use (see decide.lua). The methods are the branches of one function (see
+-- the cost note in prelude.lua), each naming its arguments.
 local function define_sliding_log()
-  local SlidingLog = {}
-  SlidingLog.__index = SlidingLog
-
   -- core::algorithm::SLIDING_LOG_MAX_LIMIT.
   local SLIDING_LOG_MAX_ENTRIES = 10000
 
   -- Fields per HSET/HDEL call: well below Lua's limit on unpacked arguments.
   local SLIDING_LOG_FIELDS_PER_CALL = 1000
 
-  -- Entries of one stored log, read at most once each.
-  local function log_source(key)
-    return { key = key, entries = {} }
+  -- The log looked at (Rust's `Log`), set by 'at'.
+  local limit, now, length, log
+
+  -- Keeps entry `index` of `stored` from its field's value ("<time> <count>", nil if none).
+  local function cache_entry(stored, index, value)
+    local time, count = string.match(value or '', '^(%S+) (%S+)$')
+    time = tonumber(time)
+    stored.time[index], stored.count[index] = time, tonumber(count)
+    return time
   end
 
-  local function read_log_entry(source, index)
-    local entry = source.entries[index]
-    if entry == nil then
-      local value = redis.call('HGET', source.key, format_integer(index))
-      local time, count = string.match(value or '', '^(%S+) (%S+)$')
-      entry = { time = tonumber(time), count = tonumber(count) }
-      source.entries[index] = entry
+  -- Entry `index`: time, count. Each is read from Redis at most once.
+  local function entry(index)
+    local time = log.time[index]
+    if time == nil then
+      time = cache_entry(log, index, redis.call('HGET', log.key, string.format('%d', index)))
     end
-    return entry
+    return time, log.count[index]
   end
 
-  local function sliding_log(limit, now, length, source, head, tail, used, overlay)
-    return setmetatable({
-      limit = limit,
-      now = now,
-      length = length,
-      source = source, -- the stored log this view starts from; nil for a fresh one
-      head = head,
-      tail = tail,
-      used = used,
-      overlay = overlay, -- index → changed entry, or false when removed
-    }, SlidingLog)
+  local function set_entry(index, time, count)
+    log.time[index], log.count[index], log.changed[index] = time, count, true
   end
 
-  SlidingLog.storage = {
-    load = function(key, now)
+  local function newest_time()
+    if log.tail < log.head then
+      return nil
+    end
+    return (entry(log.tail))
+  end
+
+  local function reset_after()
+    local newest = newest_time()
+    if newest == nil then
+      return 0
+    end
+    return math.max(newest + length - now, 0)
+  end
+
+  local function fold_oldest_beyond_cap()
+    while log.tail - log.head + 1 > SLIDING_LOG_MAX_ENTRIES do
+      local head = log.head
+      local _, oldest_count = entry(head)
+      local next_time, next_count = entry(head + 1)
+      set_entry(head + 1, next_time, next_count + oldest_count)
+      log.changed[head] = true
+      log.head = head + 1
+    end
+  end
+
+  return function(method, a, b, c, d, e)
+    if method == 'at' then
+      local quota_limit, window, state, at_now = a, b, d, e
+      limit, now, length = quota_limit, at_now, math.max(window, 1)
+      log = state
+        or { head = 1, tail = 0, used = 0, time = {}, count = {}, changed = {} }
+      local oldest_kept = now - length
+      while log.head <= log.tail do
+        local time, count = entry(log.head)
+        if time > oldest_kept then
+          break
+        end
+        log.used = log.used - count
+        log.changed[log.head] = true
+        log.head = log.head + 1
+      end
+      fold_oldest_beyond_cap()
+    elseif method == 'fits' then
+      local hits = a
+      return log.used + hits <= limit
+    elseif method == 'charge' then
+      -- Rust's append: at max(now, newest), merged into the newest entry if at the same time.
+      local hits = a
+      if hits > 0 then
+        local newest = newest_time()
+        local time = newest and math.max(newest, now) or now
+        if newest == time then
+          local _, newest_count = entry(log.tail)
+          set_entry(log.tail, time, newest_count + hits)
+        else
+          log.tail = log.tail + 1
+          set_entry(log.tail, time, hits)
+        end
+        log.used = log.used + hits
+        fold_oldest_beyond_cap()
+      end
+    elseif method == 'refund' then
+      -- Rust's take_back_newest.
+      local hits = a
+      while hits > 0 and log.tail >= log.head do
+        local time, count = entry(log.tail)
+        local taken = math.min(hits, count)
+        if taken == count then
+          log.changed[log.tail] = true
+          log.tail = log.tail - 1
+        else
+          set_entry(log.tail, time, count - taken)
+        end
+        log.used = log.used - taken
+        hits = hits - taken
+      end
+    elseif method == 'snapshot' then
+      return math.max(limit - log.used, 0), reset_after()
+    elseif method == 'retry_after' then
+      local hits = a
+      if hits > limit then
+        return reset_after()
+      end
+      -- Rust's freed_at: when enough of the oldest entries have expired to free the excess.
+      local excess = math.max(log.used + hits - limit, 0)
+      local freed = 0
+      for index = log.head, log.tail do
+        local time, count = entry(index)
+        freed = freed + count
+        if freed >= excess then
+          return time + length - now
+        end
+      end
+      return reset_after()
+    elseif method == 'state' then
+      -- The log itself: evaluations change it in place (see the top of this file).
+      -- expires_at = newest + W, now when empty.
+      local newest = newest_time()
+      log[1] = newest and newest + length or now
+      return log
+    elseif method == 'load' then
+      local key, load_now = a, b
       local meta = redis.call('HMGET', key, 'e', 'u', 'h', 't')
       local expires_at = tonumber(meta[1])
-      if not expires_at or expires_at <= now then
+      if not expires_at or expires_at <= load_now then
         return nil
       end
-      return sliding_log(
-        0, now, 1, log_source(key), tonumber(meta[3]), tonumber(meta[4]), tonumber(meta[2]), {}
-      )
-    end,
-    write = function(key, log, expires_at, ttl_ms)
-      if log.source == nil then
+      local stored = {
+        expires_at,
+        key = key,
+        head = tonumber(meta[3]),
+        tail = tonumber(meta[4]),
+        used = tonumber(meta[2]),
+        time = {},
+        count = {},
+        changed = {},
+      }
+      -- Every evaluation reads the oldest entry (has it expired?) and the newest (reset_after):
+      -- one call for both.
+      if stored.head <= stored.tail then
+        local ends = redis.call(
+          'HMGET', key, string.format('%d', stored.head), string.format('%d', stored.tail)
+        )
+        cache_entry(stored, stored.head, ends[1])
+        cache_entry(stored, stored.tail, ends[2])
+      end
+      return stored
+    elseif method == 'write' then
+      local key, state, ttl_ms = a, b, c
+      local stored = state.key ~= nil
+      if not stored then
         -- Started afresh: whatever the key holds is expired (UNLINK frees a long log lazily).
         redis.call('UNLINK', key)
       end
-      local removed, changed = {}, {}
-      for index, entry in pairs(log.overlay) do
-        if entry and index >= log.head and index <= log.tail then
-          changed[#changed + 1] = format_integer(index)
-          changed[#changed + 1] = format_integer(entry.time) .. ' ' .. format_integer(entry.count)
-        elseif log.source ~= nil then
-          removed[#removed + 1] = format_integer(index)
+      local removed, fields = {}, {}
+      for index in pairs(state.changed) do
+        if index >= state.head and index <= state.tail then
+          fields[#fields + 1] = string.format('%d', index)
+          fields[#fields + 1] = string.format('%d %d', state.time[index], state.count[index])
+        elseif stored then
+          removed[#removed + 1] = string.format('%d', index)
         end
       end
       for first = 1, #removed, SLIDING_LOG_FIELDS_PER_CALL do
         local last = math.min(first + SLIDING_LOG_FIELDS_PER_CALL - 1, #removed)
         redis.call('HDEL', key, unpack(removed, first, last))
       end
-      for first = 1, #changed, 2 * SLIDING_LOG_FIELDS_PER_CALL do
-        local last = math.min(first + 2 * SLIDING_LOG_FIELDS_PER_CALL - 1, #changed)
-        redis.call('HSET', key, unpack(changed, first, last))
+      -- The header goes with the last entries written.
+      local header = #fields
+      fields[header + 1], fields[header + 2] = 'e', string.format('%d', state[1])
+      fields[header + 3], fields[header + 4] = 'u', string.format('%d', state.used)
+      fields[header + 5], fields[header + 6] = 'h', string.format('%d', state.head)
+      fields[header + 7], fields[header + 8] = 't', string.format('%d', state.tail)
+      for first = 1, #fields, 2 * SLIDING_LOG_FIELDS_PER_CALL do
+        local last = math.min(first + 2 * SLIDING_LOG_FIELDS_PER_CALL - 1, #fields)
+        redis.call('HSET', key, unpack(fields, first, last))
       end
-      redis.call(
-        'HSET',
-        key,
-        'e',
-        format_integer(expires_at),
-        'u',
-        format_integer(log.used),
-        'h',
-        format_integer(log.head),
-        't',
-        format_integer(log.tail)
-      )
-      redis.call('PEXPIRE', key, format_integer(ttl_ms))
-    end,
-  }
-
-  function SlidingLog:copy()
-    local overlay = {}
-    for index, entry in pairs(self.overlay) do
-      overlay[index] = entry
-    end
-    return sliding_log(
-      self.limit, self.now, self.length, self.source, self.head, self.tail, self.used, overlay
-    )
-  end
-
-  function SlidingLog.at(quota, state, now)
-    local log
-    if getmetatable(state) == SlidingLog then
-      log = state:copy()
-    else
-      log = sliding_log(0, now, 1, nil, 1, 0, 0, {})
-    end
-    log.limit, log.now, log.length = quota.limit, now, max(quota.window, 1)
-    local oldest_kept = now - log.length
-    while log.head <= log.tail and log:entry(log.head).time <= oldest_kept do
-      log.used = log.used - log:entry(log.head).count
-      log.overlay[log.head] = false
-      log.head = log.head + 1
-    end
-    log:fold_oldest_beyond_cap()
-    return log
-  end
-
-  function SlidingLog:entry(index)
-    local entry = self.overlay[index]
-    if entry == nil then
-      entry = read_log_entry(self.source, index)
-    end
-    return entry
-  end
-
-  function SlidingLog:newest_time()
-    if self.tail < self.head then
-      return nil
-    end
-    return self:entry(self.tail).time
-  end
-
-  function SlidingLog:reset_after()
-    local newest = self:newest_time()
-    if newest == nil then
-      return 0
-    end
-    return max(newest + self.length - self.now, 0)
-  end
-
-  function SlidingLog:fold_oldest_beyond_cap()
-    while self.tail - self.head + 1 > SLIDING_LOG_MAX_ENTRIES do
-      local oldest, next = self:entry(self.head), self:entry(self.head + 1)
-      self.overlay[self.head + 1] = { time = next.time, count = next.count + oldest.count }
-      self.overlay[self.head] = false
-      self.head = self.head + 1
+      redis.call('PEXPIRE', key, string.format('%d', ttl_ms))
     end
   end
-
-  function SlidingLog:append(hits)
-    local newest = self:newest_time()
-    local time = newest and max(newest, self.now) or self.now
-    if newest == time then
-      self.overlay[self.tail] = { time = time, count = self:entry(self.tail).count + hits }
-    else
-      self.tail = self.tail + 1
-      self.overlay[self.tail] = { time = time, count = hits }
-    end
-    self.used = self.used + hits
-    self:fold_oldest_beyond_cap()
-  end
-
-  function SlidingLog:take_back_newest(hits)
-    while hits > 0 and self.tail >= self.head do
-      local newest = self:entry(self.tail)
-      local taken = min(hits, newest.count)
-      if taken == newest.count then
-        self.overlay[self.tail] = false
-        self.tail = self.tail - 1
-      else
-        self.overlay[self.tail] = { time = newest.time, count = newest.count - taken }
-      end
-      self.used = self.used - taken
-      hits = hits - taken
-    end
-  end
-
-  -- When enough of the oldest entries have expired to free `excess` hits (nil: never).
-  function SlidingLog:freed_at(excess)
-    local freed = 0
-    for index = self.head, self.tail do
-      local entry = self:entry(index)
-      freed = freed + entry.count
-      if freed >= excess then
-        return entry.time + self.length
-      end
-    end
-    return nil
-  end
-
-  function SlidingLog:fits(hits)
-    return self.used + hits <= self.limit
-  end
-
-  function SlidingLog:charged(hits)
-    local next = self:copy()
-    if hits > 0 then
-      next:append(hits)
-    end
-    return next
-  end
-
-  function SlidingLog:refunded(hits)
-    local next = self:copy()
-    next:take_back_newest(hits)
-    return next
-  end
-
-  function SlidingLog:snapshot()
-    return max(self.limit - self.used, 0), self:reset_after()
-  end
-
-  function SlidingLog:retry_after(hits)
-    if hits > self.limit then
-      return self:reset_after()
-    end
-    local excess = max(self.used + hits - self.limit, 0)
-    local at = self:freed_at(excess)
-    if at == nil then
-      return self:reset_after()
-    end
-    return at - self.now
-  end
-
-  function SlidingLog:expires_at()
-    local newest = self:newest_time()
-    if newest == nil then
-      return self.now
-    end
-    return newest + self.length
-  end
-
-  -- A view is its own state: evaluations never change a view they hand on (`at` copies it).
-  function SlidingLog:state()
-    return self
-  end
-
-  return SlidingLog
 end

@@ -24,53 +24,57 @@
 --     while the hits do not fit, then up to 4 times −1 µs while they fit 1 µs earlier.
 --       retry_after = at − now;  n > L → reset_after;  always at least 1
 --   expires_at = start + 2W
+--
+-- State: "S <expires_at> <window_start> <previous> <current>", { expires_at, window_start,
+-- previous, current } here.
 
--- Defined on first use (see decide.lua).
+-- Defined on first use (see decide.lua). The methods are the branches of one function (see
+-- the cost note in prelude.lua), each naming its arguments.
 local function define_sliding_window()
-  local SlidingWindow = {}
-  SlidingWindow.__index = SlidingWindow
-  SlidingWindow.storage = STRING_STORAGE
-
   -- How far (in µs, each way) a retry guess is nudged to agree with the admission test.
   local SLIDING_WINDOW_MAX_NUDGES = 4
 
-  STATE_DECODERS.S = function(fields)
-    return {
-      tag = 'S',
-      window_start = tonumber(fields[3]),
-      previous = tonumber(fields[4]),
-      current = tonumber(fields[5]),
-    }
-  end
-
-  STATE_ENCODERS.S = function(state)
-    return { state.window_start, state.previous, state.current }
-  end
-
-  local function sliding_window(limit, now, start, length, previous, current)
-    return setmetatable({
-      limit = limit,
-      now = now,
-      start = start,
-      length = length,
-      previous = previous,
-      current = current,
-    }, SlidingWindow)
-  end
+  -- The windows looked at (Rust's `Windows`), set by 'at'.
+  local limit, now, start, length, previous, current
 
   -- The stored windows as seen from the window starting at `current_start`.
-  local function carried_over(stored_start, previous, current, current_start, length)
+  local function carried_over(stored_start, stored_previous, stored_current, current_start)
     if stored_start >= current_start then
-      return stored_start, previous, current
+      return stored_start, stored_previous, stored_current
     elseif stored_start == current_start - length then
-      return current_start, current, 0
+      return current_start, stored_current, 0
     end
     return current_start, 0, 0
   end
 
+  -- Rust's `estimate` (with `previous_weight`) of windows (window_start, with_previous,
+  -- with_current) seen at `at`: the windows looked at, or those seen at another instant.
+  local function estimate_of(at, window_start, with_previous, with_current)
+    local elapsed = math.min(math.max(at - window_start, 0), length)
+    return with_previous * ((length - elapsed) / length) + with_current
+  end
+
+  -- Whether `hits` fit in the windows looked at, seen at `at` with no hits in between (Rust's
+  -- `seen_at(at).fits(hits)`).
+  local function fits_at(at, hits)
+    local at_start, at_previous, at_current =
+      carried_over(start, previous, current, epoch_window_start(at, length))
+    return estimate_of(at, at_start, at_previous, at_current) + hits <= limit
+  end
+
+  local function reset_after()
+    local until_end = math.max(start + length - now, 0)
+    if current > 0 then
+      return until_end + length
+    elseif previous > 0 then
+      return until_end
+    end
+    return 0
+  end
+
   -- Time into a window until `count` hits of the window before it, weighted by their remaining
   -- overlap, take at most `room`.
-  local function decay_time(count, room, length)
+  local function decay_time(count, room)
     if count == 0 then
       return 0
     end
@@ -78,130 +82,88 @@ local function define_sliding_window()
     if allowance >= length then
       return 0
     end
-    return length - floor(allowance)
+    return length - math.floor(allowance)
   end
 
-  function SlidingWindow.at(quota, state, now)
-    local length = max(quota.window, 1)
-    local current_start = epoch_window_start(now, length)
-    local start, previous, current = current_start, 0, 0
-    if state and state.tag == 'S' then
-      start, previous, current =
-        carried_over(state.window_start, state.previous, state.current, current_start, length)
-    end
-    return sliding_window(quota.limit, now, start, length, previous, current)
-  end
-
-  -- The same counter seen at another instant, with no hits in between.
-  function SlidingWindow:seen_at(now)
-    local start, previous, current = carried_over(
-      self.start,
-      self.previous,
-      self.current,
-      epoch_window_start(now, self.length),
-      self.length
-    )
-    return sliding_window(self.limit, now, start, self.length, previous, current)
-  end
-
-  function SlidingWindow:fits_at(now, hits)
-    return self:seen_at(now):fits(hits)
-  end
-
-  -- The first µs near `guess` at which the admission test accepts `hits`.
-  function SlidingWindow:first_fit_near(guess, hits)
-    local at = guess
-    for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
-      if self:fits_at(at, hits) then
-        break
+  return function(method, a, b, c, d, e)
+    if method == 'at' then
+      local quota_limit, window, state, at_now = a, b, d, e
+      limit, now, length = quota_limit, at_now, math.max(window, 1)
+      local current_start = epoch_window_start(now, length)
+      start, previous, current = current_start, 0, 0
+      if state then
+        start, previous, current = carried_over(state[2], state[3], state[4], current_start)
       end
-      at = at + 1
-    end
-    for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
-      if not self:fits_at(at - 1, hits) then
-        break
+    elseif method == 'fits' then
+      local hits = a
+      return estimate_of(now, start, previous, current) + hits <= limit
+    elseif method == 'charge' then
+      local hits = a
+      current = current + hits
+    elseif method == 'refund' then
+      local hits = a
+      local from_current = math.min(hits, current)
+      previous = math.max(previous - (hits - from_current), 0)
+      current = current - from_current
+    elseif method == 'snapshot' then
+      local room = math.floor(limit - estimate_of(now, start, previous, current))
+      return math.min(math.max(room, 0), limit), reset_after()
+    elseif method == 'retry_after' then
+      local hits = a
+      if hits > limit then
+        return reset_after()
       end
-      at = at - 1
+      local room = limit - (current + hits)
+      local guess
+      if room >= 0 then
+        guess = start + decay_time(previous, room)
+      else
+        guess = start + length + decay_time(current, limit - hits)
+      end
+      -- Rust's first_fit_near: the first µs near `guess` at which the admission test
+      -- accepts the hits.
+      local at = guess
+      for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
+        if fits_at(at, hits) then
+          break
+        end
+        at = at + 1
+      end
+      for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
+        if not fits_at(at - 1, hits) then
+          break
+        end
+        at = at - 1
+      end
+      return at - now
+    elseif method == 'state' then
+      -- expires_at = window end + W. Into the table `into` when given.
+      local into = a
+      if into then
+        into[1], into[2], into[3], into[4] = start + length + length, start, previous, current
+        return into
+      end
+      return { start + length + length, start, previous, current }
+    elseif method == 'load' then
+      local key, load_now = a, b
+      local expires_at, window_start, stored_previous, stored_current =
+        read_record(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
+      if expires_at then
+        return {
+          expires_at,
+          tonumber(window_start),
+          tonumber(stored_previous),
+          tonumber(stored_current),
+        }
+      end
+      return nil
+    elseif method == 'write' then
+      local key, state, ttl_ms = a, b, c
+      write_record(
+        key,
+        string.format('S %d %d %d %d', state[1], state[2], state[3], state[4]),
+        ttl_ms
+      )
     end
-    return at
   end
-
-  function SlidingWindow:window_end()
-    return self.start + self.length
-  end
-
-  function SlidingWindow:previous_weight()
-    local elapsed = min(max(self.now - self.start, 0), self.length)
-    return (self.length - elapsed) / self.length
-  end
-
-  function SlidingWindow:estimate()
-    return self.previous * self:previous_weight() + self.current
-  end
-
-  function SlidingWindow:reset_after()
-    local until_end = max(self:window_end() - self.now, 0)
-    if self.current > 0 then
-      return until_end + self.length
-    elseif self.previous > 0 then
-      return until_end
-    end
-    return 0
-  end
-
-  function SlidingWindow:fits(hits)
-    return self:estimate() + hits <= self.limit
-  end
-
-  function SlidingWindow:charged(hits)
-    return sliding_window(
-      self.limit, self.now, self.start, self.length, self.previous, self.current + hits
-    )
-  end
-
-  function SlidingWindow:refunded(hits)
-    local from_current = min(hits, self.current)
-    return sliding_window(
-      self.limit,
-      self.now,
-      self.start,
-      self.length,
-      max(self.previous - (hits - from_current), 0),
-      self.current - from_current
-    )
-  end
-
-  function SlidingWindow:snapshot()
-    local room = floor(self.limit - self:estimate())
-    return min(max(room, 0), self.limit), self:reset_after()
-  end
-
-  function SlidingWindow:retry_after(hits)
-    if hits > self.limit then
-      return self:reset_after()
-    end
-    local room = self.limit - (self.current + hits)
-    local guess
-    if room >= 0 then
-      guess = self.start + decay_time(self.previous, room, self.length)
-    else
-      guess = self:window_end() + decay_time(self.current, self.limit - hits, self.length)
-    end
-    return self:first_fit_near(guess, hits) - self.now
-  end
-
-  function SlidingWindow:expires_at()
-    return self:window_end() + self.length
-  end
-
-  function SlidingWindow:state()
-    return {
-      tag = 'S',
-      window_start = self.start,
-      previous = self.previous,
-      current = self.current,
-    }
-  end
-
-  return SlidingWindow
 end
