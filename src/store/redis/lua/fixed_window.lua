@@ -51,15 +51,10 @@ local function define_fixed_window()
       return { start + length, start, count }
     elseif method == 'load' then
       local key, load_now = a, b
-      local expires_at, window_start, stored_count =
-        read_record(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
-      if expires_at then
-        return { expires_at, tonumber(window_start), tonumber(stored_count) }
-      end
-      return nil
+      return load_state(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
     elseif method == 'write' then
       local key, state, ttl_ms = a, b, c
-      write_record(key, string.format('F %d %d %d', state[1], state[2], state[3]), ttl_ms)
+      write_state(key, 'F %d %d %d', state, ttl_ms)
     end
   end
 end

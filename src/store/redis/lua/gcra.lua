@@ -169,15 +169,10 @@ local function define_gcra()
       return { expires_at, tat, tat_remainder }
     elseif method == 'load' then
       local key, load_now = a, b
-      local expires_at, tat, tat_remainder =
-        read_record(key, '^G (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
-      if expires_at then
-        return { expires_at, tonumber(tat), tonumber(tat_remainder) }
-      end
-      return nil
+      return load_state(key, '^G (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
     elseif method == 'write' then
       local key, state, ttl_ms = a, b, c
-      write_record(key, string.format('G %d %d %d', state[1], state[2], state[3]), ttl_ms)
+      write_state(key, 'G %d %d %d', state, ttl_ms)
     end
   end
 end

@@ -36,11 +36,11 @@ end
 -- the table `into` when given, so a key's table is reused), and writes a state with
 -- kind('write', key, state, ttl_ms).
 
--- The expiry (a number) and the field strings of the record at `key`, matched by `pattern`
--- (whose first capture is expires_at); nothing when there is no record, it is of another
--- kind, or it has expired. Past `expires_at` a state means the same as no state: the key's
--- TTL only collects garbage, and it runs on Redis's clock, which a test clock is not.
-local function read_record(key, pattern, now)
+-- The state at `key`, { expires_at, fields… } as numbers, from its record matched by
+-- `pattern` (expires_at, then up to three fields); nil when there is no record, it is of
+-- another kind, or it has expired. Past `expires_at` a state means the same as no state: the
+-- key's TTL only collects garbage, and it runs on Redis's clock, which a test clock is not.
+local function load_state(key, pattern, now)
   local value = redis.call('GET', key)
   if not value then
     return nil
@@ -50,10 +50,13 @@ local function read_record(key, pattern, now)
   if not expires_at or expires_at <= now then
     return nil
   end
-  return expires_at, first, second, third
+  return { expires_at, tonumber(first), tonumber(second), third and tonumber(third) }
 end
 
-local function write_record(key, record, ttl_ms)
+-- Writes `state` as the record `format` makes of its numbers (a format with fewer fields
+-- ignores the rest).
+local function write_state(key, format, state, ttl_ms)
+  local record = string.format(format, state[1], state[2], state[3], state[4])
   redis.call('SET', key, record, 'PX', string.format('%d', ttl_ms))
 end
 

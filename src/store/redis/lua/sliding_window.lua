@@ -146,24 +146,10 @@ local function define_sliding_window()
       return { start + length + length, start, previous, current }
     elseif method == 'load' then
       local key, load_now = a, b
-      local expires_at, window_start, stored_previous, stored_current =
-        read_record(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
-      if expires_at then
-        return {
-          expires_at,
-          tonumber(window_start),
-          tonumber(stored_previous),
-          tonumber(stored_current),
-        }
-      end
-      return nil
+      return load_state(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
     elseif method == 'write' then
       local key, state, ttl_ms = a, b, c
-      write_record(
-        key,
-        string.format('S %d %d %d %d', state[1], state[2], state[3], state[4]),
-        ttl_ms
-      )
+      write_state(key, 'S %d %d %d %d', state, ttl_ms)
     end
   end
 end
