@@ -253,6 +253,9 @@ struct Pacer {
 
 /// The longest the pacer sleeps, so a ramp starting from 0 is noticed soon enough.
 const MAX_PACER_SLEEP: Duration = Duration::from_millis(1);
+/// The shortest: above a rate of one request per this, requests leave in small batches rather
+/// than the pacer waking for each (which would leave the answers no time to be read).
+const MIN_PACER_SLEEP: Duration = Duration::from_micros(50);
 
 impl Pacer {
     /// Sends every request when it is due; returns how far into the plan it got.
@@ -300,7 +303,7 @@ impl Pacer {
             if t >= total {
                 return Ok(t);
             }
-            let wait = wait.min(MAX_PACER_SLEEP).min(total - t);
+            let wait = wait.clamp(MIN_PACER_SLEEP, MAX_PACER_SLEEP).min(total - t);
             wake_at = now + wait;
             timer
                 .sleep(wait)
