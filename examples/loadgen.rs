@@ -22,6 +22,9 @@
 //! HdrHistogram at µs precision; errors are counted but not put in the histogram. In the
 //! open loop, a request due while all `--concurrency` slots are busy is not sent and
 //! counts as `shed` (so a slow server shows up as shed instead of hiding behind a queue).
+//! The open loop sends each request when it is due (a timerfd, finer than tokio's 1 ms
+//! timer, so requests do not leave in per-millisecond bursts): evenly spaced, or with
+//! `--arrivals poisson` at independent random times, as from many callers.
 //! Bot traffic (`--bot-burst`) shares the connections and the slots and is reported apart.
 //! A `--mix` splits the legitimate traffic into classes, each with its own descriptors, taking
 //! turns by weight (deterministically, so every second holds the mix); each class is also
