@@ -4,11 +4,12 @@
 # the same redis-server. redis-benchmark's EVALSHA/s is the ceiling for one round trip per
 # decision; the report gives floodgate's decisions/s as a ratio of it.
 #
-#   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
+#   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 1 minute)
 #
 # Overrides (environment):
 #   BENCH_SECONDS      length of each loadgen run, seconds            [10]
-#   BENCH_CLIENTS      loadgen concurrency and redis-benchmark -c     [50]
+#   BENCH_CLIENTS      loadgen concurrency at peak, h2load calls in flight and redis-benchmark -c [50]
+#   (the half-of-peak runs, evenly spaced then Poisson, may hold up to 2000 calls: none is shed)
 #   BENCH_KEYS         distinct counters (loadgen --keys, -r)         [10000]
 #   BENCH_REQUESTS     redis-benchmark -n without pipelining          [100000]
 #   BENCH_REDIS_TIMEOUT_MS  floodgate --redis-timeout-ms              [100]
