@@ -22,7 +22,7 @@ use adaptive::{
     charge, client, effective_limit, push, wait_for_holds, wait_for_limit, wait_until, ADMIN_TOKEN,
     DOMAIN, LABELS,
 };
-use common::{free_port, subdir, tempdir, wait_for_port, Floodgate};
+use common::{subdir, tempdir, wait_for_port, Floodgate};
 use prom::scrape;
 use redis_server::RedisServer;
 
@@ -49,18 +49,8 @@ descriptors:
 
 /// floodgate with the admin API on a free port; returns it and the admin port.
 fn start(dir: &Path, name: &str, extra: &[&str]) -> (Floodgate, u16) {
-    let token_file = dir.join("admin-token");
-    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n"))
-        .unwrap_or_else(|error| panic!("write the token file: {error}"));
-    let admin_port = free_port();
-    let admin_addr = format!("127.0.0.1:{admin_port}");
-    let token_path = token_file.display().to_string();
-    let mut args = vec![
-        "--admin-token-file",
-        &token_path,
-        "--admin-addr",
-        &admin_addr,
-    ];
+    let (admin, admin_port) = common::admin_api(dir, ADMIN_TOKEN);
+    let mut args: Vec<&str> = admin.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
     let floodgate = Floodgate::start_with_rules(&subdir(dir, name), "shop.yaml", RULES, &args);
     wait_for_port(admin_port, Duration::from_secs(10), "floodgate admin API");

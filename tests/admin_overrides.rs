@@ -56,22 +56,10 @@ struct Instance {
 }
 
 fn start(dir: &Path, config: &Path, extra: &[&str]) -> Instance {
-    let token_file = dir.join("admin-token");
-    if !token_file.exists() {
-        write(&token_file, &format!("{TOKEN}\n"));
-    }
-    let admin_port = common::free_port();
+    let (admin, admin_port) = common::admin_api(dir, TOKEN);
     let config = config.display().to_string();
-    let token_file = token_file.display().to_string();
-    let admin_addr = format!("127.0.0.1:{admin_port}");
-    let mut args = vec![
-        "--config",
-        config.as_str(),
-        "--admin-token-file",
-        token_file.as_str(),
-        "--admin-addr",
-        admin_addr.as_str(),
-    ];
+    let mut args = vec!["--config", config.as_str()];
+    args.extend(admin.iter().map(String::as_str));
     args.extend_from_slice(extra);
     let server = ops::start(&args, &[], dir);
     common::wait_for_port(admin_port, LIVE_WITHIN, "admin API");

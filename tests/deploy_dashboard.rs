@@ -7,11 +7,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{floodgate_bin, Floodgate};
+use common::{floodgate_bin, repo_file, Floodgate};
 
 const DASHBOARD: &str = "deploy/kubernetes/components/observability/dashboards/floodgate.json";
 
@@ -25,10 +25,6 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 5, name: per_user}
 ";
-
-fn repo(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
 
 /// One PromQL expression of a panel, with the legend that titles its series.
 #[derive(Debug)]
@@ -349,7 +345,7 @@ fn write_rules(path: &Path, text: &str) {
 
 #[test]
 fn every_dashboard_metric_and_label_is_in_a_live_scrape() {
-    let text = std::fs::read_to_string(repo(DASHBOARD))
+    let text = std::fs::read_to_string(repo_file(DASHBOARD))
         .unwrap_or_else(|error| panic!("cannot read {DASHBOARD}: {error}"));
     let dashboard: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|error| panic!("{DASHBOARD}: {error}"));

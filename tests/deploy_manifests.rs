@@ -10,20 +10,16 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{floodgate_bin, which, Floodgate};
+use common::{floodgate_bin, repo_file, which, Floodgate};
 use serde::Deserialize;
 use serde_yaml::Value;
 
-fn repo(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
 fn read(relative: &str) -> String {
-    std::fs::read_to_string(repo(relative))
+    std::fs::read_to_string(repo_file(relative))
         .unwrap_or_else(|error| panic!("cannot read {relative}: {error}"))
 }
 
@@ -31,7 +27,7 @@ fn kubectl() -> PathBuf {
     if let Ok(path) = std::env::var("KUBECTL") {
         return PathBuf::from(path);
     }
-    let venv = repo(".venv/bin/kubectl");
+    let venv = repo_file(".venv/bin/kubectl");
     if venv.exists() {
         return venv;
     }
@@ -42,7 +38,7 @@ fn kubectl() -> PathBuf {
 
 /// Every overlay directory name under deploy/kubernetes/overlays.
 fn overlays() -> Vec<String> {
-    let dir = repo("deploy/kubernetes/overlays");
+    let dir = repo_file("deploy/kubernetes/overlays");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|error| panic!("cannot list {}: {error}", dir.display()))
         .filter_map(Result::ok)
@@ -59,7 +55,7 @@ fn overlays() -> Vec<String> {
 
 /// `kubectl kustomize` of one overlay, as YAML documents.
 fn render(overlay: &str) -> Vec<Value> {
-    let dir = repo(&format!("deploy/kubernetes/overlays/{overlay}"));
+    let dir = repo_file(&format!("deploy/kubernetes/overlays/{overlay}"));
     let output = Command::new(kubectl())
         .arg("kustomize")
         .arg(&dir)
@@ -270,7 +266,7 @@ fn names_in_binary(names: &BTreeSet<String>) -> BTreeSet<String> {
 #[test]
 fn kustomize_config_is_a_copy_of_the_config_directory() {
     let listing = |relative: &str| -> BTreeMap<String, String> {
-        std::fs::read_dir(repo(relative))
+        std::fs::read_dir(repo_file(relative))
             .unwrap_or_else(|error| panic!("cannot list {relative}: {error}"))
             .filter_map(Result::ok)
             .map(|entry| entry.file_name().to_string_lossy().into_owned())
@@ -438,7 +434,10 @@ fn services_the_overlays_point_floodgate_at_exist() {
                     .map(|name| (name.to_owned(), variable.clone()))
             })
             .collect();
-        for (variable, secret_prefix) in [("REDIS_AUTH", "redis-auth")] {
+        for (variable, secret_prefix) in [
+            ("REDIS_AUTH", "redis-auth"),
+            ("REDIS_SENTINEL_AUTH", "redis-auth"),
+        ] {
             if let Some(value) = env.get(variable) {
                 let reference = &value["valueFrom"]["secretKeyRef"];
                 let name = reference["name"].as_str().unwrap_or_default();
@@ -551,7 +550,7 @@ fn probes_ask_health_services_floodgate_serves() {
     );
 
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-    let floodgate = Floodgate::start(&repo("config"), &[], dir.path());
+    let floodgate = Floodgate::start(&repo_file("config"), &[], dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -635,7 +634,7 @@ fn dockerfile_runs_what_the_binary_accepts() {
     );
     assert_no_problems(&problems);
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-    let floodgate = Floodgate::start(&repo("config"), &[], dir.path());
+    let floodgate = Floodgate::start(&repo_file("config"), &[], dir.path());
     let args: Vec<String> = healthcheck
         .iter()
         .map(|word| {

@@ -8,16 +8,12 @@ mod common;
 #[path = "common/nginx.rs"]
 mod nginx_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::http::{get, HttpResponse};
-use common::{free_port, tempdir, Floodgate};
+use common::{free_port, repo_file, tempdir, Floodgate};
 use nginx_support::{replace_once, App, KeepAliveClient, Nginx};
-
-fn repo_file(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
 
 /// floodgate on the deploy rules, the test app, and nginx on the deploy configuration with its
 /// three addresses moved to free loopback ports.

@@ -112,6 +112,24 @@ impl Drop for Running {
     }
 }
 
+/// The flags that turn the admin API on: `token` in `dir/admin-token` (an existing file is
+/// kept, so a second instance shares it) and a free loopback port. The flags, then the port.
+pub fn admin_api(dir: &Path, token: &str) -> (Vec<String>, u16) {
+    let token_file = dir.join("admin-token");
+    if !token_file.exists() {
+        std::fs::write(&token_file, format!("{token}\n"))
+            .unwrap_or_else(|error| panic!("write {}: {error}", token_file.display()));
+    }
+    let port = free_port();
+    let flags = vec![
+        "--admin-token-file".to_owned(),
+        token_file.display().to_string(),
+        "--admin-addr".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ];
+    (flags, port)
+}
+
 /// A file of this repository, by its path from the repository's root.
 pub fn repo_file(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
