@@ -9,8 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::adjustments::redis::SharedOverrides;
 use crate::cli::{
-    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, RedisType, ServeArgs, StoreKind,
-    ValidateArgs,
+    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, ServeArgs, StoreKind, ValidateArgs,
 };
 use crate::config_source::{read_sources, ConfigLocation};
 use crate::core::config::{load, LoadOptions};
@@ -230,8 +229,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 timeout: Duration::from_millis(args.redis_timeout_ms),
                 connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
                 breaker_threshold: args.redis_breaker_failures,
-                sentinel: args.redis_type == RedisType::Sentinel,
-                cluster: args.redis_type == RedisType::Cluster,
+                topology: args.redis_type.into(),
                 hash_tag: args.redis_hash_tag.into(),
                 sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
                 pool_size: args.redis_connection.redis_pool_size,

@@ -51,6 +51,16 @@ pub enum RedisType {
     Cluster,
 }
 
+impl From<RedisType> for crate::store::redis::Topology {
+    fn from(redis_type: RedisType) -> Self {
+        match redis_type {
+            RedisType::Single => Self::Single,
+            RedisType::Sentinel => Self::Sentinel,
+            RedisType::Cluster => Self::Cluster,
+        }
+    }
+}
+
 /// What a Redis key's Cluster hash tag holds (`store::redis::keys`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HashTagArg {

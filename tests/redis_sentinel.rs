@@ -19,7 +19,7 @@ mod rls;
 use std::time::{Duration, Instant};
 
 use floodgate::proto::rate_limit_response::Code;
-use floodgate::store::redis::{RedisOptions, RedisStore};
+use floodgate::store::redis::{RedisOptions, RedisStore, Topology};
 use floodgate::store::StoreError;
 
 use common::Floodgate;
@@ -258,7 +258,7 @@ async fn an_unknown_master_name_or_no_sentinel_is_refused_clearly() {
         }
     };
     let options = |url: String| RedisOptions {
-        sentinel: true,
+        topology: Topology::Sentinel,
         ..RedisOptions::new(url)
     };
 

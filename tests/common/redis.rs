@@ -17,7 +17,7 @@ use floodgate::core::rules::{Entry, MatchedLevel};
 use floodgate::core::time::Clock;
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
-use floodgate::store::redis::{RedisOptions, RedisStore};
+use floodgate::store::redis::{RedisOptions, RedisStore, Topology};
 
 const REDIS_SERVER: &str = "redis-server";
 
@@ -448,7 +448,7 @@ impl RedisCluster {
     /// Options for a store on this cluster (generous deadline, as `RedisServer::options`).
     pub fn options(&self, clock: Option<Arc<dyn Clock>>) -> RedisOptions {
         let mut options = RedisOptions::new(self.seeds());
-        options.cluster = true;
+        options.topology = Topology::Cluster;
         options.timeout = Duration::from_secs(2);
         options.connect_timeout = Duration::from_secs(5);
         options.test_clock = clock;

@@ -244,6 +244,7 @@ fn check_seed(info: &ConnectionInfo, url: &str, tls: &TlsOptions) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::Topology;
 
     #[test]
     fn seeds_take_both_forms() {
@@ -311,7 +312,7 @@ mod tests {
             .map(|addr| addr.port())
             .expect("a free port");
         let mut options = RedisOptions::new(format!("redis://:hunter22@127.0.0.1:{port}"));
-        options.cluster = true;
+        options.topology = Topology::Cluster;
         options.auth = Some("alice:other-secret".to_owned());
         options.connect_timeout = Duration::from_millis(500);
         let result = ClusterLink::open(&options, &Script::new("return 1")).await;

@@ -34,7 +34,7 @@ use redis::{
 use super::script::Call;
 use super::sentinel::Sentinels;
 use super::tls::{self, ClientSetup};
-use super::RedisOptions;
+use super::{RedisOptions, Topology};
 use crate::store::StoreError;
 
 pub(super) const BACKEND: &str = "redis";
@@ -132,7 +132,7 @@ impl Connection {
             .iter()
             .flat_map(|auth| auth_secrets(auth))
             .collect();
-        if options.sentinel {
+        if options.topology == Topology::Sentinel {
             let sentinels = Sentinels::parse(
                 &options.url,
                 options.sentinel_auth.as_deref(),

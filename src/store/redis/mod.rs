@@ -160,13 +160,10 @@ pub struct RedisOptions {
     pub probe_interval: Duration,
     /// Tests only: take "now" from this clock instead of Redis `TIME`.
     pub test_clock: Option<Arc<dyn Clock>>,
-    /// `url` lists the seed nodes of a Redis Cluster (`host:port,host:port` or one URL each).
-    pub cluster: bool,
+    /// How `url` reaches Redis: one server, a master found through sentinels, or a cluster.
+    pub topology: Topology,
     /// What the keys' Cluster hash tag holds (see [`keys`]).
     pub hash_tag: HashTag,
-    /// `url` is `mastername,host:port[,host:port…]`: the master is found through these
-    /// sentinels and followed across failovers.
-    pub sentinel: bool,
     /// `password` or `user:password` for the sentinels (envoyproxy/ratelimit's
     /// `REDIS_SENTINEL_AUTH`), when their addresses carry none.
     pub sentinel_auth: Option<String>,
@@ -174,6 +171,18 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// TLS (`rediss://`, or `tls.enabled` for a bare `host:port`) and its files.
     pub tls: TlsOptions,
+}
+
+/// How a [`RedisOptions::url`] reaches Redis (envoyproxy/ratelimit's `REDIS_TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// `url` is one server (or a proxy in front of several).
+    Single,
+    /// `url` is `mastername,host:port[,host:port…]`: the master is found through these
+    /// sentinels and followed across failovers.
+    Sentinel,
+    /// `url` lists the seed nodes of a Redis Cluster (`host:port,host:port` or one URL each).
+    Cluster,
 }
 
 impl RedisOptions {
@@ -187,9 +196,8 @@ impl RedisOptions {
             breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             test_clock: None,
-            cluster: false,
+            topology: Topology::Single,
             hash_tag: HashTag::Domain,
-            sentinel: false,
             sentinel_auth: None,
             pool_size: DEFAULT_POOL_SIZE,
             tls: TlsOptions::default(),
@@ -226,7 +234,7 @@ impl Default for RedisOptions {
 
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let url = if self.cluster {
+        let url = if self.topology == Topology::Cluster {
             cluster::describe_seeds(&self.url, self.tls.enabled)
         } else {
             connection::redact_url(&self.normalized_url())
@@ -240,9 +248,8 @@ impl fmt::Debug for RedisOptions {
             .field("breaker_threshold", &self.breaker_threshold)
             .field("probe_interval", &self.probe_interval)
             .field("test_clock", &self.test_clock.is_some())
-            .field("cluster", &self.cluster)
+            .field("topology", &self.topology)
             .field("hash_tag", &self.hash_tag)
-            .field("sentinel", &self.sentinel)
             .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|_| "***"))
             .field("pool_size", &self.pool_size)
             .field("tls", &self.tls)
@@ -327,7 +334,7 @@ impl RedisStore {
         }
         let keys = keys.with_hash_tag(options.hash_tag);
         let script = Script::new(script::SOURCE);
-        let link = if options.cluster {
+        let link = if options.topology == Topology::Cluster {
             Link::Cluster(ClusterLink::open(options, &script).await?)
         } else {
             let connection = Connection::open(options).await?;
@@ -589,7 +596,7 @@ mod tests {
     #[test]
     fn debug_output_hides_every_cluster_seeds_credentials() {
         let mut options = RedisOptions::new("redis://:first-pw@a:7000,redis://u:second-pw@b:7001");
-        options.cluster = true;
+        options.topology = Topology::Cluster;
         let shown = format!("{options:?}");
         assert!(
             !shown.contains("first-pw") && !shown.contains("second-pw"),
