@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cli::Arrivals;
-use crate::schedule::{ArrivalClock, Bursts, Plan};
+use crate::schedule::{until_count, ArrivalClock, Bursts, Plan};
 use crate::stats::{ClassStats, Outcome, Recorder, StageStats};
 use crate::timer::FineTimer;
 use crate::workload::Workload;
@@ -291,14 +291,9 @@ impl Pacer {
                         return Ok(t);
                     }
                 }
-                let rate = bursts.rate_at(t);
-                if rate > 0.0 {
-                    let short = (bot_due_sent + 1) as f64 - bursts.arrivals_by(t);
-                    wait = wait.min(
-                        Duration::try_from_secs_f64(short.max(0.0) / rate)
-                            .unwrap_or(MAX_PACER_SLEEP),
-                    );
-                }
+                let bots_wait =
+                    until_count(bot_due_sent + 1, bursts.arrivals_by(t), bursts.rate_at(t));
+                wait = wait.min(bots_wait);
             }
             if t >= total {
                 return Ok(t);

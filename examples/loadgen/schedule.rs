@@ -147,6 +147,16 @@ impl Plan {
     }
 }
 
+/// How long until a cumulative count that stands at `arrived` and grows at `rate` per second
+/// reaches `count` (`Duration::MAX` while it does not grow).
+pub fn until_count(count: u64, arrived: f64, rate: f64) -> Duration {
+    if rate <= 0.0 {
+        return Duration::MAX;
+    }
+    let short = count as f64 - arrived;
+    Duration::try_from_secs_f64(short.max(0.0) / rate).unwrap_or(Duration::MAX)
+}
+
 /// Counts the legitimate requests due, evenly spaced or as a Poisson process.
 #[derive(Debug)]
 pub struct ArrivalClock {
@@ -195,14 +205,7 @@ impl ArrivalClock {
     /// How long until the next request may be due, from `t`.
     pub fn until_next(&self, t: Duration, plan: &Plan) -> Duration {
         match self.arrivals {
-            Arrivals::Even => {
-                let rate = plan.rate_at(t);
-                if rate <= 0.0 {
-                    return Duration::MAX;
-                }
-                let short = (self.sent + 1) as f64 - plan.arrivals_by(t);
-                Duration::try_from_secs_f64(short.max(0.0) / rate).unwrap_or(Duration::MAX)
-            }
+            Arrivals::Even => until_count(self.sent + 1, plan.arrivals_by(t), plan.rate_at(t)),
             Arrivals::Poisson => self.next.saturating_sub(t),
         }
     }
