@@ -17,8 +17,9 @@
 #     in a row open the circuit breaker, and fast failures would then count as throughput)
 #   BENCH_PIPELINE     redis-benchmark -P for the pipelined run       [16]
 #   BENCH_WORKER_THREADS  floodgate --worker-threads                  [1]
-#     (redis-server and the load generator need the other core; with one thread per core
-#     floodgate spent ~20 % more CPU per decision here, on wake-ups across threads)
+#     (1: tokio's single-threaded scheduler, which batches writes and Redis calls; redis-server
+#     and the load generator need the other core. With one thread per core floodgate spent
+#     about twice the CPU per decision here: 30 µs against 16 µs under h2load)
 #   BENCH_OUT          the report                                     [docs/benchmarks-redis.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -296,8 +296,9 @@ fn bad_flag_values_are_refused_at_start() {
 
 #[test]
 fn one_worker_thread_decides_concurrent_calls() {
-    // --worker-threads 1 (docs/benchmarks-redis.md): every call is still decided, none waits
-    // on another (nothing in the call path may block the only worker).
+    // --worker-threads 1 runs tokio's single-threaded scheduler (docs/benchmarks-redis.md):
+    // every call is still decided, none waits on another (nothing in the call path may block
+    // the only thread).
     let (_temp, server) = start(&["--worker-threads", "1"]);
     let (decided, shed) = runtime().block_on(burst(&server, 4, 25));
     assert_eq!((decided, shed), (100, 0));
@@ -315,4 +316,25 @@ fn zero_worker_threads_are_refused_at_start() {
         stderr.contains("invalid value '0' for '--worker-threads"),
         "stderr: {stderr}"
     );
+}
+
+#[test]
+fn a_malformed_tokio_worker_threads_is_refused_at_start() {
+    for value in ["0", "two"] {
+        let output = std::process::Command::new(common::floodgate_bin())
+            .args(["serve", "--config", "/nonexistent"])
+            .env("TOKIO_WORKER_THREADS", value)
+            .env_remove("FLOODGATE_WORKER_THREADS")
+            .output()
+            .unwrap_or_else(|error| panic!("run floodgate: {error}"));
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "TOKIO_WORKER_THREADS=\"{value}\" is not a number of threads"
+            )),
+            "stderr: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+    }
 }

@@ -246,16 +246,26 @@ async fn a_caller_that_does_not_sample_gets_no_span() {
     );
 }
 
-// Multi-threaded: the receiver must keep answering while the test waits for the exit.
+// Both schedulers: one thread (every task runs inside `block_on`) and several.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spans_still_buffered_are_sent_on_shutdown() {
+async fn spans_still_buffered_are_sent_on_shutdown_with_one_thread() {
+    spans_still_buffered_are_sent_on_shutdown("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_still_buffered_are_sent_on_shutdown_with_two_threads() {
+    spans_still_buffered_are_sent_on_shutdown("2").await;
+}
+
+// Multi-threaded: the receiver must keep answering while the test waits for the exit.
+async fn spans_still_buffered_are_sent_on_shutdown(worker_threads: &str) {
     let receiver = OtlpReceiver::start().await;
     let dir = tempdir();
     // A batch delay far longer than the test: only the shutdown flush can deliver the span.
     let mut traced = start(
         dir.path(),
         &receiver,
-        &[],
+        &["--worker-threads", worker_threads],
         &[("OTEL_BSP_SCHEDULE_DELAY", "600000")],
     );
     call_with(&traced, &[("traceparent", &traceparent())]).await;
