@@ -60,7 +60,9 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
-fn start() -> Setup {
+/// floodgate with `threads` worker threads ("1": the single-threaded scheduler, which a
+/// 1-CPU container gets; "2": the multi-threaded one).
+fn start(threads: &str) -> Setup {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("config");
@@ -80,6 +82,8 @@ fn start() -> Setup {
             &url,
             "--redis-timeout-ms",
             &timeout,
+            "--worker-threads",
+            threads,
         ],
         dir.path(),
     );
@@ -154,9 +158,18 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 /// Runs LOAD_TASKS clients over every domain while `outage` (SIGSTOP, then SIGCONT) happens;
 /// checks policies and latency; returns after Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
+async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast_with_one_thread() {
+    every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast_with_two_threads() {
+    every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast("2").await;
+}
+
+async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast(threads: &str) {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let setup = start();
+    let setup = start(threads);
     let url = setup.floodgate.grpc_url();
     let mut probe = rls::connect(&url).await;
     for (domain, _) in DOMAINS {
@@ -325,9 +338,18 @@ async fn every_policy_is_honoured_while_redis_is_paused_and_calls_stay_fast() {
 /// SIGKILL, then a fresh Redis on the same port: `fail_open` keeps answering OK throughout,
 /// and the `error` domain decides again soon after the new server is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn decisions_resume_after_redis_is_killed_and_restarted() {
+async fn decisions_resume_after_redis_is_killed_and_restarted_with_one_thread() {
+    decisions_resume_after_redis_is_killed_and_restarted("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decisions_resume_after_redis_is_killed_and_restarted_with_two_threads() {
+    decisions_resume_after_redis_is_killed_and_restarted("2").await;
+}
+
+async fn decisions_resume_after_redis_is_killed_and_restarted(threads: &str) {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let mut setup = start();
+    let mut setup = start(threads);
     let url = setup.floodgate.grpc_url();
     let mut client = rls::connect(&url).await;
     assert_eq!(call(&mut client, "d_error", "user", "a").await, Outcome::Ok);
