@@ -44,8 +44,8 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Sends the spans still buffered. Call it outside the runtime's `block_on`, before the
-    /// runtime is dropped.
+    /// Sends the spans still buffered. It blocks until the exporter (a task on the runtime) has
+    /// sent them: call it from a thread that runs no tasks, while the runtime still runs.
     pub fn shutdown(self) {
         if let Some(guard) = self.tracing {
             guard.shutdown();
