@@ -8,8 +8,8 @@
 //! ```
 //!
 //! The server is built as floodgate builds its gRPC listener (a default
-//! `tonic::transport::Server::builder().tcp_nodelay(true)` on a default multi-thread tokio
-//! runtime), so the only difference is the decision. tonic ignores the builder's
+//! `tonic::transport::Server::builder().tcp_nodelay(true)` on the runtime floodgate would pick
+//! for the same `--worker-threads`), so the only difference is the decision. tonic ignores the builder's
 //! `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream here.
 
 use std::net::SocketAddr;
@@ -34,6 +34,10 @@ struct Args {
     /// Set TCP_NODELAY on accepted connections (`false` to see what Nagle's algorithm costs).
     #[arg(long, env = "NOOP_RLS_TCP_NODELAY", default_value_t = true, action = clap::ArgAction::Set)]
     tcp_nodelay: bool,
+    /// Threads that serve calls, as floodgate's flag [default: one per CPU; 1: the
+    /// single-threaded scheduler].
+    #[arg(long, env = "NOOP_RLS_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    worker_threads: Option<u16>,
 }
 
 struct Noop;
@@ -88,13 +92,10 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match floodgate::runtime::build(args.worker_threads) {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("noop_rls: cannot start the async runtime: {error}");
+            eprintln!("noop_rls: {error}");
             return ExitCode::FAILURE;
         }
     };

@@ -20,6 +20,7 @@
 #   BENCH_RATE_CONCURRENCY  in-flight cap of the open-loop runs    [256]
 #   BENCH_CONNECTIONS    HTTP/2 connections                        [4]
 #   BENCH_LOADGEN_THREADS  loadgen runtime threads                 [1]
+#   BENCH_WORKER_THREADS --worker-threads of floodgate and the no-op server  [their default]
 #   BENCH_BOTS           1: run the bot-burst load, 0: skip it     [1]
 #   BENCH_BOT_KEYS       keys the bots use                         [5]
 #   BENCH_OUT            the report                                [docs/benchmarks-load.md]
@@ -36,6 +37,7 @@ CONCURRENCIES="${BENCH_CONCURRENCIES:-16 64}"
 RATE_CONCURRENCY="${BENCH_RATE_CONCURRENCY:-256}"
 CONNECTIONS="${BENCH_CONNECTIONS:-4}"
 LOADGEN_THREADS="${BENCH_LOADGEN_THREADS:-1}"
+WORKER_THREADS="${BENCH_WORKER_THREADS:-}"
 BOTS="${BENCH_BOTS:-1}"
 BOT_KEYS="${BENCH_BOT_KEYS:-5}"
 OUT="${BENCH_OUT:-docs/benchmarks-load.md}"
@@ -49,6 +51,8 @@ for c in $CONCURRENCIES; do
   [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES must be whole numbers (got '$c')"
 done
 [[ "$RATE_CONCURRENCY" =~ ^[1-9][0-9]*$ ]] || die "BENCH_RATE_CONCURRENCY must be a whole number"
+[[ -z "$WORKER_THREADS" || "$WORKER_THREADS" =~ ^[1-9][0-9]*$ ]] ||
+  die "BENCH_WORKER_THREADS must be a whole number (or unset for floodgate's default)"
 [ -e "$CONFIG_DIR" ] || die "no floodgate configuration at '$CONFIG_DIR' (set BENCH_CONFIG_DIR)"
 
 start_workspace bench-load
@@ -59,10 +63,12 @@ LOADGEN="$BIN/examples/loadgen"
 
 read -r NOOP_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(free_ports 4)
 
-"$NOOP" --addr "127.0.0.1:$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
+"$NOOP" --addr "127.0.0.1:$NOOP_PORT" ${WORKER_THREADS:+--worker-threads "$WORKER_THREADS"} \
+  >"$WORK/noop.log" 2>&1 &
 NOOP_PID=$!
 PIDS+=("$NOOP_PID")
 RUST_LOG="${RUST_LOG:-warn}" "$FLOODGATE" serve --config "$CONFIG_DIR" \
+  ${WORKER_THREADS:+--worker-threads "$WORKER_THREADS"} \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
 FLOODGATE_PID=$!
@@ -171,6 +177,7 @@ BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" BENCH_RUSTC="$(rustc --version)" \
 BENCH_CONCURRENCIES="$CONCURRENCIES" BENCH_RATE="$RATE" BENCH_BOTS="$BOTS" \
 BENCH_CONFIG_DIR="$CONFIG_DIR" BENCH_DOMAIN="$DOMAIN" BENCH_DESCRIPTOR="$DESCRIPTOR" \
 BENCH_KEYS="$KEYS" BENCH_CONNECTIONS="$CONNECTIONS" BENCH_LOADGEN_THREADS="$LOADGEN_THREADS" \
+BENCH_WORKER_THREADS="$WORKER_THREADS" \
 BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_WARMUP="$WARMUP" \
 python3 - "$OUT" <<'EOF'
 import json, os, sys
@@ -247,13 +254,15 @@ w("")
 w(f"- date: {env['BENCH_DATE']}; commit: `{env['BENCH_COMMIT']}`; {env['BENCH_RUSTC']}")
 w(f"- machine: {env['BENCH_NPROC']} CPUs ({env['BENCH_CPU']})")
 w(f"- **the load generator and the server share these {env['BENCH_NPROC']} CPUs** (loadgen on "
-  f"{env['BENCH_LOADGEN_THREADS']} runtime thread(s), the server on its default runtime), so "
+  f"{env['BENCH_LOADGEN_THREADS']} runtime thread(s), the servers as the next line says), so "
   "absolute figures are low and depend on the machine: read floodgate against the no-op server "
   "measured in the same run, not against other machines.")
 w(f"- traffic: gRPC `ShouldRateLimit` over {env['BENCH_CONNECTIONS']} HTTP/2 connections to "
   f"127.0.0.1; domain `{env['BENCH_DOMAIN']}`, descriptor `{env['BENCH_DESCRIPTOR']}`, "
   f"`{{key}}` drawn uniformly from {int(env['BENCH_KEYS']):,} values; floodgate serves "
-  f"`--config {env['BENCH_CONFIG_DIR']}` from its memory store.")
+  f"`--config {env['BENCH_CONFIG_DIR']}` from its memory store"
+  + (f"; both servers run with `--worker-threads {env['BENCH_WORKER_THREADS']}`."
+     if env['BENCH_WORKER_THREADS'] else "; both servers run one thread per CPU (the default)."))
 w(f"- each run: {env['BENCH_WARMUP']} unrecorded warm-up, then {env['BENCH_SECONDS']} s measured. "
   "Latency is per call (request handed to the client → whole answer), HdrHistogram at µs "
   "precision; errors are counted, not timed. *server CPU µs/req* is the server process's "

@@ -14,6 +14,7 @@ pub mod explain;
 pub mod limiter;
 pub mod proto;
 pub mod reload;
+pub mod runtime;
 pub mod server;
 pub mod store;
 pub mod telemetry;

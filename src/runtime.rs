@@ -1,0 +1,40 @@
+//! The async runtime floodgate serves on, sized by `--worker-threads`.
+
+/// One thread serving everything when one thread is all there is to use: the single-threaded
+/// scheduler batches work the multi-threaded one spreads out (several answers in one write, several
+/// Redis calls in one packet) and cost 40 % less CPU per decision on the same machine
+/// (docs/benchmarks-redis.md). More threads share the work through tokio's work-stealing
+/// scheduler.
+pub fn build(threads: Option<u16>) -> Result<tokio::runtime::Runtime, String> {
+    let threads = match threads {
+        Some(threads) => usize::from(threads),
+        None => threads_from_environment()?.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
+    };
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    builder
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the async runtime: {error}"))
+}
+
+/// TOKIO_WORKER_THREADS, which tokio's own builder would read (and panic on when malformed).
+fn threads_from_environment() -> Result<Option<usize>, String> {
+    let Ok(value) = std::env::var("TOKIO_WORKER_THREADS") else {
+        return Ok(None);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(threads) if threads > 0 => Ok(Some(threads)),
+        _ => Err(format!(
+            "TOKIO_WORKER_THREADS={value:?} is not a number of threads; set it to 1 or more, \
+             or unset it for one thread per CPU"
+        )),
+    }
+}
