@@ -9,8 +9,9 @@
 //!
 //! The server is built as floodgate builds its gRPC listener (a default
 //! `tonic::transport::Server::builder().tcp_nodelay(true)` on the runtime floodgate would pick
-//! for the same `--worker-threads`), so the only difference is the decision. tonic ignores the builder's
-//! `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream here.
+//! for the same `--worker-threads`), so the only difference is the decision. tonic ignores the
+//! builder's `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream
+//! here.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -381,7 +381,7 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
 async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: shutdown::Shutdown) {
     shutdown::every(SWEEP_INTERVAL, shutdown, || async {
         if let Some(fallback) = limiter.local_fallback() {
-            let dropped = fallback.sweep_expired_yielding().await;
+            let dropped = fallback.sweep_expired().await;
             if dropped > 0 {
                 tracing::debug!(dropped, "expired local fallback counters dropped");
             }
@@ -392,7 +392,7 @@ async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: shutd
 
 async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {
     shutdown::every(SWEEP_INTERVAL, shutdown, || async {
-        let dropped = limiter.store().sweep_expired_yielding().await;
+        let dropped = limiter.store().sweep_expired().await;
         if dropped > 0 {
             tracing::debug!(dropped, "expired counters dropped");
         }
