@@ -267,10 +267,10 @@ pub struct ServeArgs {
     /// accepting and let calls in flight finish.
     #[arg(long, env = "FLOODGATE_DRAIN_SECONDS", default_value_t = 0)]
     pub drain_seconds: u64,
-    /// Threads that serve calls [default: one per CPU, or TOKIO_WORKER_THREADS]. With 1 a
-    /// single-threaded scheduler runs everything, which batches writes and Redis calls and
-    /// costs the least CPU per decision (one core at most): best where floodgate shares few
-    /// CPUs with Redis or the proxy. See docs/benchmarks-redis.md.
+    /// Threads that serve calls [default: TOKIO_WORKER_THREADS if set, else 1 with --store
+    /// redis and one per CPU with the memory store]. With 1 a single-threaded scheduler runs
+    /// everything, which batches writes and Redis calls and costs the least CPU per decision
+    /// (one core at most). See docs/benchmarks-redis.md.
     #[arg(long, env = "FLOODGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
     /// Most ShouldRateLimit calls (gRPC) arrived and not yet answered; beyond it a call gets

@@ -1,16 +1,23 @@
 //! The async runtime floodgate serves on, sized by `--worker-threads`.
 
-/// One thread serving everything when one thread is all there is to use: the single-threaded
-/// scheduler batches work the multi-threaded one spreads out (several answers in one write, several
-/// Redis calls in one packet) and cost 40 % less CPU per decision on the same machine
-/// (docs/benchmarks-redis.md). More threads share the work through tokio's work-stealing
-/// scheduler.
-pub fn build(threads: Option<u16>) -> Result<tokio::runtime::Runtime, String> {
+/// The runtime for `threads` (`--worker-threads`), else TOKIO_WORKER_THREADS, else
+/// `default_threads`, else one per CPU this process may use (cgroup quota and affinity count).
+///
+/// One thread gets the single-threaded scheduler: it batches work the multi-threaded one
+/// spreads out (several answers in one write, several Redis calls in one packet) and cost 40 %
+/// less CPU per decision on the same machine (docs/benchmarks-redis.md). More threads share the
+/// work through tokio's work-stealing scheduler.
+pub fn build(
+    threads: Option<u16>,
+    default_threads: Option<usize>,
+) -> Result<tokio::runtime::Runtime, String> {
     let threads = match threads {
         Some(threads) => usize::from(threads),
-        None => threads_from_environment()?.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        }),
+        None => threads_from_environment()?
+            .or(default_threads)
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            }),
     };
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
