@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use floodgate::app;
-use floodgate::cli::{Cli, Command, StoreKind};
+use floodgate::cli::{Cli, Command};
 use floodgate::telemetry;
 
 // Every request allocates many small, short-lived buffers (HTTP/2 frames, protobuf, the Redis
@@ -14,13 +14,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (threads, default_threads) = match &cli.command {
-        // With Redis every decision waits on one multiplexed connection: one thread drives it
-        // at half the CPU per decision of two (docs/benchmarks.md) and carries about 60 000
-        // decisions/s, and more capacity comes from more instances. The memory store cannot
-        // scale out (its counts are per process), so it gets every CPU.
         Command::Serve(args) => (
             args.worker_threads,
-            (args.store == StoreKind::Redis).then_some(1),
+            floodgate::runtime::default_threads(args.store),
         ),
         Command::Validate(_) | Command::Check(_) => (None, None),
     };

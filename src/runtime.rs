@@ -1,5 +1,7 @@
 //! The async runtime floodgate serves on, sized by `--worker-threads`.
 
+use crate::cli::StoreKind;
+
 /// The runtime for `threads` (`--worker-threads`), else TOKIO_WORKER_THREADS, else
 /// `default_threads`, else one per CPU this process may use (cgroup quota and affinity count).
 ///
@@ -30,6 +32,18 @@ pub fn build(
         .enable_all()
         .build()
         .map_err(|error| format!("cannot start the async runtime: {error}"))
+}
+
+/// The threads a store serves best on when nobody says otherwise (`None`: one per CPU). With
+/// Redis every decision waits on one multiplexed connection: one thread drives it at half the
+/// CPU per decision of two (docs/benchmarks.md) and carries about 60 000 decisions/s, and more
+/// capacity comes from more instances. The memory store cannot scale out (its counts are per
+/// process), so it gets every CPU.
+pub fn default_threads(store: StoreKind) -> Option<usize> {
+    match store {
+        StoreKind::Redis => Some(1),
+        StoreKind::Memory => None,
+    }
 }
 
 /// TOKIO_WORKER_THREADS, which tokio's own builder would read (and panic on when malformed).
