@@ -287,7 +287,7 @@ w("**Who uses the CPUs.** Two cores serve redis-server, floodgate and the load g
 w("")
 w("| run | decisions | redis-server µs/decision | floodgate µs/decision |")
 w("|---|--:|--:|--:|")
-for label, name in [("loadgen (Rust, tonic)", "peak"), ("h2load, 1 call per connection", "h2load-flat"),
+for label, name in [("loadgen (Rust, h2)", "peak"), ("h2load, 1 call per connection", "h2load-flat"),
                     ("h2load, as Envoy connects", "h2load-envoy")]:
     used = cpu(name)
     if used and used[2]:

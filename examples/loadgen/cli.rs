@@ -2,7 +2,7 @@
 //! templates, the loopback-only target). Every parser returns a message for the user; none
 //! panics on input.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -450,6 +450,10 @@ pub struct Target {
 }
 
 impl Target {
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
+    }
+
     pub fn uri(&self) -> String {
         match self.ip {
             IpAddr::V4(ip) => format!("http://{ip}:{}", self.port),

@@ -1,48 +1,35 @@
 //! Sending: the connections, one call, the open-loop dispatcher and the closed-loop workers.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::proto::rate_limit_response::Code;
-use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::RateLimitRequest;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::cli::Arrivals;
+use crate::grpc::Connection;
 use crate::schedule::{until_count, ArrivalClock, Bursts, Plan};
 use crate::stats::{ClassStats, Outcome, Recorder, StageStats};
 use crate::timer::FineTimer;
 use crate::workload::Workload;
 
-/// Opens `count` HTTP/2 connections (one tonic channel each) to `uri`.
-pub async fn connect(uri: &str, count: u32, timeout: Duration) -> Result<Vec<Channel>, String> {
-    let endpoint = Endpoint::from_shared(uri.to_owned())
-        .map_err(|error| format!("bad target {uri}: {error}"))?
-        .tcp_nodelay(true)
-        .connect_timeout(timeout);
-    let mut channels = Vec::with_capacity(count as usize);
+/// Opens `count` HTTP/2 connections to `address`.
+pub async fn connect(
+    address: SocketAddr,
+    count: u32,
+    timeout: Duration,
+) -> Result<Vec<Connection>, String> {
+    let mut connections = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let channel = endpoint.connect().await.map_err(|error| {
-            let mut message = format!("cannot connect to {uri}: {error}");
-            let mut source = std::error::Error::source(&error);
-            while let Some(cause) = source {
-                let cause_text = cause.to_string();
-                if !message.contains(&cause_text) {
-                    message.push_str(": ");
-                    message.push_str(&cause_text);
-                }
-                source = cause.source();
-            }
-            message
-        })?;
-        channels.push(channel);
+        connections.push(Connection::open(address, timeout).await?);
     }
-    Ok(channels)
+    Ok(connections)
 }
 
 /// The hard cap on requests sent.
@@ -81,8 +68,8 @@ impl Budget {
 
 /// What every sender shares.
 pub struct Shared {
-    pub channels: Vec<Channel>,
-    pub next_channel: AtomicUsize,
+    pub connections: Vec<Connection>,
+    pub next_connection: AtomicUsize,
     pub workload: Workload,
     pub recorder: Recorder,
     pub timeout: Duration,
@@ -105,17 +92,17 @@ impl Shared {
         start: Instant,
         request: RateLimitRequest,
     ) -> (Result<Outcome, ErrorKind>, Duration) {
-        let index = self.next_channel.fetch_add(1, Ordering::Relaxed) % self.channels.len();
-        let mut client = RateLimitServiceClient::new(self.channels[index].clone());
-        let result = tokio::time::timeout(self.timeout, client.should_rate_limit(request)).await;
+        let index = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let call = self.connections[index].should_rate_limit(&request);
+        let result = tokio::time::timeout(self.timeout, call).await;
         let latency = start.elapsed();
         let outcome = match result {
             Err(_) => Err("timeout".to_owned()),
-            Ok(Err(status)) => Err(format!("grpc {:?}", status.code())),
-            Ok(Ok(response)) => match Code::try_from(response.get_ref().overall_code) {
+            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Ok(response)) => match Code::try_from(response.overall_code) {
                 Ok(Code::Ok) => Ok(Outcome::Ok),
                 Ok(Code::OverLimit) => Ok(Outcome::OverLimit),
-                _ => Err(format!("overall_code {}", response.get_ref().overall_code)),
+                _ => Err(format!("overall_code {}", response.overall_code)),
             },
         };
         (outcome, latency)
@@ -162,7 +149,7 @@ pub async fn warm_up(shared: &Arc<Shared>, duration: Duration) {
     }
     let deadline = Instant::now() + duration;
     let mut workers = Vec::new();
-    for _ in 0..shared.channels.len() {
+    for _ in 0..shared.connections.len() {
         let shared = Arc::clone(shared);
         workers.push(tokio::spawn(async move {
             let mut rng = SmallRng::from_rng(&mut rand::rng());
