@@ -4,7 +4,7 @@
 # the same redis-server. redis-benchmark's EVALSHA/s is the ceiling for one round trip per
 # decision; the report gives floodgate's decisions/s as a ratio of it.
 #
-#   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 1 minute)
+#   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
 #
 # Overrides (environment):
 #   BENCH_SECONDS      length of each loadgen run, seconds            [10]
@@ -109,6 +109,24 @@ with_cpu() { # NAME COMMAND…
     "$(admitted) $admitted0" >"$WORK/$name.cpu"
 }
 
+# How steady the machine is: the same single-threaded loop timed five times while nothing
+# else of ours runs, before and after the measurements. On a shared host (a VM whose cores
+# have noisy neighbours) the spread shows how far the figures below can move between runs.
+steadiness() { # NAME
+  python3 - >"$WORK/$1.steady" <<'PY'
+import time
+for _ in range(5):
+    start = time.perf_counter()
+    total = 0
+    for i in range(1_000_000):
+        total += i * i
+    print(f"{time.perf_counter() - start:.4f}")
+PY
+}
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+steadiness steady-before
+STEAL0="$(steal_ticks)"
+
 with_cpu peak loadgen peak --max-rate --concurrency "$CLIENTS"
 RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
 # Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
@@ -116,6 +134,12 @@ RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.jso
 # shed: a shed request has no latency, and dropping the slowest moments would flatter p99.
 for arrivals in even poisson; do
   with_cpu "half-$arrivals" loadgen "half-$arrivals" --rate "$RATE" --arrivals "$arrivals" \
+    --concurrency "$HALF_CAP" --warmup 0s
+done
+# Lower rates, Poisson: where p99 stands as the load falls (an eighth, a quarter and three
+# eighths of peak; half is above).
+for eighths in 1 2 3; do
+  loadgen "eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
     --concurrency "$HALF_CAP" --warmup 0s
 done
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
@@ -184,6 +208,8 @@ benchmark() { # NAME PIPELINE REQUESTS
 }
 benchmark evalsha 1 "$REQUESTS"
 benchmark evalsha-pipelined "$PIPELINE" "$((REQUESTS * 3))"
+STEAL="$(($(steal_ticks) - STEAL0))"
+steadiness steady-after
 
 COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -197,6 +223,7 @@ BENCH_REDIS="$(redis-server --version | awk '{print $3}')" BENCH_CLIENTS="$CLIEN
 BENCH_KEYS="$KEYS" BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_PIPELINE="$PIPELINE" \
 BENCH_RATE="$RATE" BENCH_HALF_CAP="$HALF_CAP" BENCH_LIMIT="$LIMIT" BENCH_H2_CONNECTIONS="$H2_CONNECTIONS" \
 BENCH_H2_STREAMS="$H2_STREAMS" BENCH_WORKER_THREADS="$WORKER_THREADS" BENCH_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
+BENCH_STEAL_S="$(awk -v t="$STEAL" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}')" \
 BENCH_BREAKER_OPENED="$(grep -c 'Redis circuit open' "$WORK/floodgate.log" || true)" \
 python3 - "$OUT" <<'EOF'
 import csv, json, os, sys
@@ -325,6 +352,16 @@ for arrivals, name in [("evenly spaced", "half-even"), ("Poisson", "half-poisson
       f"| {us(half['p90_us'])} | {us(half['p99_us'])} | {us(half['max_us'])} | "
       f"{half['error']:,} | {half['shed']:,} |")
 w("")
+w("**As the load falls** (Poisson arrivals, same settings):")
+w("")
+w("| share of peak | decisions/s | p50 µs | p90 µs | p99 µs | max µs | errors | shed |")
+w("|---|--:|--:|--:|--:|--:|--:|--:|")
+for share, name in [("1/8", "eighths-1"), ("1/4", "eighths-2"), ("3/8", "eighths-3"),
+                    ("1/2", "half-poisson")]:
+    run = loadgen(name)
+    w(f"| {share} | {run['achieved_rps']:,.0f} | {us(run['p50_us'])} | {us(run['p90_us'])} "
+      f"| {us(run['p99_us'])} | {us(run['max_us'])} | {run['error']:,} | {run['shed']:,} |")
+w("")
 w("**CPU per decision, peak against half of peak** (µs; loadgen's own from its report):")
 w("")
 w("| run | redis-server | floodgate | loadgen | all three × decisions/s = cores busy |")
@@ -349,6 +386,25 @@ w("")
 w(f"redis-benchmark's own latency (ms, at its peak): no pipelining p50 {plain['p50_latency_ms']} "
   f"p99 {plain['p99_latency_ms']}; `-P {env['BENCH_PIPELINE']}` p50 {piped['p50_latency_ms']} "
   f"p99 {piped['p99_latency_ms']}.")
+w("")
+w("## How steady the machine was")
+w("")
+
+
+def timings(name):
+    with open(f"{work}/{name}.steady") as f:
+        return [float(line) for line in f if line.strip()]
+
+
+before, after = timings("steady-before"), timings("steady-after")
+every = before + after
+w("The same single-threaded loop (a million multiply-adds in Python), timed five times before "
+  "the runs and five times after, with nothing else of this benchmark running: "
+  f"{min(before):.3f}–{max(before):.3f} s before, {min(after):.3f}–{max(after):.3f} s after; "
+  f"the slowest took {max(every) / min(every):.2f}× the fastest. CPU time stolen by the "
+  f"hypervisor during the runs (`/proc/stat`): {env['BENCH_STEAL_S']} s. A spread well above "
+  "1.1× means the host's other tenants were slowing these CPUs; tail latencies then move "
+  "between runs more than any change to floodgate does.")
 w("")
 w("## Reproduce")
 w("")
