@@ -96,17 +96,25 @@ admitted() {
   curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
     awk '/^floodgate_requests_allowed_total[{ ]/ {sum += $NF} END {printf "%d", sum}'
 }
+# floodgate's own latency histograms (decision, and Redis round trip) as they stand.
+latency_buckets() {
+  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
+    grep -E '^floodgate_(decision_duration_seconds_bucket[{]|store_duration_seconds_bucket[{]backend="redis")' ||
+    true
+}
 # Runs "$@" and records, as NAME.cpu, the CPU floodgate and redis-server used meanwhile and
-# the decisions made.
+# the decisions made; as NAME.hist0 and NAME.hist1, floodgate's histograms before and after.
 with_cpu() { # NAME COMMAND…
   local name="$1" redis0 floodgate0 admitted0
   shift
   redis0="$(cpu_seconds "$REDIS_PID")"
   floodgate0="$(cpu_seconds "$FLOODGATE_PID")"
   admitted0="$(admitted)"
+  latency_buckets >"$WORK/$name.hist0"
   "$@"
   echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$FLOODGATE_PID") $floodgate0" \
     "$(admitted) $admitted0" >"$WORK/$name.cpu"
+  latency_buckets >"$WORK/$name.hist1"
 }
 
 # How steady the machine is: the same single-threaded loop timed five times while nothing
@@ -351,6 +359,45 @@ for arrivals, name in [("evenly spaced", "half-even"), ("Poisson", "half-poisson
     w(f"| {arrivals} | {half['achieved_rps']:,.0f} | {us(half['p50_us'])} "
       f"| {us(half['p90_us'])} | {us(half['p99_us'])} | {us(half['max_us'])} | "
       f"{half['error']:,} | {half['shed']:,} |")
+w("")
+
+
+def slower_than(name, metric):
+    """{bound in s: share of the run's calls slower than it} from floodgate's histogram."""
+    def buckets(path):
+        counts = {}
+        with open(path) as f:
+            for line in f:
+                if not line.startswith(metric + "_bucket{"):
+                    continue
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                counts[float("inf") if bound == "+Inf" else float(bound)] = float(line.split()[-1])
+        return counts
+    try:
+        before, after = buckets(f"{work}/{name}.hist0"), buckets(f"{work}/{name}.hist1")
+    except FileNotFoundError:
+        return {}
+    total = after.get(float("inf"), 0) - before.get(float("inf"), 0)
+    if total <= 0:
+        return {}
+    return {bound: 1 - (after[bound] - before.get(bound, 0)) / total for bound in after}
+
+
+w("**What floodgate itself measured** in those runs (its `floodgate_decision_duration_seconds` "
+  "and `floodgate_store_duration_seconds` histograms): the share of calls slower than each "
+  "bound. The client-side p99 above adds what happens outside floodgate's handler: the "
+  "loadgen and floodgate waiting for a CPU to read and write the sockets.")
+w("")
+w("| arrivals | histogram | > 0.5 ms | > 1 ms | > 2.5 ms | > 5 ms |")
+w("|---|---|--:|--:|--:|--:|")
+for arrivals, name in [("evenly spaced", "half-even"), ("Poisson", "half-poisson")]:
+    for label, metric in [("decision", "floodgate_decision_duration_seconds"),
+                          ("Redis round trip", "floodgate_store_duration_seconds")]:
+        shares = slower_than(name, metric)
+        if shares:
+            w(f"| {arrivals} | {label} | " + " | ".join(
+                f"{shares.get(bound, 0) * 100:.2f} %" for bound in (0.0005, 0.001, 0.0025, 0.005))
+              + " |")
 w("")
 w("**As the load falls** (Poisson arrivals, same settings):")
 w("")
