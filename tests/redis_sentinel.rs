@@ -113,10 +113,14 @@ async fn written_and_replicated(master: &RedisServer, replica: &RedisServer) -> 
     written
 }
 
-/// What `ROLE` says `server` is: "master" or "slave".
+/// What `ROLE` says `server` is: "master" or "slave"; empty while it cannot answer (a master
+/// being demoted drops its connections, the one asking included).
 async fn role(server: &RedisServer) -> String {
+    let Ok(mut connection) = server.try_inspector().await else {
+        return String::new();
+    };
     redis::cmd("ROLE")
-        .query_async::<Vec<redis::Value>>(&mut server.inspector().await)
+        .query_async::<Vec<redis::Value>>(&mut connection)
         .await
         .ok()
         .and_then(|role| role.first().cloned())

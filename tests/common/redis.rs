@@ -128,6 +128,14 @@ impl RedisServer {
         connect_url(&self.url(), "inspect redis").await
     }
 
+    /// The same, or the error, for a server that may be dropping its clients (a master being
+    /// demoted in a failover closes every connection, even one still in its handshake).
+    pub async fn try_inspector(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await
+    }
+
     /// Options for a store on this server with a generous deadline (debug builds on a busy
     /// 2-core machine), deciding with `clock` when given.
     pub fn options(&self, clock: Option<Arc<dyn Clock>>) -> RedisOptions {
