@@ -18,10 +18,10 @@
 //! ```
 //!
 //! Requests are spread round robin over `--connections` HTTP/2 connections, each call a
-//! plain `h2` stream (`loadgen/grpc.rs`: cheaper than tonic's client on shared CPUs).
-//! Latency is measured per call, from handing the request to the client to the complete
-//! answer, in an HdrHistogram at µs precision; errors are counted but not put in the
-//! histogram. In the
+//! plain `h2` stream (`loadgen/grpc.rs`: cheaper than tonic's client on shared CPUs; a lost
+//! connection is not reopened, so the calls after it count as errors). Latency is measured
+//! per call, from handing the request to the client to the complete answer, in an
+//! HdrHistogram at µs precision; errors are counted but not put in the histogram. In the
 //! open loop, a request due while all `--concurrency` slots are busy is not sent and
 //! counts as `shed` (so a slow server shows up as shed instead of hiding behind a queue).
 //! The open loop sends each request when it is due (a timerfd, finer than tokio's 1 ms
