@@ -131,9 +131,7 @@ impl RedisServer {
     /// The same, or the error, for a server that may be dropping its clients (a master being
     /// demoted in a failover closes every connection, even one still in its handshake).
     pub async fn try_inspector(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await
+        try_connect_url(&self.url()).await
     }
 
     /// Options for a store on this server with a generous deadline (debug builds on a busy
@@ -663,9 +661,14 @@ pub async fn connect_to(port: u16) -> redis::aio::MultiplexedConnection {
 
 /// A connection to `url`; panics saying it could not `what` (e.g. "reach the sentinel").
 pub async fn connect_url(url: &str, what: &str) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(url).unwrap_or_else(|error| panic!("bad URL {url}: {error}"));
-    client
-        .get_multiplexed_async_connection()
+    try_connect_url(url)
         .await
         .unwrap_or_else(|error| panic!("cannot {what} on {url}: {error}"))
+}
+
+/// A connection to `url`, or why there is none.
+pub async fn try_connect_url(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await
 }
