@@ -59,13 +59,18 @@ impl From<h2::Error> for CallError {
 #[derive(Clone)]
 pub struct Connection {
     send: SendRequest<Bytes>,
-    authority: http::uri::Authority,
+    /// ShouldRateLimit's URI on this server, built once: every call clones it.
+    uri: http::Uri,
 }
 
 impl Connection {
     /// Connects to `address` (h2c) and drives the connection on a task of its own.
     pub async fn open(address: SocketAddr, timeout: Duration) -> Result<Self, String> {
-        let authority = http::uri::Authority::try_from(address.to_string())
+        let uri = http::Uri::builder()
+            .scheme("http")
+            .authority(address.to_string())
+            .path_and_query(PATH)
+            .build()
             .map_err(|error| format!("bad target {address}: {error}"))?;
         let tcp = tokio::time::timeout(timeout, TcpStream::connect(address))
             .await
@@ -83,7 +88,7 @@ impl Connection {
             // A lost connection fails the calls on it, which count it as their error.
             let _ = connection.await;
         });
-        Ok(Self { send, authority })
+        Ok(Self { send, uri })
     }
 
     /// One unary ShouldRateLimit call.
@@ -91,18 +96,11 @@ impl Connection {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, CallError> {
-        let head = http::Request::post(
-            http::Uri::builder()
-                .scheme("http")
-                .authority(self.authority.clone())
-                .path_and_query(PATH)
-                .build()
-                .map_err(|error| CallError::Malformed(format!("request URI: {error}")))?,
-        )
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .map_err(|error| CallError::Malformed(format!("request head: {error}")))?;
+        let head = http::Request::post(self.uri.clone())
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .map_err(|error| CallError::Malformed(format!("request head: {error}")))?;
         let mut send = self.send.clone().ready().await?;
         let (response, mut body) = send.send_request(head, false)?;
         body.send_data(frame(request), true)?;
