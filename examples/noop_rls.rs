@@ -3,8 +3,15 @@
 //! else. `scripts/bench-load.sh` drives it with the same load as floodgate, so the
 //! difference between the two is what floodgate itself costs.
 //!
+//! With `--redis-url` it is the floor of a Redis-backed decision instead
+//! (`scripts/bench-redis.sh`): each call also runs floodgate's decision script once, as the
+//! Redis store sends it (`EVALSHA` of one fixed-window counter keyed by the first descriptor,
+//! on one multiplexed connection), and the answer is OK whatever the script said. A Redis error
+//! is answered UNAVAILABLE, so the load generator counts it.
+//!
 //! ```text
 //! cargo run --release --example noop_rls -- --addr 127.0.0.1:18081
+//! cargo run --release --example noop_rls -- --addr 127.0.0.1:18081 --redis-url redis://127.0.0.1:6379/0
 //! ```
 //!
 //! The server is built as floodgate builds its gRPC listener (a default
@@ -17,9 +24,16 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
+use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::key::counter_key;
+use floodgate::core::plan::Counter;
+use floodgate::core::rules::{Entry, MatchedLevel};
+use floodgate::core::unit::Unit;
+use floodgate::core::verdict::Role;
 use floodgate::proto::rate_limit_response::{Code, DescriptorStatus};
 use floodgate::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
+use floodgate::store::redis::{script_call, KeyLayout, DEFAULT_PREFIX, SCRIPT_SOURCE};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
@@ -39,9 +53,84 @@ struct Args {
     /// single-threaded scheduler].
     #[arg(long, env = "NOOP_RLS_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    /// Also run floodgate's decision script once per call on this Redis (EVALSHA of a
+    /// fixed window keyed by the first descriptor), then answer OK whatever it said.
+    #[arg(long, env = "NOOP_RLS_REDIS_URL")]
+    redis_url: Option<String>,
 }
 
-struct Noop;
+struct Noop {
+    redis: Option<RedisFloor>,
+}
+
+/// One script call per request on one multiplexed connection, as the Redis store sends it.
+struct RedisFloor {
+    connection: redis::aio::MultiplexedConnection,
+    script: redis::Script,
+    layout: KeyLayout,
+}
+
+impl RedisFloor {
+    async fn connect(url: &str) -> Result<Self, String> {
+        let client =
+            redis::Client::open(url).map_err(|error| format!("bad --redis-url: {error}"))?;
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|error| format!("cannot connect to Redis: {error}"))?;
+        let script = redis::Script::new(SCRIPT_SOURCE);
+        script
+            .prepare_invoke()
+            .load_async(&mut connection)
+            .await
+            .map_err(|error| format!("cannot load the script: {error}"))?;
+        let layout = KeyLayout::new(DEFAULT_PREFIX).map_err(|error| error.to_string())?;
+        Ok(Self {
+            connection,
+            script,
+            layout,
+        })
+    }
+
+    async fn decide(&self, request: &RateLimitRequest) -> Result<(), Status> {
+        let entries: Vec<Entry> = request
+            .descriptors
+            .first()
+            .map(|descriptor| {
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|entry| Entry::new(entry.key.as_str(), entry.value.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let levels = vec![MatchedLevel::Exact; entries.len()];
+        let quota = Quota::new(1_000_000, Unit::Minute).with_algorithm(Algorithm::FixedWindow);
+        let key = counter_key(&request.domain, "floor", 0, &quota, &entries, &levels);
+        let counter = Counter {
+            descriptor: 0,
+            key,
+            quota,
+            hits: Hits::Charge(1),
+            role: Role::Enforced,
+            share: Share::FULL,
+        };
+        let call = script_call(&[counter], false, &self.layout);
+        let mut invocation = self.script.prepare_invoke();
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg);
+        }
+        let mut connection = self.connection.clone();
+        invocation
+            .invoke_async::<Vec<i64>>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|error| Status::unavailable(error.to_string()))
+    }
+}
 
 #[tonic::async_trait]
 impl RateLimitService for Noop {
@@ -49,6 +138,9 @@ impl RateLimitService for Noop {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        if let Some(redis) = &self.redis {
+            redis.decide(request.get_ref()).await?;
+        }
         let ok = Code::Ok as i32;
         let statuses = request
             .get_ref()
@@ -108,10 +200,20 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let redis = match &args.redis_url {
+            Some(url) => match RedisFloor::connect(url).await {
+                Ok(floor) => Some(floor),
+                Err(error) => {
+                    eprintln!("noop_rls: {error}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
+        };
         eprintln!("noop_rls: serving RateLimitService on {}", args.addr);
         let served = tonic::transport::Server::builder()
             .tcp_nodelay(args.tcp_nodelay)
-            .add_service(RateLimitServiceServer::new(Noop))
+            .add_service(RateLimitServiceServer::new(Noop { redis }))
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(args.tcp_nodelay)),
                 shutdown_signal(),

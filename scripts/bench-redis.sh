@@ -2,7 +2,9 @@
 # Redis store benchmark: floodgate --store redis under examples/loadgen, beside redis-benchmark
 # sending the very EVALSHA the store sends (one fixed-window counter), on the same machine and
 # the same redis-server. redis-benchmark's EVALSHA/s is the ceiling for one round trip per
-# decision; the report gives floodgate's decisions/s as a ratio of it.
+# decision; the report gives floodgate's decisions/s as a ratio of it. Its latency is set
+# beside the floor of any Redis-backed ShouldRateLimit (examples/noop_rls.rs --redis-url: a
+# gRPC server that runs the same EVALSHA once per call and nothing else), loaded the same way.
 #
 #   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
 #
@@ -50,9 +52,10 @@ for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$RED
 done
 
 start_workspace bench-redis
-release_build bench-redis --bin floodgate --example loadgen --example redis_script
+release_build bench-redis --bin floodgate --example loadgen --example redis_script \
+  --example noop_rls
 
-read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT < <(free_ports 4)
+read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT FLOOR_PORT < <(free_ports 5)
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$WORK" >"$WORK/redis.log" 2>&1 &
@@ -79,15 +82,25 @@ FLOODGATE_PID=$!
 PIDS+=("$FLOODGATE_PID")
 wait_port floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
 
-loadgen() { # NAME ARGS…
-  local name="$1"
-  shift
-  echo "bench-redis: floodgate, $name" >&2
-  "$BIN/examples/loadgen" --addr "http://127.0.0.1:$GRPC_PORT" --label floodgate \
+# The floor, on the same runtime as floodgate and the same redis-server (its counters have keys
+# of their own).
+"$BIN/examples/noop_rls" --addr "127.0.0.1:$FLOOR_PORT" --worker-threads "$WORKER_THREADS" \
+  --redis-url "redis://127.0.0.1:$REDIS_PORT/0" >"$WORK/floor.log" 2>&1 &
+FLOOR_PID=$!
+PIDS+=("$FLOOR_PID")
+wait_port noop_rls "$FLOOR_PID" "$FLOOR_PORT" "$WORK/floor.log"
+
+drive() { # SERVER PORT NAME ARGS…
+  local server="$1" port="$2" name="$3"
+  shift 3
+  echo "bench-redis: $server, $name" >&2
+  "$BIN/examples/loadgen" --addr "http://127.0.0.1:$port" --label "$server" \
     --domain edge --descriptor 'generic_key=api,client_id={key}' --keys "$KEYS" \
     --duration "${SECONDS_PER_RUN}s" --json "$WORK/$name.json" "$@" >"$WORK/$name.txt"
   sed 's/^/    /' "$WORK/$name.txt" >&2
 }
+loadgen() { drive floodgate "$GRPC_PORT" "$@"; }
+floor() { drive floor "$FLOOR_PORT" "$@"; }
 
 # CPU seconds a process has used so far (utime + stime).
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
@@ -96,24 +109,34 @@ admitted() {
   curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
     awk '/^floodgate_requests_allowed_total[{ ]/ {sum += $NF} END {printf "%d", sum}'
 }
+# Script calls Redis has run so far: the floor's decisions (it has no metrics of its own).
+script_calls() {
+  redis-cli -p "$REDIS_PORT" INFO commandstats |
+    awk -F'[=,:]' '/^cmdstat_evalsha:/ {printf "%d", $3}'
+}
 # floodgate's own latency histograms (decision, and Redis round trip) as they stand.
 latency_buckets() {
   curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
     grep -E '^floodgate_(decision_duration_seconds_bucket[{]|store_duration_seconds_bucket[{]backend="redis")' ||
     true
 }
-# Runs "$@" and records, as NAME.cpu, the CPU floodgate and redis-server used meanwhile and
+# Runs "$@" and records, as NAME.cpu, the CPU redis-server and the server used meanwhile and
 # the decisions made; as NAME.hist0 and NAME.hist1, floodgate's histograms before and after.
+# The server is floodgate, or the floor with FLOOR=1.
 with_cpu() { # NAME COMMAND…
-  local name="$1" redis0 floodgate0 admitted0
+  local name="$1" server="$FLOODGATE_PID" decisions=admitted redis0 server0 calls0
+  if [ "${FLOOR:-}" = 1 ]; then
+    server="$FLOOR_PID"
+    decisions=script_calls
+  fi
   shift
   redis0="$(cpu_seconds "$REDIS_PID")"
-  floodgate0="$(cpu_seconds "$FLOODGATE_PID")"
-  admitted0="$(admitted)"
+  server0="$(cpu_seconds "$server")"
+  calls0="$("$decisions")"
   latency_buckets >"$WORK/$name.hist0"
   "$@"
-  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$FLOODGATE_PID") $floodgate0" \
-    "$(admitted) $admitted0" >"$WORK/$name.cpu"
+  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$server") $server0" \
+    "$("$decisions") $calls0" >"$WORK/$name.cpu"
   latency_buckets >"$WORK/$name.hist1"
 }
 
@@ -136,21 +159,31 @@ steadiness steady-before
 STEAL0="$(steal_ticks)"
 
 with_cpu peak loadgen peak --max-rate --concurrency "$CLIENTS"
+FLOOR=1 with_cpu floor-peak floor floor-peak --max-rate --concurrency "$CLIENTS"
 RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
 # Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
 # callers). The cap on calls in flight is far above what the rate needs, so no request is
 # shed: a shed request has no latency, and dropping the slowest moments would flatter p99.
+# Each Poisson run of floodgate is followed by the floor's at the same rate, so that both see
+# the host in much the same state.
 for arrivals in even poisson; do
   with_cpu "half-$arrivals" loadgen "half-$arrivals" --rate "$RATE" --arrivals "$arrivals" \
     --concurrency "$HALF_CAP" --warmup 0s
 done
+FLOOR=1 with_cpu floor-half floor floor-half --rate "$RATE" --arrivals poisson \
+  --concurrency "$HALF_CAP" --warmup 0s
 # Lower rates, Poisson: where p99 stands as the load falls (an eighth, a quarter and three
 # eighths of peak; half is above).
 for eighths in 1 2 3; do
   loadgen "eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
     --concurrency "$HALF_CAP" --warmup 0s
+  floor "floor-eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
+    --concurrency "$HALF_CAP" --warmup 0s
 done
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+kill -0 "$FLOOR_PID" 2>/dev/null || die "noop_rls (the floor) died during the benchmark"
+read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 <"$WORK/floor-peak.cpu"
+[ "$FLOOR_CALLS" -gt "$FLOOR_CALLS0" ] || die "the floor ran no script in Redis: see $WORK/floor.log"
 
 # The same decisions from h2load, a load generator in C that costs the shared CPUs far less
 # than loadgen: one gRPC request body (one counter), CLIENTS calls in flight laid out two ways:
@@ -408,6 +441,45 @@ for share, name in [("1/8", "eighths-1"), ("1/4", "eighths-2"), ("3/8", "eighths
     run = loadgen(name)
     w(f"| {share} | {run['achieved_rps']:,.0f} | {us(run['p50_us'])} | {us(run['p90_us'])} "
       f"| {us(run['p99_us'])} | {us(run['max_us'])} | {run['error']:,} | {run['shed']:,} |")
+w("")
+w("## Against the floor")
+w("")
+w("The floor is what any rate-limit service that asks Redis once per call costs here: "
+  "`examples/noop_rls.rs --redis-url`, a tonic server on the same runtime as floodgate "
+  f"(`--worker-threads {env['BENCH_WORKER_THREADS']}`) that runs the same `EVALSHA` on one "
+  "multiplexed connection and answers OK, with no rule matching, metrics, admission control, "
+  "deadline or circuit breaker. Same redis-server, same loadgen settings; each floor run comes "
+  "right after floodgate's at the same rate, so both meet the host in much the same state. "
+  "floodgate cannot be faster than its floor: the gap between the two is what floodgate "
+  "itself costs, and the floor's own p99 is what this machine allows.")
+w("")
+w("| load | floodgate/s | floodgate p50 µs | floodgate p99 µs | floor/s | floor p50 µs "
+  "| floor p99 µs | p99: floodgate ÷ floor |")
+w("|---|--:|--:|--:|--:|--:|--:|--:|")
+floor_peak = loadgen("floor-peak")
+w(f"| peak, closed loop ({env['BENCH_CLIENTS']} in flight) | {peak['achieved_rps']:,.0f} "
+  f"| {us(peak['p50_us'])} | {us(peak['p99_us'])} | {floor_peak['achieved_rps']:,.0f} "
+  f"| {us(floor_peak['p50_us'])} | {us(floor_peak['p99_us'])} "
+  f"| throughput {peak['achieved_rps'] / floor_peak['achieved_rps']:.2f}× the floor's |")
+for share, ours, theirs in [("1/8 of peak", "eighths-1", "floor-eighths-1"),
+                            ("1/4", "eighths-2", "floor-eighths-2"),
+                            ("3/8", "eighths-3", "floor-eighths-3"),
+                            ("1/2", "half-poisson", "floor-half")]:
+    a, b = loadgen(ours), loadgen(theirs)
+    ratio = (f"{a['p99_us'] / b['p99_us']:.2f}" if a["p99_us"] and b["p99_us"] else "–")
+    w(f"| {share}, Poisson | {a['achieved_rps']:,.0f} | {us(a['p50_us'])} | {us(a['p99_us'])} "
+      f"| {b['achieved_rps']:,.0f} | {us(b['p50_us'])} | {us(b['p99_us'])} | {ratio} |")
+w("")
+w("Server CPU per decision (µs, from `/proc/<pid>/stat`):")
+w("")
+w("| run | floodgate | floor | redis-server under floodgate | redis-server under the floor |")
+w("|---|--:|--:|--:|--:|")
+for label, ours, theirs in [("peak", "peak", "floor-peak"), ("half, Poisson", "half-poisson",
+                                                             "floor-half")]:
+    a, b = cpu(ours), cpu(theirs)
+    if a and b and a[2] and b[2]:
+        w(f"| {label} | {a[1] / a[2] * 1e6:,.1f} | {b[1] / b[2] * 1e6:,.1f} "
+          f"| {a[0] / a[2] * 1e6:,.1f} | {b[0] / b[2] * 1e6:,.1f} |")
 w("")
 w("**CPU per decision, peak against half of peak** (µs; loadgen's own from its report):")
 w("")
