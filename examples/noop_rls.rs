@@ -16,7 +16,8 @@
 //!
 //! The server is built as floodgate builds its gRPC listener (a default
 //! `tonic::transport::Server::builder().tcp_nodelay(true)` on the runtime floodgate would pick
-//! for the same `--worker-threads`), so the only difference is the decision. tonic ignores the
+//! for the same `--worker-threads`, and floodgate's allocator, mimalloc), so the only
+//! difference is the decision. tonic ignores the
 //! builder's `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream
 //! here.
 
@@ -58,6 +59,10 @@ struct Args {
     #[arg(long, env = "NOOP_RLS_REDIS_URL")]
     redis_url: Option<String>,
 }
+
+// As in src/main.rs, so that the allocator is no part of the difference.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 struct Noop {
     redis: Option<RedisFloor>,
