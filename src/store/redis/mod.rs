@@ -109,7 +109,7 @@ pub use self::script::{
     check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
     MAX_WINDOW_MICROS,
 };
-pub use self::script::{Call, SOURCE as SCRIPT_SOURCE};
+pub use self::script::{Arg, Call, SOURCE as SCRIPT_SOURCE};
 pub use self::slot::slot_groups;
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};

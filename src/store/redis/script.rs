@@ -114,7 +114,52 @@ pub fn check_quota(quota: &Quota) -> Result<(), UnsupportedQuota> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub keys: Vec<String>,
-    pub args: Vec<String>,
+    pub args: Vec<Arg>,
+}
+
+/// One ARGV value. Numbers stay numbers until the redis crate writes them into its command
+/// buffer: a request would otherwise format and allocate a `String` for each of its 14 or more
+/// arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    Text(&'static str),
+    Signed(i64),
+    Unsigned(u64),
+}
+
+impl std::fmt::Display for Arg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(text) => f.write_str(text),
+            Self::Signed(number) => write!(f, "{number}"),
+            Self::Unsigned(number) => write!(f, "{number}"),
+        }
+    }
+}
+
+impl redis::ToRedisArgs for Arg {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        match self {
+            Self::Text(text) => text.write_redis_args(out),
+            Self::Signed(number) => number.write_redis_args(out),
+            Self::Unsigned(number) => number.write_redis_args(out),
+        }
+    }
+}
+
+impl From<usize> for Arg {
+    fn from(number: usize) -> Self {
+        Self::Unsigned(u64::try_from(number).unwrap_or(u64::MAX))
+    }
+}
+
+impl From<u32> for Arg {
+    fn from(number: u32) -> Self {
+        Self::Unsigned(number.into())
+    }
 }
 
 impl Call {
@@ -164,14 +209,14 @@ pub fn build_call(
     }
 
     let (now_arg, extra_ttl_ms) = match now {
-        Now::RedisTime => (String::new(), 0),
-        Now::Given { now, extra_ttl_ms } => (now.to_string(), extra_ttl_ms),
+        Now::RedisTime => (Arg::Text(""), 0),
+        Now::Given { now, extra_ttl_ms } => (Arg::Signed(now), extra_ttl_ms),
     };
     let mut args = Vec::with_capacity(HEADER_FIELDS + COUNTER_FIELDS * counters.len());
-    args.push(if global_shadow { "1" } else { "0" }.to_owned());
+    args.push(Arg::Text(if global_shadow { "1" } else { "0" }));
     args.push(now_arg);
-    args.push(extra_ttl_ms.to_string());
-    args.push(counters.len().to_string());
+    args.push(Arg::Unsigned(extra_ttl_ms));
+    args.push(counters.len().into());
     for (counter, key_index) in counters.iter().zip(key_indexes) {
         let quota = &counter.quota;
         let (hits_kind, hits) = match counter.hits {
@@ -180,17 +225,17 @@ pub fn build_call(
             Hits::Refund(n) => ("refund", n),
         };
         args.extend([
-            key_index.to_string(),
-            algorithm_name(quota.algorithm).to_owned(),
-            quota.requests_per_unit.to_string(),
-            quota.window_micros().to_string(),
-            quota.capacity().to_string(),
-            hits_kind.to_owned(),
-            hits.to_string(),
-            counter.descriptor.to_string(),
-            role_name(counter.role).to_owned(),
+            key_index.into(),
+            Arg::Text(algorithm_name(quota.algorithm)),
+            quota.requests_per_unit.into(),
+            Arg::Signed(quota.window_micros()),
+            Arg::Unsigned(quota.capacity()),
+            Arg::Text(hits_kind),
+            Arg::Unsigned(hits),
+            counter.descriptor.into(),
+            Arg::Text(role_name(counter.role)),
             // Computed here, from the quota in force, so both stores use the same integer.
-            quota.reserve(counter.share).to_string(),
+            Arg::Unsigned(quota.reserve(counter.share)),
         ]);
     }
     Call {
@@ -280,6 +325,11 @@ mod tests {
     use crate::core::algorithm::Share;
     use crate::core::unit::Unit;
 
+    /// The arguments as redis-cli would type them.
+    fn texts(args: &[Arg]) -> Vec<String> {
+        args.iter().map(ToString::to_string).collect()
+    }
+
     fn counter(descriptor: usize, key: &[u8], quota: Quota, hits: Hits, role: Role) -> Counter {
         Counter {
             descriptor,
@@ -309,7 +359,7 @@ mod tests {
             "2", "gcra", "5", "60000000", "1", "check", "0", "1", "quota", "0", //
             "1", "gcra", "5", "60000000", "1", "refund", "3", "2", "shadow", "0",
         ];
-        assert_eq!(call.args, expected);
+        assert_eq!(texts(&call.args), expected);
     }
 
     #[test]
@@ -325,10 +375,10 @@ mod tests {
         low.share = half;
         let call = build_call(&[low.clone()], false, Now::RedisTime, |_| "k".to_owned());
         // floor(7 × 50 %) = 3 usable, 4 reserved.
-        assert_eq!(call.args.last().map(String::as_str), Some("4"));
+        assert_eq!(texts(&call.args).last().map(String::as_str), Some("4"));
         low.quota.requests_per_unit = 100;
         let call = build_call(&[low], false, Now::RedisTime, |_| "k".to_owned());
-        assert_eq!(call.args.last().map(String::as_str), Some("50"));
+        assert_eq!(texts(&call.args).last().map(String::as_str), Some("50"));
     }
 
     #[test]
@@ -345,7 +395,7 @@ mod tests {
             extra_ttl_ms: 600_000,
         };
         let call = build_call(&counters, false, now, |_| "key".to_owned());
-        assert_eq!(&call.args[..5], ["0", "-5", "600000", "1", "1"]);
+        assert_eq!(&texts(&call.args)[..5], ["0", "-5", "600000", "1", "1"]);
     }
 
     #[test]
