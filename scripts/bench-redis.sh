@@ -158,35 +158,25 @@ steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
 steadiness steady-before
 STEAL0="$(steal_ticks)"
 
-with_cpu peak loadgen peak --max-rate --concurrency "$CLIENTS"
-FLOOR=1 with_cpu floor-peak floor floor-peak --max-rate --concurrency "$CLIENTS"
-RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
-# Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
-# callers). The cap on calls in flight is far above what the rate needs, so no request is
-# shed: a shed request has no latency, and dropping the slowest moments would flatter p99.
-# Each Poisson run of floodgate is followed by the floor's at the same rate, so that both see
-# the host in much the same state; at half of peak, twice, in the order floodgate, floor, floor,
-# floodgate, so that neither always goes first.
-for arrivals in even poisson; do
-  with_cpu "half-$arrivals" loadgen "half-$arrivals" --rate "$RATE" --arrivals "$arrivals" \
-    --concurrency "$HALF_CAP" --warmup 0s
-done
-FLOOR=1 with_cpu floor-half floor floor-half --rate "$RATE" --arrivals poisson \
-  --concurrency "$HALF_CAP" --warmup 0s
-floor floor-half-2 --rate "$RATE" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s
-loadgen half-poisson-2 --rate "$RATE" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s
-# Lower rates, Poisson: where p99 stands as the load falls (an eighth, a quarter and three
-# eighths of peak; half is above).
-for eighths in 1 2 3; do
-  loadgen "eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
-    --concurrency "$HALF_CAP" --warmup 0s
-  floor "floor-eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
-    --concurrency "$HALF_CAP" --warmup 0s
-done
-kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
-kill -0 "$FLOOR_PID" 2>/dev/null || die "noop_rls (the floor) died during the benchmark"
-read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 <"$WORK/floor-peak.cpu"
-[ "$FLOOR_CALLS" -gt "$FLOOR_CALLS0" ] || die "the floor ran no script in Redis: see $WORK/floor.log"
+# The same script and the same kind of call, from redis-benchmark. Its keys get a random
+# suffix (-r) so that, as under loadgen, KEYS counters share the load.
+"$BIN/examples/redis_script" source >"$WORK/script.lua"
+SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$WORK/script.lua")")"
+mapfile -t CALL < <("$BIN/examples/redis_script" call "$LIMIT")
+NUMKEYS="${CALL[0]}"
+[ "$NUMKEYS" = 1 ] || die "expected one key, got $NUMKEYS"
+KEY="${CALL[1]}:__rand_int__"
+ARGS=("${CALL[@]:2}")
+# Check that the call works before measuring it (reply: one admitted counter).
+redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 1 "${CALL[1]}:check" "${ARGS[@]}" >"$WORK/check.txt" ||
+  die "EVALSHA failed: $(cat "$WORK/check.txt")"
+
+benchmark() { # NAME PIPELINE REQUESTS
+  echo "bench-redis: redis-benchmark EVALSHA, -P $2" >&2
+  redis-benchmark -p "$REDIS_PORT" -c "$CLIENTS" -n "$3" -r "$KEYS" -P "$2" --csv \
+    EVALSHA "$SHA" 1 "$KEY" "${ARGS[@]}" >"$WORK/$1.csv"
+  sed 's/^/    /' "$WORK/$1.csv" >&2
+}
 
 # The same decisions from h2load, a load generator in C that costs the shared CPUs far less
 # than loadgen: one gRPC request body (one counter), CLIENTS calls in flight laid out two ways:
@@ -221,6 +211,12 @@ h2load_run() { # NAME CONNECTIONS STREAMS-PER-CONNECTION
     >"$WORK/$1.txt" 2>&1 || die "h2load failed: $(tail -3 "$WORK/$1.txt")"
   sed 's/^/    /' "$WORK/$1.txt" | grep -E 'finished in|requests:|status codes' >&2 || true
 }
+# Peak: floodgate, the floor and h2load in closed loop, between two runs of redis-benchmark
+# without pipelining, so that the ratios compare figures taken within a minute of each other
+# (this kind of host can change speed by a third from one minute to the next).
+benchmark evalsha 1 "$REQUESTS"
+with_cpu peak loadgen peak --max-rate --concurrency "$CLIENTS"
+FLOOR=1 with_cpu floor-peak floor floor-peak --max-rate --concurrency "$CLIENTS"
 H2_STREAMS=$((CLIENTS >= 10 ? 10 : 1))
 H2_CONNECTIONS=$(((CLIENTS + H2_STREAMS - 1) / H2_STREAMS))
 if command -v h2load >/dev/null; then
@@ -230,27 +226,35 @@ if command -v h2load >/dev/null; then
 else
   echo "bench-redis: h2load not found (Debian: apt-get install nghttp2-client); its row is skipped" >&2
 fi
+benchmark evalsha-after 1 "$REQUESTS"
+RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
+# Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
+# callers). The cap on calls in flight is far above what the rate needs, so no request is
+# shed: a shed request has no latency, and dropping the slowest moments would flatter p99.
+# Each Poisson run of floodgate is followed by the floor's at the same rate, so that both see
+# the host in much the same state; at half of peak, twice, in the order floodgate, floor, floor,
+# floodgate, so that neither always goes first.
+for arrivals in even poisson; do
+  with_cpu "half-$arrivals" loadgen "half-$arrivals" --rate "$RATE" --arrivals "$arrivals" \
+    --concurrency "$HALF_CAP" --warmup 0s
+done
+FLOOR=1 with_cpu floor-half floor floor-half --rate "$RATE" --arrivals poisson \
+  --concurrency "$HALF_CAP" --warmup 0s
+floor floor-half-2 --rate "$RATE" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s
+loadgen half-poisson-2 --rate "$RATE" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s
+# Lower rates, Poisson: where p99 stands as the load falls (an eighth, a quarter and three
+# eighths of peak; half is above).
+for eighths in 1 2 3; do
+  loadgen "eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
+    --concurrency "$HALF_CAP" --warmup 0s
+  floor "floor-eighths-$eighths" --rate "$((RATE * eighths / 4))" --arrivals poisson \
+    --concurrency "$HALF_CAP" --warmup 0s
+done
+kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+kill -0 "$FLOOR_PID" 2>/dev/null || die "noop_rls (the floor) died during the benchmark"
+read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 <"$WORK/floor-peak.cpu"
+[ "$FLOOR_CALLS" -gt "$FLOOR_CALLS0" ] || die "the floor ran no script in Redis: see $WORK/floor.log"
 
-# The same script and the same kind of call, from redis-benchmark. Its keys get a random
-# suffix (-r) so that, as under loadgen, KEYS counters share the load.
-"$BIN/examples/redis_script" source >"$WORK/script.lua"
-SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$WORK/script.lua")")"
-mapfile -t CALL < <("$BIN/examples/redis_script" call "$LIMIT")
-NUMKEYS="${CALL[0]}"
-[ "$NUMKEYS" = 1 ] || die "expected one key, got $NUMKEYS"
-KEY="${CALL[1]}:__rand_int__"
-ARGS=("${CALL[@]:2}")
-# Check that the call works before measuring it (reply: one admitted counter).
-redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 1 "${CALL[1]}:check" "${ARGS[@]}" >"$WORK/check.txt" ||
-  die "EVALSHA failed: $(cat "$WORK/check.txt")"
-
-benchmark() { # NAME PIPELINE REQUESTS
-  echo "bench-redis: redis-benchmark EVALSHA, -P $2" >&2
-  redis-benchmark -p "$REDIS_PORT" -c "$CLIENTS" -n "$3" -r "$KEYS" -P "$2" --csv \
-    EVALSHA "$SHA" 1 "$KEY" "${ARGS[@]}" >"$WORK/$1.csv"
-  sed 's/^/    /' "$WORK/$1.csv" >&2
-}
-benchmark evalsha 1 "$REQUESTS"
 benchmark evalsha-pipelined "$PIPELINE" "$((REQUESTS * 3))"
 STEAL="$(($(steal_ticks) - STEAL0))"
 steadiness steady-after
@@ -314,8 +318,10 @@ def h2load(name):
 
 peak = loadgen("peak")
 h2_flat, h2_envoy = h2load("h2load-flat"), h2load("h2load-envoy")
-plain, piped = bench("evalsha"), bench("evalsha-pipelined")
-plain_rps, piped_rps = float(plain["rps"]), float(piped["rps"])
+plain, plain_after, piped = bench("evalsha"), bench("evalsha-after"), bench("evalsha-pipelined")
+# The ceiling the closed-loop runs are read against: the mean of the runs before and after them.
+plain_rps = (float(plain["rps"]) + float(plain_after["rps"])) / 2
+piped_rps = float(piped["rps"])
 lines = []
 w = lines.append
 w("# Redis store benchmark: floodgate decisions vs redis-benchmark EVALSHA")
@@ -347,8 +353,9 @@ for rate, layout in [
     if rate:
         w(f"| floodgate decisions under h2load ({layout}) | {rate:,.0f} | "
           f"{rate / plain_rps:.2f} of redis-benchmark without pipelining | |")
-w(f"| redis-benchmark EVALSHA, no pipelining | {plain_rps:,.0f} | "
-  f"{peak['achieved_rps'] / plain_rps:.2f} | |")
+w(f"| redis-benchmark EVALSHA, no pipelining: mean of the runs before and after the rows "
+  f"above ({float(plain['rps']):,.0f} before, {float(plain_after['rps']):,.0f} after) | "
+  f"{plain_rps:,.0f} | {peak['achieved_rps'] / plain_rps:.2f} | |")
 w(f"| redis-benchmark EVALSHA, `-P {env['BENCH_PIPELINE']}` | {piped_rps:,.0f} | "
   f"{peak['achieved_rps'] / piped_rps:.2f} | |")
 w("")
@@ -376,6 +383,9 @@ w(f"floodgate ran with `--redis-timeout-ms {env['BENCH_REDIS_TIMEOUT_MS']}`; *er
   "decisions that missed that deadline (gRPC UNAVAILABLE under the default failure policy "
   "`error`). The circuit breaker opened "
   f"{env['BENCH_BREAKER_OPENED']} time(s) during the runs.")
+w("")
+w("The rows above ran one after the other within about a minute, between the two runs of "
+  "redis-benchmark without pipelining; the pipelined run came at the end.")
 w("")
 w("Without pipelining, redis-benchmark waits for each reply before the next call on a "
   "connection: the ceiling for one round trip per decision at this concurrency. floodgate "
