@@ -17,9 +17,8 @@
 //! The server is built as floodgate builds its gRPC listener (a default
 //! `tonic::transport::Server::builder().tcp_nodelay(true)` on the runtime floodgate would pick
 //! for the same `--worker-threads`, and floodgate's allocator, mimalloc), so the only
-//! difference is the decision. tonic ignores the
-//! builder's `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream
-//! here.
+//! difference is the decision. tonic ignores the builder's `tcp_nodelay` for a listener bound
+//! beforehand, so it is set on the incoming stream here.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -121,13 +120,7 @@ impl RedisFloor {
             share: Share::FULL,
         };
         let call = script_call(&[counter], false, &self.layout);
-        let mut invocation = self.script.prepare_invoke();
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        for arg in &call.args {
-            invocation.arg(arg);
-        }
+        let invocation = call.invocation(&self.script);
         let mut connection = self.connection.clone();
         invocation
             .invoke_async::<Vec<i64>>(&mut connection)

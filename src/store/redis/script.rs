@@ -165,7 +165,7 @@ impl From<u32> for Arg {
 impl Call {
     /// `script` with these keys and arguments, ready for `invoke_async` (`EVALSHA`, and
     /// `SCRIPT LOAD` again on `NOSCRIPT`).
-    pub(super) fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
+    pub fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
         for key in &self.keys {
             invocation.key(key);
