@@ -476,6 +476,13 @@ w(f"| peak, closed loop ({env['BENCH_CLIENTS']} in flight) | {peak['achieved_rps
   f"| {us(peak['p50_us'])} | {us(peak['p99_us'])} | {floor_peak['achieved_rps']:,.0f} "
   f"| {us(floor_peak['p50_us'])} | {us(floor_peak['p99_us'])} "
   f"| throughput {peak['achieved_rps'] / floor_peak['achieved_rps']:.2f}× the floor's |")
+
+
+def each(runs, field, fmt):
+    """FIELD of each run, formatted, separated by slashes."""
+    return " / ".join("–" if run[field] is None else fmt(run[field]) for run in runs)
+
+
 for share, ours, theirs in [("1/8 of peak", ["eighths-1"], ["floor-eighths-1"]),
                             ("1/4", ["eighths-2"], ["floor-eighths-2"]),
                             ("3/8", ["eighths-3"], ["floor-eighths-3"]),
@@ -484,10 +491,6 @@ for share, ours, theirs in [("1/8 of peak", ["eighths-1"], ["floor-eighths-1"]),
     a, b = [loadgen(name) for name in ours], [loadgen(name) for name in theirs]
     p99s_a, p99s_b = [run["p99_us"] for run in a], [run["p99_us"] for run in b]
     ratio = (f"{sum(p99s_a) / sum(p99s_b):.2f}" if all(p99s_a) and all(p99s_b) else "–")
-
-    def each(runs, field, fmt):
-        return " / ".join("–" if run[field] is None else fmt(run[field]) for run in runs)
-
     w(f"| {share}, Poisson | {each(a, 'achieved_rps', lambda v: f'{v:,.0f}')} "
       f"| {each(a, 'p50_us', us)} | {each(a, 'p99_us', us)} "
       f"| {each(b, 'achieved_rps', lambda v: f'{v:,.0f}')} | {each(b, 'p50_us', us)} "
