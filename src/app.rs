@@ -51,8 +51,6 @@ pub enum AppError {
     Store(#[from] crate::store::StoreError),
     #[error("admin API: {0}")]
     AdminToken(#[from] crate::server::admin::AdminTokenError),
-    #[error("admin API failed: {0}")]
-    Admin(std::io::Error),
 }
 
 pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
@@ -115,6 +113,10 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
+    // First of all: a SIGHUP or SIGTERM that comes while the config loads or the ports open is
+    // then a reload or a drain, not the default action (the end of the process).
+    let stop_signals = shutdown::StopSignals::install();
+    let hangup = reload::hangup_signal();
     let location = location(&args.config)?;
     let options = LoadOptions {
         default_algorithm: args.config.default_algorithm.into(),
@@ -154,10 +156,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
     let debug_addr = listen_address(args.metrics_addr, "DEBUG_HOST", "DEBUG_PORT", 6070)?;
+    let debug_pages = match args.debug_pages_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let listeners = Listeners {
         grpc: bind(grpc_addr).await?,
         http: bind(http_addr).await?,
         debug: bind(debug_addr).await?,
+        debug_pages,
     };
     let admin = match &args.admin_token_file {
         Some(path) => Some(AdminSetup {
@@ -171,7 +178,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
     let (trigger, shutdown) = shutdown::channel();
     let (signal_trigger, signalled) = shutdown::channel();
-    tokio::spawn(shutdown::on_signal(signal_trigger));
+    tokio::spawn(stop_signals.fire_on_signal(signal_trigger));
     let health = Health::not_ready();
     health.set_config_loaded();
     tokio::spawn(health::drain_then_stop(
@@ -190,7 +197,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         admission: server::admission::AdmissionSettings {
             max_in_flight: args.max_in_flight,
             overload_answer: args.overload_answer,
+            default_deadline: args.connections.grpc_default_deadline(),
         },
+        connections: connection_limits(&args, admin.is_some()),
     };
 
     let serving = Serving {
@@ -203,6 +212,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         operations,
         admin,
         shared_overrides: None,
+        hangup,
     };
     match args.store {
         StoreKind::Memory => {
@@ -277,6 +287,8 @@ struct Serving {
     admin: Option<AdminSetup>,
     /// Overrides shared through Redis (`--store redis`).
     shared_overrides: Option<Arc<SharedOverrides>>,
+    /// SIGHUP, listened for since the start.
+    hangup: reload::Hangup,
 }
 
 /// The admin listener and its token, ready before the store is chosen.
@@ -292,7 +304,7 @@ async fn run_limiter<S: crate::adaptive::shared::SharesLimits>(
     reloader: ConfigReloader,
     serving: Serving,
 ) -> Result<(), AppError> {
-    start_reloading(&limiter, reloader, &serving.shutdown);
+    start_reloading(&limiter, reloader, serving.hangup, &serving.shutdown);
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
@@ -321,6 +333,7 @@ async fn run_limiter<S: crate::adaptive::shared::SharesLimits>(
             admin.listener,
             admin.token,
             routes,
+            serving.operations.connections,
             serving.shutdown.clone(),
         )
     });
@@ -333,9 +346,8 @@ async fn run_limiter<S: crate::adaptive::shared::SharesLimits>(
     );
     match admin {
         Some(admin) => {
-            let (served, admin) = tokio::join!(served, admin);
+            let (served, ()) = tokio::join!(served, admin);
             served?;
-            admin.map_err(AppError::Admin)?;
         }
         None => served.await?,
     }
@@ -354,14 +366,31 @@ fn redis_problems(rules: &RuleSet) -> Vec<String> {
 fn start_reloading<S: Store>(
     limiter: &Arc<Limiter<S>>,
     reloader: ConfigReloader,
+    hangup: reload::Hangup,
     shutdown: &shutdown::Shutdown,
 ) {
     let live = Arc::clone(limiter);
     tokio::spawn(reload::run(
         reloader,
         move |rules| live.replace_rules(rules),
+        hangup,
         shutdown.clone(),
     ));
+}
+
+/// The connection bounds of every listener, `--max-connections` fitted to RLIMIT_NOFILE for
+/// the listeners this process opens.
+fn connection_limits(
+    args: &ServeArgs,
+    admin: bool,
+) -> crate::server::connections::ConnectionLimits {
+    let listeners = 3 + u32::from(admin) + u32::from(args.debug_pages_addr.is_some());
+    let mut limits = args.connections.limits();
+    limits.max_connections = crate::server::connections::descriptors::fit_max_connections(
+        limits.max_connections,
+        listeners,
+    );
+    limits
 }
 
 /// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.

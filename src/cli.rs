@@ -168,6 +168,11 @@ pub struct ServeArgs {
     /// Metrics and debug listen address [default: 0.0.0.0:6070, or DEBUG_HOST:DEBUG_PORT].
     #[arg(long, env = "FLOODGATE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve the debug pages (`/rlconfig`, which lists every rule and its values) on this
+    /// address instead of the metrics port, so `/metrics` can be exposed to scrapers without
+    /// them [default: on the metrics port, as envoyproxy/ratelimit has them].
+    #[arg(long, env = "FLOODGATE_DEBUG_PAGES_ADDR")]
+    pub debug_pages_addr: Option<SocketAddr>,
     /// Where counters live.
     #[arg(long, env = "FLOODGATE_STORE", value_enum, default_value = "memory")]
     pub store: StoreKind,
@@ -299,6 +304,8 @@ pub struct ServeArgs {
     pub grpc_tls: GrpcTlsArgs,
     #[command(flatten)]
     pub redis_connection: Box<RedisConnectionArgs>,
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 }
 
 /// How floodgate reaches Redis beyond its URL: TLS, Sentinel credentials, sockets. Named after
@@ -384,6 +391,53 @@ pub struct GrpcTlsArgs {
     /// Mutual TLS: require a client certificate signed by a CA in this file (PEM).
     #[arg(long, env = "FLOODGATE_GRPC_TLS_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_tls_client_ca: Option<PathBuf>,
+}
+
+/// How long and how many connections every listener holds (`server::connections`): a client
+/// that opens connections and sends nothing, or sends a request slowly, holds a file
+/// descriptor and a task until one of these bounds closes it.
+#[derive(Debug, Args)]
+pub struct ConnectionArgs {
+    /// Most connections each listener (gRPC, HTTP, debug, admin) holds open at once; beyond it
+    /// a new connection is closed at once and logged. Lowered at start to what the process's
+    /// file-descriptor limit (RLIMIT_NOFILE, raised to its hard limit first) leaves room for.
+    #[arg(long, env = "FLOODGATE_MAX_CONNECTIONS", default_value_t = crate::server::connections::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Time a client has to send a request's headers once it has started them (HTTP), or to
+    /// finish its TLS and HTTP/2 handshake (gRPC), in milliseconds.
+    #[arg(long, env = "FLOODGATE_HEADER_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+    /// Time a client has to send an HTTP request's body once its headers are in, in
+    /// milliseconds; a body still arriving then gets 408.
+    #[arg(long, env = "FLOODGATE_BODY_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+    /// A connection with no request for this long is closed (HTTP/2: GOAWAY), in
+    /// milliseconds; so is an HTTP/1 connection on which nothing moves for this long while a
+    /// request is open (a client that stopped reading its answer).
+    #[arg(long, env = "FLOODGATE_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+    /// Deadline of a unary gRPC call (ShouldRateLimit, health Check) whose caller sends no
+    /// grpc-timeout, in milliseconds, from its headers to its answer. Envoy always sends one
+    /// (the filter's `timeout`, 20 ms by default). Streams have none: they live on HTTP/2
+    /// keepalive pings.
+    #[arg(long, env = "FLOODGATE_GRPC_DEFAULT_DEADLINE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub grpc_default_deadline_ms: u64,
+}
+
+impl ConnectionArgs {
+    pub fn limits(&self) -> crate::server::connections::ConnectionLimits {
+        use std::time::Duration;
+        crate::server::connections::ConnectionLimits {
+            max_connections: self.max_connections,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+        }
+    }
+
+    pub fn grpc_default_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.grpc_default_deadline_ms)
+    }
 }
 
 /// Metrics and traces (`serve`).

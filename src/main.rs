@@ -11,6 +11,9 @@ use floodgate::telemetry;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The most the exit waits for spans to be sent and for tasks to stop.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (threads, default_threads) = match &cli.command {
@@ -59,6 +62,9 @@ fn main() -> ExitCode {
         telemetry.shutdown();
         let _ = flushed.send(());
     });
-    let _ = runtime.block_on(on_flushed);
+    // Bounded: an exporter that cannot reach its collector must not hold the exit.
+    let _ = runtime.block_on(async { tokio::time::timeout(FLUSH_TIMEOUT, on_flushed).await });
+    // Tasks still running (background loops, a blocking read) are dropped, not waited for.
+    runtime.shutdown_timeout(FLUSH_TIMEOUT);
     code
 }

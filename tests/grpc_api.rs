@@ -75,6 +75,7 @@ async fn start(settings: LimiterSettings) -> Server {
         grpc,
         http: bind().await,
         debug: bind().await,
+        debug_pages: None,
     };
     let (trigger, shutdown) = shutdown::channel();
     let task = tokio::spawn(async move {

@@ -111,6 +111,7 @@ async fn health_follows_the_store() {
         grpc,
         http,
         debug: bind().await,
+        debug_pages: None,
     };
     let health = Health::not_ready();
     health.set_config_loaded();

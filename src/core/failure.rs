@@ -179,7 +179,7 @@ pub struct LogPace {
 }
 
 impl LogPace {
-    pub fn new(interval: Millis) -> Self {
+    pub const fn new(interval: Millis) -> Self {
         Self {
             interval,
             next: 0,

@@ -174,16 +174,17 @@ impl ConfigReloader {
     }
 }
 
-/// Reloads on file changes and SIGHUP until `shutdown`; `install` swaps a new rule set in.
+/// Reloads on file changes and `hangup` (SIGHUP) until `shutdown`; `install` swaps a new rule
+/// set in.
 pub async fn run(
     mut reloader: ConfigReloader,
     install: impl Fn(RuleSet) + Send + 'static,
+    mut hangup: Hangup,
     shutdown: Shutdown,
 ) {
     let targets = reloader.watch_targets();
     let mut watch = DirectoryWatch::new("configuration");
     watch.ensure(&targets);
-    let mut hangup = hangup_signal();
     let stop = shutdown.fired();
     tokio::pin!(stop);
     loop {
@@ -214,13 +215,14 @@ pub async fn run(
     }
 }
 
-/// SIGHUP, where there are signals; otherwise never.
-struct Hangup {
+/// SIGHUP, where there are signals; otherwise never. Made before the ports open: until a
+/// handler is installed, SIGHUP's default action ends the process.
+pub struct Hangup {
     #[cfg(unix)]
     signal: Option<tokio::signal::unix::Signal>,
 }
 
-fn hangup_signal() -> Hangup {
+pub fn hangup_signal() -> Hangup {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -41,6 +41,7 @@ use crate::core::rules::{Entry, Rule, RuleSet};
 use crate::core::unit::Unit;
 use crate::limiter::Limiter;
 use crate::reload::rfc3339;
+use crate::server::connections::{ConnectionLimits, Listener};
 use crate::server::shutdown::Shutdown;
 use crate::store::Store;
 
@@ -69,6 +70,16 @@ pub enum AdminTokenError {
          {path}`), one token per line"
     )]
     Empty { path: PathBuf },
+    #[error(
+        "the admin token file {path} is writable by {who} (mode {mode:04o}): anyone who can write \
+         it can give themselves a token; make it writable by its owner only (`chmod 600 {path}`, \
+         or a Kubernetes Secret's defaultMode: 0400)"
+    )]
+    Writable {
+        path: PathBuf,
+        mode: u32,
+        who: &'static str,
+    },
 }
 
 /// What identifies one version of the token file.
@@ -78,6 +89,9 @@ struct FileStamp {
     len: u64,
     #[cfg(unix)]
     inode: u64,
+    /// A chmod changes no other field, and must be checked again.
+    #[cfg(unix)]
+    mode: u32,
 }
 
 impl FileStamp {
@@ -87,6 +101,8 @@ impl FileStamp {
             len: metadata.len(),
             #[cfg(unix)]
             inode: std::os::unix::fs::MetadataExt::ino(metadata),
+            #[cfg(unix)]
+            mode: std::os::unix::fs::MetadataExt::mode(metadata),
         }
     }
 }
@@ -163,6 +179,7 @@ fn read_tokens(path: &Path) -> Result<(FileStamp, Vec<[u8; 32]>), AdminTokenErro
         source,
     };
     let metadata = std::fs::metadata(path).map_err(unreadable)?;
+    check_permissions(path, &metadata)?;
     let text = std::fs::read_to_string(path).map_err(unreadable)?;
     let digests: Vec<[u8; 32]> = text
         .lines()
@@ -178,22 +195,55 @@ fn read_tokens(path: &Path) -> Result<(FileStamp, Vec<[u8; 32]>), AdminTokenErro
     Ok((FileStamp::of(&metadata), digests))
 }
 
+/// A token file others may write is refused; one others may read is warned about (Kubernetes
+/// mounts Secrets 0644 unless told otherwise, so refusing that would refuse most deployments).
+fn check_permissions(path: &Path, metadata: &std::fs::Metadata) -> Result<(), AdminTokenError> {
+    #[cfg(unix)]
+    {
+        let mode = std::os::unix::fs::MetadataExt::mode(metadata) & 0o7777;
+        let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => Some("its group and others"),
+            (true, false) => Some("its group"),
+            (false, true) => Some("others"),
+            (false, false) => None,
+        };
+        if let Some(who) = who {
+            return Err(AdminTokenError::Writable {
+                path: path.to_owned(),
+                mode,
+                who,
+            });
+        }
+        if mode & 0o004 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format_args!("{mode:04o}"),
+                "the admin token file is readable by every user of this machine: make it \
+                 readable by its owner only (chmod 600, or a Kubernetes Secret's defaultMode: 0400)"
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, metadata);
+    Ok(())
+}
+
 /// Serves `routes` on `listener` until `shutdown`, every route behind the bearer token.
 pub async fn serve(
     listener: TcpListener,
     token: Arc<AdminToken>,
     routes: Router,
+    limits: ConnectionLimits,
     shutdown: Shutdown,
-) -> std::io::Result<()> {
+) {
     let app = routes
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such admin endpoint") })
         .layer(axum::middleware::from_fn_with_state(token, authenticate));
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.fired())
-    .await
+    let listener = Listener {
+        connect_info: true,
+        ..super::http1_listener("admin", listener)
+    };
+    super::connections::serve(listener, app, limits, shutdown).await;
 }
 
 /// Logs where the admin API listens, with a warning when that is not loopback.
@@ -775,5 +825,42 @@ mod tests {
             AdminToken::load(&dir.path().join("missing")),
             Err(AdminTokenError::Unreadable { .. })
         ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_token_file_others_may_write_is_refused_and_one_they_may_read_is_accepted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let path = dir.path().join("token");
+        std::fs::write(&path, "secret\n").unwrap_or_else(|error| panic!("{error}"));
+        let chmod = |mode: u32| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|error| panic!("{error}"));
+        };
+        for (mode, who) in [
+            (0o620, "its group"),
+            (0o602, "others"),
+            (0o666, "its group and others"),
+        ] {
+            chmod(mode);
+            match AdminToken::load(&path) {
+                Err(AdminTokenError::Writable { who: found, .. }) => assert_eq!(found, who),
+                other => panic!("mode {mode:o}: expected a refusal, got {other:?}"),
+            }
+        }
+        for mode in [0o600, 0o400, 0o640, 0o644] {
+            chmod(mode);
+            assert!(AdminToken::load(&path).is_ok(), "mode {mode:o}");
+        }
+        // Made writable while serving: refused from the next request on.
+        let token = AdminToken::load(&path).unwrap_or_else(|error| panic!("{error}"));
+        assert!(token.accepts("secret"));
+        chmod(0o646);
+        assert!(!token.accepts("secret"));
+        let message = AdminToken::load(&path)
+            .map(|_| String::new())
+            .unwrap_or_else(|error| error.to_string());
+        assert!(message.contains("chmod 600"), "{message}");
     }
 }

@@ -9,14 +9,19 @@
 //! as the flag promises; two budgets would let the listeners together hold twice the bound. A
 //! deployment is normally fronted by one kind of proxy, so the sharing costs nothing there.
 //!
+//! A permit is taken only once the whole request has been read: a client that sends headers
+//! and then its message (or body) slowly, or never, holds no permit, so it cannot starve the
+//! callers that send theirs at once. Reading is bounded by time elsewhere (the call's
+//! deadline, `--body-timeout-ms`: `server::connections`).
+//!
 //! On the gRPC side, two pieces:
-//! - [`AdmissionInterceptor`] runs when the call's headers arrive (in the connection task,
-//!   before the call's own task is scheduled). It stamps the arrival time and takes one of
-//!   `--max-in-flight` permits without waiting. The permit is held until the answer is sent,
-//!   so calls waiting for a worker thread count as well: the bound covers the queue too.
-//! - [`Admitted::check`], at the top of the handler: a refused call gets the overload answer
-//!   (`core::overload`) at once; a call whose `grpc-timeout` ran out while it waited is not
-//!   decided at all (DEADLINE_EXCEEDED); any other call gets the rest of its deadline.
+//! - [`AdmissionInterceptor`] runs when the call's headers arrive. It stamps the arrival time
+//!   and the call's deadline (its `grpc-timeout`, or `--grpc-default-deadline-ms`).
+//! - [`Admitted::check`], at the top of the handler, once tonic has decoded the message: it
+//!   takes one of `--max-in-flight` permits without waiting, held until the answer is built.
+//!   A call beyond the bound gets the overload answer (`core::overload`) at once; a call whose
+//!   deadline ran out while its message arrived is not decided at all (DEADLINE_EXCEEDED); any
+//!   other call gets the rest of its deadline.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,13 +40,19 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// Streams one HTTP/2 connection may have open at once, at least. hyper's own default.
 const MIN_STREAMS_PER_CONNECTION: u32 = 200;
 
-/// `--max-in-flight` and `--overload-answer`.
+/// A unary call's deadline when its caller sends no `grpc-timeout`, unless
+/// `--grpc-default-deadline-ms` says otherwise.
+pub const DEFAULT_GRPC_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `--max-in-flight`, `--overload-answer` and `--grpc-default-deadline-ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmissionSettings {
-    /// Calls (arrived and not yet answered) at once; beyond it calls get `overload_answer`.
+    /// Calls (read and not yet answered) at once; beyond it calls get `overload_answer`.
     /// 0 refuses every call: a drill of how the proxies behave when floodgate is overloaded.
     pub max_in_flight: usize,
     pub overload_answer: OverloadAnswer,
+    /// The deadline of a ShouldRateLimit call that comes without `grpc-timeout`.
+    pub default_deadline: Duration,
 }
 
 impl Default for AdmissionSettings {
@@ -49,6 +60,7 @@ impl Default for AdmissionSettings {
         Self {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             overload_answer: OverloadAnswer::default(),
+            default_deadline: DEFAULT_GRPC_DEADLINE,
         }
     }
 }
@@ -72,6 +84,7 @@ impl AdmissionSettings {
 pub struct Admission {
     permits: Arc<Semaphore>,
     overload_answer: OverloadAnswer,
+    default_deadline: Duration,
 }
 
 impl Admission {
@@ -81,6 +94,7 @@ impl Admission {
                 settings.max_in_flight.min(Semaphore::MAX_PERMITS),
             )),
             overload_answer: settings.overload_answer,
+            default_deadline: settings.default_deadline,
         }
     }
 
@@ -102,7 +116,7 @@ impl Admission {
     }
 }
 
-/// Stamps each call on arrival and takes its in-flight permit without waiting.
+/// Stamps each call with its arrival and deadline.
 #[derive(Debug, Clone)]
 pub struct AdmissionInterceptor {
     admission: Admission,
@@ -118,17 +132,8 @@ impl AdmissionInterceptor {
 impl Interceptor for AdmissionInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
         let arrived = Instant::now();
-        let overload_answer = self.admission.overload_answer;
-        let permit = match self.admission.try_admit() {
-            Some(permit) => Some(Arc::new(permit)),
-            // UNAVAILABLE needs nothing from the message: refuse before it is even decoded.
-            None if overload_answer == OverloadAnswer::Unavailable => {
-                metrics::overload_rejected(OverloadReason::InFlight);
-                return Err(overloaded_status());
-            }
-            None => None,
-        };
-        let timeout = grpc_timeout(request.metadata());
+        let default = self.admission.default_deadline;
+        let timeout = Some(grpc_timeout(request.metadata()).map_or(default, |t| t.min(default)));
         let watch = timeout
             .and_then(|timeout| arrived.checked_add(timeout))
             .map(|deadline| {
@@ -140,8 +145,7 @@ impl Interceptor for AdmissionInterceptor {
         request.extensions_mut().insert(Arrival {
             at: arrived,
             timeout,
-            permit,
-            overload_answer,
+            admission: self.admission.clone(),
             watch,
         });
         Ok(request)
@@ -162,17 +166,15 @@ fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
 struct Arrival {
     at: Instant,
     timeout: Option<Duration>,
-    /// `None`: floodgate was at its bound.
-    permit: Option<Arc<OwnedSemaphorePermit>>,
-    overload_answer: OverloadAnswer,
+    /// Where the handler takes its permit once the message is in.
+    admission: Admission,
     watch: Option<Arc<DeadlineWatch>>,
 }
 
 /// Counts a call with a deadline as `floodgate_overload_rejections_total{reason="deadline"}`
 /// when it is dropped unanswered past that deadline. One place for every way that happens: the
-/// handler found it spent, the handler's timeout fired, or tonic's server (which enforces
-/// `grpc-timeout` itself, answering CANCELLED) dropped the call while its message was still
-/// arriving, before the handler ran.
+/// handler found it spent, the handler's timeout fired, or `server::grpc_deadline` dropped the
+/// call while its message was still arriving, before the handler ran.
 #[derive(Debug)]
 pub struct DeadlineWatch {
     deadline: Instant,
@@ -201,7 +203,7 @@ pub enum Admitted {
     /// and call [`Admitted::settle`] once decided.
     Decide {
         budget: Option<Duration>,
-        permit: Option<Arc<OwnedSemaphorePermit>>,
+        permit: Option<OwnedSemaphorePermit>,
         watch: Option<Arc<DeadlineWatch>>,
     },
     /// Do not decide: answer with this overload answer now.
@@ -225,20 +227,21 @@ impl Admitted {
                 }
             }
         };
-        if arrival.permit.is_none() {
+        let Some(permit) = arrival.admission.try_admit() else {
             settle(arrival.watch.as_ref());
             metrics::overload_rejected(OverloadReason::InFlight);
-            return Admitted::Overloaded(arrival.overload_answer);
-        }
+            return Admitted::Overloaded(arrival.admission.overload_answer);
+        };
+        let permit = Some(permit);
         match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
             Budget::Unbounded => Admitted::Decide {
                 budget: None,
-                permit: arrival.permit,
+                permit,
                 watch: arrival.watch,
             },
             Budget::Remaining(left) => Admitted::Decide {
                 budget: Some(left),
-                permit: arrival.permit,
+                permit,
                 watch: arrival.watch,
             },
             // The watch, dropped unsettled past the deadline, counts it.
@@ -280,10 +283,7 @@ mod tests {
         }
         match interceptor.call(request) {
             Ok(mut request) => Admitted::check(&mut request),
-            Err(status) => {
-                assert_eq!(status.code(), tonic::Code::Unavailable);
-                Admitted::Overloaded(OverloadAnswer::Unavailable)
-            }
+            Err(status) => panic!("the interceptor refuses nothing, but refused: {status}"),
         }
     }
 
@@ -291,6 +291,7 @@ mod tests {
         AdmissionInterceptor::new(AdmissionSettings {
             max_in_flight,
             overload_answer: answer,
+            ..AdmissionSettings::default()
         })
     }
 
@@ -317,6 +318,7 @@ mod tests {
         let admission = Admission::new(AdmissionSettings {
             max_in_flight: 2,
             overload_answer: OverloadAnswer::Ok,
+            ..AdmissionSettings::default()
         });
         let mut grpc = admission.interceptor();
         let grpc_call = arrive(&mut grpc, None);
@@ -333,9 +335,27 @@ mod tests {
     }
 
     #[test]
-    fn unavailable_is_refused_in_the_interceptor() {
+    fn unavailable_is_answered_by_the_handler_once_the_message_is_in() {
         let mut interceptor = interceptor(0, OverloadAnswer::Unavailable);
-        assert!(interceptor.call(tonic::Request::new(())).is_err());
+        assert!(matches!(
+            arrive(&mut interceptor, None),
+            Admitted::Overloaded(OverloadAnswer::Unavailable)
+        ));
+    }
+
+    #[test]
+    fn a_call_that_never_reaches_the_handler_holds_no_permit() {
+        let admission = Admission::new(AdmissionSettings {
+            max_in_flight: 1,
+            ..AdmissionSettings::default()
+        });
+        let mut grpc = admission.interceptor();
+        // Headers in, message never sent: the interceptor ran, the handler did not.
+        let stalled: Vec<_> = (0..100)
+            .filter_map(|_| grpc.call(tonic::Request::new(())).ok())
+            .collect();
+        assert_eq!(stalled.len(), 100);
+        assert!(matches!(arrive(&mut grpc, None), Admitted::Decide { .. }));
     }
 
     #[test]
@@ -348,7 +368,7 @@ mod tests {
     }
 
     #[test]
-    fn a_live_deadline_becomes_the_budget_and_a_malformed_one_none() {
+    fn a_live_deadline_becomes_the_budget_and_a_missing_or_malformed_one_the_default() {
         let mut interceptor = interceptor(4, OverloadAnswer::Ok);
         match arrive(&mut interceptor, Some("10S")) {
             Admitted::Decide {
@@ -356,10 +376,18 @@ mod tests {
             } => assert!(left <= Duration::from_secs(10)),
             other => panic!("expected a budget, got {other:?}"),
         }
-        assert!(matches!(
-            arrive(&mut interceptor, Some("10x")),
-            Admitted::Decide { budget: None, .. }
-        ));
+        match arrive(&mut interceptor, Some("10x")) {
+            Admitted::Decide {
+                budget: Some(left), ..
+            } => assert!(left <= DEFAULT_GRPC_DEADLINE && left > Duration::from_secs(9)),
+            other => panic!("expected the default deadline, got {other:?}"),
+        }
+        match arrive(&mut interceptor, None) {
+            Admitted::Decide {
+                budget: Some(left), ..
+            } => assert!(left <= DEFAULT_GRPC_DEADLINE),
+            other => panic!("expected the default deadline, got {other:?}"),
+        }
     }
 
     #[test]
@@ -368,6 +396,7 @@ mod tests {
             AdmissionSettings {
                 max_in_flight,
                 overload_answer: OverloadAnswer::Ok,
+                ..AdmissionSettings::default()
             }
             .streams_per_connection()
         };

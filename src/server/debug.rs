@@ -1,4 +1,5 @@
-//! The debug listener (:6070): `/rlconfig` and `/metrics`.
+//! The debug listener (:6070): `/metrics`, and `/rlconfig` unless `--debug-pages-addr` moves it
+//! to a listener of its own.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -24,18 +25,32 @@ struct LiveConfig<S> {
     reload: Option<Arc<ReloadStatus>>,
 }
 
-pub fn debug_routes<S: Store>(
+/// `/metrics`, and with `index` a `/` that lists it and `/rlconfig` (served beside it).
+pub fn metrics_routes(with_pages: bool) -> Router {
+    let index = if with_pages {
+        "/rlconfig: the live rules\n/metrics: Prometheus metrics\n"
+    } else {
+        "/metrics: Prometheus metrics\n"
+    };
+    Router::new()
+        .route("/", get(move || async move { index }))
+        .route("/metrics", get(prometheus_metrics))
+}
+
+/// `/rlconfig`, which lists every rule and its values: on the debug port, or on
+/// `--debug-pages-addr` (with a `/` of its own) so whoever may scrape need not read the rules.
+pub fn page_routes<S: Store>(
     limiter: Arc<Limiter<S>>,
     reload: Option<Arc<ReloadStatus>>,
 ) -> Router {
     Router::new()
-        .route(
-            "/",
-            get(|| async { "/rlconfig: the live rules\n/metrics: Prometheus metrics\n" }),
-        )
         .route("/rlconfig", get(rlconfig::<S>))
-        .route("/metrics", get(prometheus_metrics))
         .with_state(Arc::new(LiveConfig { limiter, reload }))
+}
+
+/// The `/` of a `--debug-pages-addr` listener.
+pub fn pages_index() -> Router {
+    Router::new().route("/", get(|| async { "/rlconfig: the live rules\n" }))
 }
 
 /// Every metric in the Prometheus text format (version 0.0.4).

@@ -1,11 +1,15 @@
 //! The listeners: gRPC (RLS v3), HTTP and the debug port, all stopped by one shutdown signal.
-//! Each takes an already-bound listener, so tests start the real server on port 0.
+//! Each takes an already-bound listener, so tests start the real server on port 0. Their
+//! connections are driven by [`connections`], which bounds how many there are and how long
+//! each may take.
 
 pub mod admin;
 pub mod admission;
+pub mod connections;
 pub mod convert;
 mod debug;
 pub mod grpc;
+pub mod grpc_deadline;
 pub mod health;
 mod http;
 pub mod shutdown;
@@ -14,11 +18,11 @@ pub mod tls;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 
 use crate::limiter::Limiter;
 use crate::reload::{rfc3339, ReloadStatus};
 use crate::store::Store;
+use connections::{ConnectionLimits, Listener, Protocol};
 pub use http::{DenyStatus, HttpSettings};
 use shutdown::Shutdown;
 
@@ -27,19 +31,19 @@ pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
     pub debug: TcpListener,
+    /// `--debug-pages-addr`: `/rlconfig` on a listener of its own, so the debug port's
+    /// `/metrics` can be exposed without the rules. `None`: both on the debug port, as the
+    /// reference has them.
+    pub debug_pages: Option<TcpListener>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("gRPC server failed: {0}")]
-    Grpc(#[from] tonic::transport::Error),
-    #[error("HTTP server failed: {0}")]
-    Http(#[from] std::io::Error),
     #[error("cannot describe the gRPC services for reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// The operations side of the listeners: readiness, which rules are live, TLS.
+/// The operations side of the listeners: readiness, which rules are live, TLS, bounds.
 #[derive(Clone, Default)]
 pub struct Operations {
     /// Answers grpc.health.v1 and `/healthcheck`.
@@ -51,6 +55,8 @@ pub struct Operations {
     /// The in-flight bound of ShouldRateLimit and the HTTP decision endpoints (one budget for
     /// both) and its overload answer.
     pub admission: admission::AdmissionSettings,
+    /// How many connections each listener holds and how long each may take.
+    pub connections: ConnectionLimits,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -70,7 +76,7 @@ pub async fn serve<S: Store>(
     .await
 }
 
-/// `serve`, with health, reload status and TLS from `operations`.
+/// `serve`, with health, reload status, TLS and bounds from `operations`.
 pub async fn serve_with<S: Store>(
     limiter: Arc<Limiter<S>>,
     listeners: Listeners,
@@ -91,49 +97,80 @@ pub async fn serve_with<S: Store>(
     ));
     let (reflection_v1, reflection_v1alpha) = reflection_services()?;
     let admission = admission::Admission::new(operations.admission);
-    let router = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .max_concurrent_streams(operations.admission.streams_per_connection())
-        .add_service(grpc::RateLimitGrpc::admitted_server(
-            Arc::clone(&limiter),
-            &admission,
-        ))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha);
-    let grpc_listener = listeners.grpc;
-    let grpc_stop = shutdown.clone().fired();
-    let grpc = async move {
-        match operations.grpc_tls {
-            Some(grpc_tls) => {
-                router
-                    .serve_with_incoming_shutdown(tls::incoming(grpc_listener, grpc_tls), grpc_stop)
-                    .await
-            }
-            None => {
-                // The builder's tcp_nodelay applies only to listeners tonic binds itself; without
-                // it, delayed ACKs add milliseconds to answers that take microseconds.
-                let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-                router
-                    .serve_with_incoming_shutdown(incoming, grpc_stop)
-                    .await
-            }
-        }
-    };
+    let grpc_routes = tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
+        Arc::clone(&limiter),
+        &admission,
+    ))
+    .add_service(health_service)
+    .add_service(reflection_v1)
+    .add_service(reflection_v1alpha);
+    let grpc_service =
+        grpc_deadline::GrpcDeadline::new(grpc_routes, operations.admission.default_deadline);
+    let limits = operations.connections;
+    let grpc = connections::serve(
+        Listener {
+            name: "grpc",
+            socket: listeners.grpc,
+            protocol: Protocol::Http2 {
+                max_streams: operations.admission.streams_per_connection(),
+            },
+            tls: operations.grpc_tls,
+            connect_info: false,
+        },
+        grpc_service,
+        limits,
+        shutdown.clone(),
+    );
     let http_routes = http::main_routes(Arc::clone(&limiter), http_settings, admission)
         .merge(health::healthcheck_routes(operations.health.clone()));
-    let http =
-        axum::serve(listeners.http, http_routes).with_graceful_shutdown(shutdown.clone().fired());
-    let mut debug_routes = debug::debug_routes(limiter, operations.reload.clone());
-    if let Some(status) = operations.reload {
-        debug_routes = with_reload_headers(debug_routes, status);
-    }
-    let debug = axum::serve(listeners.debug, debug_routes).with_graceful_shutdown(shutdown.fired());
-    let (grpc, http, debug) = tokio::join!(grpc, http, debug);
-    grpc?;
-    http?;
-    debug?;
+    let http = connections::serve(
+        http1_listener("http", listeners.http),
+        http_routes,
+        limits,
+        shutdown.clone(),
+    );
+    let with_headers = |routes: axum::Router| match &operations.reload {
+        Some(status) => with_reload_headers(routes, Arc::clone(status)),
+        None => routes,
+    };
+    let pages = debug::page_routes(limiter, operations.reload.clone());
+    let (debug_routes, pages) = match listeners.debug_pages {
+        Some(socket) => (
+            debug::metrics_routes(false),
+            Some((socket, pages.merge(debug::pages_index()))),
+        ),
+        None => (debug::metrics_routes(true).merge(pages), None),
+    };
+    let debug = connections::serve(
+        http1_listener("debug", listeners.debug),
+        with_headers(debug_routes),
+        limits,
+        shutdown.clone(),
+    );
+    let pages = async {
+        if let Some((socket, routes)) = pages {
+            connections::serve(
+                http1_listener("debug_pages", socket),
+                with_headers(routes),
+                limits,
+                shutdown,
+            )
+            .await;
+        }
+    };
+    tokio::join!(grpc, http, debug, pages);
     Ok(())
+}
+
+/// An HTTP/1 listener without TLS.
+pub fn http1_listener(name: &'static str, socket: TcpListener) -> Listener {
+    Listener {
+        name,
+        socket,
+        protocol: Protocol::Http1,
+        tls: None,
+        connect_info: false,
+    }
 }
 
 /// grpc.reflection v1 and v1alpha (grpcurl asks for either), describing the rate-limit and

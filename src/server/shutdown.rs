@@ -57,28 +57,58 @@ where
     }
 }
 
-/// Fires `trigger` on SIGTERM or Ctrl-C.
-pub async fn on_signal(trigger: ShutdownTrigger) {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM and SIGINT, listened for from the moment this is made: made before the ports open,
+/// so a signal that comes early is handled (drained) rather than fatal by default.
+pub struct StopSignals {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops floodgate");
-                std::future::pending::<()>().await;
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    pub fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let listen = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for {name}");
+                    None
+                }
+            };
+            Self {
+                terminate: listen(SignalKind::terminate(), "SIGTERM"),
+                interrupt: listen(SignalKind::interrupt(), "SIGINT"),
             }
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("interrupt received: draining"),
-        () = terminate => tracing::info!("SIGTERM received: draining"),
+        #[cfg(not(unix))]
+        Self {}
     }
-    trigger.fire();
+
+    /// Fires `trigger` on the first SIGTERM or SIGINT (Ctrl-C).
+    pub async fn fire_on_signal(self, trigger: ShutdownTrigger) {
+        #[cfg(unix)]
+        {
+            async fn next(signal: Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = next(self.interrupt) => tracing::info!("interrupt received: draining"),
+                () = next(self.terminate) => tracing::info!("SIGTERM received: draining"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("interrupt received: draining");
+        }
+        trigger.fire();
+    }
 }

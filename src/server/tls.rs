@@ -2,34 +2,24 @@
 //! connection is handed the configuration in force when it arrives, so a rotated certificate
 //! is served without a restart and connections already open are left alone.
 //!
-//! Handshakes run off the accept loop (one task each, bounded in time), so a slow or silent
-//! client cannot hold up the others.
+//! Handshakes run in each connection's own task (`server::connections`), bounded by
+//! `--header-timeout-ms` and counted against `--max-connections`, so a slow or silent client
+//! cannot hold up the others.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::rustls::crypto::ring::default_provider;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::shutdown::Shutdown;
 use crate::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
-
-/// A client that has not finished its handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections whose handshake is done but that tonic has not taken yet.
-const ACCEPTED_BACKLOG: usize = 128;
 
 /// The files of the gRPC listener's TLS configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,47 +159,6 @@ pub async fn watch_certificates(tls: ServerTls, shutdown: Shutdown) {
         }
         last = Some(contents);
     }
-}
-
-/// TLS connections accepted on `listener`, handshaken with the configuration in force when
-/// each arrives. Ends (and closes the listener) once the receiving side is dropped.
-pub fn incoming(
-    listener: TcpListener,
-    tls: ServerTls,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, io::Error>> {
-    let (sender, receiver) = mpsc::channel(ACCEPTED_BACKLOG);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = sender.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait a little rather than spin.
-                    tracing::warn!(%error, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let acceptor = tls.acceptor();
-            let sender = sender.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => {
-                        let _ = sender.send(Ok(tls_stream)).await;
-                    }
-                    // Per connection, so not worth more than debug: a probe or a client
-                    // without a certificate under mutual TLS.
-                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(receiver)
 }
 
 fn read_contents(files: &TlsFiles) -> Result<FileContents, TlsError> {

@@ -481,6 +481,11 @@ impl Metrics {
         })
     }
 
+    /// Where families kept in files of their own (`telemetry::connections`) register.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> Result<String, MetricsError> {
         Ok(TextEncoder::new().encode_to_string(&self.registry.gather())?)

@@ -4,8 +4,10 @@
 //! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
+pub mod connections;
 pub mod metrics;
 pub mod near_limit;
+pub mod paced_log;
 pub mod record;
 pub mod traces;
 

@@ -23,6 +23,15 @@ pub fn subdir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
+/// A two-thread tokio runtime for a test's async clients (a blocking test drives it).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|error| panic!("runtime: {error}"))
+}
+
 /// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -20,12 +20,13 @@
 //! as when the store is down.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 
-use super::admission::{overloaded_response, Admit};
+use super::admission::{admit, overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
 use crate::core::check_headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
@@ -35,14 +36,20 @@ use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::request::Request;
 use crate::core::response::{Code, Response as Decision};
 use crate::store::Store;
+use crate::telemetry::paced_log::{ClientText, PacedLog};
 
 /// The most profile names listed in the answer to an unknown one.
 const LISTED_PROFILES: usize = 20;
 
+/// Lines about what clients sent: each kind at most once per interval (`telemetry::paced_log`).
+const CLIENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+static REFUSED: PacedLog = PacedLog::every(CLIENT_LOG_INTERVAL);
+static NOT_DECIDED: PacedLog = PacedLog::every(CLIENT_LOG_INTERVAL);
+static UNKNOWN_PROFILE: PacedLog = PacedLog::every(CLIENT_LOG_INTERVAL);
+
 /// `GET /check`: domain and descriptors from `X-RateLimit-Domain` and `X-RateLimit-Descriptor`.
 pub(super) async fn check_by_headers<S: Store>(
     State(state): State<HttpState<S>>,
-    admit: Admit,
     headers: HeaderMap,
 ) -> Response {
     let domain = first_value(&headers, DOMAIN_HEADER);
@@ -53,7 +60,7 @@ pub(super) async fn check_by_headers<S: Store>(
         .collect();
     let hits = first_value(&headers, HITS_HEADER);
     match request_from_headers(domain.as_deref(), &descriptors, hits.as_deref()) {
-        Ok(request) => decide(&state, admit, &request, &headers).await,
+        Ok(request) => decide(&state, &request, &headers).await,
         Err(error) => refuse(&error),
     }
 }
@@ -61,7 +68,6 @@ pub(super) async fn check_by_headers<S: Store>(
 /// `GET /check/<profile>`: descriptors built by the named check profile from the headers.
 pub(super) async fn check_by_profile<S: Store>(
     State(state): State<HttpState<S>>,
-    admit: Admit,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
@@ -88,20 +94,20 @@ pub(super) async fn check_by_profile<S: Store>(
             tracing::debug!(profile = %name, "check profile produced no descriptors: allowed");
             text_response(StatusCode::OK, "OK")
         }
-        Ok(request) => decide(&state, admit, &request, &headers).await,
+        Ok(request) => decide(&state, &request, &headers).await,
         Err(error) => refuse(&error),
     }
 }
 
-/// The limiter's answer, or the overload answer when `admit` says not to decide. The permit in
-/// `admit` is held until the answer is built.
+/// The limiter's answer, or the overload answer beyond the in-flight bound. The permit is held
+/// until the answer is built.
 async fn decide<S: Store>(
     state: &HttpState<S>,
-    admit: Admit,
     request: &Request,
     headers: &HeaderMap,
 ) -> Response {
-    if let Admit::Shed(overload) = admit {
+    let admitted = admit(state);
+    if let Admit::Shed(overload) = admitted {
         return match overload_reply(overload, request.descriptors.len()) {
             OverloadReply::Answer(decision) => answer(&decision, state.settings.deny_status),
             OverloadReply::Unavailable => overloaded_response(),
@@ -114,7 +120,14 @@ async fn decide<S: Store>(
     {
         Ok(decision) => answer(&decision, state.settings.deny_status),
         Err(error) => {
-            tracing::warn!(%error, domain = %request.domain, "check request not decided");
+            if let Some(suppressed) = NOT_DECIDED.allow() {
+                tracing::warn!(
+                    error = %ClientText(&error.to_string()),
+                    domain = %ClientText(&request.domain),
+                    suppressed,
+                    "check request not decided"
+                );
+            }
             limit_error_response(&error)
         }
     }
@@ -158,7 +171,13 @@ fn check_headers(decision: &Decision) -> Vec<(String, String)> {
 /// 400 with the reason. Logged, since with a fail-open nginx nobody else sees it: nginx answers
 /// the client from the upstream and only logs "auth request unexpected status: 400".
 fn refuse(error: &CheckInputError) -> Response {
-    tracing::warn!(%error, "check request refused");
+    if let Some(suppressed) = REFUSED.allow() {
+        tracing::warn!(
+            error = %ClientText(&error.to_string()),
+            suppressed,
+            "check request refused"
+        );
+    }
     text_response(StatusCode::BAD_REQUEST, error)
 }
 
@@ -180,7 +199,9 @@ fn unknown_profile<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Resp
         };
         format!("the profiles are {}{tail}", shown.join(", "))
     };
-    tracing::warn!(profile = %name, "check for an unknown profile");
+    if let Some(suppressed) = UNKNOWN_PROFILE.allow() {
+        tracing::warn!(profile = %ClientText(name), suppressed, "check for an unknown profile");
+    }
     text_response(
         StatusCode::NOT_FOUND,
         format_args!("no check profile {name:?}: {listed}"),

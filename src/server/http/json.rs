@@ -5,13 +5,16 @@
 //! `--overload-answer`'s, shaped as gRPC's: 503, or the undecided OK / OVER_LIMIT response.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::admission::{overloaded_response, Admit};
+use super::admission::{admit, overloaded_response, Admit};
 use super::protojson::{request_from_json, response_to_json};
-use super::{limit_error_response, text_response, trace_parent, HttpState};
+use super::{
+    body_rejection_response, limit_error_response, text_response, trace_parent, HttpState,
+};
 use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::response::{Code, Response as Decision};
 use crate::server::convert::{request_from_wire, response_to_wire};
@@ -19,15 +22,20 @@ use crate::store::Store;
 
 pub(super) async fn json_endpoint<S: Store>(
     State(state): State<HttpState<S>>,
-    admit: Admit,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return body_rejection_response(rejection),
+    };
     let wire = match request_from_json(&body) {
         Ok(wire) => wire,
         Err(error) => return text_response(StatusCode::BAD_REQUEST, error),
     };
-    if let Admit::Shed(answer) = admit {
+    // The whole body is in: only now may the request hold a permit, until its answer is built.
+    let admitted = admit(&state);
+    if let Admit::Shed(answer) = admitted {
         return match overload_reply(answer, wire.descriptors.len()) {
             OverloadReply::Answer(response) => json_answer(response),
             OverloadReply::Unavailable => overloaded_response(),

@@ -17,6 +17,9 @@ mod json;
 mod protojson;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::BytesRejection;
 
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +28,9 @@ use axum::Router;
 
 use crate::limiter::{LimitError, Limiter};
 use crate::server::admission::Admission;
+use crate::server::connections::is_body_timeout;
 use crate::store::Store;
+use crate::telemetry::paced_log::PacedLog;
 use crate::telemetry::traces::RemoteParent;
 
 /// The status `/check` answers when a request is over its limits. nginx's `auth_request` passes
@@ -111,11 +116,28 @@ fn limit_error_response(error: &LimitError) -> Response {
     match error {
         LimitError::InvalidRequest(invalid) => text_response(StatusCode::BAD_REQUEST, invalid),
         LimitError::Store(store) => {
-            tracing::warn!(%store, "HTTP request not decided: store unavailable");
+            static STORE_FAILED: PacedLog = PacedLog::every(Duration::from_secs(10));
+            if let Some(suppressed) = STORE_FAILED.allow() {
+                tracing::warn!(%store, suppressed, "HTTP request not decided: store unavailable");
+            }
             text_response(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format_args!("rate limit not decided: {store}"),
             )
         }
     }
+}
+
+/// A body that could not be read: 408 when it did not arrive within `--body-timeout-ms`,
+/// else axum's own answer (400, or 413 beyond the size bound).
+fn body_rejection_response(rejection: BytesRejection) -> Response {
+    if is_body_timeout(&rejection) {
+        let mut response = text_response(StatusCode::REQUEST_TIMEOUT, rejection.body_text());
+        response.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    rejection.into_response()
 }
