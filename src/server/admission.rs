@@ -199,10 +199,9 @@ fn settle(watch: Option<&Arc<DeadlineWatch>>) {
 /// How the handler goes on with a call.
 #[derive(Debug)]
 pub enum Admitted {
-    /// Decide, within `budget` if the caller set a deadline; hold the permit until answered
-    /// and call [`Admitted::settle`] once decided.
+    /// Decide (`server::grpc_deadline` ends the call at its deadline); hold the permit until
+    /// answered and call [`Admitted::settle`] once decided.
     Decide {
-        budget: Option<Duration>,
         permit: Option<OwnedSemaphorePermit>,
         watch: Option<Arc<DeadlineWatch>>,
     },
@@ -221,7 +220,6 @@ impl Admitted {
             Some(arrival) => arrival,
             None => {
                 return Admitted::Decide {
-                    budget: grpc_timeout(request.metadata()),
                     permit: None,
                     watch: None,
                 }
@@ -232,16 +230,9 @@ impl Admitted {
             metrics::overload_rejected(OverloadReason::InFlight);
             return Admitted::Overloaded(arrival.admission.overload_answer);
         };
-        let permit = Some(permit);
         match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
-            Budget::Unbounded => Admitted::Decide {
-                budget: None,
-                permit,
-                watch: arrival.watch,
-            },
-            Budget::Remaining(left) => Admitted::Decide {
-                budget: Some(left),
-                permit,
+            Budget::Unbounded | Budget::Remaining(_) => Admitted::Decide {
+                permit: Some(permit),
                 watch: arrival.watch,
             },
             // The watch, dropped unsettled past the deadline, counts it.
@@ -368,26 +359,29 @@ mod tests {
     }
 
     #[test]
-    fn a_live_deadline_becomes_the_budget_and_a_missing_or_malformed_one_the_default() {
+    fn a_live_deadline_is_decided_and_a_missing_or_malformed_one_gets_the_default() {
         let mut interceptor = interceptor(4, OverloadAnswer::Ok);
-        match arrive(&mut interceptor, Some("10S")) {
-            Admitted::Decide {
-                budget: Some(left), ..
-            } => assert!(left <= Duration::from_secs(10)),
-            other => panic!("expected a budget, got {other:?}"),
+        for timeout in [Some("10S"), Some("10x"), None] {
+            assert!(
+                matches!(arrive(&mut interceptor, timeout), Admitted::Decide { .. }),
+                "{timeout:?}"
+            );
         }
-        match arrive(&mut interceptor, Some("10x")) {
-            Admitted::Decide {
-                budget: Some(left), ..
-            } => assert!(left <= DEFAULT_GRPC_DEADLINE && left > Duration::from_secs(9)),
-            other => panic!("expected the default deadline, got {other:?}"),
-        }
-        match arrive(&mut interceptor, None) {
-            Admitted::Decide {
-                budget: Some(left), ..
-            } => assert!(left <= DEFAULT_GRPC_DEADLINE),
-            other => panic!("expected the default deadline, got {other:?}"),
-        }
+        let mut stamped = |timeout: Option<&str>| {
+            let mut request = tonic::Request::new(());
+            if let Some(value) = timeout.and_then(|text| text.parse().ok()) {
+                request.metadata_mut().insert("grpc-timeout", value);
+            }
+            interceptor
+                .call(request)
+                .ok()
+                .and_then(|request| request.extensions().get::<Arrival>().cloned())
+                .and_then(|arrival| arrival.timeout)
+        };
+        assert_eq!(stamped(Some("20m")), Some(Duration::from_millis(20)));
+        assert_eq!(stamped(Some("60S")), Some(DEFAULT_GRPC_DEADLINE));
+        assert_eq!(stamped(Some("10x")), Some(DEFAULT_GRPC_DEADLINE));
+        assert_eq!(stamped(None), Some(DEFAULT_GRPC_DEADLINE));
     }
 
     #[test]

@@ -21,10 +21,6 @@ pub struct RateLimitGrpc<S> {
 }
 
 impl<S: Store> RateLimitGrpc<S> {
-    pub fn server(limiter: Arc<Limiter<S>>) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(Self { limiter })
-    }
-
     /// The service behind its admission control (`server::admission`).
     pub fn admitted_server(
         limiter: Arc<Limiter<S>>,
@@ -41,8 +37,8 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
         mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let admitted = Admitted::check(&mut request);
-        let budget = match admitted {
-            Admitted::Decide { budget, .. } => budget,
+        match admitted {
+            Admitted::Decide { .. } => {}
             Admitted::Expired => return Err(expired_status()),
             Admitted::Overloaded(answer) => {
                 let descriptors = request.get_ref().descriptors.len();
@@ -53,22 +49,15 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
                     }
                 };
             }
-        };
+        }
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
         // is on; the decision's span continues that trace.
         let metadata = request.metadata();
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
         let request = request_from_wire(request.into_inner());
-        let deciding = self.limiter.decide_traced(&request, parent);
-        // Never work past the caller's deadline: nobody waits for that answer.
-        let decided = match budget {
-            None => deciding.await,
-            Some(budget) => match tokio::time::timeout(budget, deciding).await {
-                Ok(decided) => decided,
-                // Counted as a deadline rejection when `admitted` is dropped.
-                Err(_elapsed) => return Err(expired_status()),
-            },
-        };
+        // Never past the call's deadline: `server::grpc_deadline` drops this future then (and
+        // `admitted`, dropped unsettled, counts it).
+        let decided = self.limiter.decide_traced(&request, parent).await;
         admitted.settle();
         match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
