@@ -592,6 +592,45 @@ async fn a_stopped_master_fails_only_its_groups_and_recovers() {
     assert!(!recovered.over_limit, "{recovered:?}");
 }
 
+/// The call timeout decides how long a decision waits for a master, also when it is longer
+/// than the connect timeout (which the cluster client's own response timeout used to be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_shorter_than_the_call_timeout_is_waited_out() {
+    let pause = std::time::Duration::from_millis(1500);
+    let cluster = RedisCluster::start(MASTERS);
+    let mut options = cluster.options(None);
+    options.timeout = std::time::Duration::from_millis(3000);
+    options.connect_timeout = std::time::Duration::from_millis(1000);
+    let store = RedisStore::connect(&options)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to the cluster: {error}"));
+    let quota = Quota::new(10, Unit::Hour).with_algorithm(Algorithm::FixedWindow);
+    let on_paused = identity_on(&cluster, 0, "paused", &quota);
+    let charge = vec![counter(
+        0,
+        &on_paused,
+        &quota,
+        Hits::Charge(1),
+        Role::Enforced,
+    )];
+    assert!(store.decide(&charge, false).await.is_ok());
+
+    cluster.nodes[0].pause();
+    let waiting = tokio::time::timeout(HANG, store.decide(&charge, false));
+    let resuming = async {
+        tokio::time::sleep(pause).await;
+        cluster.nodes[0].resume();
+    };
+    let (decided, ()) = tokio::join!(waiting, resuming);
+    let decided = decided.unwrap_or_else(|_| panic!("a decision hung past its deadline"));
+    assert_eq!(
+        decided.map(|decided| decided.outcomes[0].snapshot.remaining),
+        Ok(8),
+        "master paused for {pause:?} under a {:?} call timeout",
+        options.timeout
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floodgate_reaches_a_tls_cluster_through_tls_seeds() {
     let dir = common::tempdir();
