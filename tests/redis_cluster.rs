@@ -453,7 +453,9 @@ fn decide_in_groups(
             .iter()
             .map(|&position| counters[position].clone())
             .collect();
-        let decided = memory.decide_now(&group, global_shadow);
+        let decided = memory
+            .decide_now(&group, global_shadow)
+            .unwrap_or_else(|error| panic!("{error}"));
         over_limit |= decided.over_limit;
         for (&position, outcome) in positions.iter().zip(decided.outcomes) {
             outcomes[position] = Some(outcome);
@@ -493,7 +495,9 @@ async fn cluster_decisions_equal_memory_decisions() {
         let counters = random_request(&mut rng, &specs);
         let global_shadow = rng.random_bool(0.05);
 
-        let expected = whole_memory.decide_now(&counters, global_shadow);
+        let expected = whole_memory
+            .decide_now(&counters, global_shadow)
+            .unwrap_or_else(|error| panic!("{error}"));
         let got = whole_store
             .decide(&counters, global_shadow)
             .await

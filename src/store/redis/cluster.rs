@@ -292,6 +292,7 @@ mod tests {
             match check_seed(&info, url, tls) {
                 Ok(()) => String::new(),
                 Err(StoreError::Unavailable { reason, .. }) => reason,
+                Err(other) => panic!("expected Unavailable, got {other}"),
             }
         };
         let plain = TlsOptions::default();
