@@ -12,6 +12,7 @@ use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
 use floodgate::store::memory::MemoryStore;
+use floodgate::store::Decided;
 
 const START: i64 = 1_796_083_200 * MICROS_PER_SECOND;
 
@@ -35,6 +36,13 @@ fn counter(algorithm: Algorithm, key: u64) -> Counter {
         role: Role::Enforced,
         share: Share::FULL,
     }
+}
+
+/// One decision; the store holds at most as many counters as it may, so it is never full.
+fn decide(store: &MemoryStore, counter: &Counter) -> Decided {
+    store
+        .decide_now(std::slice::from_ref(counter), false)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn pure_arithmetic(c: &mut Criterion) {
@@ -67,7 +75,7 @@ fn memory_store(c: &mut Criterion) {
             let store = MemoryStore::new(2_000_000, clock.clone());
             let counters: Vec<Counter> = (0..keys).map(|k| counter(algorithm, k)).collect();
             for counter in &counters {
-                store.decide_now(std::slice::from_ref(counter), false);
+                decide(&store, counter);
             }
             let mut next = 0usize;
             group.bench_with_input(BenchmarkId::new(algorithm.name(), keys), &keys, |b, _| {
@@ -75,7 +83,7 @@ fn memory_store(c: &mut Criterion) {
                     // A stride that is coprime with the key count visits keys in a scattered order.
                     next = (next + 7_919) % counters.len();
                     clock.advance(1);
-                    black_box(store.decide_now(std::slice::from_ref(&counters[next]), false))
+                    black_box(decide(&store, &counters[next]))
                 })
             });
         }
@@ -96,7 +104,7 @@ fn bytes_per_key(_: &mut Criterion) {
         for key in 0..keys {
             batch.key.truncate(batch.key.len() - 8);
             batch.key.extend_from_slice(&key.to_le_bytes());
-            store.decide_now(std::slice::from_ref(&batch), false);
+            decide(&store, &batch);
         }
         println!(
             "memory/{}: {} keys held, {:.1} bytes per active key (hash tables incl. free slots)",

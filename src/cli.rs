@@ -237,7 +237,9 @@ pub struct ServeArgs {
     /// requests fail at once without calling Redis, and one call every 500 ms probes it.
     #[arg(long, env = "FLOODGATE_REDIS_BREAKER_FAILURES", default_value_t = 5)]
     pub redis_breaker_failures: u32,
-    /// Most counters the memory store keeps; beyond it the closest to expiry are evicted.
+    /// Most counters the memory store keeps. Beyond it the least used (then nearest to expiry)
+    /// are forgotten, never an exhausted one: when only those are left, a request that needs a
+    /// new counter is answered by the failure policy.
     #[arg(long, env = "FLOODGATE_MAX_KEYS", default_value_t = 1_000_000)]
     pub max_keys: usize,
     /// Answer OK to everything while still counting and reporting (SHADOW_MODE).

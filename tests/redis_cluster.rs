@@ -453,7 +453,9 @@ fn decide_in_groups(
             .iter()
             .map(|&position| counters[position].clone())
             .collect();
-        let decided = memory.decide_now(&group, global_shadow);
+        let decided = memory
+            .decide_now(&group, global_shadow)
+            .unwrap_or_else(|error| panic!("{error}"));
         over_limit |= decided.over_limit;
         for (&position, outcome) in positions.iter().zip(decided.outcomes) {
             outcomes[position] = Some(outcome);
@@ -493,7 +495,9 @@ async fn cluster_decisions_equal_memory_decisions() {
         let counters = random_request(&mut rng, &specs);
         let global_shadow = rng.random_bool(0.05);
 
-        let expected = whole_memory.decide_now(&counters, global_shadow);
+        let expected = whole_memory
+            .decide_now(&counters, global_shadow)
+            .unwrap_or_else(|error| panic!("{error}"));
         let got = whole_store
             .decide(&counters, global_shadow)
             .await
@@ -590,6 +594,45 @@ async fn a_stopped_master_fails_only_its_groups_and_recovers() {
     }
     let recovered = recovered.unwrap_or_else(|| panic!("the resumed master never answered"));
     assert!(!recovered.over_limit, "{recovered:?}");
+}
+
+/// The call timeout decides how long a decision waits for a master, also when it is longer
+/// than the connect timeout (which the cluster client's own response timeout used to be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_shorter_than_the_call_timeout_is_waited_out() {
+    let pause = std::time::Duration::from_millis(1500);
+    let cluster = RedisCluster::start(MASTERS);
+    let mut options = cluster.options(None);
+    options.timeout = std::time::Duration::from_millis(3000);
+    options.connect_timeout = std::time::Duration::from_millis(1000);
+    let store = RedisStore::connect(&options)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to the cluster: {error}"));
+    let quota = Quota::new(10, Unit::Hour).with_algorithm(Algorithm::FixedWindow);
+    let on_paused = identity_on(&cluster, 0, "paused", &quota);
+    let charge = vec![counter(
+        0,
+        &on_paused,
+        &quota,
+        Hits::Charge(1),
+        Role::Enforced,
+    )];
+    assert!(store.decide(&charge, false).await.is_ok());
+
+    cluster.nodes[0].pause();
+    let waiting = tokio::time::timeout(HANG, store.decide(&charge, false));
+    let resuming = async {
+        tokio::time::sleep(pause).await;
+        cluster.nodes[0].resume();
+    };
+    let (decided, ()) = tokio::join!(waiting, resuming);
+    let decided = decided.unwrap_or_else(|_| panic!("a decision hung past its deadline"));
+    assert_eq!(
+        decided.map(|decided| decided.outcomes[0].snapshot.remaining),
+        Ok(8),
+        "master paused for {pause:?} under a {:?} call timeout",
+        options.timeout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

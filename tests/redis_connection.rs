@@ -91,6 +91,7 @@ fn refused(result: Result<RedisStore, StoreError>) -> String {
     match result {
         Ok(_) => panic!("the connection should have been refused"),
         Err(StoreError::Unavailable { reason, .. }) => reason,
+        Err(other) => panic!("expected Unavailable, got {other}"),
     }
 }
 

@@ -194,7 +194,9 @@ async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> V
             clock.advance(random_step(&mut rng, shortest_window, &edges));
             let counters = random_request(&mut rng, &slots);
             let global_shadow = rng.random_bool(0.05);
-            let expected = memory.decide_now(&counters, global_shadow);
+            let expected = memory
+                .decide_now(&counters, global_shadow)
+                .unwrap_or_else(|error| panic!("{error}"));
             let got = redis
                 .decide(&counters, global_shadow)
                 .await
@@ -413,7 +415,9 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
                 _ => Hits::Refund(u64::MAX),
             };
             let counters = [counter(0, key, quota, hits, Role::Enforced)];
-            let expected = memory.decide_now(&counters, false);
+            let expected = memory
+                .decide_now(&counters, false)
+                .unwrap_or_else(|error| panic!("{error}"));
             let got = redis
                 .decide(&counters, false)
                 .await
@@ -450,7 +454,9 @@ async fn sliding_log_beyond_its_entry_cap_matches_memory() {
             _ => Hits::CheckOnly,
         };
         let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
-        let expected = memory.decide_now(&counters, false);
+        let expected = memory
+            .decide_now(&counters, false)
+            .unwrap_or_else(|error| panic!("{error}"));
         let got = redis
             .decide(&counters, false)
             .await

@@ -61,5 +61,6 @@ async fn a_pool_of_no_sockets_is_refused() {
         Err(StoreError::Unavailable { reason, .. }) => {
             assert!(reason.contains("--redis-pool-size"), "{reason}")
         }
+        Err(other) => panic!("expected Unavailable, got {other}"),
     }
 }

@@ -129,7 +129,13 @@ async fn script_flush_mid_run_fails_no_call_and_loses_no_count() {
             .decide(&counters, false)
             .await
             .unwrap_or_else(|error| panic!("step {step}: {error}"));
-        assert_eq!(got, memory.decide_now(&counters, false), "step {step}");
+        assert_eq!(
+            got,
+            memory
+                .decide_now(&counters, false)
+                .unwrap_or_else(|error| panic!("{error}")),
+            "step {step}"
+        );
     }
     assert!(
         script_loaded(&mut inspector, store.script_sha()).await,

@@ -259,6 +259,7 @@ async fn an_unknown_master_name_or_no_sentinel_is_refused_clearly() {
         match RedisStore::connect(&options).await {
             Ok(_) => panic!("connecting should have failed"),
             Err(StoreError::Unavailable { reason, .. }) => reason,
+            Err(other) => panic!("expected Unavailable, got {other}"),
         }
     };
     let options = |url: String| RedisOptions {

@@ -1,8 +1,13 @@
 //! A Redis that stops answering makes decisions fail with `Unavailable` within the deadline
-//! (plus a scheduling margin), never hang; the store recovers once Redis answers again.
+//! (plus a scheduling margin), never hang; the store recovers once Redis answers again. And
+//! the deadline is `--redis-timeout-ms`, whatever its value: a pause shorter than it is waited
+//! out, not cut short by a timeout of the redis crate's own.
 
+mod common;
 #[path = "common/redis.rs"]
 mod redis_support;
+#[path = "common/rls.rs"]
+mod rls;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,9 +16,11 @@ use floodgate::core::algorithm::{Algorithm, Hits, Quota};
 use floodgate::core::plan::Counter;
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
+use floodgate::proto::rate_limit_response::Code;
 use floodgate::store::redis::{RedisStore, DEFAULT_TIMEOUT};
 use floodgate::store::{Store, StoreError};
 
+use common::Floodgate;
 use redis_support::{counter, identity, RedisServer};
 
 /// Room for a busy 2-core machine to wake the timer up.
@@ -129,4 +136,130 @@ async fn connecting_to_a_stopped_redis_fails_within_the_connect_timeout() {
         elapsed < options.connect_timeout + MARGIN,
         "took {elapsed:?}"
     );
+}
+
+/// How long Redis is held paused while calls wait on it.
+const PAUSE: Duration = Duration::from_secs(1);
+/// Calls sent during the pause, spread over its first half so that each still waits for it.
+const PAUSED_CALLS: usize = 10;
+const PAUSED_CALL_SPACING: Duration = Duration::from_millis(50);
+
+const PAUSE_RULES: &str = "domain: pause\n\
+                           descriptors:\n\
+                           \x20 - key: user\n\
+                           \x20   rate_limit: {unit: hour, requests_per_unit: 1000000}\n";
+
+/// floodgate on `redis` with `--redis-timeout-ms timeout_ms`; Redis paused for [`PAUSE`] while
+/// [`PAUSED_CALLS`] gRPC calls are sent. What each call got: its code, or the gRPC error.
+async fn calls_during_a_pause(
+    redis: &RedisServer,
+    timeout_ms: &str,
+) -> Vec<Result<Code, tonic::Code>> {
+    let dir = common::tempdir();
+    let url = redis.url();
+    let floodgate = Floodgate::start_with_rules(
+        dir.path(),
+        "pause.yaml",
+        PAUSE_RULES,
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-timeout-ms",
+            timeout_ms,
+        ],
+    );
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let warm = rls::call(&mut client, rls::request("pause", &[&[("user", "warm")]])).await;
+    assert!(warm.is_ok(), "before the pause: {warm:?}");
+
+    redis.pause();
+    let paused_at = Instant::now();
+    let mut calls = Vec::with_capacity(PAUSED_CALLS);
+    for index in 0..PAUSED_CALLS {
+        let mut client = client.clone();
+        let user = format!("u{index}");
+        calls.push(tokio::spawn(async move {
+            let answer = rls::call(&mut client, rls::request("pause", &[&[("user", &user)]])).await;
+            answer
+                .map(|response| response.overall_code())
+                .map_err(|status| status.code())
+        }));
+        tokio::time::sleep(PAUSED_CALL_SPACING).await;
+    }
+    tokio::time::sleep(PAUSE.saturating_sub(paused_at.elapsed())).await;
+    redis.resume();
+
+    let mut answers = Vec::with_capacity(PAUSED_CALLS);
+    for call in calls {
+        answers.push(
+            call.await
+                .unwrap_or_else(|error| panic!("call task: {error}")),
+        );
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_shorter_than_the_timeout_flag_is_waited_out() {
+    let redis = RedisServer::start();
+    // Above the redis crate's own 500 ms response timeout, which used to cut every call first.
+    let patient = calls_during_a_pause(&redis, "2000").await;
+    assert!(
+        patient.iter().all(|answer| *answer == Ok(Code::Ok)),
+        "--redis-timeout-ms 2000, Redis paused for {PAUSE:?}: {patient:?}"
+    );
+    // The same pause outlasts a shorter deadline: the calls fail, so the one above could too.
+    let impatient = calls_during_a_pause(&redis, "300").await;
+    assert!(
+        impatient
+            .iter()
+            .all(|answer| *answer == Err(tonic::Code::Unavailable)),
+        "--redis-timeout-ms 300, Redis paused for {PAUSE:?}: {impatient:?}"
+    );
+}
+
+/// Every socket of a pool, and a command beside the decisions asked for a shorter deadline,
+/// wait as long as the call timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_sockets_and_side_commands_wait_out_a_pause() {
+    let server = RedisServer::start();
+    let mut options = server.options(None);
+    options.timeout = Duration::from_secs(2);
+    options.pool_size = 3;
+    let store = Arc::new(
+        RedisStore::connect(&options)
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect: {error}")),
+    );
+    assert!(store.decide(&one_counter(), false).await.is_ok());
+
+    server.pause();
+    let decisions: Vec<_> = (0..6)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.decide(&one_counter(), false).await })
+        })
+        .collect();
+    let side = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .command::<String>(&redis::cmd("PING"), Duration::from_millis(10))
+                .await
+        })
+    };
+    tokio::time::sleep(PAUSE).await;
+    server.resume();
+    for decision in decisions {
+        let decided = decision
+            .await
+            .unwrap_or_else(|error| panic!("task failed: {error}"));
+        assert!(decided.is_ok(), "{decided:?}");
+    }
+    let pong = side
+        .await
+        .unwrap_or_else(|error| panic!("task failed: {error}"));
+    assert_eq!(pong, Ok("PONG".to_owned()));
 }

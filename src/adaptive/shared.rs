@@ -35,8 +35,9 @@ use crate::store::{Store, StoreError};
 
 /// How long a stored limit outlives its last step.
 const VALUE_TTL: Duration = Duration::from_secs(3600);
-/// The deadline of one command: these calls are off the decision path, a slow Redis may take
-/// longer than a decision's 25 ms without harm, but never a whole interval.
+/// The deadline of one command (or `--redis-timeout-ms` if longer: `RedisStore::command`):
+/// these calls are off the decision path, a slow Redis may take longer than a decision's 25 ms
+/// without harm, but never a whole interval.
 const COMMAND_DEADLINE: Duration = Duration::from_millis(500);
 
 /// A store that can say where adaptive limits are kept.

@@ -27,7 +27,8 @@ use crate::store::StoreError;
 /// How often each instance reads the shared overrides.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The deadline of one call: beside the decisions, not on their path.
+/// The deadline of one call (or `--redis-timeout-ms` if longer: `RedisStore::command`): beside
+/// the decisions, not on their path.
 const CALL_DEADLINE: Duration = Duration::from_secs(1);
 
 /// The overrides of every instance that shares this Redis and key prefix.

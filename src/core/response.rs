@@ -305,7 +305,10 @@ descriptors:
                 hits_addend: 0,
             };
             let planned = plan(&request, self.rules.domain("d"), PlanSettings::default());
-            let decided = self.store.decide_now(&planned.counters, false);
+            let decided = self
+                .store
+                .decide_now(&planned.counters, false)
+                .unwrap_or_else(|error| panic!("{error}"));
             assemble(&planned, &decided.outcomes, decided.over_limit, mode)
         }
     }

@@ -1,78 +1,39 @@
 //! The embedded in-memory store: counters in a sharded hash map, one lock per shard. A request
 //! locks only the shards its counters live in, in ascending order (so two requests can never
 //! wait on each other in a cycle), evaluates, and charges all or none before unlocking.
+//!
+//! `--max-keys` bounds the counters held. A request that needs more room first frees it
+//! (`shard.rs` says in which order): in its own shards, then in the others, never forgetting an
+//! exhausted counter, which would hand its budget back. A shard is locked out of order only
+//! with `try_lock`, which never waits (the ascending order keeps every wait acyclic), or above
+//! every shard the request holds. When nothing but exhausted counters is left, the request is
+//! refused with [`StoreError::Full`], charging nothing, and the failure policy answers it.
+
+mod shard;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use self::shard::{Freed, Shard, Slot, SlotKey};
 use super::{Decided, Store, StoreError};
-use crate::core::algorithm::{evaluate_reserving, Evaluation, Hits, State};
+use crate::core::algorithm::{evaluate_reserving, Evaluation, Hits};
+use crate::core::failure::LogPace;
 use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::{Clock, Micros};
 use crate::core::verdict::{request_over_limit, Vote};
+use crate::telemetry::metrics::{self, EvictionSeries};
 
 /// Enough shards that two cores rarely meet on one lock, few enough to sweep quickly.
 const SHARDS: usize = 128;
 
-/// How many entries an eviction looks at to find the one closest to expiry.
-const EVICTION_SAMPLE: usize = 16;
+/// At most one "full of exhausted counters" log line per this many milliseconds.
+const FULL_LOG_INTERVAL_MS: u64 = 10_000;
 
-/// A counter's key inside the store: a keyed 128-bit hash of the counter identity. The key is
-/// random per process, so nobody can craft descriptor values that share someone else's counter.
-/// Two `u64` halves rather than a `u128`, whose 16-byte alignment would pad every table entry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct SlotKey {
-    high: u64,
-    low: u64,
-}
-
-impl std::hash::Hash for SlotKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.low);
-    }
-}
-
-struct Slot {
-    state: State,
-    expires_at: Micros,
-}
-
-#[derive(Default)]
-struct Shard {
-    slots: HashMap<SlotKey, Slot, PassThroughHash>,
-}
-
-/// The slot keys are already uniform hashes: hashing them again would only cost time.
-#[derive(Clone, Copy, Default)]
-struct PassThroughHash;
-
-impl std::hash::BuildHasher for PassThroughHash {
-    type Hasher = PassThroughHasher;
-    fn build_hasher(&self) -> PassThroughHasher {
-        PassThroughHasher(0)
-    }
-}
-
-struct PassThroughHasher(u64);
-
-impl std::hash::Hasher for PassThroughHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-}
+const BACKEND: &str = "memory";
 
 /// Counters in memory, bounded by `max_keys`.
 pub struct MemoryStore {
@@ -82,6 +43,10 @@ pub struct MemoryStore {
     /// Counters held across all shards; touched only when a counter is added or dropped.
     held: AtomicUsize,
     clock: Arc<dyn Clock>,
+    /// Evictions and refusals, resolved once (`None`: metrics are off).
+    series: Option<EvictionSeries>,
+    /// Paces the log line of a store full of exhausted counters (it refuses every new one).
+    full_log: Mutex<LogPace>,
 }
 
 impl MemoryStore {
@@ -93,6 +58,8 @@ impl MemoryStore {
             max_keys: max_keys.max(1),
             held: AtomicUsize::new(0),
             clock,
+            series: metrics::eviction_series(BACKEND),
+            full_log: Mutex::new(LogPace::new(FULL_LOG_INTERVAL_MS)),
         }
     }
 
@@ -105,7 +72,7 @@ impl MemoryStore {
     pub fn table_bytes(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().slots.allocation_size())
+            .map(|shard| shard.lock().allocation_size())
             .sum()
     }
 
@@ -127,16 +94,18 @@ impl MemoryStore {
     }
 
     fn sweep_shard(&self, shard: &Mutex<Shard>, now: Micros) -> usize {
-        let mut shard = shard.lock();
-        let before = shard.slots.len();
-        shard.slots.retain(|_, slot| slot.expires_at > now);
-        let dropped = before - shard.slots.len();
+        let dropped = shard.lock().drop_expired(now);
         self.held.fetch_sub(dropped, Ordering::Relaxed);
         dropped
     }
 
-    /// Decides synchronously; the `Store` impl wraps this.
-    pub fn decide_now(&self, counters: &[Counter], global_shadow: bool) -> Decided {
+    /// Decides synchronously; the `Store` impl wraps this. [`StoreError::Full`] when the
+    /// request needs a new counter and every counter held is exhausted: nothing is charged.
+    pub fn decide_now(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
         let now = self.clock.now();
         let keys: Vec<(SlotKey, usize)> = counters
             .iter()
@@ -159,7 +128,7 @@ impl MemoryStore {
             let stored = earlier.or_else(|| {
                 locked
                     .get(*shard)
-                    .and_then(|guard| guard.slots.get(key))
+                    .and_then(|guard| guard.get(key))
                     .filter(|slot| slot.expires_at > now)
                     .map(|slot| &slot.state)
             });
@@ -183,10 +152,22 @@ impl MemoryStore {
             })
             .collect();
         let over_limit = request_over_limit(&votes, global_shadow);
+        let charges = |(counter, evaluation): (&Counter, &Evaluation)| {
+            !over_limit && evaluation.admitted && counter.hits != Hits::CheckOnly
+        };
+
+        let new_keys = self.new_keys(
+            &locked,
+            &keys,
+            counters.iter().zip(&evaluations).map(charges),
+        );
+        if !new_keys.is_empty() {
+            self.make_room_for(&mut locked, &keys, new_keys.len(), now)?;
+        }
 
         let mut outcomes = Vec::with_capacity(counters.len());
         for ((counter, (key, shard)), evaluation) in counters.iter().zip(&keys).zip(evaluations) {
-            let charge = !over_limit && evaluation.admitted && counter.hits != Hits::CheckOnly;
+            let charge = charges((counter, &evaluation));
             let snapshot = if charge {
                 evaluation.committed
             } else {
@@ -199,19 +180,134 @@ impl MemoryStore {
             });
             if charge {
                 if let Some(guard) = locked.get_mut(*shard) {
-                    self.store_slot(
-                        guard,
-                        *key,
+                    let slot = Slot::new(
                         evaluation.next_state,
                         evaluation.expires_at,
+                        evaluation.fullness,
                         now,
                     );
+                    if guard.put(*key, slot) {
+                        self.held.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
-        Decided {
+        Ok(Decided {
             outcomes,
             over_limit,
+        })
+    }
+
+    /// The distinct keys that the charges (one flag per key) add to the store, when it is so
+    /// full that they need room; empty otherwise, which costs the usual request one comparison.
+    fn new_keys(
+        &self,
+        locked: &LockedShards<'_>,
+        keys: &[(SlotKey, usize)],
+        charges: impl Iterator<Item = bool> + Clone,
+    ) -> Vec<SlotKey> {
+        let charged = charges.clone().filter(|charge| *charge).count();
+        if self.held.load(Ordering::Relaxed) + charged <= self.max_keys {
+            return Vec::new();
+        }
+        let mut new_keys: Vec<SlotKey> = Vec::new();
+        for ((key, shard), charge) in keys.iter().zip(charges) {
+            // An expired slot is overwritten in place: only a missing one adds a counter.
+            let held = locked
+                .get(*shard)
+                .is_some_and(|guard| guard.get(key).is_some());
+            if charge && !held && !new_keys.contains(key) {
+                new_keys.push(*key);
+            }
+        }
+        new_keys
+    }
+
+    /// Frees places until `needed` more fit under `max_keys`, keeping the request's own
+    /// counters; [`StoreError::Full`] when only exhausted counters are left to free.
+    fn make_room_for(
+        &self,
+        locked: &mut LockedShards<'_>,
+        keys: &[(SlotKey, usize)],
+        needed: usize,
+        now: Micros,
+    ) -> Result<(), StoreError> {
+        let keep: Vec<SlotKey> = keys.iter().map(|(key, _)| *key).collect();
+        while self.held.load(Ordering::Relaxed) + needed > self.max_keys {
+            if self.free_a_place(locked, &keep, now) == 0 {
+                self.refuse_full();
+                return Err(StoreError::Full {
+                    max_keys: self.max_keys,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what one shard can: the request's own shards first, then every other one. How
+    /// many counters were dropped (0: only exhausted counters, or the request's, are left).
+    fn free_a_place(&self, locked: &mut LockedShards<'_>, keep: &[SlotKey], now: Micros) -> usize {
+        for (_, guard) in locked.guards.iter_mut() {
+            let freed = self.free_in(guard, keep, now);
+            if freed > 0 {
+                return freed;
+            }
+        }
+        let highest = locked.guards.last().map_or(0, |(index, _)| *index);
+        for index in (highest + 1..SHARDS).chain(0..highest) {
+            if locked.position(index).is_some() {
+                continue;
+            }
+            let Some(shard) = self.shards.get(index) else {
+                continue;
+            };
+            // Above every shard held the ascending order allows a wait; below, it does not (a
+            // request holding that shard may be waiting for one of ours). A shard busy now is
+            // skipped: the request is then refused although it might have had room.
+            let guard = if index > highest {
+                Some(shard.lock())
+            } else {
+                shard.try_lock()
+            };
+            if let Some(mut guard) = guard {
+                let freed = self.free_in(&mut guard, keep, now);
+                if freed > 0 {
+                    return freed;
+                }
+            }
+        }
+        0
+    }
+
+    fn free_in(&self, shard: &mut Shard, keep: &[SlotKey], now: Micros) -> usize {
+        if !shard.may_free(now) {
+            return 0;
+        }
+        let freed: Freed = shard.make_room(now, keep);
+        self.held.fetch_sub(freed.total(), Ordering::Relaxed);
+        if freed.evicted > 0 {
+            if let Some(series) = &self.series {
+                series.evicted(freed.evicted);
+            }
+        }
+        freed.total()
+    }
+
+    /// Counts a request refused by a store full of exhausted counters, and says so in the log
+    /// now and then.
+    fn refuse_full(&self) {
+        if let Some(series) = &self.series {
+            series.refused_full();
+        }
+        let now_ms = u64::try_from(self.clock.now() / 1_000).unwrap_or(0);
+        if let Some(suppressed) = self.full_log.lock().allow(now_ms) {
+            tracing::warn!(
+                held = self.len(),
+                max_keys = self.max_keys,
+                suppressed,
+                "the memory store holds only exhausted counters: requests that need a new one are \
+                 answered by the failure policy until some expire or regain room; raise --max-keys"
+            );
         }
     }
 
@@ -232,59 +328,21 @@ impl MemoryStore {
     /// Locks each shard the request needs once, in ascending order. The result is indexed by
     /// shard number; shards not needed are `None`.
     fn lock_shards(&self, keys: &[(SlotKey, usize)]) -> LockedShards<'_> {
-        let mut needed: Vec<usize> = keys.iter().map(|(_, shard)| *shard).collect();
-        needed.sort_unstable();
-        needed.dedup();
+        // The shard numbers sorted, then their guards in the same allocation (an `Option` of a
+        // guard is the size of a guard, so `collect` reuses the vector).
+        let mut needed: Vec<(usize, Option<MutexGuard<'_, Shard>>)> =
+            keys.iter().map(|(_, shard)| (*shard, None)).collect();
+        needed.sort_unstable_by_key(|(index, _)| *index);
+        needed.dedup_by_key(|(index, _)| *index);
         let guards = needed
             .into_iter()
-            .filter_map(|index| self.shards.get(index).map(|shard| (index, shard.lock())))
+            .filter_map(|(index, _)| self.shards.get(index).map(|shard| (index, shard.lock())))
             .collect();
         LockedShards { guards }
     }
-
-    fn store_slot(
-        &self,
-        shard: &mut Shard,
-        key: SlotKey,
-        state: State,
-        expires_at: Micros,
-        now: Micros,
-    ) {
-        if let Some(slot) = shard.slots.get_mut(&key) {
-            *slot = Slot { state, expires_at };
-            return;
-        }
-        if self.held.load(Ordering::Relaxed) >= self.max_keys {
-            let dropped = make_room(shard, now);
-            self.held.fetch_sub(dropped, Ordering::Relaxed);
-        }
-        shard.slots.insert(key, Slot { state, expires_at });
-        self.held.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
-/// Frees at least one place when the store is full (the shard may be empty: then the store holds
-/// one counter more than `max_keys`, at most one per shard): this shard's expired counters first, else
-/// the one closest to expiry among a few (it has the least budget left to forget; it starts
-/// afresh if it comes back). Returns how many counters were dropped.
-fn make_room(shard: &mut Shard, now: Micros) -> usize {
-    let before = shard.slots.len();
-    shard.slots.retain(|_, slot| slot.expires_at > now);
-    if shard.slots.len() < before {
-        return before - shard.slots.len();
-    }
-    let victim = shard
-        .slots
-        .iter()
-        .take(EVICTION_SAMPLE)
-        .min_by_key(|(_, slot)| slot.expires_at)
-        .map(|(key, _)| *key);
-    match victim {
-        Some(victim) => usize::from(shard.slots.remove(&victim).is_some()),
-        None => 0,
-    }
-}
-
+/// The shards one request holds, in ascending order of their index.
 struct LockedShards<'a> {
     guards: Vec<(usize, MutexGuard<'a, Shard>)>,
 }
@@ -315,11 +373,11 @@ impl Store for MemoryStore {
         counters: &[Counter],
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
-        Ok(self.decide_now(counters, global_shadow))
+        self.decide_now(counters, global_shadow)
     }
 
     fn backend(&self) -> &'static str {
-        "memory"
+        BACKEND
     }
 }
 
@@ -333,15 +391,32 @@ mod tests {
 
     const START: Micros = 1_796_083_200 * MICROS_PER_SECOND;
 
-    fn counter(descriptor: usize, key: &str, limit: u32, hits: Hits) -> Counter {
+    fn fixed(limit: u32, unit: Unit) -> Quota {
+        Quota::new(limit, unit).with_algorithm(Algorithm::FixedWindow)
+    }
+
+    /// A quota of `algorithm` whose capacity is `limit` (a leaky bucket's is its burst + 1).
+    fn with_capacity(algorithm: Algorithm, limit: u32) -> Quota {
+        let quota = Quota::new(limit, Unit::Minute).with_algorithm(algorithm);
+        match algorithm {
+            Algorithm::LeakyBucket => quota.with_burst(limit - 1),
+            _ => quota,
+        }
+    }
+
+    fn counter_of(quota: &Quota, descriptor: usize, key: &str, hits: Hits) -> Counter {
         Counter {
             descriptor,
             key: key.as_bytes().to_vec(),
-            quota: Quota::new(limit, Unit::Minute).with_algorithm(Algorithm::FixedWindow),
+            quota: quota.clone(),
             hits,
             role: Role::Enforced,
             share: Share::FULL,
         }
+    }
+
+    fn counter(descriptor: usize, key: &str, limit: u32, hits: Hits) -> Counter {
+        counter_of(&fixed(limit, Unit::Minute), descriptor, key, hits)
     }
 
     fn store(max_keys: usize) -> (MemoryStore, Arc<ManualClock>) {
@@ -349,22 +424,71 @@ mod tests {
         (MemoryStore::new(max_keys, clock.clone()), clock)
     }
 
+    fn decide(store: &MemoryStore, counters: &[Counter]) -> Decided {
+        store
+            .decide_now(counters, false)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Charges once each of `count` counters `prefix0`, `prefix1`… of `limit` a minute.
+    fn charge_each(store: &MemoryStore, prefix: &str, count: usize, limit: u32) {
+        for key in 0..count {
+            decide(
+                store,
+                &[counter(
+                    0,
+                    &format!("{prefix}{key}"),
+                    limit,
+                    Hits::Charge(1),
+                )],
+            );
+        }
+    }
+
+    fn remaining(store: &MemoryStore, quota: &Quota, key: &str) -> u64 {
+        decide(store, &[counter_of(quota, 0, key, Hits::CheckOnly)]).outcomes[0]
+            .snapshot
+            .remaining
+    }
+
+    fn shard_of_key(store: &MemoryStore, key: &str) -> usize {
+        store.shard_of(store.slot_key(key.as_bytes()))
+    }
+
+    /// `count` keys starting with `prefix` whose counters all live in one shard.
+    fn keys_in_one_shard(store: &MemoryStore, prefix: &str, count: usize) -> Vec<String> {
+        let mut by_shard: Vec<Vec<String>> = vec![Vec::new(); SHARDS];
+        for index in 0.. {
+            let key = format!("{prefix}{index}");
+            let group = &mut by_shard[shard_of_key(store, &key)];
+            group.push(key);
+            if group.len() == count {
+                return std::mem::take(group);
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// A key starting with `prefix` in a shard `wanted` accepts.
+    fn key_where(store: &MemoryStore, prefix: &str, wanted: impl Fn(usize) -> bool) -> String {
+        (0..)
+            .map(|index| format!("{prefix}{index}"))
+            .find(|key| wanted(shard_of_key(store, key)))
+            .unwrap_or_default()
+    }
+
     #[test]
     fn a_rejected_request_charges_nothing() {
         let (store, _) = store(100);
         let exhausted = counter(0, "a", 1, Hits::Charge(1));
-        assert!(
-            !store
-                .decide_now(std::slice::from_ref(&exhausted), false)
-                .over_limit
-        );
+        assert!(!decide(&store, std::slice::from_ref(&exhausted)).over_limit);
         let fresh = counter(1, "b", 5, Hits::Charge(1));
         for _ in 0..3 {
-            let decided = store.decide_now(&[fresh.clone(), exhausted.clone()], false);
+            let decided = decide(&store, &[fresh.clone(), exhausted.clone()]);
             assert!(decided.over_limit);
             assert_eq!(decided.outcomes[0].snapshot.remaining, 5);
         }
-        let alone = store.decide_now(&[fresh], false);
+        let alone = decide(&store, &[fresh]);
         assert_eq!(alone.outcomes[0].snapshot.remaining, 4);
     }
 
@@ -373,17 +497,12 @@ mod tests {
         let (store, _) = store(100);
         let once = counter(0, "same", 1, Hits::Charge(1));
         let twice = counter(1, "same", 1, Hits::Charge(1));
-        let decided = store.decide_now(&[once.clone(), twice], false);
+        let decided = decide(&store, &[once.clone(), twice]);
         assert!(
             decided.over_limit,
             "the second mention sees the first one's charge"
         );
-        assert_eq!(
-            store.decide_now(&[once], false).outcomes[0]
-                .snapshot
-                .remaining,
-            0
-        );
+        assert_eq!(decide(&store, &[once]).outcomes[0].snapshot.remaining, 0);
     }
 
     #[test]
@@ -391,8 +510,10 @@ mod tests {
         let (store, _) = store(100);
         let small = counter(0, "s", 1, Hits::Charge(1));
         let big = counter(1, "b", 10, Hits::Charge(1));
-        store.decide_now(std::slice::from_ref(&small), false);
-        let decided = store.decide_now(&[small, big.clone()], true);
+        decide(&store, std::slice::from_ref(&small));
+        let decided = store
+            .decide_now(&[small, big.clone()], true)
+            .unwrap_or_else(|error| panic!("{error}"));
         assert!(!decided.over_limit);
         assert!(!decided.outcomes[0].admitted);
         assert_eq!(decided.outcomes[1].snapshot.remaining, 9);
@@ -401,38 +522,198 @@ mod tests {
     #[test]
     fn memory_stays_within_max_keys() {
         let (store, _) = store(1_000);
-        for key in 0..5_000 {
-            store.decide_now(&[counter(0, &format!("k{key}"), 3, Hits::Charge(1))], false);
-        }
-        // A new counter whose shard is empty has nobody to evict there (other shards are not
-        // locked), so the bound can be passed by at most one counter per shard.
-        assert!(
-            store.len() <= 1_000 + SHARDS,
-            "{} counters held",
-            store.len()
-        );
-        let held: usize = store.shards.iter().map(|s| s.lock().slots.len()).sum();
+        charge_each(&store, "k", 5_000, 3);
+        assert_eq!(store.len(), 1_000);
+        let held: usize = store.shards.iter().map(|s| s.lock().len()).sum();
         assert_eq!(held, store.len());
+    }
+
+    #[test]
+    fn an_exhausted_counter_survives_a_flood_of_unique_keys() {
+        for algorithm in Algorithm::ALL {
+            let (store, _) = store(100);
+            let victim = counter_of(&with_capacity(algorithm, 2), 0, "victim", Hits::Charge(1));
+            while !decide(&store, std::slice::from_ref(&victim)).over_limit {}
+            let flood = with_capacity(algorithm, 3);
+            for key in 0..5_000 {
+                let decided = decide(
+                    &store,
+                    &[counter_of(&flood, 0, &format!("f{key}"), Hits::Charge(1))],
+                );
+                assert!(!decided.over_limit, "{algorithm}");
+            }
+            assert!(store.len() <= 100, "{algorithm}: {} held", store.len());
+            assert!(
+                decide(&store, std::slice::from_ref(&victim)).over_limit,
+                "{algorithm}: the victim's counter was forgotten"
+            );
+        }
+    }
+
+    #[test]
+    fn the_least_used_counter_is_forgotten_first() {
+        let (store, _) = store(3);
+        let quota = fixed(10, Unit::Minute);
+        let keys = keys_in_one_shard(&store, "k", 4);
+        for (key, hits) in keys.iter().zip([9, 1, 5]) {
+            decide(&store, &[counter_of(&quota, 0, key, Hits::Charge(hits))]);
+        }
+        decide(&store, &[counter_of(&quota, 0, &keys[3], Hits::Charge(1))]);
+        assert_eq!(store.len(), 3);
+        assert_eq!(remaining(&store, &quota, &keys[0]), 1);
+        assert_eq!(
+            remaining(&store, &quota, &keys[1]),
+            10,
+            "the least used went"
+        );
+        assert_eq!(remaining(&store, &quota, &keys[2]), 5);
+    }
+
+    #[test]
+    fn the_nearest_expiry_breaks_a_tie() {
+        let (store, _) = store(2);
+        let keys = keys_in_one_shard(&store, "t", 3);
+        let per_minute = fixed(2, Unit::Minute);
+        let per_hour = fixed(2, Unit::Hour);
+        decide(
+            &store,
+            &[counter_of(&per_hour, 0, &keys[0], Hits::Charge(1))],
+        );
+        decide(
+            &store,
+            &[counter_of(&per_minute, 0, &keys[1], Hits::Charge(1))],
+        );
+        decide(
+            &store,
+            &[counter_of(&per_hour, 0, &keys[2], Hits::Charge(1))],
+        );
+        assert_eq!(remaining(&store, &per_hour, &keys[0]), 1);
+        assert_eq!(
+            remaining(&store, &per_minute, &keys[1]),
+            2,
+            "the one expiring first went"
+        );
+    }
+
+    #[test]
+    fn a_store_full_of_exhausted_counters_refuses_new_ones_and_stores_nothing() {
+        let (store, clock) = store(10);
+        charge_each(&store, "e", 10, 1);
+        let new = [
+            counter(0, "n1", 5, Hits::Charge(1)),
+            counter(1, "n2", 5, Hits::Charge(1)),
+        ];
+        assert_eq!(
+            store.decide_now(&new, false),
+            Err(StoreError::Full { max_keys: 10 })
+        );
+        assert_eq!(store.len(), 10);
+        assert_eq!(remaining(&store, &fixed(5, Unit::Minute), "n1"), 5);
+        // The counters held still decide.
+        assert!(decide(&store, &[counter(0, "e3", 1, Hits::Charge(1))]).over_limit);
+
+        clock.advance(60 * MICROS_PER_SECOND);
+        assert!(
+            !decide(&store, &new).over_limit,
+            "expired counters make room"
+        );
+    }
+
+    #[test]
+    fn an_exhausted_counter_is_forgotten_once_it_has_room_again() {
+        let (store, clock) = store(1);
+        let bucket = with_capacity(Algorithm::TokenBucket, 2);
+        let victim = counter_of(&bucket, 0, "victim", Hits::Charge(2));
+        assert!(!decide(&store, std::slice::from_ref(&victim)).over_limit);
+        let newcomer = counter_of(&bucket, 0, "new", Hits::Charge(1));
+        assert_eq!(
+            store.decide_now(std::slice::from_ref(&newcomer), false),
+            Err(StoreError::Full { max_keys: 1 })
+        );
+        // One token back after 30 s: the victim has room, and may go.
+        clock.advance(29 * MICROS_PER_SECOND);
+        assert!(store
+            .decide_now(std::slice::from_ref(&newcomer), false)
+            .is_err());
+        clock.advance(MICROS_PER_SECOND);
+        assert!(!decide(&store, &[newcomer]).over_limit);
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn room_is_made_in_another_shard_when_the_own_holds_only_exhausted_counters() {
+        // The other shard above the request's (locked in order) and below it (tried).
+        for other_is_higher in [true, false] {
+            let (store, _) = store(2);
+            let pair = keys_in_one_shard(&store, if other_is_higher { "h" } else { "l" }, 2);
+            let own = shard_of_key(&store, &pair[0]);
+            let roomy = key_where(&store, "r", |shard| {
+                shard != own && (shard > own) == other_is_higher
+            });
+            let victim = counter(0, &pair[0], 1, Hits::Charge(1));
+            decide(&store, std::slice::from_ref(&victim));
+            decide(&store, &[counter(0, &roomy, 5, Hits::Charge(1))]);
+            decide(&store, &[counter(0, &pair[1], 5, Hits::Charge(1))]);
+            assert_eq!(store.len(), 2);
+            assert!(decide(&store, &[victim]).over_limit, "the victim stays");
+            assert_eq!(remaining(&store, &fixed(5, Unit::Minute), &roomy), 5);
+        }
+    }
+
+    #[test]
+    fn requests_making_room_at_once_on_many_threads_all_finish() {
+        let (store, _) = store(64);
+        let store = Arc::new(store);
+        charge_each(&store, "e", 32, 1);
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for round in 0..2_000 {
+                        let counters: Vec<Counter> = (0..3)
+                            .map(|n| {
+                                counter(n, &format!("t{thread}-{round}-{n}"), 5, Hits::Charge(1))
+                            })
+                            .collect();
+                        match store.decide_now(&counters, false) {
+                            Ok(_) | Err(StoreError::Full { .. }) => {}
+                            Err(other) => panic!("{other}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread
+                .join()
+                .unwrap_or_else(|_| panic!("a deciding thread panicked"));
+        }
+        assert!(store.len() <= 64 + 4 * 3, "{} held", store.len());
+        for key in 0..32 {
+            let exhausted = counter(0, &format!("e{key}"), 1, Hits::Charge(1));
+            assert!(
+                decide(&store, &[exhausted]).over_limit,
+                "e{key} was forgotten"
+            );
+        }
     }
 
     #[tokio::test]
     async fn expired_counters_are_swept_and_forgotten() {
         let (store, clock) = store(100);
         let c = counter(0, "x", 1, Hits::Charge(1));
-        store.decide_now(std::slice::from_ref(&c), false);
-        assert!(store.decide_now(std::slice::from_ref(&c), false).over_limit);
+        decide(&store, std::slice::from_ref(&c));
+        assert!(decide(&store, std::slice::from_ref(&c)).over_limit);
         clock.advance(60 * MICROS_PER_SECOND);
         assert_eq!(store.sweep_expired().await, 1);
         assert!(store.is_empty());
-        assert!(!store.decide_now(&[c], false).over_limit);
+        assert!(!decide(&store, &[c]).over_limit);
     }
 
     #[tokio::test]
     async fn a_sweep_lets_other_tasks_run_between_shards() {
         let (store, clock) = store(10_000);
-        for key in 0..5_000 {
-            store.decide_now(&[counter(0, &format!("k{key}"), 3, Hits::Charge(1))], false);
-        }
+        charge_each(&store, "k", 5_000, 3);
         clock.advance(60 * MICROS_PER_SECOND);
         // A call arriving on the same (single) thread during the sweep: it runs between shards.
         let turns = Arc::new(AtomicUsize::new(0));
@@ -459,7 +740,7 @@ mod tests {
     fn check_only_never_stores() {
         let (store, _) = store(100);
         let check = counter(0, "c", 2, Hits::CheckOnly);
-        assert!(!store.decide_now(&[check], false).over_limit);
+        assert!(!decide(&store, &[check]).over_limit);
         assert!(store.is_empty());
     }
 }

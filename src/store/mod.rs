@@ -25,6 +25,12 @@ pub enum StoreError {
         backend: &'static str,
         reason: String,
     },
+    /// The memory store holds `max_keys` counters, all exhausted: a new one would need one of
+    /// them forgotten, which would hand its budget back.
+    #[error(
+        "the memory store is full of exhausted counters (--max-keys {max_keys}); raise --max-keys"
+    )]
+    Full { max_keys: usize },
 }
 
 /// A place that keeps counters.

@@ -218,6 +218,26 @@ impl StoreSeries {
     }
 }
 
+/// The eviction series of one store backend (the memory store: `--max-keys`).
+#[derive(Debug, Clone)]
+pub struct EvictionSeries {
+    evictions: IntCounter,
+    full: IntCounter,
+}
+
+impl EvictionSeries {
+    /// `counters` live counters forgotten to make room.
+    pub fn evicted(&self, counters: usize) {
+        self.evictions
+            .inc_by(u64::try_from(counters).unwrap_or(u64::MAX));
+    }
+
+    /// A request refused because only exhausted counters were left to forget.
+    pub fn refused_full(&self) {
+        self.full.inc();
+    }
+}
+
 /// Per-rule series handed out so far, by domain then rule label. Rule-set swaps, `detailed_metric`
 /// values and limit overrides look here; a plain rule's series is resolved once per rule set
 /// (`telemetry::record::RuleSeriesTable`) and never needs this lock.
@@ -244,6 +264,8 @@ pub struct Metrics {
     store_seconds: HistogramVec,
     store_errors: IntCounterVec,
     store_up: IntGaugeVec,
+    store_evictions: IntCounterVec,
+    store_full: IntCounterVec,
     failure_policy_calls: IntCounterVec,
     allowed: IntCounterVec,
     rejected: IntCounterVec,
@@ -379,6 +401,29 @@ impl Metrics {
                 &["backend"],
             )?,
         )?;
+        let store_evictions = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_store_evictions_total",
+                    "Live counters the memory store forgot before their expiry to make room \
+                     under --max-keys (the least used first; never an exhausted one).",
+                ),
+                &["backend"],
+            )?,
+        )?;
+        let store_full = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "floodgate_store_full_total",
+                    "Requests that needed a new counter while the memory store held --max-keys \
+                     counters, all exhausted: refused by the store, answered by the failure \
+                     policy.",
+                ),
+                &["backend"],
+            )?,
+        )?;
         let failure_policy_calls = register(
             &registry,
             IntCounterVec::new(
@@ -469,6 +514,8 @@ impl Metrics {
             store_seconds,
             store_errors,
             store_up,
+            store_evictions,
+            store_full,
             failure_policy_calls,
             allowed,
             rejected,
@@ -556,6 +603,16 @@ impl Metrics {
                 .store_seconds
                 .get_metric_with_label_values(&[backend])?,
             errors: self.store_errors.get_metric_with_label_values(&[backend])?,
+        })
+    }
+
+    /// The eviction series of one store backend.
+    pub fn eviction_series(&self, backend: &str) -> Result<EvictionSeries, MetricsError> {
+        Ok(EvictionSeries {
+            evictions: self
+                .store_evictions
+                .get_metric_with_label_values(&[backend])?,
+            full: self.store_full.get_metric_with_label_values(&[backend])?,
         })
     }
 
@@ -851,6 +908,11 @@ pub fn store_call(backend: &'static str, seconds: f64, ok: bool) {
     }
 }
 
+/// The eviction series of `backend`, for a store to hold (`None`: metrics are off).
+pub fn eviction_series(backend: &str) -> Option<EvictionSeries> {
+    global().and_then(|metrics| metrics.eviction_series(backend).ok())
+}
+
 /// Whether the store is reachable, as last seen (connect, reconnect, health probe).
 pub fn store_state(backend: &'static str, up: bool) {
     if let Some(metrics) = global() {
@@ -904,6 +966,11 @@ mod tests {
             .store_series("memory")
             .unwrap_or_else(|error| panic!("{error}"));
         store.call(0.000_1, false);
+        let evictions = metrics
+            .eviction_series("memory")
+            .unwrap_or_else(|error| panic!("{error}"));
+        evictions.evicted(3);
+        evictions.refused_full();
         series(&metrics, "edge", "edge.key").allowed();
         let text = render(&metrics);
         for line in [
@@ -919,6 +986,8 @@ mod tests {
             "floodgate_store_up{backend=\"memory\"} 1",
             "floodgate_store_errors_total{backend=\"memory\"} 1",
             "floodgate_store_duration_seconds_count{backend=\"memory\"} 1",
+            "floodgate_store_evictions_total{backend=\"memory\"} 3",
+            "floodgate_store_full_total{backend=\"memory\"} 1",
             "floodgate_requests_allowed_total{domain=\"edge\",rule=\"edge.key\"} 1",
             "floodgate_requests_rejected_total{class=\"\",domain=\"unknown\",reason=\"invalid_request\",rule=\"none\"} 1",
             "floodgate_metric_labels_folded_total 0",

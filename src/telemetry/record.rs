@@ -457,7 +457,10 @@ descriptors:
             global_shadow: bool,
         ) -> (Decision, Option<String>, Option<Algorithm>) {
             let plan = plan(request, self.rules.domain("d"), PlanSettings::default());
-            let decided = self.store.decide_now(&plan.counters, global_shadow);
+            let decided = self
+                .store
+                .decide_now(&plan.counters, global_shadow)
+                .unwrap_or_else(|error| panic!("{error}"));
             let response = assemble(
                 &plan,
                 &decided.outcomes,

@@ -80,6 +80,11 @@ impl Counter for Window {
         self.count.saturating_add(hits) <= self.limit
     }
 
+    /// remaining = L − count ≥ 1 ⇔ count + 1 ≤ L.
+    fn has_room(&self, snapshot: &Snapshot) -> bool {
+        snapshot.remaining > 0
+    }
+
     fn charged(&self, hits: u64) -> Self {
         self.with_count(self.count.saturating_add(hits))
     }
@@ -101,6 +106,10 @@ impl Counter for Window {
 
     fn expires_at(&self) -> Micros {
         self.end()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
     }
 
     fn into_state(self) -> State {

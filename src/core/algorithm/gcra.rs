@@ -112,6 +112,11 @@ impl Counter for Bucket {
         hits <= self.capacity && self.debt + self.cost(hits) <= self.capacity_ticks()
     }
 
+    /// remaining = ⌊(C·W − debt) / W⌋ ≥ 1 ⇔ debt + W ≤ C·W, and C ≥ 1 here.
+    fn has_room(&self, snapshot: &Snapshot) -> bool {
+        snapshot.remaining > 0
+    }
+
     fn charged(&self, hits: u64) -> Self {
         self.with_debt(self.debt.saturating_add(self.cost(hits)))
     }
@@ -137,6 +142,10 @@ impl Counter for Bucket {
 
     fn expires_at(&self) -> Micros {
         self.now.saturating_add(self.reset_after())
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 
     fn into_state(self) -> State {
@@ -186,6 +195,10 @@ impl Counter for Closed {
 
     fn expires_at(&self) -> Micros {
         self.now
+    }
+
+    fn capacity(&self) -> u64 {
+        0
     }
 
     fn into_state(self) -> State {

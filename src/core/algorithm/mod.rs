@@ -156,10 +156,12 @@ pub enum State {
         window_start: Micros,
         count: u64,
     },
+    /// The counts are at most the limit, a `u32`; kept as such, a state takes 24 bytes, not
+    /// 32 (the memory store holds up to millions).
     SlidingWindow {
         window_start: Micros,
-        previous: u64,
-        current: u64,
+        previous: u32,
+        current: u32,
     },
     /// GCRA's theoretical arrival time, for token and leaky buckets: exactly
     /// `tat + tat_remainder / requests_per_unit` µs. One hit costs `window / requests_per_unit`
@@ -171,6 +173,40 @@ pub enum State {
     },
     /// Admitted hits, oldest first: (time, how many).
     SlidingLog(Box<VecDeque<(Micros, u64)>>),
+}
+
+/// How full a counter is, for a store that must forget some: forgetting a counter hands its
+/// budget back, so an exhausted one must go last, and a less used one before a more used one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fullness {
+    /// The share of the capacity in use, in 65 535ths ([`Fullness::ALL_USED`]: no budget left).
+    pub used: u16,
+    /// When not even one more hit fits: how long until one does (µs, ≥ 1) with no traffic in
+    /// between; `None` when one fits now. A counter only regains room as time passes, so it is
+    /// exhausted exactly until then (one that can never fit, with a limit of 0, says when its
+    /// state turns over: forgetting it loses nothing).
+    pub exhausted_for: Option<Micros>,
+}
+
+impl Fullness {
+    /// `used` of a counter with nothing left.
+    pub const ALL_USED: u16 = u16::MAX;
+
+    pub fn is_exhausted(&self) -> bool {
+        self.exhausted_for.is_some()
+    }
+
+    /// (capacity − remaining) / capacity in 65 535ths, rounded down (all used when the
+    /// capacity is 0).
+    fn share_used(remaining: u64, capacity: u64) -> u16 {
+        if capacity == 0 {
+            return Self::ALL_USED;
+        }
+        let used = capacity - remaining.min(capacity);
+        // A capacity is at most 2^32 (`Quota::capacity`): the product stays below 2^48.
+        let share = used.saturating_mul(u64::from(Self::ALL_USED)) / capacity;
+        u16::try_from(share).unwrap_or(Self::ALL_USED)
+    }
 }
 
 /// Remaining budget and time until the counter is whole again.
@@ -193,6 +229,8 @@ pub struct Evaluation {
     pub uncommitted: Snapshot,
     /// When not admitted: time until these hits could fit (µs, ≥ 1); 0 when admitted.
     pub retry_after: Micros,
+    /// How full `next_state` is at this instant.
+    pub fullness: Fullness,
     /// The state to store when the request is committed.
     pub next_state: State,
     /// After this instant `next_state` means the same as no state: the store may drop it.
@@ -202,6 +240,11 @@ pub struct Evaluation {
 /// Evaluates `hits` against one counter at `now`.
 pub fn evaluate(quota: &Quota, state: Option<&State>, now: Micros, hits: Hits) -> Evaluation {
     evaluate_reserving(quota, state, now, hits, 0)
+}
+
+/// How full the counter in `state` is at `now` (`Evaluation::fullness` of a check).
+pub fn fullness(quota: &Quota, state: Option<&State>, now: Micros) -> Fullness {
+    evaluate(quota, state, now, Hits::CheckOnly).fullness
 }
 
 /// Evaluates `hits` for a priority class that must leave `reserve` units of the counter

@@ -136,6 +136,11 @@ impl Counter for Log {
         self.used().saturating_add(hits) <= self.limit
     }
 
+    /// remaining = L − used ≥ 1 ⇔ used + 1 ≤ L.
+    fn has_room(&self, snapshot: &Snapshot) -> bool {
+        snapshot.remaining > 0
+    }
+
     fn charged(&self, hits: u64) -> Self {
         let mut next = self.clone();
         if hits > 0 {
@@ -169,6 +174,10 @@ impl Counter for Log {
     fn expires_at(&self) -> Micros {
         self.newest_time()
             .map_or(self.now, |newest| self.expiry(newest))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
     }
 
     fn into_state(self) -> State {

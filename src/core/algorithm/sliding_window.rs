@@ -65,7 +65,13 @@ impl Windows {
                 window_start,
                 previous,
                 current,
-            }) => carried_over(window_start, previous, current, current_start, length),
+            }) => carried_over(
+                window_start,
+                u64::from(previous),
+                u64::from(current),
+                current_start,
+                length,
+            ),
             _ => (current_start, 0, 0),
         };
         Self {
@@ -225,11 +231,16 @@ impl Counter for Windows {
         self.end().saturating_add(self.length)
     }
 
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
     fn into_state(self) -> State {
+        // Only hits that fit are charged, so neither count passes the limit, a u32.
         State::SlidingWindow {
             window_start: self.start,
-            previous: self.previous,
-            current: self.current,
+            previous: u32::try_from(self.previous).unwrap_or(u32::MAX),
+            current: u32::try_from(self.current).unwrap_or(u32::MAX),
         }
     }
 }

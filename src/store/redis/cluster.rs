@@ -77,10 +77,13 @@ impl ClusterLink {
         let tls = nodes
             .iter()
             .any(|node| matches!(node.addr(), ConnectionAddr::TcpTls { .. }));
+        // Each call's own deadline (`within`) ends it; the crate's, per attempt, only bounds what
+        // no call waits for (the slot-map refresh), and never cuts a call before its deadline.
         let mut builder = ClusterClientBuilder::new(nodes)
             .tcp_settings(tcp_settings())
             .connection_timeout(connect_timeout)
-            .response_timeout(connect_timeout)
+            .response_timeout(options.response_backstop())
+            .overall_response_timeout(None)
             .retries(RETRIES)
             .min_retry_wait(MIN_RETRY_WAIT_MS)
             .max_retry_wait(MAX_RETRY_WAIT_MS);
@@ -118,7 +121,7 @@ impl ClusterLink {
         };
         let mut connection = link.connection.clone();
         link.within(
-            connect_timeout,
+            options.script_load_deadline(),
             script.prepare_invoke().load_async(&mut connection),
         )
         .await?;
@@ -289,6 +292,7 @@ mod tests {
             match check_seed(&info, url, tls) {
                 Ok(()) => String::new(),
                 Err(StoreError::Unavailable { reason, .. }) => reason,
+                Err(other) => panic!("expected Unavailable, got {other}"),
             }
         };
         let plain = TlsOptions::default();

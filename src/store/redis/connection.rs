@@ -466,8 +466,12 @@ impl Opener {
                 ))
             }
         }
+        // No response timeout of the crate's own: every call on these sockets goes through
+        // `within`, with its deadline. The crate's default (500 ms) used to end calls first,
+        // whatever `--redis-timeout-ms` said.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None)
             .set_max_delay(MAX_RECONNECT_DELAY);
         let connecting = async {
             let first = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;

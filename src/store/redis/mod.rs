@@ -76,6 +76,14 @@
 //! answering yields [`StoreError::Unavailable`], never a hang. Errors name the server as
 //! `host:port/db`, never with credentials.
 //!
+//! Two deadlines, one per kind of wait. Connecting (TCP, TLS, the handshake, the `PING` and
+//! `ROLE` checks, asking the sentinels, each reconnection) is bounded by the connect timeout
+//! (`--redis-connect-timeout-ms`). Every command on an open connection waits the call timeout
+//! (`--redis-timeout-ms`), whatever its value, or longer: decisions exactly that; the store's
+//! first `SCRIPT LOAD` and the commands beside the decisions (shared overrides, adaptive
+//! values) have a longer floor of their own. The redis crate's own response timeout never ends
+//! a call first (its 500 ms default used to cut every longer call timeout short).
+//!
 //! A circuit breaker (`core::failure::Breaker`) stands before the calls: after
 //! [`RedisOptions::breaker_threshold`] consecutive failures (5 by default) the store stops
 //! calling Redis and answers `Unavailable` at once, so a dead Redis costs no request its
@@ -150,7 +158,7 @@ pub struct RedisOptions {
     pub auth: Option<String>,
     /// Put before every key (see [`keys`]).
     pub key_prefix: String,
-    /// Deadline of one decision, script reload included.
+    /// Deadline of one decision, script reload included; no command waits less.
     pub timeout: Duration,
     /// Deadline for connecting at start-up and for each reconnection attempt.
     pub connect_timeout: Duration,
@@ -208,6 +216,19 @@ impl RedisOptions {
     pub fn with_test_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.test_clock = Some(clock);
         self
+    }
+
+    /// The deadline of the `SCRIPT LOAD` that opens the store: part of connecting, but a
+    /// command, so never shorter than a decision's.
+    fn script_load_deadline(&self) -> Duration {
+        self.connect_timeout.max(self.timeout)
+    }
+
+    /// The response timeout given to the redis crate where it needs one (a cluster's slot-map
+    /// refresh would otherwise wait forever on a node that stopped answering): as long as the
+    /// longest deadline of our own that its calls get from the options, so that ours decide.
+    fn response_backstop(&self) -> Duration {
+        self.timeout.max(self.script_load_deadline())
     }
 
     /// The URL with a scheme: a bare `host:port` gets `redis://` (`rediss://` with
@@ -339,7 +360,7 @@ impl RedisStore {
         } else {
             let connection = Connection::open(options).await?;
             connection
-                .load_script(&script, options.connect_timeout)
+                .load_script(&script, options.script_load_deadline())
                 .await?;
             Link::Server(connection)
         };
@@ -392,13 +413,15 @@ impl RedisStore {
         self.keys.prefix()
     }
 
-    /// One plain command within `deadline`, beside the decisions and outside their breaker:
-    /// the adaptive limits' shared values (`crate::adaptive::shared`).
+    /// One plain command within `deadline`, or the call timeout if that is longer (a Redis
+    /// the operator says may take that long gets it on every call), beside the decisions and
+    /// outside their breaker: shared overrides and adaptive values.
     pub async fn command<T: redis::FromRedisValue>(
         &self,
         command: &redis::Cmd,
         deadline: Duration,
     ) -> Result<T, StoreError> {
+        let deadline = deadline.max(self.timeout);
         match &self.link {
             Link::Server(connection) => connection.command(command, deadline).await,
             Link::Cluster(cluster) => cluster.command(command, deadline).await,

@@ -190,6 +190,7 @@ mod tests {
         match Sentinels::parse(spec, None, false) {
             Ok(_) => panic!("{spec} should have been refused"),
             Err(StoreError::Unavailable { reason, .. }) => reason,
+            Err(other) => panic!("expected Unavailable, got {other}"),
         }
     }
 

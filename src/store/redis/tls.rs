@@ -252,6 +252,7 @@ mod tests {
         match result {
             Ok(_) => panic!("the settings should have been refused"),
             Err(StoreError::Unavailable { reason, .. }) => reason,
+            Err(other) => panic!("expected Unavailable, got {other}"),
         }
     }
 

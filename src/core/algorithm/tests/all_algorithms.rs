@@ -113,8 +113,8 @@ fn huge_stored_counts_do_not_overflow() {
         },
         State::SlidingWindow {
             window_start: now,
-            previous: u64::MAX,
-            current: u64::MAX,
+            previous: u32::MAX,
+            current: u32::MAX,
         },
         State::Gcra {
             tat: Micros::MAX,

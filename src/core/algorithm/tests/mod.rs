@@ -3,13 +3,14 @@
 
 mod all_algorithms;
 mod fixed_window;
+mod fullness;
 mod gcra;
 mod priority;
 mod properties;
 mod sliding_log;
 mod sliding_window;
 
-use super::{evaluate, Algorithm, Evaluation, Hits, Quota, State};
+use super::{evaluate, fullness, Algorithm, Evaluation, Fullness, Hits, Quota, State};
 use crate::core::time::{Micros, MICROS_PER_SECOND};
 use crate::core::unit::Unit;
 

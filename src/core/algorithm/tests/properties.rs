@@ -364,6 +364,50 @@ fn assert_retry_after_is_exact(quota: &Quota, request: &Request) {
     assert!(!evaluate(quota, state, retry_at - 1, request.hits).admitted);
 }
 
+/// How full a stored counter says it is, against what the counter answers: exhausted exactly
+/// while one hit does not fit, `exhausted_for` the first µs at which it does, `used` the share of
+/// the capacity its snapshot reports; and with no traffic it only empties, so a store may keep
+/// the answer until the counter is charged again.
+fn assert_fullness_is_exact(quota: &Quota, request: &Request) {
+    let measured = request.evaluation.fullness;
+    let state = Some(&request.evaluation.next_state);
+    let now = request.now;
+    assert_eq!(measured, fullness(quota, state, now));
+    let one_fits = evaluate(quota, state, now, Hits::Charge(1)).admitted;
+    assert_eq!(measured.is_exhausted(), !one_fits, "{measured:?}");
+
+    let remaining = evaluate(quota, state, now, Hits::CheckOnly)
+        .uncommitted
+        .remaining;
+    let capacity = quota.capacity();
+    let used = ((capacity - remaining) * u64::from(Fullness::ALL_USED))
+        .checked_div(capacity)
+        .map_or(Fullness::ALL_USED, |share| {
+            u16::try_from(share).unwrap_or(Fullness::ALL_USED)
+        });
+    assert_eq!(measured.used, used, "{remaining} of {capacity} left");
+
+    if let Some(exhausted_for) = measured.exhausted_for {
+        assert!(exhausted_for >= 1);
+        if fits_at_all(quota, 1) {
+            let room_at = now + exhausted_for;
+            assert!(evaluate(quota, state, room_at, Hits::Charge(1)).admitted);
+            assert!(!evaluate(quota, state, room_at - 1, Hits::Charge(1)).admitted);
+        }
+    }
+    let window = quota.window_micros();
+    for later in [1, window / 7, window / 2, window, 2 * window + 1] {
+        let then = fullness(quota, state, now + later);
+        assert!(
+            then.used <= measured.used,
+            "{later} µs later: {then:?} after {measured:?}"
+        );
+        if !measured.is_exhausted() {
+            assert!(!then.is_exhausted(), "{later} µs later: {then:?}");
+        }
+    }
+}
+
 proptest! {
     // Failures print their minimal input; nothing is written outside this directory.
     #![proptest_config(ProptestConfig {
@@ -446,6 +490,17 @@ proptest! {
             assert_retry_after_is_exact(&quota, &request);
         }
     }
+
+    #[test]
+    fn fullness_says_exactly_how_full_and_until_when(
+        quota in small_quota(),
+        start in start(),
+        steps in prop::collection::vec((advance(), any_hits()), 1..48),
+    ) {
+        for request in run(&quota, start, &steps, Clock::Forward, Store::Admitted) {
+            assert_fullness_is_exact(&quota, &request);
+        }
+    }
 }
 
 /// A sliding window counter with `previous` and `current` given as percentages of the limit.
@@ -455,8 +510,8 @@ fn sliding_window_at(quota: &Quota, previous: u64, current: u64, progress: f64) 
     let start = window_start(T0, window);
     let state = State::SlidingWindow {
         window_start: start,
-        previous: limit * previous / 100,
-        current: limit * current / 100,
+        previous: u32::try_from(limit * previous / 100).unwrap_or(u32::MAX),
+        current: u32::try_from(limit * current / 100).unwrap_or(u32::MAX),
     };
     (state, start + (progress * window as f64) as Micros)
 }
