@@ -4,6 +4,7 @@
 //! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
+pub mod label_budget;
 pub mod metrics;
 pub mod near_limit;
 pub mod record;
