@@ -53,8 +53,6 @@ pub enum AppError {
     AdminToken(#[from] crate::server::admin::AdminTokenError),
     #[error("admin API failed: {0}")]
     Admin(std::io::Error),
-    #[error("cannot start the configuration loader thread: {0}")]
-    Loader(std::io::Error),
 }
 
 impl From<reload::FirstLoadError> for AppError {
@@ -132,9 +130,8 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
 
 pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let location = location(&args.config)?;
-    let loader = reload::Loader::spawn().map_err(AppError::Loader)?;
     let (rules, reloader) = reload::load_first(
-        &loader,
+        &reload::Loader,
         location,
         args.config.load_options(),
         args.config.limits.max_config_bytes,

@@ -10,8 +10,8 @@
 //! * Reading is capped (`--max-config-bytes`) and so is the rule count (`--max-rules`): a
 //!   configuration over a cap is refused like a broken one, and the rules in force stay.
 //! * Rule sets are built, and the ones a reload replaced freed (once the last decision on them
-//!   ends), on one thread of their own (`loader`), and the load's scratch memory is handed back
-//!   to the system shortly after (`trim`).
+//!   ends), each on a thread of its own that ends with the work (`loader`), and the load's
+//!   scratch memory is handed back to the system shortly after (`trim`).
 //! * One log line per reload: info with the version and counts, or error with every problem
 //!   (file and rule path each); then the rule set's warnings.
 //! * Counters are not touched: a counter's key is made of the domain, rule path, algorithm and
@@ -86,8 +86,8 @@ pub struct ConfigReloader {
     /// What the store cannot decide in a valid rule set (e.g. limits past Redis' exact
     /// arithmetic): a non-empty answer rejects the reload like a configuration error.
     store_check: Option<fn(&RuleSet) -> Vec<String>>,
-    /// The thread the rules in force were loaded on, which loads the next ones.
-    loader: Option<Loader>,
+    /// Where the next rule sets are loaded.
+    loader: Loader,
 }
 
 impl ConfigReloader {
@@ -105,7 +105,7 @@ impl ConfigReloader {
             last_read: SourcesDigest::of(sources),
             status,
             store_check: None,
-            loader: None,
+            loader: Loader,
         }
     }
 
@@ -228,7 +228,7 @@ pub enum FirstLoadError {
     Loader(#[from] LoaderGone),
 }
 
-/// The first load, on `loader`'s thread: the rules, and the reloader that follows them (its
+/// The first load, on a loader thread: the rules, and the reloader that follows them (its
 /// status at version 1).
 pub async fn load_first(
     loader: &Loader,
@@ -236,7 +236,7 @@ pub async fn load_first(
     options: LoadOptions,
     max_config_bytes: u64,
 ) -> Result<(RuleSet, ConfigReloader), FirstLoadError> {
-    let loader_handle = loader.clone();
+    let loader_handle = *loader;
     loader
         .run(move || {
             let sources = read_sources(&location, max_config_bytes)?;
@@ -244,27 +244,20 @@ pub async fn load_first(
             let status = Arc::new(ReloadStatus::new(&rules));
             let mut reloader = ConfigReloader::new(location, options, &sources, status)
                 .with_max_config_bytes(max_config_bytes);
-            reloader.loader = Some(loader_handle);
+            reloader.loader = loader_handle;
             Ok((rules, reloader))
         })
         .await?
 }
 
-/// Reloads on file changes and SIGHUP until `shutdown`, on the loader thread of the first
-/// load; `install` swaps a new rule set in and returns the one it replaced, which is freed on
-/// that thread too.
+/// Reloads on file changes and SIGHUP until `shutdown`, each on a loader thread; `install`
+/// swaps a new rule set in and returns the one it replaced, which is freed on one too.
 pub async fn run(
     mut reloader: ConfigReloader,
     install: impl Fn(RuleSet) -> Box<dyn Retired> + Send + 'static,
     shutdown: Shutdown,
 ) {
-    let loader = match reloader.loader.clone().map_or_else(Loader::spawn, Ok) {
-        Ok(loader) => loader,
-        Err(error) => {
-            tracing::error!(%error, "cannot start the configuration loader; restart floodgate to reload");
-            return;
-        }
-    };
+    let loader = reloader.loader;
     let targets = reloader.watch_targets();
     // The rules in force were loaded just before.
     trim_after_load();
