@@ -174,12 +174,12 @@ impl ConfigArgs {
 #[derive(Debug, Args)]
 pub struct ConfigLimitArgs {
     /// Most bytes of configuration, all files together (a number, or with KiB, MiB or GiB);
-    /// larger files are refused before they are read. Loading takes up to 25 bytes of memory
-    /// per byte of YAML for a moment: raise the memory limit with it.
-    #[arg(long, env = "FLOODGATE_MAX_CONFIG_BYTES", default_value = "2MiB", value_parser = parse_bytes)]
+    /// larger files are refused before they are read. A reload takes about 40 MiB of memory
+    /// per MiB of YAML at its peak: raise the memory limit with it.
+    #[arg(long, env = "FLOODGATE_MAX_CONFIG_BYTES", default_value = "1MiB", value_parser = parse_bytes)]
     pub max_config_bytes: u64,
     /// Most rules (descriptors with rate_limit or rate_limits) in all files together; each
-    /// takes about 500 bytes, twice during a reload.
+    /// takes about 1 KiB, twice during a reload.
     #[arg(long, env = "FLOODGATE_MAX_RULES", default_value_t = DEFAULT_MAX_RULES)]
     pub max_rules: usize,
 }

@@ -19,16 +19,17 @@ use std::path::{Path, PathBuf};
 
 use crate::core::config::SourceFile;
 
-/// The default of `--max-config-bytes`: 2 MiB of YAML, about 20 000 rules as operators write
-/// them (envoyproxy/ratelimit files run 85 to 180 bytes per rule).
+/// The default of `--max-config-bytes`: 1 MiB of YAML, 8 000 to 12 000 rules as operators
+/// write them (85 to 125 bytes per rule).
 ///
-/// Derived from `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"):
-/// loading a file takes up to 25 bytes of memory per byte of YAML for a moment (the YAML
-/// parser holds the whole document's events, then the parsed tree), and a reload holds the
-/// rules in force beside the new ones. The deployment in `deploy/` allows 128 MiB, of which
-/// 20 MiB idle and 56 MiB for its 400 000 counters (FLOODGATE_MAX_KEYS): 2 MiB in one file
-/// adds at most 50 MiB at the peak of a reload, which keeps the pod under its limit.
-pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 2 * 1024 * 1024;
+/// Derived from `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a
+/// reload of 20 000 rules in 2.5 MB of YAML peaked 80 to 100 MiB above the idle process, so
+/// about 40 MiB per MiB of YAML (the parser holds a whole file's events and tree for a
+/// moment, the rules in force stay beside the new ones, and the allocator returns freed
+/// memory only after a second). The deployment in `deploy/` allows 128 MiB: 22 MiB idle,
+/// 56 MiB for its 400 000 counters (FLOODGATE_MAX_KEYS), 40 MiB for a reload of 1 MiB, and
+/// 10 MiB to spare.
+pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// Where to read the configuration from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +88,7 @@ pub enum SourceError {
     #[error(
         "{}: the configuration files hold {bytes} bytes, over the cap of {cap} bytes: raise it \
          with --max-config-bytes (FLOODGATE_MAX_CONFIG_BYTES) and the memory limit with it \
-         (a reload takes up to 25 bytes of memory per byte of YAML for a moment), or split the \
+         (a reload takes about 40 MiB of memory per MiB of YAML at its peak), or split the \
          rules among more instances",
         path.display()
     )]

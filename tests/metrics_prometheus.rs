@@ -328,11 +328,16 @@ async fn the_rule_label_budget_follows_the_rules_in_force_across_reloads() {
             while !common::http::get(floodgate.debug_port, "/rlconfig", &[])
                 .is_ok_and(|response| response.body.contains(&loaded))
             {
-                assert!(std::time::Instant::now() < deadline, "reload {generation} not live");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "reload {generation} not live"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let keys: Vec<String> = (0..RULES).map(|index| format!("g{generation}_{index}")).collect();
+        let keys: Vec<String> = (0..RULES)
+            .map(|index| format!("g{generation}_{index}"))
+            .collect();
         for chunk in keys.chunks(64) {
             let descriptors: Vec<[(&str, &str); 1]> =
                 chunk.iter().map(|key| [(key.as_str(), "x")]).collect();
@@ -351,7 +356,10 @@ async fn the_rule_label_budget_follows_the_rules_in_force_across_reloads() {
         let newest = format!("churn.g3_{index}");
         assert!(labels.contains(&newest), "{newest} has no label of its own");
     }
-    assert!(!labels.contains("other"), "no rule of the newest rules was folded");
+    assert!(
+        !labels.contains("other"),
+        "no rule of the newest rules was folded"
+    );
     assert!(
         !labels.iter().any(|label| label.starts_with("churn.g0_")),
         "the first rules' series were removed"

@@ -40,14 +40,13 @@ pub struct SourceFile {
     pub text: String,
 }
 
-/// The default of `--max-rules`.
-///
-/// Derived from `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a
-/// rule takes about 500 bytes at rest, and a reload holds the rules in force beside the new
-/// ones. 20 000 rules then need 20 MiB at the peak of a reload besides the YAML parser's
-/// moment (bounded by `--max-config-bytes`); with the 128 MiB limit of the deployment in
-/// `deploy/` (20 MiB idle, 56 MiB for its 400 000 counters) that leaves room for the parser.
-pub const DEFAULT_MAX_RULES: usize = 20_000;
+/// The default of `--max-rules`: as many rules as the default `--max-config-bytes` (1 MiB)
+/// holds when written tersely, so that the byte cap, which bounds a reload's memory, is the
+/// one that counts (see `crate::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it fits the
+/// 128 MiB of the deployment in `deploy/`). Measured with `scripts/bench-rules-memory.sh`
+/// (docs/benchmarks.md, "Memory per rule"): a rule takes about 900 bytes of RSS at rest, and
+/// a reload holds the rules in force beside the new ones.
+pub const DEFAULT_MAX_RULES: usize = 10_000;
 
 /// Loader settings that come from the command line or the environment.
 #[derive(Debug, Clone)]
@@ -163,7 +162,7 @@ fn too_many_rules(counted: usize, options: &LoadOptions) -> String {
     format!(
         "the configuration has {counted} rules up to this file, over the cap of {} rules: raise \
          it with --max-rules (FLOODGATE_MAX_RULES) and the memory limit with it (a rule takes \
-         about 500 bytes, twice during a reload), or split the rules among more instances",
+         about 1 KiB, twice during a reload), or split the rules among more instances",
         options.max_rules
     )
 }
