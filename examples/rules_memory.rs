@@ -44,8 +44,9 @@ struct Args {
     /// Reloads after the traffic, each replacing every file with new limits.
     #[arg(long, default_value_t = 3)]
     reloads: u32,
-    /// Time to let a process settle before a reading (start-up, traffic, reload).
-    #[arg(long, default_value = "1000")]
+    /// How long RSS is watched before a reading (start-up, traffic, reload); the reading is
+    /// its lowest value in that time, once the allocator has handed freed memory back.
+    #[arg(long, default_value = "5000")]
     settle_ms: u64,
     /// More `floodgate serve` flags, e.g. `--extra=--store --extra=memory`.
     #[arg(long, allow_hyphen_values = true)]
@@ -137,11 +138,10 @@ async fn measure(args: &Args, work: &Path, rules: usize) -> Result<Readings, Ben
     };
     let settle = Duration::from_millis(args.settle_ms);
     let mut client = server.connect().await.map_err(&fail)?;
-    tokio::time::sleep(settle).await;
     let pid = server.pid();
     let kib = |field: &str| status_kib(pid, field).unwrap_or(0);
+    readings.rest = settled_rss(pid, settle).await;
     readings.start_peak = kib("VmHWM");
-    readings.rest = kib("VmRSS");
 
     for request in traffic(rules, args.domains, 64) {
         client
@@ -149,8 +149,7 @@ async fn measure(args: &Args, work: &Path, rules: usize) -> Result<Readings, Ben
             .await
             .map_err(|status| fail(format!("ShouldRateLimit failed: {status}")))?;
     }
-    tokio::time::sleep(settle).await;
-    readings.after_traffic = kib("VmRSS");
+    readings.after_traffic = settled_rss(pid, settle).await;
 
     for generation in 1..=args.reloads {
         if !reset_peak(pid) {
@@ -158,12 +157,23 @@ async fn measure(args: &Args, work: &Path, rules: usize) -> Result<Readings, Ben
         }
         write_generated(&config, rules, args.domains, generation);
         wait_for_reload(&log, usize::try_from(generation).unwrap_or(usize::MAX)).map_err(&fail)?;
-        tokio::time::sleep(settle).await;
+        let after = settled_rss(pid, settle).await;
         readings.reload_peaks.push(kib("VmHWM"));
-        readings.after_reloads.push(kib("VmRSS"));
+        readings.after_reloads.push(after);
     }
     server.stop();
     Ok(readings)
+}
+
+/// The lowest RSS of `pid` over `settle`, in KiB.
+async fn settled_rss(pid: u32, settle: Duration) -> u64 {
+    let until = Instant::now() + settle;
+    let mut lowest = status_kib(pid, "VmRSS").unwrap_or(0);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        lowest = lowest.min(status_kib(pid, "VmRSS").unwrap_or(u64::MAX));
+    }
+    lowest
 }
 
 /// Until the log reports `count` reloads swapped in; an error when one is rejected.
