@@ -317,20 +317,17 @@ fn report(args: &Args, baseline: &Readings, measured: &Readings) -> String {
             per_rule(with, without)
         ));
     }
+    let list = |readings: &[u64]| {
+        readings
+            .iter()
+            .map(|kib| mib(*kib))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     text.push_str(&format!(
         "\nEach reload's peak, MiB: {}\nRSS after each reload, MiB: {}\n",
-        measured
-            .reload_peaks
-            .iter()
-            .map(|kib| mib(*kib))
-            .collect::<Vec<_>>()
-            .join(", "),
-        measured
-            .after_reloads
-            .iter()
-            .map(|kib| mib(*kib))
-            .collect::<Vec<_>>()
-            .join(", "),
+        list(&measured.reload_peaks),
+        list(&measured.after_reloads),
     ));
     text
 }

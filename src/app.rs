@@ -133,7 +133,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let (rules, reloader) = reload::load_first(
         &reload::Loader,
         location,
-        args.config.load_options(),
+        args.config.limits.load_options(
+            args.config.default_algorithm,
+            args.config.merge_domain_config,
+        ),
         args.config.limits.max_config_bytes,
     )
     .await?;
@@ -410,7 +413,9 @@ async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Sh
 }
 
 pub fn validate(args: ValidateArgs) -> ExitCode {
-    let options = args.load_options();
+    let options = args
+        .limits
+        .load_options(args.default_algorithm, args.merge_domain_config);
     let location = ConfigLocation::Path(args.path.clone());
     match load_rules(&location, &options, args.limits.max_config_bytes) {
         Ok(rules) => {

@@ -158,16 +158,6 @@ pub struct ConfigArgs {
     pub limits: ConfigLimitArgs,
 }
 
-impl ConfigArgs {
-    pub fn load_options(&self) -> LoadOptions {
-        LoadOptions {
-            default_algorithm: self.default_algorithm.into(),
-            merge_domains: self.merge_domain_config,
-            max_rules: self.limits.max_rules,
-        }
-    }
-}
-
 /// How much configuration is read and loaded: beyond a cap it is refused, at start, at every
 /// reload (the rules in force stay) and by `validate`. The defaults fit the 128 MiB memory
 /// limit of the deployment in `deploy/` (see `DEFAULT_MAX_CONFIG_BYTES`, `DEFAULT_MAX_RULES`).
@@ -182,6 +172,22 @@ pub struct ConfigLimitArgs {
     /// takes about 1 KiB, twice during a reload.
     #[arg(long, env = "FLOODGATE_MAX_RULES", default_value_t = DEFAULT_MAX_RULES)]
     pub max_rules: usize,
+}
+
+impl ConfigLimitArgs {
+    /// The loader's settings: these caps with `--default-algorithm` and
+    /// `--merge-domain-config`.
+    pub fn load_options(
+        &self,
+        default_algorithm: AlgorithmArg,
+        merge_domains: bool,
+    ) -> LoadOptions {
+        LoadOptions {
+            default_algorithm: default_algorithm.into(),
+            merge_domains,
+            max_rules: self.max_rules,
+        }
+    }
 }
 
 /// A size in bytes: digits, optionally followed by KiB, MiB or GiB.
@@ -503,16 +509,6 @@ pub struct ValidateArgs {
     pub merge_domain_config: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
-}
-
-impl ValidateArgs {
-    pub fn load_options(&self) -> LoadOptions {
-        LoadOptions {
-            default_algorithm: self.default_algorithm.into(),
-            merge_domains: self.merge_domain_config,
-            max_rules: self.limits.max_rules,
-        }
-    }
 }
 
 #[derive(Debug, Args)]
