@@ -19,7 +19,7 @@ use crate::core::request::RequestBounds;
 use crate::core::rules::RuleSet;
 use crate::core::time::SystemClock;
 use crate::limiter::{Limiter, LimiterSettings};
-use crate::reload::{self, ConfigReloader, ReloadStatus};
+use crate::reload::{self, ConfigReloader};
 use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
 use crate::server::{self, shutdown, Listeners};
@@ -53,6 +53,16 @@ pub enum AppError {
     AdminToken(#[from] crate::server::admin::AdminTokenError),
 }
 
+impl From<reload::FirstLoadError> for AppError {
+    fn from(error: reload::FirstLoadError) -> Self {
+        match error {
+            reload::FirstLoadError::Source(error) => Self::Source(error),
+            reload::FirstLoadError::Config(errors) => Self::Config(errors),
+            reload::FirstLoadError::Loader(gone) => Self::Usage(gone.to_string()),
+        }
+    }
+}
+
 pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
     if let Some(path) = &config.config {
         return Ok(ConfigLocation::Path(path.clone()));
@@ -81,8 +91,12 @@ fn parse_bool(text: &str) -> bool {
     matches!(text, "1" | "t" | "T" | "TRUE" | "true" | "True")
 }
 
-fn load_rules(location: &ConfigLocation, options: &LoadOptions) -> Result<RuleSet, AppError> {
-    let sources = read_sources(location)?;
+fn load_rules(
+    location: &ConfigLocation,
+    options: &LoadOptions,
+    max_config_bytes: u64,
+) -> Result<RuleSet, AppError> {
+    let sources = read_sources(location, max_config_bytes)?;
     Ok(load(&sources, options)?)
 }
 
@@ -118,20 +132,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let stop_signals = shutdown::StopSignals::install();
     let hangup = reload::hangup_signal();
     let location = location(&args.config)?;
-    let options = LoadOptions {
-        default_algorithm: args.config.default_algorithm.into(),
-        merge_domains: args.config.merge_domain_config,
-    };
-    let sources = read_sources(&location)?;
-    let rules = load(&sources, &options)?;
+    let (rules, reloader) = reload::load_first(
+        &reload::Loader,
+        location,
+        args.config.limits.load_options(
+            args.config.default_algorithm,
+            args.config.merge_domain_config,
+        ),
+        args.config.limits.max_config_bytes,
+    )
+    .await?;
     log_warnings(&rules);
-    let reload_status = Arc::new(ReloadStatus::new(&rules));
-    let reloader = ConfigReloader::new(
-        location.clone(),
-        options.clone(),
-        sources,
-        Arc::clone(&reload_status),
-    );
+    let reload_status = Arc::clone(reloader.status());
     let grpc_tls = grpc_tls(&args.grpc_tls)?;
     crate::telemetry::metrics::reload_succeeded(rules.rule_count());
     let header_mode = match args.response_headers {
@@ -372,7 +384,7 @@ fn start_reloading<S: Store>(
     let live = Arc::clone(limiter);
     tokio::spawn(reload::run(
         reloader,
-        move |rules| live.replace_rules(rules),
+        move |rules| Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>,
         hangup,
         shutdown.clone(),
     ));
@@ -430,11 +442,11 @@ async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Sh
 }
 
 pub fn validate(args: ValidateArgs) -> ExitCode {
-    let options = LoadOptions {
-        default_algorithm: args.default_algorithm.into(),
-        merge_domains: args.merge_domain_config,
-    };
-    match load_rules(&ConfigLocation::Path(args.path.clone()), &options) {
+    let options = args
+        .limits
+        .load_options(args.default_algorithm, args.merge_domain_config);
+    let location = ConfigLocation::Path(args.path.clone());
+    match load_rules(&location, &options, args.limits.max_config_bytes) {
         Ok(rules) => {
             println!("{}: configuration ok", args.path.display());
             for warning in rules.warnings() {

@@ -12,7 +12,7 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::cli::{CheckArgs, ClientTlsArgs};
 use crate::config_source::read_sources;
-use crate::core::config::{load, LoadOptions};
+use crate::core::config::load;
 use crate::core::rules::Entry as RuleEntry;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::{self, rate_limit::Unit};
@@ -153,11 +153,12 @@ async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
 /// Loads the rules locally and prints how each descriptor matches them.
 fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
     let location = crate::app::location(&args.config).map_err(Box::new)?;
-    let options = LoadOptions {
-        default_algorithm: args.config.default_algorithm.into(),
-        merge_domains: args.config.merge_domain_config,
-    };
-    let rules = load(&read_sources(&location)?, &options)?;
+    let options = args.config.limits.load_options(
+        args.config.default_algorithm,
+        args.config.merge_domain_config,
+    );
+    let sources = read_sources(&location, args.config.limits.max_config_bytes)?;
+    let rules = load(&sources, &options)?;
     let descriptors = args
         .descriptors
         .iter()
@@ -175,7 +176,7 @@ fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
     println!(
         "explained offline from the rules in {} (no server was asked: a running floodgate \
          answers from the rules it has loaded, which may be another version)",
-        crate::reload::location_label(&location).display()
+        crate::config_source::location_path(&location).display()
     );
     let explanation = crate::core::explain::explain(&rules, domain, &descriptors);
     print!("{}", crate::explain::render(&explanation));

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::algorithm::Algorithm;
+use crate::core::config::{LoadOptions, DEFAULT_MAX_RULES};
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
 use crate::core::overload::OverloadAnswer;
@@ -153,6 +154,67 @@ pub struct ConfigArgs {
     /// Let several files share one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub merge_domain_config: bool,
+    #[command(flatten)]
+    pub limits: ConfigLimitArgs,
+}
+
+/// How much configuration is read and loaded: beyond a cap it is refused, at start, at every
+/// reload (the rules in force stay) and by `validate`. The defaults fit the 128 MiB memory
+/// limit of the deployment in `deploy/` (see `DEFAULT_MAX_CONFIG_BYTES`, `DEFAULT_MAX_RULES`).
+#[derive(Debug, Args)]
+pub struct ConfigLimitArgs {
+    /// Most bytes of configuration, all files together (a number, or with KiB, MiB or GiB);
+    /// larger files are refused before they are read. A reload takes about 40 MiB of memory
+    /// per MiB of YAML at its peak: raise the memory limit with it.
+    #[arg(long, env = "FLOODGATE_MAX_CONFIG_BYTES", default_value = "1MiB", value_parser = parse_bytes)]
+    pub max_config_bytes: u64,
+    /// Most rules (descriptors with rate_limit or rate_limits) in all files together; each
+    /// takes about 1 KiB, twice during a reload.
+    #[arg(long, env = "FLOODGATE_MAX_RULES", default_value_t = DEFAULT_MAX_RULES)]
+    pub max_rules: usize,
+}
+
+impl ConfigLimitArgs {
+    /// The loader's settings: these caps with `--default-algorithm` and
+    /// `--merge-domain-config`.
+    pub fn load_options(
+        &self,
+        default_algorithm: AlgorithmArg,
+        merge_domains: bool,
+    ) -> LoadOptions {
+        LoadOptions {
+            default_algorithm: default_algorithm.into(),
+            merge_domains,
+            max_rules: self.max_rules,
+        }
+    }
+}
+
+/// A size in bytes: digits, optionally followed by KiB, MiB or GiB.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, unit) = match trimmed.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => trimmed.split_at(at),
+        None => (trimmed, ""),
+    };
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}': write bytes as a number, or with KiB, MiB or GiB \
+                 (2MiB)"
+            ))
+        }
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size: write a number of bytes, or 2MiB"))?;
+    number
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -501,6 +563,8 @@ pub struct ValidateArgs {
     /// Let several files share one domain (MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub merge_domain_config: bool,
+    #[command(flatten)]
+    pub limits: ConfigLimitArgs,
 }
 
 #[derive(Debug, Args)]

@@ -14,10 +14,22 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io;
+use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
 use crate::core::config::SourceFile;
+
+/// The default of `--max-config-bytes`: 1 MiB of YAML, 8 000 to 12 000 rules as operators
+/// write them (85 to 125 bytes per rule).
+///
+/// Derived from `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a
+/// reload of 20 000 rules in 2.5 MB of YAML peaked 80 to 100 MiB above the idle process, so
+/// about 40 MiB per MiB of YAML (the parser holds a whole file's events and tree for a
+/// moment, the rules in force stay beside the new ones, and the allocator returns freed
+/// memory only after a second). The deployment in `deploy/` allows 128 MiB: 22 MiB idle,
+/// 56 MiB for its 400 000 counters (FLOODGATE_MAX_KEYS), 40 MiB for a reload of 1 MiB, and
+/// 10 MiB to spare.
+pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// Where to read the configuration from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,14 +85,35 @@ pub enum SourceError {
         path.display()
     )]
     NotFileOrDirectory { path: PathBuf },
+    #[error(
+        "{}: the configuration files hold {bytes} bytes, over the cap of {cap} bytes: raise it \
+         with --max-config-bytes (FLOODGATE_MAX_CONFIG_BYTES) and the memory limit with it \
+         (a reload takes about 40 MiB of memory per MiB of YAML at its peak), or split the \
+         rules among more instances",
+        path.display()
+    )]
+    TooLarge {
+        /// The file or directory read.
+        path: PathBuf,
+        /// What the files hold (at least: counting stops at the file that crosses the cap).
+        bytes: u64,
+        cap: u64,
+    },
 }
 
 /// Reads every configuration file of `location`, in a stable order (sorted by name, directory
-/// by directory).
+/// by directory), at most `max_bytes` in all.
+///
+/// The cap is checked before anything is read (the files' sizes) and kept while reading (a
+/// file that grows meanwhile is read no further than the cap), so a file far too large is
+/// refused without being read into memory.
 ///
 /// A `Runtime` location with an empty `root` or `subdirectory` has no files, which loads as a
 /// configuration without domains: the reference's "nil loader" does the same.
-pub fn read_sources(location: &ConfigLocation) -> Result<Vec<SourceFile>, SourceError> {
+pub fn read_sources(
+    location: &ConfigLocation,
+    max_bytes: u64,
+) -> Result<Vec<SourceFile>, SourceError> {
     let paths = match location {
         ConfigLocation::Path(path) => files_at_path(path)?,
         ConfigLocation::Runtime {
@@ -95,7 +128,49 @@ pub fn read_sources(location: &ConfigLocation) -> Result<Vec<SourceFile>, Source
             None => Vec::new(),
         },
     };
-    paths.iter().map(|path| read_file(path)).collect()
+    let too_large = |bytes| SourceError::TooLarge {
+        path: location_path(location),
+        bytes,
+        cap: max_bytes,
+    };
+    let mut listed: u64 = 0;
+    for path in &paths {
+        let size = fs::metadata(path)
+            .map_err(|error| io_error(path, error))?
+            .len();
+        listed = listed.saturating_add(size);
+    }
+    if listed > max_bytes {
+        return Err(too_large(listed));
+    }
+    let mut left = max_bytes;
+    let mut files = Vec::with_capacity(paths.len());
+    for path in &paths {
+        let file = read_file(path, left).map_err(|error| match error {
+            ReadError::Source(error) => error,
+            // It grew since it was listed.
+            ReadError::Over => {
+                let now = fs::metadata(path).map_or(0, |metadata| metadata.len());
+                too_large((max_bytes - left).saturating_add(now).max(max_bytes + 1))
+            }
+        })?;
+        left -= u64::try_from(file.text.len()).unwrap_or(u64::MAX).min(left);
+        files.push(file);
+    }
+    Ok(files)
+}
+
+/// The file or directory `location` reads, for messages.
+pub fn location_path(location: &ConfigLocation) -> PathBuf {
+    match location {
+        ConfigLocation::Path(path) => path.clone(),
+        ConfigLocation::Runtime {
+            root,
+            subdirectory,
+            app_directory,
+            ..
+        } => root.join(subdirectory).join(app_directory),
+    }
 }
 
 /// The directories a watcher should watch to see configuration changes:
@@ -218,11 +293,30 @@ fn sorted_entries(directory: &Path) -> Result<Vec<(String, PathBuf)>, SourceErro
     Ok(entries)
 }
 
-fn read_file(path: &Path) -> Result<SourceFile, SourceError> {
-    let bytes = fs::read(path).map_err(|error| io_error(path, error))?;
-    let text = String::from_utf8(bytes).map_err(|error| SourceError::NotUtf8 {
-        path: path.to_path_buf(),
-        offset: error.utf8_error().valid_up_to(),
+enum ReadError {
+    Source(SourceError),
+    /// The file holds more than it may.
+    Over,
+}
+
+/// One file, at most `max_bytes` of it (more is [`ReadError::Over`]).
+fn read_file(path: &Path, max_bytes: u64) -> Result<SourceFile, ReadError> {
+    let failed = |error| ReadError::Source(io_error(path, error));
+    let file = fs::File::open(path).map_err(failed)?;
+    let expected = file.metadata().map_or(0, |metadata| metadata.len());
+    let mut bytes = Vec::with_capacity(usize::try_from(expected.min(max_bytes)).unwrap_or(0));
+    // One byte past the cap tells a file that grew from one that ends there.
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max_bytes {
+        return Err(ReadError::Over);
+    }
+    let text = String::from_utf8(bytes).map_err(|error| {
+        ReadError::Source(SourceError::NotUtf8 {
+            path: path.to_path_buf(),
+            offset: error.utf8_error().valid_up_to(),
+        })
     })?;
     Ok(SourceFile {
         name: path.display().to_string(),
@@ -276,7 +370,7 @@ mod tests {
     }
 
     fn names(location: &ConfigLocation, base: &Path) -> Vec<String> {
-        match read_sources(location) {
+        match read_sources(location, DEFAULT_MAX_CONFIG_BYTES) {
             Ok(files) => files
                 .iter()
                 .map(|file| {
@@ -306,7 +400,7 @@ mod tests {
         let file = dir.path().join("only.conf");
         write(&file, "domain: a\n");
         let location = ConfigLocation::Path(file.clone());
-        let Ok(files) = read_sources(&location) else {
+        let Ok(files) = read_sources(&location, DEFAULT_MAX_CONFIG_BYTES) else {
             panic!("should read");
         };
         assert_eq!(
@@ -343,7 +437,7 @@ mod tests {
         let dir = temp_dir();
         configmap(dir.path());
         let location = ConfigLocation::Path(dir.path().to_path_buf());
-        let Ok(files) = read_sources(&location) else {
+        let Ok(files) = read_sources(&location, DEFAULT_MAX_CONFIG_BYTES) else {
             panic!("should read");
         };
         assert_eq!(files.len(), 1);
@@ -423,14 +517,19 @@ mod tests {
             watch_root: true,
             ignore_dotfiles: false,
         };
-        assert!(matches!(read_sources(&location), Ok(files) if files.is_empty()));
+        assert!(
+            matches!(read_sources(&location, DEFAULT_MAX_CONFIG_BYTES), Ok(files) if files.is_empty())
+        );
     }
 
     #[test]
     fn a_missing_path_is_named_in_the_error() {
         let dir = temp_dir();
         let missing = dir.path().join("nope.yaml");
-        let error = match read_sources(&ConfigLocation::Path(missing.clone())) {
+        let error = match read_sources(
+            &ConfigLocation::Path(missing.clone()),
+            DEFAULT_MAX_CONFIG_BYTES,
+        ) {
             Err(error) => error,
             Ok(_) => panic!("should fail"),
         };
@@ -443,7 +542,7 @@ mod tests {
         assert!(message.contains("--config"), "{message}");
         let runtime_missing = runtime(dir.path(), true, false);
         assert!(matches!(
-            read_sources(&runtime_missing),
+            read_sources(&runtime_missing, DEFAULT_MAX_CONFIG_BYTES),
             Err(SourceError::Missing { .. })
         ));
     }
@@ -452,7 +551,10 @@ mod tests {
     fn a_broken_symlink_in_a_directory_is_an_error_naming_it() {
         let dir = temp_dir();
         link("gone.yaml", &dir.path().join("broken.yaml"));
-        match read_sources(&ConfigLocation::Path(dir.path().to_path_buf())) {
+        match read_sources(
+            &ConfigLocation::Path(dir.path().to_path_buf()),
+            DEFAULT_MAX_CONFIG_BYTES,
+        ) {
             Err(SourceError::Missing { path }) => assert!(path.ends_with("broken.yaml")),
             other => panic!("expected Missing, got {other:?}"),
         }
@@ -465,7 +567,7 @@ mod tests {
         if let Err(error) = fs::write(&file, b"domain: caf\xe9\n") {
             panic!("write: {error}");
         }
-        match read_sources(&ConfigLocation::Path(file)) {
+        match read_sources(&ConfigLocation::Path(file), DEFAULT_MAX_CONFIG_BYTES) {
             Err(error @ SourceError::NotUtf8 { offset: 11, .. }) => {
                 assert!(error.to_string().contains("UTF-8"));
             }
@@ -480,7 +582,7 @@ mod tests {
         let file = dir.path().join("ratelimit");
         write(&file, "x");
         let location = runtime(dir.path(), false, false);
-        assert!(read_sources(&location).is_err());
+        assert!(read_sources(&location, DEFAULT_MAX_CONFIG_BYTES).is_err());
     }
 
     #[test]

@@ -28,8 +28,8 @@ use crate::telemetry::metrics::{
     self, Decision, Metrics, RejectReason, StoreSeries, UNKNOWN_DOMAIN_LABEL,
 };
 use crate::telemetry::record::{
-    call_decision, deciding_algorithm, deciding_descriptor, record_call, DecidedCall,
-    RuleSeriesTable,
+    call_decision, deciding_algorithm, deciding_descriptor, limited_series, record_call,
+    DecidedCall, RuleSeriesTable,
 };
 use crate::telemetry::traces::{self, hashed_value, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
@@ -61,6 +61,16 @@ struct LiveRules {
     series: RuleSeriesTable,
 }
 
+/// A rule set that was replaced, with its metric table; freed when dropped, unless a decision
+/// that started before the swap still holds it.
+pub struct RetiredRules(Arc<LiveRules>);
+
+impl crate::reload::Retired for RetiredRules {
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.0) > 1 || Arc::strong_count(&self.0.rules) > 1
+    }
+}
+
 /// The live rules and the store.
 pub struct Limiter<S> {
     live: ArcSwap<LiveRules>,
@@ -85,6 +95,9 @@ const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
 impl<S: Store> Limiter<S> {
     pub fn new(rules: RuleSet, store: S, settings: LimiterSettings) -> Self {
         let metrics = metrics::global();
+        if let Some(metrics) = metrics {
+            metrics.follow_rules(&rules);
+        }
         let store_series = metrics.and_then(|metrics| metrics.store_series(store.backend()).ok());
         Self {
             live: ArcSwap::from_pointee(live_rules(rules, metrics)),
@@ -135,8 +148,16 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Swaps in a new rule set whole: a request sees the old one or the new one, never a mix.
-    pub fn replace_rules(&self, rules: RuleSet) {
-        self.live.store(Arc::new(live_rules(rules, self.metrics)));
+    /// Returns the old one, for the caller to free where it likes once decisions are done with
+    /// it; the rule labels of its rules that are gone are released.
+    pub fn replace_rules(&self, rules: RuleSet) -> RetiredRules {
+        let live = Arc::new(live_rules(rules, self.metrics));
+        let rules = Arc::clone(&live.rules);
+        let old = self.live.swap(live);
+        if let Some(metrics) = self.metrics {
+            metrics.follow_rules(&rules);
+        }
+        RetiredRules(old)
     }
 
     pub fn store(&self) -> &S {
@@ -279,7 +300,7 @@ impl<S: Store> Limiter<S> {
                 match self.apply_failure_policy(policy, &plan, error).await? {
                     StoreFallback::Decided(decided) => decided,
                     StoreFallback::Rejected(response) => {
-                        self.record_failure_rejection(&live.rules, &request.domain, &plan);
+                        self.record_failure_rejection(&live, &request.domain, &plan);
                         return Ok((response, Decision::OverLimit));
                     }
                 }
@@ -377,18 +398,16 @@ impl<S: Store> Limiter<S> {
     }
 
     /// `floodgate_requests_rejected_total{reason="failure_policy"}` for each limited rule.
-    fn record_failure_rejection(&self, rules: &RuleSet, domain: &str, plan: &Plan<'_>) {
+    fn record_failure_rejection(&self, live: &LiveRules, domain: &str, plan: &Plan<'_>) {
         let Some(metrics) = self.metrics else {
             return;
         };
-        let Some(domain) = rules.domain(domain) else {
+        let Some(domain) = live.rules.domain(domain) else {
             return;
         };
         for descriptor in &plan.descriptors {
-            if let DescriptorPlan::Limited { limit, .. } = descriptor {
-                if let Ok(series) = metrics.rule_series(&domain.name, limit.path()) {
-                    series.rejected(RejectReason::FailurePolicy);
-                }
+            if let Some(series) = limited_series(metrics, &live.series, &domain.name, descriptor) {
+                series.rejected(RejectReason::FailurePolicy);
             }
         }
     }

@@ -155,8 +155,9 @@ async fn every_kind_of_decision_is_counted_and_promtool_accepts_the_scrape() {
             "floodgate_requests_allowed_total",
             &[("domain", "edge"), ("rule", "edge.user")]
         ),
-        Some(0.0),
-        "the configured path has its series, the detailed one gets the calls"
+        None,
+        "series are made at a rule's first decision, and a detailed_metric rule decides under \
+         its per-value labels"
     );
     assert_eq!(
         scrape.value(
@@ -292,5 +293,80 @@ async fn detailed_metric_labels_are_bounded() {
     assert_eq!(
         scrape.value("floodgate_metric_labels_folded_total", &[]),
         4.0
+    );
+}
+
+/// `count` rules in domain `churn`, each keyed `g<generation>_<index>`.
+fn churn_rules(generation: usize, count: usize) -> String {
+    let mut text = String::from("domain: churn\ndescriptors:\n");
+    for index in 0..count {
+        text.push_str(&format!(
+            "  - {{key: g{generation}_{index}, rate_limit: {{unit: hour, requests_per_unit: 9}}}}\n"
+        ));
+    }
+    text
+}
+
+#[tokio::test]
+async fn the_rule_label_budget_follows_the_rules_in_force_across_reloads() {
+    // 4 generations of 600 rules: 2 400 labels over time, more than the 1 000 allowed.
+    const RULES: usize = 600;
+    let dir = tempdir();
+    let config = dir.path().join("churn.yaml");
+    std::fs::write(&config, churn_rules(0, RULES))
+        .unwrap_or_else(|error| panic!("cannot write rules: {error}"));
+    let floodgate = Floodgate::start(&config, &[], dir.path());
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    for generation in 0..4 {
+        if generation > 0 {
+            let text = churn_rules(generation, RULES);
+            let temporary = dir.path().join("churn.yaml.tmp");
+            std::fs::write(&temporary, text).unwrap_or_else(|error| panic!("write: {error}"));
+            std::fs::rename(&temporary, &config).unwrap_or_else(|error| panic!("{error}"));
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let loaded = format!("g{generation}_0");
+            while !common::http::get(floodgate.debug_port, "/rlconfig", &[])
+                .is_ok_and(|response| response.body.contains(&loaded))
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "reload {generation} not live"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let keys: Vec<String> = (0..RULES)
+            .map(|index| format!("g{generation}_{index}"))
+            .collect();
+        for chunk in keys.chunks(64) {
+            let descriptors: Vec<[(&str, &str); 1]> =
+                chunk.iter().map(|key| [(key.as_str(), "x")]).collect();
+            let entries: Vec<&[(&str, &str)]> = descriptors.iter().map(|d| &d[..]).collect();
+            rls::call(&mut client, rls::request("churn", &entries))
+                .await
+                .unwrap_or_else(|status| panic!("{status:?}"));
+        }
+    }
+    let scrape = scrape(&floodgate);
+    let allowed = scrape.all("floodgate_requests_allowed_total");
+    let rule_label = |sample: &&prom::Sample| sample.labels.get("rule").cloned();
+    let labels: std::collections::BTreeSet<String> =
+        allowed.iter().filter_map(rule_label).collect();
+    for index in [0, RULES / 2, RULES - 1] {
+        let newest = format!("churn.g3_{index}");
+        assert!(labels.contains(&newest), "{newest} has no label of its own");
+    }
+    assert!(
+        !labels.contains("other"),
+        "no rule of the newest rules was folded"
+    );
+    assert!(
+        !labels.iter().any(|label| label.starts_with("churn.g0_")),
+        "the first rules' series were removed"
+    );
+    assert_eq!(labels.len(), RULES, "{labels:?}");
+    assert_eq!(
+        scrape.value("floodgate_metric_labels_folded_total", &[]),
+        0.0
     );
 }

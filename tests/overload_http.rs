@@ -80,11 +80,14 @@ fn in_flight_rejections(server: &Floodgate) -> f64 {
     )
 }
 
+/// A rule's series are made at its first decision: none yet counts as 0.
 fn allowed(server: &Floodgate) -> f64 {
-    scrape(server.debug_port).value(
-        "floodgate_requests_allowed_total",
-        &[("domain", "shop"), ("rule", "shop.user")],
-    )
+    scrape(server.debug_port)
+        .get(
+            "floodgate_requests_allowed_total",
+            &[("domain", "shop"), ("rule", "shop.user")],
+        )
+        .unwrap_or(0.0)
 }
 
 /// Waits until `calls` calls are being decided (`floodgate_calls_in_flight`).

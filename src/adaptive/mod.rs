@@ -202,7 +202,7 @@ fn adaptive_rules(rules: &RuleSet) -> HashMap<(String, String), AdaptiveRule> {
                     domain: domain.name.clone(),
                     path: rule.path.clone(),
                     configured: quota.requests_per_unit,
-                    settings: settings.clone(),
+                    settings: (**settings).clone(),
                 },
             );
         }

@@ -183,7 +183,7 @@ fn explain_descriptor<'a>(
             }
             // The class entry of a rule with priority classes ends the lookup at its rule.
             Err(_) if level + 1 == entries.len() && is_class_entry(node, entry) => {
-                if let Some(rule) = &node.rule {
+                if let Some(rule) = node.rule() {
                     explanation.verdict = Verdict::Limited(rule);
                 }
                 return explanation;
@@ -192,13 +192,13 @@ fn explain_descriptor<'a>(
                 let miss = match miss {
                     StepMiss::Childless => Miss::TreeEnds {
                         node_path: node_path.clone(),
-                        node_rule: node.rule.as_ref(),
+                        node_rule: node.rule(),
                     },
                     StepMiss::UnknownKey => Miss::NoSuchKey {
-                        keys: sorted(node.children.keys().map(AsRef::as_ref)),
+                        keys: sorted(node.child_keys()),
                     },
                     StepMiss::UnmatchedValue(children) => Miss::NoValue {
-                        values: sorted(children.exact.keys().map(AsRef::as_ref)),
+                        values: sorted(children.exact_values()),
                         patterns: children
                             .wildcards
                             .iter()
@@ -213,7 +213,7 @@ fn explain_descriptor<'a>(
         }
     }
     let last = nodes[nodes.len() - 1];
-    explanation.verdict = match &last.rule {
+    explanation.verdict = match last.rule() {
         Some(rule) if rule.unlimited => Verdict::Unlimited(rule),
         Some(rule) => Verdict::Limited(rule),
         None => {
@@ -224,14 +224,14 @@ fn explain_descriptor<'a>(
                 {
                     entries
                         .last()
-                        .and_then(|entry| parent.children.get(entry.key.as_str()))
+                        .and_then(|entry| parent.children_of(&entry.key))
                         .and_then(|children| children.default.as_deref())
-                        .and_then(|default| default.rule.as_ref())
+                        .and_then(Node::rule)
                 }
                 _ => None,
             };
             Verdict::NoLimitHere {
-                deeper_keys: sorted(last.children.keys().map(AsRef::as_ref)),
+                deeper_keys: sorted(last.child_keys()),
                 exempted_from,
             }
         }
@@ -247,9 +247,8 @@ fn explain_descriptor<'a>(
 
 /// Whether `entry` names a priority class of `node`'s rule (`DomainRules::lookup`).
 fn is_class_entry(node: &Node, entry: &Entry) -> bool {
-    node.rule
-        .as_ref()
-        .and_then(|rule| rule.priority.as_ref())
+    node.rule()
+        .and_then(|rule| rule.priority.as_deref())
         .is_some_and(|priority| priority.key == entry.key)
 }
 
@@ -265,10 +264,10 @@ fn step<'a>(node: &'a Node, entry: &Entry) -> Result<(&'a Node, LevelMatch<'a>),
     if node.children.is_empty() {
         return Err(StepMiss::Childless);
     }
-    let Some(children) = node.children.get(entry.key.as_str()) else {
+    let Some(children) = node.children_of(&entry.key) else {
         return Err(StepMiss::UnknownKey);
     };
-    if let Some(next) = children.exact.get(entry.value.as_str()) {
+    if let Some(next) = children.exact(&entry.value) {
         return Ok((next, LevelMatch::Exact));
     }
     if let Some((pattern, next)) = children
@@ -317,7 +316,7 @@ fn not_tried<'a>(
 ) -> Vec<NotTried<'a>> {
     let mut found = Vec::new();
     for (level, matched) in levels.iter().enumerate() {
-        let Some(children) = nodes[level].children.get(matched.entry.key.as_str()) else {
+        let Some(children) = nodes[level].children_of(&matched.entry.key) else {
             continue;
         };
         let parent_path = matched
@@ -362,7 +361,7 @@ fn lookup_from<'a>(node: &'a Node, rest: &[Entry]) -> Option<&'a Rule> {
     for entry in rest {
         node = step(node, entry).ok()?.0;
     }
-    node.rule.as_ref()
+    node.rule()
 }
 
 /// Marks rules named in another matched rule's `replaces`, as the planner does: every rule

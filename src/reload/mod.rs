@@ -5,26 +5,38 @@
 //!   directory (a mounted ConfigMap swaps its `..data` symlink there), or envoyproxy/ratelimit's
 //!   runtime layout (`RUNTIME_WATCH_ROOT=true`: the directory holding the `RUNTIME_ROOT`
 //!   symlink, plus the app directory; `false`: the app directory, recursively).
-//! * Files are compared with what was read last, so events about other files, or a swap to
-//!   identical content, log nothing and change nothing.
+//! * Files are compared with what was read last (by name and SHA-256, not kept whole), so
+//!   events about other files, or a swap to identical content, log nothing and change nothing.
+//! * Reading is capped (`--max-config-bytes`) and so is the rule count (`--max-rules`): a
+//!   configuration over a cap is refused like a broken one, and the rules in force stay.
+//! * Rule sets are built, and the ones a reload replaced freed (once the last decision on them
+//!   ends), each on a thread of its own that ends with the work (`loader`), and the load's
+//!   scratch memory is handed back to the system shortly after (`trim`).
 //! * One log line per reload: info with the version and counts, or error with every problem
 //!   (file and rule path each); then the rule set's warnings.
 //! * Counters are not touched: a counter's key is made of the domain, rule path, algorithm and
 //!   window, so a rule that is unchanged keeps counting across a reload.
 
+mod loader;
 mod status;
 #[cfg(test)]
 mod tests;
+mod trim;
 pub mod watch;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use loader::{Loader, LoaderGone, Retired};
+use sha2::{Digest as _, Sha256};
 pub use status::{rfc3339, ReloadFailure, ReloadStatus, StatusSnapshot};
+pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
 
-use crate::config_source::{location_directories, read_sources, ConfigLocation};
-use crate::core::config::{load, LoadOptions, SourceFile};
+use crate::config_source::SourceError;
+use crate::config_source::{
+    location_directories, read_sources, ConfigLocation, DEFAULT_MAX_CONFIG_BYTES,
+};
+use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
 use crate::core::rules::RuleSet;
 use crate::server::shutdown::Shutdown;
 
@@ -45,17 +57,37 @@ impl Trigger {
     }
 }
 
+/// The files of one read, by name and SHA-256 of their text: what a reload compares with, at
+/// 40 bytes a file instead of the whole text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct SourcesDigest(Vec<(String, [u8; 32])>);
+
+impl SourcesDigest {
+    fn of(sources: &[SourceFile]) -> Self {
+        Self(
+            sources
+                .iter()
+                .map(|source| (source.name.clone(), Sha256::digest(&source.text).into()))
+                .collect(),
+        )
+    }
+}
+
 /// Reads and loads the configuration again, and remembers what it read.
 pub struct ConfigReloader {
     location: ConfigLocation,
     options: LoadOptions,
+    /// `--max-config-bytes`.
+    max_config_bytes: u64,
     /// The files as read at the last attempt (loaded or rejected): the same files again are no
     /// reason to reload, nor to log the same error again.
-    last_read: Vec<SourceFile>,
+    last_read: SourcesDigest,
     status: Arc<ReloadStatus>,
     /// What the store cannot decide in a valid rule set (e.g. limits past Redis' exact
     /// arithmetic): a non-empty answer rejects the reload like a configuration error.
     store_check: Option<fn(&RuleSet) -> Vec<String>>,
+    /// Where the next rule sets are loaded.
+    loader: Loader,
 }
 
 impl ConfigReloader {
@@ -63,16 +95,24 @@ impl ConfigReloader {
     pub fn new(
         location: ConfigLocation,
         options: LoadOptions,
-        sources: Vec<SourceFile>,
+        sources: &[SourceFile],
         status: Arc<ReloadStatus>,
     ) -> Self {
         Self {
             location,
             options,
-            last_read: sources,
+            max_config_bytes: DEFAULT_MAX_CONFIG_BYTES,
+            last_read: SourcesDigest::of(sources),
             status,
             store_check: None,
+            loader: Loader,
         }
+    }
+
+    /// Reads at most `bytes` of configuration (`--max-config-bytes`).
+    pub fn with_max_config_bytes(mut self, bytes: u64) -> Self {
+        self.max_config_bytes = bytes;
+        self
     }
 
     /// Rejects reloads whose rules `check` finds problems in.
@@ -109,7 +149,7 @@ impl ConfigReloader {
     /// One reload attempt. Returns the rule set to swap in, or `None` when the files are
     /// unchanged or wrong (then the live rules stay). Logs one line, except when unchanged.
     pub fn reload(&mut self, trigger: Trigger) -> Option<RuleSet> {
-        let sources = match read_sources(&self.location) {
+        let sources = match read_sources(&self.location, self.max_config_bytes) {
             Ok(sources) => sources,
             Err(error) => {
                 let version = self.status.record_failure(error.to_string());
@@ -120,16 +160,19 @@ impl ConfigReloader {
                     "configuration reload failed, keeping version {version}: {error}"
                 );
                 // Whatever is read next is worth a try.
-                self.last_read.clear();
+                self.last_read = SourcesDigest::default();
                 return None;
             }
         };
-        if trigger == Trigger::FileChange && sources == self.last_read {
+        let digest = SourcesDigest::of(&sources);
+        if trigger == Trigger::FileChange && digest == self.last_read {
             tracing::debug!("configuration files unchanged; nothing to reload");
             return None;
         }
         let loaded = load(&sources, &self.options)
             .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>());
+        // The texts are not needed any more: free them before the rule set is swapped in.
+        drop(sources);
         let loaded = match (loaded, self.store_check) {
             (Ok(rules), Some(check)) => {
                 let problems = check(&rules);
@@ -141,7 +184,7 @@ impl ConfigReloader {
             }
             (loaded, _) => loaded,
         };
-        self.last_read = sources;
+        self.last_read = digest;
         match loaded {
             Ok(rules) => {
                 let version = self.status.record_success(&rules);
@@ -174,15 +217,51 @@ impl ConfigReloader {
     }
 }
 
-/// Reloads on file changes and `hangup` (SIGHUP) until `shutdown`; `install` swaps a new rule
-/// set in.
+/// Why the first load failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FirstLoadError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Config(#[from] ConfigErrors),
+    #[error(transparent)]
+    Loader(#[from] LoaderGone),
+}
+
+/// The first load, on a loader thread: the rules, and the reloader that follows them (its
+/// status at version 1).
+pub async fn load_first(
+    loader: &Loader,
+    location: ConfigLocation,
+    options: LoadOptions,
+    max_config_bytes: u64,
+) -> Result<(RuleSet, ConfigReloader), FirstLoadError> {
+    let loader_handle = *loader;
+    loader
+        .run(move || {
+            let sources = read_sources(&location, max_config_bytes)?;
+            let rules = load(&sources, &options)?;
+            let status = Arc::new(ReloadStatus::new(&rules));
+            let mut reloader = ConfigReloader::new(location, options, &sources, status)
+                .with_max_config_bytes(max_config_bytes);
+            reloader.loader = loader_handle;
+            Ok((rules, reloader))
+        })
+        .await?
+}
+
+/// Reloads on file changes and `hangup` (SIGHUP) until `shutdown`, each on a loader thread;
+/// `install` swaps a new rule set in and returns the one it replaced, which is freed on one too.
 pub async fn run(
     mut reloader: ConfigReloader,
-    install: impl Fn(RuleSet) + Send + 'static,
+    install: impl Fn(RuleSet) -> Box<dyn Retired> + Send + 'static,
     mut hangup: Hangup,
     shutdown: Shutdown,
 ) {
+    let loader = reloader.loader;
     let targets = reloader.watch_targets();
+    // The rules in force were loaded just before.
+    trim_after_load();
     let mut watch = DirectoryWatch::new("configuration");
     watch.ensure(&targets);
     let stop = shutdown.fired();
@@ -195,17 +274,20 @@ pub async fn run(
         };
         watch.ensure(&targets);
         // Reading files blocks; keep it off the threads that answer requests.
-        let attempt = tokio::task::spawn_blocking(move || {
-            let rules = reloader.reload(trigger);
-            (reloader, rules)
-        })
-        .await;
+        let attempt = loader
+            .run(move || {
+                let rules = reloader.reload(trigger);
+                (reloader, rules)
+            })
+            .await;
         match attempt {
             Ok((back, rules)) => {
                 reloader = back;
                 if let Some(rules) = rules {
-                    install(rules);
+                    loader.retire(install(rules));
                 }
+                // Also after a refused reload: it parsed files just as much.
+                trim_after_load();
             }
             Err(error) => {
                 tracing::error!(%error, "the configuration reloader stopped; restart floodgate to reload");
@@ -248,18 +330,5 @@ impl Hangup {
             }
         }
         std::future::pending::<()>().await;
-    }
-}
-
-/// The file or directory a location reads, for messages.
-pub fn location_label(location: &ConfigLocation) -> PathBuf {
-    match location {
-        ConfigLocation::Path(path) => path.clone(),
-        ConfigLocation::Runtime {
-            root,
-            subdirectory,
-            app_directory,
-            ..
-        } => root.join(subdirectory).join(app_directory),
     }
 }

@@ -17,7 +17,7 @@ fn write(path: &Path, text: &str) {
 
 fn reloader(path: &Path) -> ConfigReloader {
     let location = ConfigLocation::Path(path.to_path_buf());
-    let sources = match read_sources(&location) {
+    let sources = match read_sources(&location, DEFAULT_MAX_CONFIG_BYTES) {
         Ok(sources) => sources,
         Err(error) => panic!("read: {error}"),
     };
@@ -26,7 +26,7 @@ fn reloader(path: &Path) -> ConfigReloader {
         Err(error) => panic!("load: {error}"),
     };
     let status = Arc::new(ReloadStatus::new(&rules));
-    ConfigReloader::new(location, LoadOptions::default(), sources, status)
+    ConfigReloader::new(location, LoadOptions::default(), &sources, status)
 }
 
 #[test]
@@ -88,6 +88,39 @@ fn a_missing_file_is_a_failure_and_its_return_reloads() {
 }
 
 #[test]
+fn a_reload_over_a_cap_is_refused_and_keeps_the_rules() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let file = dir.path().join("d.yaml");
+    write(&file, GOOD_A);
+    let size = u64::try_from(GOOD_A.len()).unwrap_or(u64::MAX);
+    let mut reloader = reloader(&file).with_max_config_bytes(size);
+
+    write(&file, GOOD_B);
+    assert!(reloader.reload(Trigger::FileChange).is_none());
+    let snapshot = reloader.status().snapshot();
+    assert_eq!((snapshot.version, snapshot.failures), (1, 1));
+    let message = snapshot.last_error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains(&format!("over the cap of {size} bytes"))
+            && message.contains("--max-config-bytes"),
+        "{message}"
+    );
+
+    // Within the byte cap, over the rule cap.
+    reloader.max_config_bytes = DEFAULT_MAX_CONFIG_BYTES;
+    reloader.options.max_rules = 1;
+    assert!(reloader.reload(Trigger::FileChange).is_none());
+    let snapshot = reloader.status().snapshot();
+    assert_eq!((snapshot.version, snapshot.failures), (1, 2));
+    let message = snapshot.last_error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("2 rules up to this file, over the cap of 1 rules")
+            && message.contains("--max-rules"),
+        "{message}"
+    );
+}
+
+#[test]
 fn watch_targets_follow_the_location() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let file = dir.path().join("d.yaml");
@@ -138,7 +171,7 @@ fn reloader_with_empty_status() -> ConfigReloader {
     ConfigReloader::new(
         ConfigLocation::Path(".".into()),
         LoadOptions::default(),
-        Vec::new(),
+        &[],
         Arc::new(ReloadStatus::new(&RuleSet::default())),
     )
 }

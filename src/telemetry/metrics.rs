@@ -9,18 +9,25 @@
 //! Label cardinality is bounded: per-rule series carry the rule's config path
 //! (`rule="edge.generic_key_api.client_id"`), never request values, except for rules with
 //! `detailed_metric` (the operator asked for the values) and Envoy's limit overrides (whose path
-//! names the request's keys). Beyond [`MAX_RULE_LABELS`] distinct rule labels, new ones are
-//! recorded under `rule="other"` and counted by `floodgate_metric_labels_folded_total`.
+//! names the request's keys). At most [`MAX_RULE_LABELS`] rule labels exist at once, admitted
+//! through a [`LabelBudget`] that follows the rules in force (a reload releases the labels of
+//! rules that are gone); the others are recorded under `rule="other"` and counted by
+//! `floodgate_metric_labels_folded_total`. A rule's series are made at its first decision, so
+//! rules that are never hit cost nothing here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
+use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use super::label_budget::{Holder, LabelBudget};
+use crate::core::rules::{Rule, RuleSet};
 
 /// How many distinct rule labels the per-rule metrics may carry before folding into `other`.
 pub const MAX_RULE_LABELS: usize = 1000;
@@ -137,6 +144,11 @@ impl OverloadReason {
 /// The resolved per-rule series of one `(domain, rule)` label pair.
 #[derive(Debug)]
 pub struct RuleSeries {
+    /// The labels, to remove the series from the registry when the label is released.
+    domain: Box<str>,
+    rule: Box<str>,
+    /// Rejections per priority class of the rule, in the rule's class order.
+    classes: Box<[(Box<str>, ClassSeries)]>,
     allowed: IntCounter,
     rejected_limit: IntCounter,
     rejected_shadow: IntCounter,
@@ -172,6 +184,19 @@ impl RuleSeries {
 
     pub fn is_folded(&self) -> bool {
         self.folded.is_some()
+    }
+
+    /// The rejection series of the rule's priority class at `index`, if it has classes.
+    pub fn class(&self, index: usize) -> Option<&ClassSeries> {
+        self.classes.get(index).map(|(_, series)| series)
+    }
+
+    /// Whether these series were made for `rule`'s classes (a reload may have changed them).
+    fn has_classes_of(&self, rule: &Rule) -> bool {
+        self.classes
+            .iter()
+            .map(|(name, _)| &**name)
+            .eq(class_names(rule))
     }
 
     fn count_fold(&self) {
@@ -238,18 +263,6 @@ impl EvictionSeries {
     }
 }
 
-/// Per-rule series handed out so far, by domain then rule label. Rule-set swaps, `detailed_metric`
-/// values and limit overrides look here; a plain rule's series is resolved once per rule set
-/// (`telemetry::record::RuleSeriesTable`) and never needs this lock.
-#[derive(Debug, Default)]
-struct RuleLabels {
-    series: HashMap<String, HashMap<String, Arc<RuleSeries>>>,
-    /// Each domain's `rule="other"` series.
-    folded: HashMap<String, Arc<RuleSeries>>,
-    /// Distinct rule labels handed out (not counting `other`).
-    distinct: usize,
-}
-
 /// Every metric floodgate exports.
 pub struct Metrics {
     registry: Registry,
@@ -273,14 +286,16 @@ pub struct Metrics {
     labels_folded: IntCounter,
     effective_limit: IntGaugeVec,
     adaptive: AdaptiveSeries,
-    max_rule_labels: usize,
-    rule_labels: RwLock<RuleLabels>,
+    /// Per-rule series handed out, by domain and rule label.
+    rule_labels: LabelBudget<Arc<RuleSeries>>,
+    /// Each domain's `rule="other"` series.
+    folded: RwLock<HashMap<Box<str>, Arc<RuleSeries>>>,
 }
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("max_rule_labels", &self.max_rule_labels)
+            .field("max_rule_labels", &self.rule_labels.capacity())
             .finish_non_exhaustive()
     }
 }
@@ -523,8 +538,8 @@ impl Metrics {
             labels_folded,
             effective_limit,
             adaptive,
-            max_rule_labels,
-            rule_labels: RwLock::new(RuleLabels::default()),
+            rule_labels: LabelBudget::new(max_rule_labels),
+            folded: RwLock::new(HashMap::new()),
         })
     }
 
@@ -622,87 +637,175 @@ impl Metrics {
         }
     }
 
-    /// The series of `(domain, rule)`, created on first use. Past the label limit, a new rule
-    /// label gets the domain's `rule="other"` series instead. Known labels cost a read lock
-    /// and no allocation.
-    pub fn rule_series(&self, domain: &str, rule: &str) -> Result<Arc<RuleSeries>, MetricsError> {
-        {
-            let labels = self.rule_labels.read();
-            if let Some(series) = labels.series.get(domain).and_then(|rules| rules.get(rule)) {
-                return Ok(Arc::clone(series));
+    /// The series of a configured `rule` of `domain`, made on first use; the domain's
+    /// `rule="other"` series when the rule is beyond the label budget. Known labels cost a
+    /// read lock and no allocation.
+    pub fn rule_series(&self, domain: &str, rule: &Rule) -> Result<Arc<RuleSeries>, MetricsError> {
+        let made = self
+            .rule_labels
+            .configured(domain, &rule.path, rule.index, || {
+                self.new_rule_series(domain, &rule.path, class_names(rule), false)
+                    .map(Arc::new)
+            })?;
+        match made {
+            Some(series) => Ok(series),
+            None => self.folded_series(domain),
+        }
+    }
+
+    /// The series of `label`, made from request values (a `detailed_metric` label, an Envoy
+    /// limit override's path) and counted for the rule labelled `owner`, if any: its own while
+    /// the budget has room, the domain's `rule="other"` series after.
+    pub fn value_series(
+        &self,
+        domain: &str,
+        label: &str,
+        owner: Option<&str>,
+    ) -> Result<Arc<RuleSeries>, MetricsError> {
+        let made = self.rule_labels.spare(domain, label, owner, || {
+            self.new_rule_series(domain, label, std::iter::empty(), false)
+                .map(Arc::new)
+        })?;
+        match made {
+            Some(series) => Ok(series),
+            None => self.folded_series(domain),
+        }
+    }
+
+    fn folded_series(&self, domain: &str) -> Result<Arc<RuleSeries>, MetricsError> {
+        if let Some(other) = self.folded.read().get(domain) {
+            return Ok(Arc::clone(other));
+        }
+        let mut folded = self.folded.write();
+        if let Some(other) = folded.get(domain) {
+            return Ok(Arc::clone(other));
+        }
+        let other =
+            Arc::new(self.new_rule_series(domain, FOLDED_RULE_LABEL, std::iter::empty(), true)?);
+        folded.insert(Box::from(domain), Arc::clone(&other));
+        Ok(other)
+    }
+
+    /// Makes the rule labels follow `rules`, the rule set now in force: the labels of rules
+    /// that are gone (or beyond the budget now, or whose classes changed), and the value labels
+    /// they owned, are released and their series removed from the registry, which leaves
+    /// their places to new rules. Labels of rules that stay keep counting.
+    ///
+    /// A decision still running on the previous rule set may make a released label again;
+    /// the next reload releases it.
+    pub fn follow_rules(&self, rules: &RuleSet) {
+        let dependencies = self.rule_labels.dependencies();
+        let wanted: HashSet<(&str, &str)> = dependencies
+            .iter()
+            .map(|(domain, name)| (&**domain, &**name))
+            .collect();
+        let mut in_force: HashMap<(&str, &str), &Rule> = HashMap::new();
+        for domain in rules.domains() {
+            if !wanted.iter().any(|(scope, _)| *scope == domain.name) {
+                continue;
             }
-            if labels.distinct >= self.max_rule_labels {
-                if let Some(other) = labels.folded.get(domain) {
-                    return Ok(Arc::clone(other));
+            for rule in domain.rules() {
+                if let Some(key) = wanted.get(&(domain.name.as_str(), rule.path.as_str())) {
+                    in_force.insert(*key, rule);
                 }
             }
         }
-        let mut labels = self.rule_labels.write();
-        // Another thread may have added it between the two locks.
-        if let Some(series) = labels.series.get(domain).and_then(|rules| rules.get(rule)) {
-            return Ok(Arc::clone(series));
+        let released = self.rule_labels.follow(
+            rules.rule_count(),
+            |domain, label, holder, series| match holder {
+                Holder::Configured => in_force.get(&(domain, label)).is_some_and(|rule| {
+                    self.rule_labels.admits_position(rule.index) && series.has_classes_of(rule)
+                }),
+                Holder::Spare { owner: Some(owner) } => in_force.contains_key(&(domain, owner)),
+                Holder::Spare { owner: None } => true,
+            },
+        );
+        for series in released {
+            self.remove_rule_series(&series);
         }
-        if labels.distinct >= self.max_rule_labels {
-            if let Some(other) = labels.folded.get(domain) {
-                return Ok(Arc::clone(other));
+        self.folded.write().retain(|domain, series| {
+            let keep = rules.domain(domain).is_some();
+            if !keep {
+                self.remove_rule_series(series);
             }
-            let other = Arc::new(self.new_rule_series(domain, FOLDED_RULE_LABEL, true)?);
-            labels.folded.insert(domain.to_owned(), Arc::clone(&other));
-            return Ok(other);
-        }
-        let series = Arc::new(self.new_rule_series(domain, rule, false)?);
-        labels
-            .series
-            .entry(domain.to_owned())
-            .or_default()
-            .insert(rule.to_owned(), Arc::clone(&series));
-        labels.distinct += 1;
-        Ok(series)
+            keep
+        });
     }
 
-    /// The rejection series of priority class `class` of rule `rule`. Not folded: classes
-    /// come from the configuration (at most 16 per rule), never from requests.
-    pub fn class_series(
+    /// Rule labels admitted now (not counting `other`).
+    pub fn rule_labels(&self) -> usize {
+        self.rule_labels.len()
+    }
+
+    fn remove_rule_series(&self, series: &RuleSeries) {
+        let (domain, rule) = (&*series.domain, &*series.rule);
+        forget(&self.allowed, &[domain, rule]);
+        forget(&self.near_limit, &[domain, rule]);
+        for reason in [
+            RejectReason::Limit,
+            RejectReason::Shadow,
+            RejectReason::FailurePolicy,
+        ] {
+            forget(
+                &self.rejected,
+                &[domain, rule, reason.label(), NO_CLASS_LABEL],
+            );
+        }
+        for (class, _) in &series.classes {
+            for reason in [RejectReason::Limit, RejectReason::Shadow] {
+                forget(&self.rejected, &[domain, rule, reason.label(), class]);
+            }
+        }
+    }
+
+    fn new_rule_series<'c>(
         &self,
         domain: &str,
         rule: &str,
-        class: &str,
-    ) -> Result<ClassSeries, MetricsError> {
-        let rejected = |reason: RejectReason| {
+        classes: impl Iterator<Item = &'c str>,
+        folded: bool,
+    ) -> Result<RuleSeries, MetricsError> {
+        let rejected = |reason: RejectReason, class: &str| {
             self.rejected
                 .get_metric_with_label_values(&[domain, rule, reason.label(), class])
         };
-        Ok(ClassSeries {
-            rejected_limit: rejected(RejectReason::Limit)?,
-            rejected_shadow: rejected(RejectReason::Shadow)?,
-        })
-    }
-
-    fn new_rule_series(
-        &self,
-        domain: &str,
-        rule: &str,
-        folded: bool,
-    ) -> Result<RuleSeries, MetricsError> {
-        let rejected = |reason: RejectReason| {
-            self.rejected.get_metric_with_label_values(&[
-                domain,
-                rule,
-                reason.label(),
-                NO_CLASS_LABEL,
-            ])
-        };
+        let classes = classes
+            .map(|class| {
+                let series = ClassSeries {
+                    rejected_limit: rejected(RejectReason::Limit, class)?,
+                    rejected_shadow: rejected(RejectReason::Shadow, class)?,
+                };
+                Ok((Box::from(class), series))
+            })
+            .collect::<Result<_, MetricsError>>()?;
         Ok(RuleSeries {
+            domain: Box::from(domain),
+            rule: Box::from(rule),
+            classes,
             allowed: self.allowed.get_metric_with_label_values(&[domain, rule])?,
-            rejected_limit: rejected(RejectReason::Limit)?,
-            rejected_shadow: rejected(RejectReason::Shadow)?,
-            rejected_failure_policy: rejected(RejectReason::FailurePolicy)?,
+            rejected_limit: rejected(RejectReason::Limit, NO_CLASS_LABEL)?,
+            rejected_shadow: rejected(RejectReason::Shadow, NO_CLASS_LABEL)?,
+            rejected_failure_policy: rejected(RejectReason::FailurePolicy, NO_CLASS_LABEL)?,
             near_limit: self
                 .near_limit
                 .get_metric_with_label_values(&[domain, rule])?,
             folded: folded.then(|| self.labels_folded.clone()),
         })
     }
+}
+
+/// The names of `rule`'s priority classes whose rejections are counted per class: none for a
+/// rule with `detailed_metric`, which counts under per-value labels.
+fn class_names(rule: &Rule) -> impl Iterator<Item = &str> {
+    rule.priority
+        .iter()
+        .filter(|_| !rule.detailed_metric)
+        .flat_map(|priority| priority.classes.iter().map(|class| class.name.as_str()))
+}
+
+/// Removes one series from its family; a series that was never made is no error.
+fn forget<B: MetricVecBuilder>(family: &MetricVec<B>, labels: &[&str]) {
+    let _ = family.remove_label_values(labels);
 }
 
 impl Metrics {
@@ -947,10 +1050,78 @@ mod tests {
         metrics.render().unwrap_or_else(|error| panic!("{error}"))
     }
 
-    fn series(metrics: &Metrics, domain: &str, rule: &str) -> Arc<RuleSeries> {
+    /// The series of a label made from request values, owned by no rule.
+    fn series(metrics: &Metrics, domain: &str, label: &str) -> Arc<RuleSeries> {
+        metrics
+            .value_series(domain, label, None)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// The series of the rule at `path`.
+    fn rule_series(metrics: &Metrics, rules: &RuleSet, path: &str) -> Arc<RuleSeries> {
+        let rule = rules
+            .domains()
+            .flat_map(|domain| domain.rules())
+            .find(|rule| rule.path == path)
+            .unwrap_or_else(|| panic!("no rule {path}"));
+        let domain = path.split('.').next().unwrap_or_default();
         metrics
             .rule_series(domain, rule)
             .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Domain `d` with one rule per key, each `d.<key>`.
+    fn rules_with_keys(keys: &[&str]) -> RuleSet {
+        let mut text = "domain: d\ndescriptors:\n".to_owned();
+        for key in keys {
+            text.push_str(&format!(
+                "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
+            ));
+        }
+        crate::core::config::load_valid("d.yaml", &text)
+    }
+
+    #[test]
+    fn rule_labels_follow_the_rules_in_force() {
+        let metrics = metrics(2);
+        let first = rules_with_keys(&["a", "b"]);
+        metrics.follow_rules(&first);
+        rule_series(&metrics, &first, "d.a").allowed();
+        rule_series(&metrics, &first, "d.b").allowed();
+        assert_eq!(metrics.rule_labels(), 2);
+        // `a` is gone, `b` stays, `c` is new: `c` takes `a`'s place.
+        let second = rules_with_keys(&["b", "c"]);
+        metrics.follow_rules(&second);
+        assert_eq!(metrics.rule_labels(), 1);
+        let c = rule_series(&metrics, &second, "d.c");
+        assert!(!c.is_folded(), "the new rule has a label of its own");
+        c.allowed();
+        rule_series(&metrics, &second, "d.b").allowed();
+        let text = render(&metrics);
+        assert!(
+            !text.contains("rule=\"d.a\""),
+            "released from the registry:\n{text}"
+        );
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.b\"} 2"));
+        assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.c\"} 1"));
+        assert!(!text.contains("domain=\"d\",rule=\"other\""), "{text}");
+    }
+
+    #[test]
+    fn rules_beyond_the_budget_fold_and_value_labels_get_the_rest() {
+        let metrics = metrics(3);
+        let rules = rules_with_keys(&["a", "b", "c", "e"]);
+        metrics.follow_rules(&rules);
+        assert!(!rule_series(&metrics, &rules, "d.c").is_folded());
+        assert!(
+            rule_series(&metrics, &rules, "d.e").is_folded(),
+            "the fourth rule"
+        );
+        // Three rules hold every place, hit or not.
+        assert!(series(&metrics, "d", "d.a_x").is_folded());
+        let fewer = rules_with_keys(&["a"]);
+        metrics.follow_rules(&fewer);
+        assert!(!series(&metrics, "d", "d.a_x").is_folded());
     }
 
     #[test]

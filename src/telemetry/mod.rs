@@ -5,6 +5,7 @@
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
 pub mod connections;
+pub mod label_budget;
 pub mod metrics;
 pub mod near_limit;
 pub mod paced_log;

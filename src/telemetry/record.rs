@@ -1,11 +1,9 @@
 //! What one decided call means for the metrics and its span: which rule decided each
 //! descriptor and how, the near-limit hits, the call's overall decision, and the rule that
 //! drove the answer. The classification functions are pure; [`record_call`] adds their result
-//! to the metrics through handles resolved ahead of time ([`RuleSeriesTable`]).
+//! to the metrics through handles resolved at each rule's first decision ([`RuleSeriesTable`]).
 
-use std::sync::Arc;
-
-use hashbrown::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use super::metrics::{ClassSeries, Decision, Metrics, RejectReason, RuleSeries};
 use super::near_limit::{near_limit_hits, threshold};
@@ -179,82 +177,55 @@ pub fn detailed_label(
     Some(label)
 }
 
-/// Each rule's series for one rule set, resolved when the set is swapped in so a decision
-/// finds its counters without a lock. Keyed by the rule's address inside that rule set: it
-/// is unique and needs no string hashing, and the table lives exactly as long as the set
-/// (both are swapped together). hashbrown's default hasher: the keys are not attacker-chosen,
-/// so SipHash's protection would only cost time.
+/// Each rule's series for one rule set, resolved at the rule's first decision and kept, so
+/// later decisions find their counters without a lock or a lookup. One slot per rule, at the
+/// rule's [`Rule::index`]: the table lives exactly as long as its rule set (both are swapped
+/// together), and a slot costs 16 bytes until its rule is hit (making every rule's series
+/// when the set was swapped in cost kilobytes per rule).
 #[derive(Debug, Default)]
 pub struct RuleSeriesTable {
-    by_rule: HashMap<usize, Arc<RuleSeries>>,
-    /// Rejection series per priority class (in the rule's class order), for rules with
-    /// classes whose series is their own (not folded into `other`).
-    classes: HashMap<usize, Vec<ClassSeries>>,
+    /// `None` inside: the series could not be made (logged once).
+    slots: Box<[OnceLock<Option<Arc<RuleSeries>>>]>,
 }
 
 impl RuleSeriesTable {
+    /// A table for `rules`; empty when metrics are off.
     pub fn build(rules: &RuleSet, metrics: Option<&Metrics>) -> Self {
-        let Some(metrics) = metrics else {
-            return Self::default();
+        let slots = match metrics {
+            Some(_) => (0..rules.rule_count()).map(|_| OnceLock::new()).collect(),
+            None => Box::default(),
         };
-        let mut by_rule = HashMap::default();
-        let mut classes = HashMap::default();
-        for domain in rules.domains() {
-            for rule in domain.rules() {
-                match metrics.rule_series(&domain.name, &rule.path) {
-                    Ok(series) => {
-                        if !series.is_folded() {
-                            if let Some(resolved) = class_series_of(metrics, &domain.name, rule) {
-                                classes.insert(rule_address(rule), resolved);
-                            }
-                        }
-                        by_rule.insert(rule_address(rule), series);
-                    }
-                    Err(error) => tracing::warn!(rule = %rule.path, "no metrics for rule: {error}"),
-                }
-            }
-        }
-        Self { by_rule, classes }
+        Self { slots }
     }
 
-    fn get(&self, rule: &Rule) -> Option<&Arc<RuleSeries>> {
-        self.by_rule.get(&rule_address(rule))
-    }
-
-    /// The series of the priority class a descriptor was decided in, when it has one.
-    fn class_of(&self, descriptor_plan: &DescriptorPlan<'_>) -> Option<&ClassSeries> {
-        let DescriptorPlan::Limited {
-            limit,
-            class: Some(class),
-            ..
-        } = descriptor_plan
-        else {
-            return None;
-        };
-        let rule = limit.rule()?;
-        // A rule with `detailed_metric` counts under per-value labels, not its configured path.
-        if rule.detailed_metric {
-            return None;
-        }
-        self.classes.get(&rule_address(rule))?.get(class.index)
+    /// The series of `rule` (of this table's rule set, in `domain`), made on first use.
+    fn get(&self, metrics: &Metrics, domain: &str, rule: &Rule) -> Option<&RuleSeries> {
+        let slot = self.slots.get(rule.index)?;
+        let series = slot.get_or_init(|| {
+            metrics
+                .rule_series(domain, rule)
+                .inspect_err(
+                    |error| tracing::warn!(rule = %rule.path, "no metrics for rule: {error}"),
+                )
+                .ok()
+        });
+        series.as_deref()
     }
 }
 
-/// The rejection series of each priority class of `rule` (`None` without classes).
-fn class_series_of(metrics: &Metrics, domain: &str, rule: &Rule) -> Option<Vec<ClassSeries>> {
-    let priority = rule.priority.as_ref()?;
-    let resolved: Result<Vec<ClassSeries>, _> = priority
-        .classes
-        .iter()
-        .map(|class| metrics.class_series(domain, &rule.path, &class.name))
-        .collect();
-    resolved
-        .inspect_err(|error| tracing::warn!(rule = %rule.path, "no class metrics: {error}"))
-        .ok()
-}
-
-fn rule_address(rule: &Rule) -> usize {
-    std::ptr::from_ref(rule) as usize
+/// The series of the priority class a descriptor was decided in, when it has one.
+fn class_of<'s>(
+    series: &'s RuleSeries,
+    descriptor_plan: &DescriptorPlan<'_>,
+) -> Option<&'s ClassSeries> {
+    let DescriptorPlan::Limited {
+        class: Some(class), ..
+    } = descriptor_plan
+    else {
+        return None;
+    };
+    // Folded series (`other`) and per-value labels have no class series.
+    series.class(class.index)
 }
 
 /// Everything [`record_call`] needs about one decided call.
@@ -285,9 +256,8 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
         match verdict {
             RuleVerdict::Allowed => series.allowed(),
             RuleVerdict::Rejected(reason) => {
-                let by_class = table
-                    .class_of(descriptor_plan)
-                    .is_some_and(|class| class.rejected(reason));
+                let by_class =
+                    class_of(&series, descriptor_plan).is_some_and(|class| class.rejected(reason));
                 if !by_class {
                     series.rejected(reason);
                 }
@@ -320,7 +290,7 @@ pub fn call_decision(call: &DecidedCall<'_>) -> Decision {
 
 /// A rule's series: borrowed from the table for configured rules (no reference counting on
 /// the hot path), owned for labels made per call.
-enum SeriesRef<'t> {
+pub enum SeriesRef<'t> {
     Table(&'t RuleSeries),
     Made(Arc<RuleSeries>),
 }
@@ -343,7 +313,12 @@ fn series_of<'t>(
     descriptor_plan: &DescriptorPlan<'_>,
 ) -> Option<SeriesRef<'t>> {
     let domain = &call.request.domain;
-    let made = |label: &str| metrics.rule_series(domain, label).ok().map(SeriesRef::Made);
+    let made = |label: &str, owner: Option<&str>| {
+        metrics
+            .value_series(domain, label, owner)
+            .ok()
+            .map(SeriesRef::Made)
+    };
     let rule = match descriptor_plan {
         DescriptorPlan::Limited {
             limit: LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. },
@@ -353,7 +328,7 @@ fn series_of<'t>(
         DescriptorPlan::Limited {
             limit: LimitSource::Override { path, .. },
             ..
-        } => return made(path),
+        } => return made(path, None),
         DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => return None,
     };
     if rule.detailed_metric {
@@ -365,13 +340,28 @@ fn series_of<'t>(
                 detailed_label(domain_rules, &descriptor.entries)
             });
         if let Some(label) = label {
-            return made(&label);
+            return made(&label, Some(&rule.path));
         }
     }
-    match table.get(rule) {
-        Some(series) => Some(SeriesRef::Table(series)),
-        // Only if the series could not be made when the rule set was swapped in.
-        None => made(&rule.path),
+    table.get(metrics, domain, rule).map(SeriesRef::Table)
+}
+
+/// The series a failure-policy rejection of `descriptor_plan` counts in (`None`: not limited).
+pub fn limited_series<'t>(
+    metrics: &Metrics,
+    table: &'t RuleSeriesTable,
+    domain: &str,
+    descriptor_plan: &DescriptorPlan<'_>,
+) -> Option<SeriesRef<'t>> {
+    let DescriptorPlan::Limited { limit, .. } = descriptor_plan else {
+        return None;
+    };
+    match limit.rule() {
+        Some(rule) => table.get(metrics, domain, rule).map(SeriesRef::Table),
+        None => metrics
+            .value_series(domain, limit.path(), None)
+            .ok()
+            .map(SeriesRef::Made),
     }
 }
 

@@ -528,8 +528,8 @@ mod tests {
             .and_then(|domain| domain.rule_by_path("shop.pool_checkout"))
             .unwrap_or_else(|| panic!("the rule is there"));
         assert_eq!(
-            rule.adaptive,
-            Some(AdaptiveSettings {
+            rule.adaptive.as_deref(),
+            Some(&AdaptiveSettings {
                 min: 50,
                 max: 400,
                 interval: Duration::from_secs(2),

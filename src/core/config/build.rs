@@ -2,47 +2,80 @@
 //! `MERGE_DOMAIN_CONFIG`), unique composite keys per level, the trees the lookup walks.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::report::Report;
 use super::spec::{DescriptorSpec, FileSpec, RuleSpec};
 use super::LoadOptions;
 use crate::core::algorithm::Algorithm;
-use crate::core::rules::{DomainRules, Node, PathLevel, Rule, WildcardPattern};
+use crate::core::rules::{DomainRules, KeyChildren, Node, PathLevel, Rule, WildcardPattern};
 
-pub(super) fn build_domains(
-    files: Vec<FileSpec>,
-    options: &LoadOptions,
-    report: &mut Report,
-) -> HashMap<String, DomainRules> {
-    let mut domains: HashMap<String, DomainBuild> = HashMap::new();
-    for file in files {
+/// Every domain being built, fed one file at a time so that a file's parsed form can be
+/// dropped before the next file is parsed.
+#[derive(Default)]
+pub(super) struct DomainsBuild {
+    domains: HashMap<String, DomainBuild>,
+    shared: Shared,
+}
+
+/// What all domains of one load share.
+#[derive(Default)]
+struct Shared {
+    /// Keys, values and file names, each kept once for the whole rule set.
+    texts: HashSet<Arc<str>>,
+    /// The next rule's [`Rule::index`].
+    next_index: usize,
+}
+
+impl Shared {
+    fn text(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.texts.get(text) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.texts.insert(Arc::clone(&shared));
+        shared
+    }
+}
+
+impl DomainsBuild {
+    pub(super) fn add(&mut self, file: FileSpec, options: &LoadOptions, report: &mut Report) {
+        let shared = &mut self.shared;
         if file.domain.is_empty() {
             // Reported already; its tree is still built to find duplicates inside it.
-            DomainBuild::new(&file, options).add(file, report);
-            continue;
+            DomainBuild::new(&file, options).add(file, report, shared);
+            return;
         }
-        match domains.get_mut(&file.domain) {
+        match self.domains.get_mut(&file.domain) {
             None => {
                 let mut domain = DomainBuild::new(&file, options);
-                domain.add(file, report);
-                domains.insert(domain.rules.name.clone(), domain);
+                domain.add(file, report, shared);
+                self.domains.insert(domain.rules.name.clone(), domain);
             }
             Some(domain) if options.merge_domains => {
                 domain.check_default_algorithm(&file, report);
                 domain.check_failure_policy(&file, report);
-                domain.add(file, report);
+                domain.add(file, report, shared);
             }
             Some(domain) => {
                 let message = duplicate_domain_message(&file, domain, report);
                 report.error(file.file, &file.domain, message);
-                DomainBuild::new(&file, options).add(file, report);
+                DomainBuild::new(&file, options).add(file, report, shared);
             }
         }
     }
-    domains
-        .into_iter()
-        .map(|(name, domain)| (name, domain.finish(report)))
-        .collect()
+
+    /// Rules made so far (by files that loaded, and by those with errors).
+    pub(super) fn rule_count(&self) -> usize {
+        self.shared.next_index
+    }
+
+    pub(super) fn finish(self, report: &mut Report) -> HashMap<String, DomainRules> {
+        self.domains
+            .into_iter()
+            .map(|(name, domain)| (name, domain.finish(report)))
+            .collect()
+    }
 }
 
 fn duplicate_domain_message(file: &FileSpec, domain: &DomainBuild, report: &Report) -> String {
@@ -66,7 +99,9 @@ fn duplicate_domain_message(file: &FileSpec, domain: &DomainBuild, report: &Repo
 
 /// A domain being assembled from one or more files.
 struct DomainBuild {
+    /// Its `root` is filled by `finish`, from `top`.
     rules: DomainRules,
+    top: ChildrenBuild,
     first_file: Option<usize>,
     /// The first file that set `default_algorithm:`, and what it set.
     explicit_default: Option<(Algorithm, usize)>,
@@ -87,6 +122,7 @@ impl DomainBuild {
                 failure_policy: file.failure_policy,
                 root: Node::default(),
             },
+            top: ChildrenBuild::default(),
             first_file: None,
             explicit_default: file
                 .default_algorithm
@@ -139,26 +175,28 @@ impl DomainBuild {
         }
     }
 
-    fn add(&mut self, file: FileSpec, report: &mut Report) {
+    fn add(&mut self, file: FileSpec, report: &mut Report, shared: &mut Shared) {
         self.first_file.get_or_insert(file.file);
         self.rules
             .sources
             .push(report.file_name(file.file).to_owned());
+        let source = shared.text(report.file_name(file.file));
         let mut level = Level {
             file: file.file,
+            source,
             report,
+            shared,
             names: &mut self.names,
             replaced: &mut self.replaced,
         };
-        level.insert(
-            &mut self.rules.root,
-            &mut self.top_level,
-            file.descriptors,
-            &[],
-        );
+        // The tree is built from the specs, which are dropped whole afterwards: moving pieces
+        // of the specs into the tree would leave every long-lived piece on a memory page among
+        // the specs' dropped ones, which the allocator then cannot give back.
+        level.insert(&mut self.top, &mut self.top_level, &file.descriptors, &[]);
     }
 
-    fn finish(self, report: &mut Report) -> DomainRules {
+    fn finish(mut self, report: &mut Report) -> DomainRules {
+        self.rules.root.children = std::mem::take(&mut self.top).finish();
         for (file, path, name) in &self.replaced {
             if !self.names.contains(name) {
                 report.warning(
@@ -176,83 +214,120 @@ impl DomainBuild {
     }
 }
 
+/// The children of one node while its descriptors are inserted.
+#[derive(Default)]
+struct ChildrenBuild {
+    by_key: HashMap<Arc<str>, KeyBuild>,
+}
+
+#[derive(Default)]
+struct KeyBuild {
+    exact: Vec<(Arc<str>, Node)>,
+    wildcards: Vec<(WildcardPattern, Node)>,
+    default: Option<Box<Node>>,
+}
+
+impl ChildrenBuild {
+    /// The node's children as the lookup reads them: keys and exact values sorted, patterns
+    /// in config order, nothing spare.
+    fn finish(self) -> Box<[KeyChildren]> {
+        let mut children: Vec<KeyChildren> = self
+            .by_key
+            .into_iter()
+            .map(|(key, mut build)| {
+                build.exact.sort_by(|(a, _), (b, _)| a.cmp(b));
+                KeyChildren {
+                    key,
+                    exact: build.exact.into_boxed_slice(),
+                    wildcards: build.wildcards.into_boxed_slice(),
+                    default: build.default,
+                }
+            })
+            .collect();
+        children.sort_by(|a, b| a.key.cmp(&b.key));
+        children.into_boxed_slice()
+    }
+}
+
 /// Inserting the descriptors of one file into a tree.
 struct Level<'b> {
     file: usize,
+    /// The file's name, shared by its rules.
+    source: Arc<str>,
     report: &'b mut Report,
+    shared: &'b mut Shared,
     names: &'b mut HashSet<String>,
     replaced: &'b mut Vec<(usize, String, String)>,
 }
 
 impl Level<'_> {
-    /// Adds `descriptors` as children of `node`; `seen` holds the composite keys already at
-    /// this level (for the top level of a merged domain, those of earlier files).
+    /// Adds `descriptors` to `children`; `seen` holds the composite keys already at this
+    /// level (for the top level of a merged domain, those of earlier files).
     fn insert(
         &mut self,
-        node: &mut Node,
+        children: &mut ChildrenBuild,
         seen: &mut HashMap<String, usize>,
-        descriptors: Vec<DescriptorSpec>,
+        descriptors: &[DescriptorSpec],
         parent_levels: &[PathLevel],
     ) {
-        for mut descriptor in descriptors {
+        for descriptor in descriptors {
             if descriptor.key.is_empty() {
                 // Reported already; its children may still hold problems of their own.
-                self.insert_detached(descriptor.children, parent_levels);
+                self.insert_detached(&descriptor.children, parent_levels);
                 continue;
             }
             let composite = descriptor.composite_key();
             if let Some(first_file) = seen.get(&composite).copied() {
                 self.report_duplicate(&descriptor.path, first_file);
-                self.insert_detached(descriptor.children, parent_levels);
+                self.insert_detached(&descriptor.children, parent_levels);
                 continue;
             }
             seen.insert(composite, self.file);
 
+            let key = self.shared.text(&descriptor.key);
+            let value = descriptor
+                .value
+                .as_deref()
+                .map(|value| self.shared.text(value));
             let mut levels = parent_levels.to_vec();
             levels.push(PathLevel {
-                key: descriptor.key.clone(),
-                value: descriptor.value.clone(),
+                key: Arc::clone(&key),
+                value: value.clone(),
                 value_to_metric: descriptor.flags.value_to_metric,
                 share_threshold: descriptor.flags.share_threshold,
             });
             let rule = descriptor
                 .rule
-                .take()
-                .map(|spec| self.rule(spec, &descriptor));
-            let mut child = Node {
-                config_path: if rule.is_some() {
-                    levels.clone().into_boxed_slice()
-                } else {
-                    Box::default()
-                },
-                rule,
-                share_threshold: descriptor.flags.share_threshold,
-                children: HashMap::new(),
-            };
+                .as_ref()
+                .map(|spec| Box::new(self.rule(spec, descriptor, &levels)));
+            let mut grandchildren = ChildrenBuild::default();
             self.insert(
-                &mut child,
+                &mut grandchildren,
                 &mut HashMap::new(),
-                descriptor.children,
+                &descriptor.children,
                 &levels,
             );
+            let child = Node {
+                rule,
+                children: grandchildren.finish(),
+                share_threshold: descriptor.flags.share_threshold,
+            };
 
-            let slot = node.children.entry(descriptor.key.into()).or_default();
-            match descriptor.value {
+            let slot = children.by_key.entry(key).or_default();
+            match value {
                 None => slot.default = Some(Box::new(child)),
                 Some(value) if value.contains('*') => {
-                    slot.wildcards.push((WildcardPattern::new(value), child));
+                    slot.wildcards.push((WildcardPattern::new(&*value), child));
                 }
-                Some(value) => {
-                    slot.exact.insert(value.into(), child);
-                }
+                Some(value) => slot.exact.push((value, child)),
             }
         }
     }
 
     /// Builds a subtree that is thrown away, only to report the problems inside it.
-    fn insert_detached(&mut self, descriptors: Vec<DescriptorSpec>, parent_levels: &[PathLevel]) {
+    fn insert_detached(&mut self, descriptors: &[DescriptorSpec], parent_levels: &[PathLevel]) {
         self.insert(
-            &mut Node::default(),
+            &mut ChildrenBuild::default(),
             &mut HashMap::new(),
             descriptors,
             parent_levels,
@@ -276,7 +351,7 @@ impl Level<'_> {
         self.report.error(self.file, path, message);
     }
 
-    fn rule(&mut self, spec: RuleSpec, descriptor: &DescriptorSpec) -> Rule {
+    fn rule(&mut self, spec: &RuleSpec, descriptor: &DescriptorSpec, levels: &[PathLevel]) -> Rule {
         if let Some(name) = &spec.name {
             self.names.insert(name.clone());
         }
@@ -285,21 +360,25 @@ impl Level<'_> {
                 .push((self.file, descriptor.path.clone(), replaced.clone()));
         }
         let flags = descriptor.flags;
+        let index = self.shared.next_index;
+        self.shared.next_index += 1;
         Rule {
             path: descriptor.path.clone(),
-            source: self.report.file_name(self.file).to_owned(),
-            name: spec.name,
-            replaces: spec.replaces,
-            limits: spec.limits,
+            index,
+            config_path: levels.into(),
+            source: Arc::clone(&self.source),
+            name: spec.name.clone(),
+            replaces: spec.replaces.clone(),
+            limits: spec.limits.clone(),
             unlimited: spec.unlimited,
             shadow_mode: flags.shadow_mode,
             quota_mode: flags.quota_mode,
             detailed_metric: flags.detailed_metric,
             value_to_metric: flags.value_to_metric,
             share_threshold: flags.share_threshold,
-            metadata: descriptor.metadata.clone(),
-            adaptive: descriptor.adaptive.clone(),
-            priority: descriptor.priority.clone(),
+            metadata: descriptor.metadata.clone().map(Box::new),
+            adaptive: descriptor.adaptive.clone().map(Box::new),
+            priority: descriptor.priority.clone().map(Box::new),
         }
     }
 }

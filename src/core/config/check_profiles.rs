@@ -2,18 +2,16 @@
 //! check endpoint (`/check/<name>`, see `core::check_profile`). A profile belongs to the domain
 //! of the file it is written in; names are shared by all files, since the URL has no domain.
 //!
-//! This is a pass of its own over the parsed files, after the descriptor walk: profiles do not
-//! change the rule tree, and the walk already reported syntax errors and a missing domain.
+//! Read from each file's parsed root right after its descriptors: profiles do not change the
+//! rule tree, and the descriptor walk already reported syntax errors and a missing domain.
 
 use std::collections::HashMap;
 
 use serde_yaml::{Mapping, Value};
 
 use super::keys::did_you_mean;
-use super::parse::parse;
 use super::report::{FileReport, Report};
 use super::yaml_tree::{describe, field, not_a_map, render, text, wrong_type};
-use super::SourceFile;
 use crate::core::check_profile::{
     CheckProfile, CheckProfiles, EntryValue, ProfileDescriptor, ProfileEntry,
 };
@@ -27,28 +25,31 @@ const ENTRY_KEYS: &[&str] = &["key", "value", "header", "default"];
 
 const PROFILE_EXAMPLE: &str = "check_profiles: {site: {descriptors: [{entries: [{key: remote_address, header: X-Real-IP}]}]}}";
 
-/// Every profile of every file; problems go to `report`.
-pub(super) fn read_check_profiles(files: &[SourceFile], report: &mut Report) -> CheckProfiles {
-    let mut profiles: Vec<CheckProfile> = Vec::new();
-    let mut defined_in: HashMap<String, usize> = HashMap::new();
-    for (index, source) in files.iter().enumerate() {
-        // A file that does not parse, or is not a map, was reported by the descriptor walk.
-        let Ok(parsed) = parse(&source.text) else {
-            continue;
-        };
-        let Value::Mapping(root) = &parsed.root else {
-            continue;
+/// The profiles of the files read so far; problems go to the load's report.
+#[derive(Default)]
+pub(super) struct ProfilesBuild {
+    profiles: Vec<CheckProfile>,
+    /// Which file defined each name first.
+    defined_in: HashMap<String, usize>,
+}
+
+impl ProfilesBuild {
+    /// The profiles of file `index`, whose parsed top level is `root`.
+    pub(super) fn read(&mut self, index: usize, root: &Value, report: &mut Report) {
+        let Value::Mapping(root) = root else {
+            return;
         };
         let Some(section) = field(root, SECTION) else {
-            continue;
+            return;
         };
         // A missing domain was reported too; the load fails, so the profiles need no home.
         let Some(domain) = field(root, "domain")
             .and_then(|value| text(value).ok())
             .filter(|domain| !domain.is_empty())
         else {
-            continue;
+            return;
         };
+        let source = report.file_name(index).to_owned();
         let mut file_report = FileReport::new(report, index);
         let section_path = format!("{domain}.{SECTION}");
         let Value::Mapping(section) = section else {
@@ -61,7 +62,7 @@ pub(super) fn read_check_profiles(files: &[SourceFile], report: &mut Report) -> 
                     PROFILE_EXAMPLE,
                 ),
             );
-            continue;
+            return;
         };
         for (name, body) in section {
             let Some(name) = profile_name(name, &section_path, &mut file_report) else {
@@ -71,8 +72,8 @@ pub(super) fn read_check_profiles(files: &[SourceFile], report: &mut Report) -> 
             let Some(profile) = read_profile(&name, &domain, body, &path, &mut file_report) else {
                 continue;
             };
-            if let Some(&first) = defined_in.get(&name) {
-                let other = files.get(first).map_or("", |file| file.name.as_str());
+            if let Some(&first) = self.defined_in.get(&name) {
+                let other = file_report.file_name(first).to_owned();
                 file_report.error(
                     &path,
                     format!(
@@ -82,14 +83,17 @@ pub(super) fn read_check_profiles(files: &[SourceFile], report: &mut Report) -> 
                 );
                 continue;
             }
-            defined_in.insert(name.clone(), index);
-            profiles.push(CheckProfile {
-                source: source.name.clone(),
+            self.defined_in.insert(name.clone(), index);
+            self.profiles.push(CheckProfile {
+                source: source.clone(),
                 ..profile
             });
         }
     }
-    CheckProfiles::new(profiles)
+
+    pub(super) fn finish(self) -> CheckProfiles {
+        CheckProfiles::new(self.profiles)
+    }
 }
 
 /// A profile name is one URL path segment.

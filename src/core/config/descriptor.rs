@@ -32,15 +32,43 @@ pub(super) fn read_descriptors(
     };
     let mut descriptors = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        match item {
-            Value::Mapping(map) => descriptors.push(read_descriptor(map, index, parent_path, walk)),
-            other => {
-                let message = not_a_map(other, "descriptors", "key: generic_key");
-                walk.report.error(parent_path, message);
-            }
-        }
+        read_item(item, index, parent_path, walk, &mut descriptors);
     }
     descriptors
+}
+
+/// [`read_descriptors`] of a list taken out of its tree: each descriptor's YAML is dropped as
+/// soon as it is read, so that a file's parsed form and its specs are not both held whole.
+pub(super) fn read_owned_descriptors(
+    list: Option<Value>,
+    parent_path: &str,
+    walk: &mut FileWalk,
+) -> Vec<DescriptorSpec> {
+    let items = match list {
+        Some(Value::Sequence(items)) => items,
+        other => return read_descriptors(other.as_ref(), parent_path, walk),
+    };
+    let mut descriptors = Vec::with_capacity(items.len());
+    for (index, item) in items.into_iter().enumerate() {
+        read_item(&item, index, parent_path, walk, &mut descriptors);
+    }
+    descriptors
+}
+
+fn read_item(
+    item: &Value,
+    index: usize,
+    parent_path: &str,
+    walk: &mut FileWalk,
+    descriptors: &mut Vec<DescriptorSpec>,
+) {
+    match item {
+        Value::Mapping(map) => descriptors.push(read_descriptor(map, index, parent_path, walk)),
+        other => {
+            let message = not_a_map(other, "descriptors", "key: generic_key");
+            walk.report.error(parent_path, message);
+        }
+    }
 }
 
 fn read_descriptor(

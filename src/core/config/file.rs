@@ -3,7 +3,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::descriptor::read_descriptors;
+use super::descriptor::read_owned_descriptors;
 use super::keys::{check_keys, did_you_mean, Place};
 use super::parse::{parse, Parsed};
 use super::report::{FileReport, Report};
@@ -15,14 +15,16 @@ use crate::core::algorithm::Algorithm;
 /// Shown instead of the domain in paths when the file has none.
 const NO_DOMAIN: &str = "<no domain>";
 
+/// Reads file `index` into a [`FileSpec`], with what is left of its parsed top level (all but
+/// `descriptors:`, for the check profiles). `None` when it does not parse or is not a map.
 pub(super) fn read_file(
     index: usize,
     source: &SourceFile,
     options: &LoadOptions,
     report: &mut Report,
-) -> Option<FileSpec> {
+) -> Option<(FileSpec, Value)> {
     let mut report = FileReport::new(report, index);
-    let parsed = match parse(&source.text) {
+    let mut parsed = match parse(&source.text) {
         Ok(parsed) => parsed,
         Err(error) => {
             let path = match error.line_column {
@@ -41,11 +43,11 @@ pub(super) fn read_file(
         }
     };
     warn_about_parse_leniencies(&parsed, &mut report);
-    let empty = Mapping::new();
-    let root = match &parsed.root {
+    let mut empty = Mapping::new();
+    let root = match &mut parsed.root {
         Value::Mapping(map) => map,
         // An empty file: the reference reads a zero struct, then refuses its empty domain.
-        Value::Null => &empty,
+        Value::Null => &mut empty,
         other => {
             report.error(
                 NO_DOMAIN,
@@ -62,7 +64,8 @@ pub(super) fn read_file(
         default_algorithm: options.default_algorithm,
         default_algorithm_source: "--default-algorithm",
     };
-    Some(read_root(index, root, &mut walk))
+    let spec = read_root(index, root, &mut walk);
+    Some((spec, parsed.root))
 }
 
 fn warn_about_parse_leniencies(parsed: &Parsed, report: &mut FileReport) {
@@ -90,7 +93,7 @@ fn warn_about_parse_leniencies(parsed: &Parsed, report: &mut FileReport) {
     }
 }
 
-fn read_root(index: usize, root: &Mapping, walk: &mut FileWalk) -> FileSpec {
+fn read_root(index: usize, root: &mut Mapping, walk: &mut FileWalk) -> FileSpec {
     let written = walk.text(root, "domain", "domain", NO_DOMAIN, "domain: edge");
     // Missing or "" (a domain of the wrong type was reported by `text`).
     let missing = field(root, "domain").is_none() || written.as_deref() == Some("");
@@ -114,7 +117,9 @@ fn read_root(index: usize, root: &Mapping, walk: &mut FileWalk) -> FileSpec {
         walk.default_algorithm_source = "this file's `default_algorithm`";
     }
     let failure_policy = walk.failure_policy(root, &path);
-    let descriptors = read_descriptors(field(root, "descriptors"), &path, walk);
+    // Taken out of the tree, so that each descriptor's YAML is dropped once it is read.
+    let listed = root.remove("descriptors").filter(|value| !value.is_null());
+    let descriptors = read_owned_descriptors(listed, &path, walk);
     FileSpec {
         file: index,
         domain,

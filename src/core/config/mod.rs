@@ -40,14 +40,34 @@ pub struct SourceFile {
     pub text: String,
 }
 
+/// The default of `--max-rules`: as many rules as the default `--max-config-bytes` (1 MiB)
+/// holds when written tersely, so that the byte cap, which bounds a reload's memory, is the
+/// one that counts (see `crate::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it fits the
+/// 128 MiB of the deployment in `deploy/`). Measured with `scripts/bench-rules-memory.sh`
+/// (docs/benchmarks.md, "Memory per rule"): a rule takes about 900 bytes of RSS at rest, and
+/// a reload holds the rules in force beside the new ones.
+pub const DEFAULT_MAX_RULES: usize = 10_000;
+
 /// Loader settings that come from the command line or the environment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// `--default-algorithm`: what a rule without `algorithm:` uses when its file has no
     /// `default_algorithm:` either.
     pub default_algorithm: Algorithm,
     /// `MERGE_DOMAIN_CONFIG`: several files may share a domain.
     pub merge_domains: bool,
+    /// `--max-rules`: a configuration with more rules is refused.
+    pub max_rules: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            default_algorithm: Algorithm::default(),
+            merge_domains: false,
+            max_rules: DEFAULT_MAX_RULES,
+        }
+    }
 }
 
 /// One problem in the configuration: where it is and what to change.
@@ -101,15 +121,31 @@ impl std::error::Error for ConfigErrors {}
 /// Files are taken in the order given (the shell sorts them), which decides which file a
 /// duplicate is blamed on and, with `merge_domains`, the order of the merged descriptors.
 /// Warnings of a successful load are in [`RuleSet::warnings`].
+///
+/// One file at a time: parsed, read into specs, built into its domain, and its parsed form
+/// dropped before the next file is parsed (a parsed file takes 10 to 25 times its text).
 pub fn load(files: &[SourceFile], options: &LoadOptions) -> Result<RuleSet, ConfigErrors> {
     let mut report = report::Report::new(files);
-    let specs: Vec<spec::FileSpec> = files
-        .iter()
-        .enumerate()
-        .filter_map(|(index, source)| file::read_file(index, source, options, &mut report))
-        .collect();
-    let domains = build::build_domains(specs, options, &mut report);
-    let check_profiles = check_profiles::read_check_profiles(files, &mut report);
+    let mut domains = build::DomainsBuild::default();
+    let mut profiles = check_profiles::ProfilesBuild::default();
+    for (index, source) in files.iter().enumerate() {
+        let Some((spec, rest)) = file::read_file(index, source, options, &mut report) else {
+            continue;
+        };
+        domains.add(spec, options, &mut report);
+        profiles.read(index, &rest, &mut report);
+        if domains.rule_count() > options.max_rules {
+            // The files after this one are not read: they could only add rules.
+            report.error(
+                index,
+                "(file)",
+                too_many_rules(domains.rule_count(), options),
+            );
+            break;
+        }
+    }
+    let domains = domains.finish(&mut report);
+    let check_profiles = profiles.finish();
     let (errors, warnings) = report.finish();
     if errors.is_empty() {
         Ok(RuleSet {
@@ -120,6 +156,15 @@ pub fn load(files: &[SourceFile], options: &LoadOptions) -> Result<RuleSet, Conf
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+fn too_many_rules(counted: usize, options: &LoadOptions) -> String {
+    format!(
+        "the configuration has {counted} rules up to this file, over the cap of {} rules: raise \
+         it with --max-rules (FLOODGATE_MAX_RULES) and the memory limit with it (a rule takes \
+         about 1 KiB, twice during a reload), or split the rules among more instances",
+        options.max_rules
+    )
 }
 
 /// Loads `text` as the one file `name` with the default options: how unit tests across the

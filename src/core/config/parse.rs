@@ -35,8 +35,16 @@ pub(super) struct SyntaxError {
     pub(super) message: String,
 }
 
+/// Values a file may parse into beyond one per byte of its text. Without aliases every value
+/// takes at least a byte; aliases (`*name`) repeat a value without writing it again, and
+/// nested ones multiply: a few kilobytes could expand into gigabytes.
+const EXTRA_VALUES: usize = 10_000;
+
 pub(super) fn parse(text: &str) -> Result<Parsed, SyntaxError> {
-    let mut state = ParseState::default();
+    let mut state = ParseState {
+        max_values: text.len().saturating_add(EXTRA_VALUES),
+        ..ParseState::default()
+    };
     let mut documents = serde_yaml::Deserializer::from_str(text);
     // The document iterator repeats a parse error forever: take at most two items, never loop.
     let Some(first) = documents.next() else {
@@ -72,6 +80,9 @@ struct ParseState {
     /// Map keys and list indexes from the root to the value being read.
     path: Vec<String>,
     duplicates: Vec<DuplicateKey>,
+    /// Values read so far, and how many the text may hold ([`EXTRA_VALUES`]).
+    values: usize,
+    max_values: usize,
 }
 
 impl ParseState {
@@ -96,6 +107,14 @@ impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.state.values += 1;
+        if self.state.values > self.state.max_values {
+            return Err(de::Error::custom(format!(
+                "the YAML expands to more than {} values through aliases (`*name`), more than \
+                 a file of its size can hold: write the repeated parts out, or repeat them less",
+                self.state.max_values
+            )));
+        }
         deserializer.deserialize_any(self)
     }
 }
@@ -290,6 +309,22 @@ mod tests {
             };
             assert_eq!(tagged.tag, Tag::new(TOO_LARGE_INTEGER_TAG));
         }
+    }
+
+    #[test]
+    fn aliases_that_multiply_are_refused() {
+        let mut text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n".to_owned();
+        for level in 1..8 {
+            let previous = format!("*a{}", level - 1);
+            let items = [previous.as_str(); 10].join(", ");
+            text.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+        }
+        let Err(error) = parse(&text) else {
+            panic!("10^8 values from {} bytes should be refused", text.len());
+        };
+        assert!(error.message.contains("aliases"), "{}", error.message);
+        // Aliases that repeat a little are fine.
+        assert!(parse("base: &b {unit: second}\nx: *b\ny: *b\n").is_ok());
     }
 
     #[test]

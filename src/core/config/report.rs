@@ -73,4 +73,9 @@ impl<'r> FileReport<'r> {
     pub(super) fn warning(&mut self, path: &str, message: impl Into<String>) {
         self.report.warning(self.file, path, message);
     }
+
+    /// The name of file `file` of the load (another file than this one, for messages).
+    pub(super) fn file_name(&self, file: usize) -> &str {
+        self.report.file_name(file)
+    }
 }

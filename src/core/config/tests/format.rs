@@ -20,7 +20,14 @@ fn a_minimal_rule() {
         rule,
         &Rule {
             path: "edge.remote_address".to_owned(),
-            source: FILE.to_owned(),
+            index: 0,
+            config_path: Box::new([PathLevel {
+                key: "remote_address".into(),
+                value: None,
+                value_to_metric: false,
+                share_threshold: false,
+            }]),
+            source: FILE.into(),
             name: None,
             replaces: Vec::new(),
             limits: vec![Quota::new(10, Unit::Second)],
@@ -318,13 +325,13 @@ fn a_matched_rule_comes_with_its_config_path() {
         found.config_path,
         &[
             PathLevel {
-                key: "route".to_owned(),
-                value: Some("api/*".to_owned()),
+                key: "route".into(),
+                value: Some("api/*".into()),
                 value_to_metric: true,
                 share_threshold: true,
             },
             PathLevel {
-                key: "ip".to_owned(),
+                key: "ip".into(),
                 value: None,
                 value_to_metric: false,
                 share_threshold: false,

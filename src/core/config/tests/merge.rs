@@ -15,6 +15,7 @@ fn merging() -> LoadOptions {
     LoadOptions {
         default_algorithm: Algorithm::FixedWindow,
         merge_domains: true,
+        ..LoadOptions::default()
     }
 }
 
@@ -84,7 +85,7 @@ fn merging_appends_top_level_descriptors() {
         rule_path(&rules, "shared", &[("b", "x")]).as_deref(),
         Some("shared.b")
     );
-    assert_eq!(rule_at(&rules, "shared", "shared.b").source, "2.yaml");
+    assert_eq!(&*rule_at(&rules, "shared", "shared.b").source, "2.yaml");
     assert_eq!(rules.rule_count(), 2);
 }
 

@@ -107,6 +107,7 @@ fn options_with_algorithm(algorithm: Algorithm) -> LoadOptions {
     LoadOptions {
         default_algorithm: algorithm,
         merge_domains: false,
+        ..LoadOptions::default()
     }
 }
 
