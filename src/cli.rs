@@ -164,12 +164,12 @@ pub struct ConfigArgs {
 #[derive(Debug, Args)]
 pub struct ConfigLimitArgs {
     /// Most bytes of configuration, all files together (a number, or with KiB, MiB or GiB);
-    /// larger files are refused before they are read. A reload takes about 40 MiB of memory
+    /// larger files are refused before they are read. A reload takes about 20 MiB of memory
     /// per MiB of YAML at its peak: raise the memory limit with it.
-    #[arg(long, env = "FLOODGATE_MAX_CONFIG_BYTES", default_value = "1MiB", value_parser = parse_bytes)]
+    #[arg(long, env = "FLOODGATE_MAX_CONFIG_BYTES", default_value = "3MiB", value_parser = parse_bytes)]
     pub max_config_bytes: u64,
     /// Most rules (descriptors with rate_limit or rate_limits) in all files together; each
-    /// takes about 1 KiB, twice during a reload.
+    /// takes about 800 bytes, twice during a reload.
     #[arg(long, env = "FLOODGATE_MAX_RULES", default_value_t = DEFAULT_MAX_RULES)]
     pub max_rules: usize,
 }

@@ -19,17 +19,16 @@ use std::path::{Path, PathBuf};
 
 use crate::core::config::SourceFile;
 
-/// The default of `--max-config-bytes`: 1 MiB of YAML, 8 000 to 12 000 rules as operators
+/// The default of `--max-config-bytes`: 3 MiB of YAML, 25 000 to 35 000 rules as operators
 /// write them (85 to 125 bytes per rule).
 ///
 /// Derived from `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a
-/// reload of 20 000 rules in 2.5 MB of YAML peaked 80 to 100 MiB above the idle process, so
-/// about 40 MiB per MiB of YAML (the parser holds a whole file's events and tree for a
-/// moment, the rules in force stay beside the new ones, and the allocator returns freed
-/// memory only after a second). The deployment in `deploy/` allows 128 MiB: 22 MiB idle,
-/// 56 MiB for its 400 000 counters (FLOODGATE_MAX_KEYS), 40 MiB for a reload of 1 MiB, and
-/// 10 MiB to spare.
-pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// reload of 20 000 rules in 2.5 MB of YAML peaked 50 MiB above the idle process, so about
+/// 20 MiB per MiB of YAML (the parser holds a whole file's events and tree for a moment, and
+/// the rules in force stay beside the new ones). The deployment in `deploy/` allows 128 MiB:
+/// 12 MiB idle, 46 MiB for its 400 000 counters (FLOODGATE_MAX_KEYS), 60 MiB for a reload of
+/// 3 MiB, and 10 MiB to spare.
+pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 3 * 1024 * 1024;
 
 /// Where to read the configuration from.
 #[derive(Debug, Clone, PartialEq, Eq)]

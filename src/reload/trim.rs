@@ -1,13 +1,14 @@
 //! Handing a load's scratch memory back to the system. Parsing a configuration takes up to
 //! 25 times its size for a moment; that memory is freed, but the allocator (mimalloc) returns
-//! freed pages to the system only after a delay (1 s), and only when a later free looks for
-//! pages whose delay has passed. In an idle process no later free comes, so the whole peak of
+//! freed pages to the system only after a delay (10 ms, as `main.rs` sets it), and only when a
+//! later free looks for pages whose delay has passed. In an idle process no later free comes, so the whole peak of
 //! the last load would stay resident until traffic arrives: 60 MiB for 20 000 rules, where
 //! the rules themselves take 10 (docs/benchmarks.md, "Memory per rule").
 
 use std::time::Duration;
 
-/// Longer than mimalloc's purge delay (1 s), so the pages the load freed are due.
+/// Longer than mimalloc's purge delay (10 ms as main.rs sets it; 1 s, v3's default, under
+/// MIMALLOC_PURGE_DELAY=1000), so the pages the load freed are due.
 const AFTER_PURGE_DELAY: Duration = Duration::from_millis(1500);
 
 /// A block big enough to get pages of its own from the allocator, whose release runs the

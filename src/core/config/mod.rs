@@ -40,13 +40,13 @@ pub struct SourceFile {
     pub text: String,
 }
 
-/// The default of `--max-rules`: as many rules as the default `--max-config-bytes` (1 MiB)
-/// holds when written tersely, so that the byte cap, which bounds a reload's memory, is the
-/// one that counts (see `crate::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it fits the
-/// 128 MiB of the deployment in `deploy/`). Measured with `scripts/bench-rules-memory.sh`
-/// (docs/benchmarks.md, "Memory per rule"): a rule takes about 900 bytes of RSS at rest, and
-/// a reload holds the rules in force beside the new ones.
-pub const DEFAULT_MAX_RULES: usize = 10_000;
+/// The default of `--max-rules`: about as many rules as the default `--max-config-bytes`
+/// (3 MiB) holds when written tersely, so that the byte cap, which bounds a reload's memory,
+/// is the one that counts (see `crate::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it
+/// fits the 128 MiB of the deployment in `deploy/`). Measured with
+/// `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a rule takes
+/// about 800 bytes of RSS at rest, and a reload holds the rules in force beside the new ones.
+pub const DEFAULT_MAX_RULES: usize = 25_000;
 
 /// Loader settings that come from the command line or the environment.
 #[derive(Debug, Clone)]
