@@ -1,8 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use floodgate::app;
-use floodgate::cli::{Cli, Command};
+use floodgate::cmd::serve as app;
+use floodgate::cmd::cli::{Cli, Command};
 use floodgate::telemetry;
 
 // Every request allocates many small, short-lived buffers (HTTP/2 frames, protobuf, the Redis
@@ -23,6 +23,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
 /// The allocator's settings, unless the operator set mimalloc's own variable.
+#[allow(unsafe_code)] // the one FFI call of the process, explained below
 fn tune_allocator() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set stores a number in mimalloc's option table, which mimalloc
@@ -40,11 +41,11 @@ fn main() -> ExitCode {
     let (threads, default_threads) = match &cli.command {
         Command::Serve(args) => (
             args.worker_threads,
-            floodgate::runtime::default_threads(args.store),
+            floodgate::cmd::runtime::default_threads(args.store),
         ),
         Command::Validate(_) | Command::Check(_) => (None, None),
     };
-    let runtime = match floodgate::runtime::build(threads, default_threads) {
+    let runtime = match floodgate::cmd::runtime::build(threads, default_threads) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("floodgate: {error}");
@@ -95,6 +96,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(unsafe_code)]
     fn the_purge_delay_option_is_where_it_is_set() {
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
             return;

@@ -5,8 +5,8 @@ use crate::core::response::{Code, DescriptorStatus, Response};
 use crate::core::rules::Entry;
 use crate::core::time::ceil_seconds;
 use crate::core::unit::Unit;
-use crate::proto::rate_limit_response::{self, rate_limit::Unit as WireUnit};
-use crate::proto::{
+use crate::server::proto::rate_limit_response::{self, rate_limit::Unit as WireUnit};
+use crate::server::proto::{
     HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
 };
 

@@ -14,9 +14,9 @@ use crate::core::adjust::{
     adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
 };
 use crate::core::rules::Rule;
-use crate::describe::rule_summary;
-use crate::limiter::Limiter;
-use crate::reload::ReloadStatus;
+use crate::core::describe::rule_summary;
+use crate::engine::limiter::Limiter;
+use crate::engine::reload::ReloadStatus;
 use crate::store::Store;
 
 /// What `/rlconfig` reads: the live rules, and which version they are when reloads are on.

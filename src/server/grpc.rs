@@ -10,9 +10,9 @@ use super::admission::{
 };
 use super::convert::{request_from_wire, response_to_wire};
 use crate::core::overload::{overload_reply, OverloadReply};
-use crate::limiter::{LimitError, Limiter};
-use crate::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
-use crate::proto::{RateLimitRequest, RateLimitResponse};
+use crate::engine::limiter::{LimitError, Limiter};
+use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use crate::server::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 use crate::telemetry::traces::RemoteParent;
 

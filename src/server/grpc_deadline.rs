@@ -19,7 +19,7 @@ use crate::core::overload::parse_grpc_timeout;
 
 /// The unary methods floodgate serves, by path: the ones that get the default deadline.
 pub fn unary_methods() -> Vec<String> {
-    use crate::proto::rate_limit_service_server::SERVICE_NAME;
+    use crate::server::proto::rate_limit_service_server::SERVICE_NAME;
     vec![
         format!("/{SERVICE_NAME}/ShouldRateLimit"),
         "/grpc.health.v1.Health/Check".to_owned(),

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use super::shutdown::{Shutdown, ShutdownTrigger};
-use crate::limiter::Limiter;
+use crate::engine::shutdown::{Shutdown, ShutdownTrigger};
+use crate::engine::limiter::Limiter;
 use crate::store::Store;
 
 /// The gRPC health service that reports readiness (envoyproxy/ratelimit's name).
@@ -139,7 +139,7 @@ pub async fn mirror_to_grpc(health: Health, reporter: HealthReporter, shutdown: 
 
 /// Asks the store whether it is reachable every second until shutdown; logs each change.
 pub async fn poll_store<S: Store>(limiter: Arc<Limiter<S>>, health: Health, shutdown: Shutdown) {
-    super::shutdown::every(STORE_POLL_INTERVAL, shutdown, || async {
+    crate::engine::shutdown::every(STORE_POLL_INTERVAL, shutdown, || async {
         let store = limiter.store();
         let ready = tokio::time::timeout(STORE_READY_TIMEOUT, store.ready())
             .await

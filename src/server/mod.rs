@@ -11,20 +11,20 @@ mod debug;
 pub mod grpc;
 pub mod grpc_deadline;
 pub mod health;
+pub mod proto;
 mod http;
-pub mod shutdown;
 pub mod tls;
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::limiter::Limiter;
-use crate::reload::{rfc3339, ReloadStatus};
+use crate::engine::limiter::Limiter;
+use crate::engine::reload::{rfc3339, ReloadStatus};
 use crate::store::Store;
 use connections::{ConnectionLimits, Listener, Protocol};
 pub use http::{DenyStatus, HttpSettings};
-use shutdown::Shutdown;
+use crate::engine::shutdown::Shutdown;
 
 /// The bound sockets floodgate serves on.
 pub struct Listeners {
@@ -189,7 +189,7 @@ fn reflection_services() -> Result<
 > {
     let builder = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::server::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))

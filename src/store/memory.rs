@@ -9,6 +9,8 @@
 //! every shard the request holds. When nothing but exhausted counters is left, the request is
 //! refused with [`StoreError::Full`], charging nothing, and the failure policy answers it.
 
+#[cfg(test)]
+mod priority_answers;
 mod shard;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,7 +27,6 @@ use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::{Clock, Micros};
 use crate::core::verdict::{request_over_limit, Vote};
-use crate::telemetry::metrics::{self, EvictionSeries};
 
 /// Enough shards that two cores rarely meet on one lock, few enough to sweep quickly.
 const SHARDS: usize = 128;
@@ -43,10 +44,19 @@ pub struct MemoryStore {
     /// Counters held across all shards; touched only when a counter is added or dropped.
     held: AtomicUsize,
     clock: Arc<dyn Clock>,
-    /// Evictions and refusals, resolved once (`None`: metrics are off).
-    series: Option<EvictionSeries>,
+    /// Told of evictions and refusals (`None`: nobody listens, e.g. metrics are off).
+    observer: Option<Arc<dyn EvictionObserver>>,
     /// Paces the log line of a store full of exhausted counters (it refuses every new one).
     full_log: Mutex<LogPace>,
+}
+
+/// Who hears of the counters the store had to forget, and of the requests it refused because
+/// only exhausted counters were left to forget (the metrics; wired by whoever builds the store).
+pub trait EvictionObserver: Send + Sync {
+    /// `counters` live counters forgotten to make room.
+    fn evicted(&self, counters: usize);
+    /// A request refused because only exhausted counters were left to forget.
+    fn refused_full(&self);
 }
 
 impl MemoryStore {
@@ -58,9 +68,15 @@ impl MemoryStore {
             max_keys: max_keys.max(1),
             held: AtomicUsize::new(0),
             clock,
-            series: metrics::eviction_series(BACKEND),
+            observer: None,
             full_log: Mutex::new(LogPace::new(FULL_LOG_INTERVAL_MS)),
         }
+    }
+
+    /// The store, telling `observer` of its evictions and refusals.
+    pub fn observed_by(mut self, observer: Option<Arc<dyn EvictionObserver>>) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Counters currently held (expired ones included until swept).
@@ -286,8 +302,8 @@ impl MemoryStore {
         let freed: Freed = shard.make_room(now, keep);
         self.held.fetch_sub(freed.total(), Ordering::Relaxed);
         if freed.evicted > 0 {
-            if let Some(series) = &self.series {
-                series.evicted(freed.evicted);
+            if let Some(observer) = &self.observer {
+                observer.evicted(freed.evicted);
             }
         }
         freed.total()
@@ -296,8 +312,8 @@ impl MemoryStore {
     /// Counts a request refused by a store full of exhausted counters, and says so in the log
     /// now and then.
     fn refuse_full(&self) {
-        if let Some(series) = &self.series {
-            series.refused_full();
+        if let Some(observer) = &self.observer {
+            observer.refused_full();
         }
         let now_ms = u64::try_from(self.clock.now() / 1_000).unwrap_or(0);
         if let Some(suppressed) = self.full_log.lock().allow(now_ms) {

@@ -7,16 +7,7 @@ pub mod redis;
 use std::future::Future;
 
 use crate::core::plan::Counter;
-use crate::core::response::CounterOutcome;
-
-/// What a store decided for one request.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Decided {
-    /// One per counter, in the order given.
-    pub outcomes: Vec<CounterOutcome>,
-    /// The request's verdict (`core::verdict::request_over_limit`); nothing was charged if true.
-    pub over_limit: bool,
-}
+pub use crate::core::response::Decided;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {

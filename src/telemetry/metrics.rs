@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
+use crate::core::outcome::{Decision, RejectReason};
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -52,69 +53,6 @@ const LATENCY_BUCKETS: [f64; 17] = [
 pub enum MetricsError {
     #[error("metrics registry: {0}")]
     Registry(#[from] prometheus::Error),
-}
-
-/// How one ShouldRateLimit call ended (`floodgate_calls_total{decision}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Answered OK by at least one rule, nothing over.
-    Ok,
-    /// Answered OVER_LIMIT.
-    OverLimit,
-    /// Answered OK, but a limit in shadow mode (the rule's or `--shadow-mode`) was over.
-    Shadow,
-    /// Answered OK because no descriptor matched a rule (or the domain is unknown).
-    Unknown,
-    /// Not decided: an invalid request or a store failure.
-    Error,
-}
-
-impl Decision {
-    pub const ALL: [Decision; 5] = [
-        Decision::Ok,
-        Decision::OverLimit,
-        Decision::Shadow,
-        Decision::Unknown,
-        Decision::Error,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Decision::Ok => "ok",
-            Decision::OverLimit => "over_limit",
-            Decision::Shadow => "shadow",
-            Decision::Unknown => "unknown",
-            Decision::Error => "error",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// Why a descriptor (or a whole call) was rejected (`floodgate_requests_rejected_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectReason {
-    /// Over its limit.
-    Limit,
-    /// Over its limit, answered OK because of shadow mode: what *would* have been rejected.
-    Shadow,
-    /// The store failed and the failure policy answered OVER_LIMIT.
-    FailurePolicy,
-    /// The request itself was malformed (no rule involved).
-    InvalidRequest,
-}
-
-impl RejectReason {
-    pub fn label(self) -> &'static str {
-        match self {
-            RejectReason::Limit => "limit",
-            RejectReason::Shadow => "shadow",
-            RejectReason::FailurePolicy => "failure_policy",
-            RejectReason::InvalidRequest => "invalid_request",
-        }
-    }
 }
 
 /// Why a call was answered without being decided (`floodgate_overload_rejections_total{reason}`).
@@ -827,7 +765,7 @@ impl Metrics {
     }
 }
 
-/// The adaptive controllers' series (`crate::adaptive`), one set per adaptive rule.
+/// The adaptive controllers' series (`crate::engine::adaptive`), one set per adaptive rule.
 struct AdaptiveSeries {
     limit: IntGaugeVec,
     latency: GaugeVec,

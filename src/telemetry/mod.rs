@@ -7,7 +7,6 @@
 pub mod connections;
 pub mod label_budget;
 pub mod metrics;
-pub mod near_limit;
 pub mod paced_log;
 pub mod record;
 pub mod traces;

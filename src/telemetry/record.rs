@@ -1,181 +1,19 @@
-//! What one decided call means for the metrics and its span: which rule decided each
-//! descriptor and how, the near-limit hits, the call's overall decision, and the rule that
-//! drove the answer. The classification functions are pure; [`record_call`] adds their result
-//! to the metrics through handles resolved at each rule's first decision ([`RuleSeriesTable`]).
+//! One decided call counted in the metrics: [`record_call`] adds what `core::outcome`
+//! classified (each descriptor's verdict, near-limit hits, the call's decision) to the series
+//! of the rules that decided, through handles resolved at each rule's first decision
+//! ([`RuleSeriesTable`]).
 
 use std::sync::{Arc, OnceLock};
 
-use super::metrics::{ClassSeries, Decision, Metrics, RejectReason, RuleSeries};
-use super::near_limit::{near_limit_hits, threshold};
-use crate::core::algorithm::{Algorithm, Hits};
+use super::metrics::{ClassSeries, Metrics, RuleSeries};
+use crate::core::outcome::{
+    classify_descriptor, descriptor_near_limit, detailed_label, Decision, DecisionTally,
+    RuleVerdict,
+};
 use crate::core::plan::{DescriptorPlan, LimitSource, Plan};
 use crate::core::request::Request;
-use crate::core::response::{deciding_counter, Code, DescriptorStatus, Response};
-use crate::core::rules::{DomainRules, MatchedLevel, Rule, RuleSet};
-use crate::store::Decided;
-
-/// The longest `detailed_metric` label kept; longer ones are cut (at a character boundary).
-/// A request value can be kilobytes long and would be kept for the life of the process.
-pub const MAX_DETAILED_LABEL_BYTES: usize = 256;
-
-/// What the rule of one descriptor said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuleVerdict {
-    Allowed,
-    Rejected(RejectReason),
-}
-
-/// The verdict of the rule that decided one descriptor; `None` when no rule did (no match, or
-/// the rule was replaced by another for this call). Global shadow mode (`--shadow-mode`)
-/// leaves an over-limit descriptor status in place but answers OK: that is a shadow rejection.
-pub fn classify_descriptor(
-    plan: &DescriptorPlan<'_>,
-    status: &DescriptorStatus,
-    global_shadow: bool,
-) -> Option<RuleVerdict> {
-    match plan {
-        DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => None,
-        DescriptorPlan::Unlimited { .. } => Some(RuleVerdict::Allowed),
-        DescriptorPlan::Limited { .. } => Some(
-            if status.shadowed || (global_shadow && status.code == Code::OverLimit) {
-                RuleVerdict::Rejected(RejectReason::Shadow)
-            } else if status.code == Code::OverLimit {
-                RuleVerdict::Rejected(RejectReason::Limit)
-            } else {
-                RuleVerdict::Allowed
-            },
-        ),
-    }
-}
-
-/// The call's decision, from its descriptors' verdicts (added one by one, so recording needs
-/// no list) and the overall code.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DecisionTally {
-    any_rule: bool,
-    shadowed: bool,
-}
-
-impl DecisionTally {
-    pub fn add(&mut self, verdict: Option<RuleVerdict>) {
-        if let Some(verdict) = verdict {
-            self.any_rule = true;
-            self.shadowed |= verdict == RuleVerdict::Rejected(RejectReason::Shadow);
-        }
-    }
-
-    pub fn decision(self, overall: Code) -> Decision {
-        if overall == Code::OverLimit {
-            Decision::OverLimit
-        } else if self.shadowed {
-            Decision::Shadow
-        } else if self.any_rule {
-            Decision::Ok
-        } else {
-            Decision::Unknown
-        }
-    }
-}
-
-/// Near-limit hits of one descriptor: the most of any of its counters (several limits on one
-/// descriptor must not count one hit several times).
-pub fn descriptor_near_limit(
-    plan: &Plan<'_>,
-    counters: &std::ops::Range<usize>,
-    decided: &Decided,
-    ratio: f32,
-) -> u64 {
-    counters
-        .clone()
-        .filter_map(|index| {
-            let counter = plan.counters.get(index)?;
-            let outcome = decided.outcomes.get(index)?;
-            let Hits::Charge(hits) = counter.hits else {
-                return None;
-            };
-            let capacity = counter.quota.capacity();
-            let charged = !decided.over_limit && outcome.admitted;
-            // The snapshot is after charging when charged, before otherwise (all-or-nothing).
-            let used = capacity.saturating_sub(outcome.snapshot.remaining);
-            let before = if charged {
-                used.saturating_sub(hits)
-            } else {
-                used
-            };
-            let near = threshold(capacity, ratio);
-            Some(near_limit_hits(
-                capacity,
-                near,
-                before,
-                hits,
-                outcome.admitted,
-            ))
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The descriptor whose rule drove the answer: the first over its limit, else the first over
-/// in shadow mode, else the limited one with the least budget left, else the first matched.
-pub fn deciding_descriptor(plan: &Plan<'_>, response: &Response) -> Option<usize> {
-    let statuses = &response.statuses;
-    let limited = |index: &usize| {
-        matches!(
-            plan.descriptors.get(*index),
-            Some(DescriptorPlan::Limited { .. })
-        )
-    };
-    let indices = || (0..statuses.len()).filter(limited);
-    indices()
-        .find(|&index| statuses[index].code == Code::OverLimit)
-        .or_else(|| indices().find(|&index| statuses[index].shadowed))
-        .or_else(|| indices().min_by_key(|&index| statuses[index].limit_remaining))
-        .or_else(|| {
-            statuses
-                .iter()
-                .position(|status| status.rule_path.is_some())
-        })
-}
-
-/// The algorithm of the limit that decided descriptor `index` (the tightest of its counters,
-/// as the answer reports it).
-pub fn deciding_algorithm(plan: &Plan<'_>, decided: &Decided, index: usize) -> Option<Algorithm> {
-    let DescriptorPlan::Limited { counters, .. } = plan.descriptors.get(index)? else {
-        return None;
-    };
-    deciding_counter(plan, counters, &decided.outcomes).map(|(counter, _)| counter.quota.algorithm)
-}
-
-/// `detailed_metric`'s label, as the reference builds its stats key: the domain, then per
-/// entry `key_value` with the request's value (a `share_threshold` wildcard level shows its
-/// pattern instead, since all its values share one counter).
-pub fn detailed_label(
-    domain: &DomainRules,
-    request_entries: &[crate::core::rules::Entry],
-) -> Option<String> {
-    let matched = domain.lookup(request_entries)?;
-    let mut label = domain.name.clone();
-    for (entry, level) in request_entries.iter().zip(&matched.levels) {
-        label.push('.');
-        label.push_str(&entry.key);
-        label.push('_');
-        match level {
-            MatchedLevel::Wildcard {
-                pattern,
-                shared: true,
-            } => label.push_str(pattern),
-            _ => label.push_str(&entry.value),
-        }
-    }
-    if label.len() > MAX_DETAILED_LABEL_BYTES {
-        let mut cut = MAX_DETAILED_LABEL_BYTES;
-        while !label.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        label.truncate(cut);
-    }
-    Some(label)
-}
+use crate::core::response::{Decided, Response};
+use crate::core::rules::{Rule, RuleSet};
 
 /// Each rule's series for one rule set, resolved at the rule's first decision and kept, so
 /// later decisions find their counters without a lock or a lookup. One slot per rule, at the
@@ -370,6 +208,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::core::algorithm::Algorithm;
+    use crate::core::outcome::{
+        deciding_algorithm, deciding_descriptor, RejectReason, MAX_DETAILED_LABEL_BYTES,
+    };
+    use crate::core::response::{Code, DescriptorStatus};
     use crate::core::config::load_valid;
     use crate::core::headers::HeaderMode;
     use crate::core::plan::{plan, PlanSettings};

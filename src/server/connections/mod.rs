@@ -42,7 +42,7 @@ use activity::{Activity, Timeouts, TrackedIo, Verdict, Wire};
 use requests::TrackedService;
 pub use requests::{is_body_timeout, RequestBody};
 
-use super::shutdown::Shutdown;
+use crate::engine::shutdown::Shutdown;
 use super::tls::ServerTls;
 use crate::telemetry::connections::{connection_closed, connection_opened, connection_refused};
 use crate::telemetry::paced_log::PacedLog;

@@ -12,7 +12,7 @@
 //! bound (`admission`).
 
 mod admission;
-mod check;
+mod auth_request;
 mod json;
 mod protojson;
 
@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 
-use crate::limiter::{LimitError, Limiter};
+use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::admission::Admission;
 use crate::server::connections::is_body_timeout;
 use crate::store::Store;
@@ -84,8 +84,8 @@ pub fn main_routes<S: Store>(
         // `/healthcheck` is added by `server::health` (it follows readiness).
         // Any method, as the reference; nginx's auth_request subrequests are always GET.
         .route("/json", any(json::json_endpoint::<S>))
-        .route("/check", any(check::check_by_headers::<S>))
-        .route("/check/{profile}", any(check::check_by_profile::<S>))
+        .route("/check", any(auth_request::check_by_headers::<S>))
+        .route("/check/{profile}", any(auth_request::check_by_profile::<S>))
         .with_state(HttpState {
             limiter,
             settings,

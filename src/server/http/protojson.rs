@@ -16,11 +16,11 @@ use std::fmt;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+use crate::server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use crate::proto::rate_limit_response::{self, rate_limit::Unit as ResponseUnit};
-use crate::proto::{
+use crate::server::proto::rate_limit_response::{self, rate_limit::Unit as ResponseUnit};
+use crate::server::proto::{
     HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
 };
 

@@ -59,7 +59,7 @@
 //! An ACL user needs only its keys and these commands (Redis 7 syntax):
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
-//! `+hgetall` for the runtime overrides every instance shares (`crate::adjustments::redis`).
+//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`).
 //! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
 //! Sentinel also `+role` on the master, and `+sentinel|get-master-addr-by-name` on the
 //! sentinels.

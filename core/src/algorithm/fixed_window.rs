@@ -1,0 +1,121 @@
+//! Fixed window, counted as envoyproxy/ratelimit counts: windows of W µs aligned to the Unix
+//! epoch, so every replica and the Redis script agree on where a window starts. All integer.
+//!
+//!   start       = now − (now mod⁺ W)     (mod⁺ Euclidean: instants before 1970 align too)
+//!   count       = stored count if stored start ≥ start, else 0
+//!                 (a later stored start means the clock went back: keep that window and its
+//!                 count rather than hand out a fresh one)
+//!   admit       ⇔ count + n ≤ L
+//!   remaining   = max(0, L − count)      (L may have been lowered on reload)
+//!   reset_after = start + W − now        (Envoy's `W − now % W`, before rounding to seconds)
+//!   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
+//!   expires_at  = start + W
+
+use super::counter::{decide, Counter};
+use super::{Evaluation, Hits, Quota, Snapshot, State};
+use crate::time::Micros;
+
+pub(super) fn evaluate(
+    quota: &Quota,
+    state: Option<&State>,
+    now: Micros,
+    hits: Hits,
+    reserve: u64,
+) -> Evaluation {
+    decide(Window::at(quota, state, now), hits, reserve)
+}
+
+/// Start of the epoch-aligned window holding `now`; `window` must be positive.
+pub(super) fn epoch_window_start(now: Micros, window: Micros) -> Micros {
+    now.saturating_sub(now.rem_euclid(window.max(1)))
+}
+
+#[derive(Debug, Clone)]
+struct Window {
+    limit: u64,
+    now: Micros,
+    start: Micros,
+    length: Micros,
+    count: u64,
+}
+
+impl Window {
+    fn at(quota: &Quota, state: Option<&State>, now: Micros) -> Self {
+        let length = quota.window_micros().max(1);
+        let current_start = epoch_window_start(now, length);
+        let (start, count) = match state {
+            Some(&State::FixedWindow {
+                window_start,
+                count,
+            }) if window_start >= current_start => (window_start, count),
+            _ => (current_start, 0),
+        };
+        Self {
+            limit: u64::from(quota.requests_per_unit),
+            now,
+            start,
+            length,
+            count,
+        }
+    }
+
+    fn with_count(&self, count: u64) -> Self {
+        Self {
+            count,
+            ..self.clone()
+        }
+    }
+
+    fn end(&self) -> Micros {
+        self.start.saturating_add(self.length)
+    }
+
+    fn reset_after(&self) -> Micros {
+        self.end().saturating_sub(self.now).max(0)
+    }
+}
+
+impl Counter for Window {
+    fn fits(&self, hits: u64) -> bool {
+        self.count.saturating_add(hits) <= self.limit
+    }
+
+    /// remaining = L − count ≥ 1 ⇔ count + 1 ≤ L.
+    fn has_room(&self, snapshot: &Snapshot) -> bool {
+        snapshot.remaining > 0
+    }
+
+    fn charged(&self, hits: u64) -> Self {
+        self.with_count(self.count.saturating_add(hits))
+    }
+
+    fn refunded(&self, hits: u64) -> Self {
+        self.with_count(self.count.saturating_sub(hits))
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            remaining: self.limit.saturating_sub(self.count),
+            reset_after: self.reset_after(),
+        }
+    }
+
+    fn retry_after(&self, _hits: u64) -> Micros {
+        self.reset_after()
+    }
+
+    fn expires_at(&self) -> Micros {
+        self.end()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn into_state(self) -> State {
+        State::FixedWindow {
+            window_start: self.start,
+            count: self.count,
+        }
+    }
+}

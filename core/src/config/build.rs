@@ -1,0 +1,384 @@
+//! The files' specs → one [`DomainRules`] per domain: unique domains (or merged ones with
+//! `MERGE_DOMAIN_CONFIG`), unique composite keys per level, the trees the lookup walks.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::report::Report;
+use super::spec::{DescriptorSpec, FileSpec, RuleSpec};
+use super::LoadOptions;
+use crate::algorithm::Algorithm;
+use crate::rules::{DomainRules, KeyChildren, Node, PathLevel, Rule, WildcardPattern};
+
+/// Every domain being built, fed one file at a time so that a file's parsed form can be
+/// dropped before the next file is parsed.
+#[derive(Default)]
+pub(super) struct DomainsBuild {
+    domains: HashMap<String, DomainBuild>,
+    shared: Shared,
+}
+
+/// What all domains of one load share.
+#[derive(Default)]
+struct Shared {
+    /// Keys, values and file names, each kept once for the whole rule set.
+    texts: HashSet<Arc<str>>,
+    /// The next rule's [`Rule::index`].
+    next_index: usize,
+}
+
+impl Shared {
+    fn text(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.texts.get(text) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.texts.insert(Arc::clone(&shared));
+        shared
+    }
+}
+
+impl DomainsBuild {
+    pub(super) fn add(&mut self, file: FileSpec, options: &LoadOptions, report: &mut Report) {
+        let shared = &mut self.shared;
+        if file.domain.is_empty() {
+            // Reported already; its tree is still built to find duplicates inside it.
+            DomainBuild::new(&file, options).add(file, report, shared);
+            return;
+        }
+        match self.domains.get_mut(&file.domain) {
+            None => {
+                let mut domain = DomainBuild::new(&file, options);
+                domain.add(file, report, shared);
+                self.domains.insert(domain.rules.name.clone(), domain);
+            }
+            Some(domain) if options.merge_domains => {
+                domain.check_default_algorithm(&file, report);
+                domain.check_failure_policy(&file, report);
+                domain.add(file, report, shared);
+            }
+            Some(domain) => {
+                let message = duplicate_domain_message(&file, domain, report);
+                report.error(file.file, &file.domain, message);
+                DomainBuild::new(&file, options).add(file, report, shared);
+            }
+        }
+    }
+
+    /// Rules made so far (by files that loaded, and by those with errors).
+    pub(super) fn rule_count(&self) -> usize {
+        self.shared.next_index
+    }
+
+    pub(super) fn finish(self, report: &mut Report) -> HashMap<String, DomainRules> {
+        self.domains
+            .into_iter()
+            .map(|(name, domain)| (name, domain.finish(report)))
+            .collect()
+    }
+}
+
+fn duplicate_domain_message(file: &FileSpec, domain: &DomainBuild, report: &Report) -> String {
+    let first = domain
+        .first_file
+        .map_or("", |index| report.file_name(index));
+    let this = report.file_name(file.file);
+    let configmap_hint = if first.contains("/..") || this.contains("/..") {
+        " This looks like a Kubernetes ConfigMap read twice through its `..data` directory: \
+         skip dot-files (RUNTIME_IGNOREDOTFILES=true) or point at the mounted directory."
+    } else {
+        ""
+    };
+    format!(
+        "duplicate domain '{}' in config file: it is already defined in {first}; give each \
+         file its own domain, or set MERGE_DOMAIN_CONFIG=true to add this file's descriptors \
+         to that domain.{configmap_hint}",
+        file.domain
+    )
+}
+
+/// A domain being assembled from one or more files.
+struct DomainBuild {
+    /// Its `root` is filled by `finish`, from `top`.
+    rules: DomainRules,
+    top: ChildrenBuild,
+    first_file: Option<usize>,
+    /// The first file that set `default_algorithm:`, and what it set.
+    explicit_default: Option<(Algorithm, usize)>,
+    /// Composite keys of the top level, with the file that defined each.
+    top_level: HashMap<String, usize>,
+    names: HashSet<String>,
+    /// Every `replaces` entry: file, rule path, replaced name.
+    replaced: Vec<(usize, String, String)>,
+}
+
+impl DomainBuild {
+    fn new(file: &FileSpec, options: &LoadOptions) -> Self {
+        Self {
+            rules: DomainRules {
+                name: file.domain.clone(),
+                sources: Vec::new(),
+                default_algorithm: file.default_algorithm.unwrap_or(options.default_algorithm),
+                failure_policy: file.failure_policy,
+                root: Node::default(),
+            },
+            top: ChildrenBuild::default(),
+            first_file: None,
+            explicit_default: file
+                .default_algorithm
+                .map(|algorithm| (algorithm, file.file)),
+            top_level: HashMap::new(),
+            names: HashSet::new(),
+            replaced: Vec::new(),
+        }
+    }
+
+    /// Request-side overrides use the domain's default algorithm, so merged files must agree.
+    fn check_default_algorithm(&mut self, file: &FileSpec, report: &mut Report) {
+        let Some(algorithm) = file.default_algorithm else {
+            return;
+        };
+        match self.explicit_default {
+            Some((first, first_file)) if first != algorithm => {
+                let message = format!(
+                    "`default_algorithm: {algorithm}` differs from `default_algorithm: {first}` \
+                     in {}, which defines the same domain: merged files must agree (it is also \
+                     the algorithm of limits Envoy sends with a request); set `algorithm:` on \
+                     the rules instead",
+                    report.file_name(first_file)
+                );
+                report.error(file.file, &file.domain, message);
+            }
+            Some(_) => {}
+            None => {
+                self.explicit_default = Some((algorithm, file.file));
+                self.rules.default_algorithm = algorithm;
+            }
+        }
+    }
+
+    /// One domain, one policy: merged files that disagree would make it depend on file order.
+    fn check_failure_policy(&mut self, file: &FileSpec, report: &mut Report) {
+        let Some(policy) = file.failure_policy else {
+            return;
+        };
+        match self.rules.failure_policy {
+            Some(first) if first != policy => {
+                let message = format!(
+                    "`failure_policy: {policy}` differs from `failure_policy: {first}` set by \
+                     another file of the same domain: merged files must agree"
+                );
+                report.error(file.file, &file.domain, message);
+            }
+            Some(_) => {}
+            None => self.rules.failure_policy = Some(policy),
+        }
+    }
+
+    fn add(&mut self, file: FileSpec, report: &mut Report, shared: &mut Shared) {
+        self.first_file.get_or_insert(file.file);
+        self.rules
+            .sources
+            .push(report.file_name(file.file).to_owned());
+        let source = shared.text(report.file_name(file.file));
+        let mut level = Level {
+            file: file.file,
+            source,
+            report,
+            shared,
+            names: &mut self.names,
+            replaced: &mut self.replaced,
+        };
+        // The tree is built from the specs, which are dropped whole afterwards: moving pieces
+        // of the specs into the tree would leave every long-lived piece on a memory page among
+        // the specs' dropped ones, which the allocator then cannot give back.
+        level.insert(&mut self.top, &mut self.top_level, &file.descriptors, &[]);
+    }
+
+    fn finish(mut self, report: &mut Report) -> DomainRules {
+        self.rules.root.children = std::mem::take(&mut self.top).finish();
+        for (file, path, name) in &self.replaced {
+            if !self.names.contains(name) {
+                report.warning(
+                    *file,
+                    path,
+                    format!(
+                        "replaces '{name}', but no rule in domain '{}' has `name: {name}`: \
+                         check the spelling",
+                        self.rules.name
+                    ),
+                );
+            }
+        }
+        self.rules
+    }
+}
+
+/// The children of one node while its descriptors are inserted.
+#[derive(Default)]
+struct ChildrenBuild {
+    by_key: HashMap<Arc<str>, KeyBuild>,
+}
+
+#[derive(Default)]
+struct KeyBuild {
+    exact: Vec<(Arc<str>, Node)>,
+    wildcards: Vec<(WildcardPattern, Node)>,
+    default: Option<Box<Node>>,
+}
+
+impl ChildrenBuild {
+    /// The node's children as the lookup reads them: keys and exact values sorted, patterns
+    /// in config order, nothing spare.
+    fn finish(self) -> Box<[KeyChildren]> {
+        let mut children: Vec<KeyChildren> = self
+            .by_key
+            .into_iter()
+            .map(|(key, mut build)| {
+                build.exact.sort_by(|(a, _), (b, _)| a.cmp(b));
+                KeyChildren {
+                    key,
+                    exact: build.exact.into_boxed_slice(),
+                    wildcards: build.wildcards.into_boxed_slice(),
+                    default: build.default,
+                }
+            })
+            .collect();
+        children.sort_by(|a, b| a.key.cmp(&b.key));
+        children.into_boxed_slice()
+    }
+}
+
+/// Inserting the descriptors of one file into a tree.
+struct Level<'b> {
+    file: usize,
+    /// The file's name, shared by its rules.
+    source: Arc<str>,
+    report: &'b mut Report,
+    shared: &'b mut Shared,
+    names: &'b mut HashSet<String>,
+    replaced: &'b mut Vec<(usize, String, String)>,
+}
+
+impl Level<'_> {
+    /// Adds `descriptors` to `children`; `seen` holds the composite keys already at this
+    /// level (for the top level of a merged domain, those of earlier files).
+    fn insert(
+        &mut self,
+        children: &mut ChildrenBuild,
+        seen: &mut HashMap<String, usize>,
+        descriptors: &[DescriptorSpec],
+        parent_levels: &[PathLevel],
+    ) {
+        for descriptor in descriptors {
+            if descriptor.key.is_empty() {
+                // Reported already; its children may still hold problems of their own.
+                self.insert_detached(&descriptor.children, parent_levels);
+                continue;
+            }
+            let composite = descriptor.composite_key();
+            if let Some(first_file) = seen.get(&composite).copied() {
+                self.report_duplicate(&descriptor.path, first_file);
+                self.insert_detached(&descriptor.children, parent_levels);
+                continue;
+            }
+            seen.insert(composite, self.file);
+
+            let key = self.shared.text(&descriptor.key);
+            let value = descriptor
+                .value
+                .as_deref()
+                .map(|value| self.shared.text(value));
+            let mut levels = parent_levels.to_vec();
+            levels.push(PathLevel {
+                key: Arc::clone(&key),
+                value: value.clone(),
+                value_to_metric: descriptor.flags.value_to_metric,
+                share_threshold: descriptor.flags.share_threshold,
+            });
+            let rule = descriptor
+                .rule
+                .as_ref()
+                .map(|spec| Box::new(self.rule(spec, descriptor, &levels)));
+            let mut grandchildren = ChildrenBuild::default();
+            self.insert(
+                &mut grandchildren,
+                &mut HashMap::new(),
+                &descriptor.children,
+                &levels,
+            );
+            let child = Node {
+                rule,
+                children: grandchildren.finish(),
+                share_threshold: descriptor.flags.share_threshold,
+            };
+
+            let slot = children.by_key.entry(key).or_default();
+            match value {
+                None => slot.default = Some(Box::new(child)),
+                Some(value) if value.contains('*') => {
+                    slot.wildcards.push((WildcardPattern::new(&*value), child));
+                }
+                Some(value) => slot.exact.push((value, child)),
+            }
+        }
+    }
+
+    /// Builds a subtree that is thrown away, only to report the problems inside it.
+    fn insert_detached(&mut self, descriptors: &[DescriptorSpec], parent_levels: &[PathLevel]) {
+        self.insert(
+            &mut ChildrenBuild::default(),
+            &mut HashMap::new(),
+            descriptors,
+            parent_levels,
+        );
+    }
+
+    fn report_duplicate(&mut self, path: &str, first_file: usize) {
+        let fix = if first_file == self.file {
+            "two descriptors at this level have the same key and value: merge them into one \
+             (with their `descriptors` side by side), or use `rate_limits:` to put several \
+             limits on one descriptor"
+                .to_owned()
+        } else {
+            format!(
+                "{} defines it already; merging domains adds the top-level descriptors of each \
+                 file side by side, it does not merge them: keep this descriptor in one file",
+                self.report.file_name(first_file)
+            )
+        };
+        let message = format!("duplicate descriptor composite key '{path}': {fix}");
+        self.report.error(self.file, path, message);
+    }
+
+    fn rule(&mut self, spec: &RuleSpec, descriptor: &DescriptorSpec, levels: &[PathLevel]) -> Rule {
+        if let Some(name) = &spec.name {
+            self.names.insert(name.clone());
+        }
+        for replaced in &spec.replaces {
+            self.replaced
+                .push((self.file, descriptor.path.clone(), replaced.clone()));
+        }
+        let flags = descriptor.flags;
+        let index = self.shared.next_index;
+        self.shared.next_index += 1;
+        Rule {
+            path: descriptor.path.clone(),
+            index,
+            config_path: levels.into(),
+            source: Arc::clone(&self.source),
+            name: spec.name.clone(),
+            replaces: spec.replaces.clone(),
+            limits: spec.limits.clone(),
+            unlimited: spec.unlimited,
+            shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
+            detailed_metric: flags.detailed_metric,
+            value_to_metric: flags.value_to_metric,
+            share_threshold: flags.share_threshold,
+            metadata: descriptor.metadata.clone().map(Box::new),
+            adaptive: descriptor.adaptive.clone().map(Box::new),
+            priority: descriptor.priority.clone().map(Box::new),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Human-readable one-line descriptions of rules, shared by `validate` and `/rlconfig`.
+
+use std::fmt::Write as _;
+
+use crate::rules::Rule;
+
+/// `edge.client_id: token_bucket 10/1s burst 20 [shadow]`, then the classes sharing it and the
+/// adaptive bounds when the rule has them (`classes by priority: critical 100%, low 50% (default)`,
+/// `adaptive 50..400 every 15s, slo 250ms, pushed checkout_p95`).
+pub fn rule_summary(rule: &Rule) -> String {
+    let mut line = format!("{}:", rule.path);
+    if rule.unlimited {
+        line.push_str(" unlimited");
+    }
+    for (index, quota) in rule.limits.iter().enumerate() {
+        if index > 0 {
+            line.push_str(" +");
+        }
+        let _ = write!(
+            line,
+            " {} {}/{}s",
+            quota.algorithm,
+            quota.requests_per_unit,
+            quota.window_seconds()
+        );
+        if let Some(burst) = quota.burst {
+            let _ = write!(line, " burst {burst}");
+        }
+    }
+    if let Some(priority) = &rule.priority {
+        let _ = write!(line, " classes by {}:", priority.key);
+        for (index, class) in priority.classes.iter().enumerate() {
+            let separator = if index > 0 { "," } else { "" };
+            let _ = write!(line, "{separator} {} {}", class.name, class.share);
+            if index == priority.default {
+                line.push_str(" (default)");
+            }
+        }
+        line.push(';');
+    }
+    if let Some(adaptive) = &rule.adaptive {
+        let _ = write!(
+            line,
+            " adaptive {}..{} every {}s, slo {}ms, {};",
+            adaptive.min,
+            adaptive.max,
+            adaptive.interval.as_secs(),
+            adaptive.slo_ms,
+            adaptive.signal
+        );
+    }
+    if let Some(name) = &rule.name {
+        let _ = write!(line, " name={name}");
+    }
+    for (flag, on) in [
+        ("shadow_mode", rule.shadow_mode),
+        ("quota_mode", rule.quota_mode),
+        ("detailed_metric", rule.detailed_metric),
+    ] {
+        if on {
+            let _ = write!(line, " {flag}");
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_valid;
+
+    fn summaries(yaml: &str) -> Vec<String> {
+        load_valid("shop.yaml", yaml)
+            .domains()
+            .flat_map(|domain| domain.rules())
+            .map(rule_summary)
+            .collect()
+    }
+
+    #[test]
+    fn classes_and_adaptive_bounds_are_shown() {
+        let lines = summaries(
+            "domain: shop\n\
+             descriptors:\n\
+             \x20 - key: pool\n\
+             \x20   value: checkout\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 100}\n\
+             \x20   priority: {key: priority, classes: {critical: 100%, low: 12.5%}, default: low}\n\
+             \x20 - key: pool\n\
+             \x20   value: reports\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 200}\n\
+             \x20   adaptive: {min: 50, max: 400, interval: 15s, slo: 250ms, signal_unit: ms, signal: {pushed: reports_p95}}\n",
+        );
+        assert_eq!(
+            lines,
+            [
+                "shop.pool_checkout: fixed_window 100/1s classes by priority: critical 100%, \
+                 low 12.5% (default);",
+                "shop.pool_reports: fixed_window 200/1s adaptive 50..400 every 15s, slo 250ms, \
+                 pushed reports_p95;",
+            ]
+        );
+    }
+}

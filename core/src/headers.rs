@@ -1,0 +1,389 @@
+//! Rate-limit response headers for the proxy to return (`--response-headers`). The most
+//! restrictive descriptor drives them: an over-limit one if any, else the one with the least
+//! remaining (the first on ties, as Envoy chooses). Shadowed statuses are left out: shadow mode
+//! must not change what clients see.
+//!
+//! A request refused in a priority class (`core::priority`) also gets, whatever the mode:
+//!
+//!   x-floodgate-priority: low;reason=reserved;reserved-for="normal critical"
+//!   Retry-After: 3                      (added here only when the mode adds none)
+//!
+//! an RFC 9651 item: the refused class (a token), `reason=reserved` when the shared capacity
+//! still had room for the hit but it is kept for the classes above (`reserved-for`, smallest
+//! share first; absent for a class with the largest share), `reason=full` when it had none.
+//! Retry-After is when the hit fits above the class's reserve.
+
+use super::response::{Code, DescriptorStatus};
+use super::time::ceil_seconds;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderMode {
+    /// No headers (envoyproxy/ratelimit's default; Envoy can compute its own).
+    #[default]
+    None,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, as envoyproxy/ratelimit's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    RateLimit,
+    /// `X-RateLimit-Limit/-Remaining/-Reset` in draft-03 form, as Envoy's DRAFT_VERSION_03.
+    Draft03,
+    /// The IETF httpapi draft (-08 and later): `RateLimit-Policy` and `RateLimit`.
+    Ietf,
+}
+
+impl HeaderMode {
+    pub fn parse(text: &str) -> Option<HeaderMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "none" => Some(HeaderMode::None),
+            "ratelimit" => Some(HeaderMode::RateLimit),
+            "draft03" => Some(HeaderMode::Draft03),
+            "ietf" => Some(HeaderMode::Ietf),
+            _ => None,
+        }
+    }
+}
+
+/// The headers for `statuses`; `Retry-After` (whole seconds, ≥ 1) when any is over its limit.
+pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<(String, String)> {
+    if mode == HeaderMode::None {
+        return Vec::new();
+    }
+    let visible: Vec<&DescriptorStatus> = statuses
+        .iter()
+        .filter(|status| status.current_limit.is_some() && !status.shadowed)
+        .collect();
+    let Some(driving) = most_restrictive(&visible) else {
+        return Vec::new();
+    };
+    let mut headers = match mode {
+        HeaderMode::None => Vec::new(),
+        HeaderMode::RateLimit => plain_headers("RateLimit", driving),
+        HeaderMode::Draft03 => draft03_headers(driving, &visible),
+        HeaderMode::Ietf => ietf_headers(driving, &visible),
+    };
+    if let Some(retry_after) = retry_after_seconds(&visible) {
+        headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+    }
+    headers
+}
+
+/// The header naming a refused priority class and why.
+pub const PRIORITY_HEADER: &str = "x-floodgate-priority";
+
+/// Why a priority class was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The shared capacity had room for the hit, kept for the classes above this one.
+    Reserved,
+    /// The shared capacity had no room for the hit.
+    Full,
+}
+
+impl Refused {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::Reserved => "reserved",
+            Refused::Full => "full",
+        }
+    }
+}
+
+/// A descriptor refused in its priority class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassRefusal<'a> {
+    pub class: &'a str,
+    pub reason: Refused,
+    /// The classes with a larger share, smallest first.
+    pub reserved_for: Vec<&'a str>,
+}
+
+/// The headers of a request refused in a priority class: [`PRIORITY_HEADER`], and Retry-After
+/// when `mode` adds none (see the module docs).
+pub fn priority_headers(
+    mode: HeaderMode,
+    statuses: &[DescriptorStatus],
+    refusal: &ClassRefusal<'_>,
+) -> Vec<(String, String)> {
+    // Class names are tokens (the loader allows letters, digits, `_`, `-`, `.`).
+    let mut value = format!("{};reason={}", refusal.class, refusal.reason.label());
+    if !refusal.reserved_for.is_empty() {
+        value.push_str(";reserved-for=");
+        value.push_str(&sf_string(&refusal.reserved_for.join(" ")));
+    }
+    let mut headers = vec![(PRIORITY_HEADER.to_owned(), value)];
+    if mode == HeaderMode::None {
+        let visible: Vec<&DescriptorStatus> = statuses
+            .iter()
+            .filter(|status| status.current_limit.is_some() && !status.shadowed)
+            .collect();
+        if let Some(retry_after) = retry_after_seconds(&visible) {
+            headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+        }
+    }
+    headers
+}
+
+fn most_restrictive<'a>(visible: &[&'a DescriptorStatus]) -> Option<&'a DescriptorStatus> {
+    visible
+        .iter()
+        .find(|status| status.code == Code::OverLimit)
+        .or_else(|| visible.iter().min_by_key(|status| status.limit_remaining))
+        .copied()
+}
+
+fn retry_after_seconds(visible: &[&DescriptorStatus]) -> Option<i64> {
+    visible
+        .iter()
+        .filter(|status| status.code == Code::OverLimit)
+        .map(|status| ceil_seconds(status.duration_until_reset.unwrap_or(0)).max(1))
+        .max()
+}
+
+fn reset_seconds(status: &DescriptorStatus) -> i64 {
+    ceil_seconds(status.duration_until_reset.unwrap_or(0))
+}
+
+fn limit_of(status: &DescriptorStatus) -> u32 {
+    status
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.requests_per_unit)
+}
+
+fn window_of(status: &DescriptorStatus) -> u64 {
+    status
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.window_seconds())
+}
+
+fn plain_headers(prefix: &str, driving: &DescriptorStatus) -> Vec<(String, String)> {
+    vec![
+        (format!("{prefix}-Limit"), limit_of(driving).to_string()),
+        (
+            format!("{prefix}-Remaining"),
+            driving.limit_remaining.to_string(),
+        ),
+        (
+            format!("{prefix}-Reset"),
+            reset_seconds(driving).to_string(),
+        ),
+    ]
+}
+
+fn draft03_headers(
+    driving: &DescriptorStatus,
+    visible: &[&DescriptorStatus],
+) -> Vec<(String, String)> {
+    let mut limit = limit_of(driving).to_string();
+    for status in visible {
+        limit.push_str(&format!(", {};w={}", limit_of(status), window_of(status)));
+        if let Some(name) = status
+            .current_limit
+            .as_ref()
+            .and_then(|l| l.name.as_deref())
+        {
+            limit.push_str(&format!(";name={}", sf_string(name)));
+        }
+    }
+    let mut headers = plain_headers("X-RateLimit", driving);
+    if let Some(first) = headers.first_mut() {
+        first.1 = limit;
+    }
+    headers
+}
+
+fn ietf_headers(
+    driving: &DescriptorStatus,
+    visible: &[&DescriptorStatus],
+) -> Vec<(String, String)> {
+    let policies: Vec<String> = visible
+        .iter()
+        .map(|status| {
+            format!(
+                "{};q={};w={}",
+                sf_string(&policy_name(status)),
+                limit_of(status),
+                window_of(status)
+            )
+        })
+        .collect();
+    let state = format!(
+        "{};r={};t={}",
+        sf_string(&policy_name(driving)),
+        driving.limit_remaining,
+        reset_seconds(driving)
+    );
+    vec![
+        ("RateLimit-Policy".to_owned(), policies.join(", ")),
+        ("RateLimit".to_owned(), state),
+    ]
+}
+
+fn policy_name(status: &DescriptorStatus) -> String {
+    status
+        .current_limit
+        .as_ref()
+        .and_then(|limit| limit.name.clone())
+        .or_else(|| status.rule_path.clone())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// An RFC 9651 sf-string: printable ASCII with `"` and `\` escaped; anything else becomes `?`.
+fn sf_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            ' '..='~' => quoted.push(c),
+            _ => quoted.push('?'),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::CurrentLimit;
+    use crate::unit::Unit;
+
+    fn status(
+        limit: u32,
+        unit: Unit,
+        remaining: u32,
+        reset_ms: i64,
+        code: Code,
+    ) -> DescriptorStatus {
+        DescriptorStatus {
+            code,
+            current_limit: Some(CurrentLimit {
+                requests_per_unit: limit,
+                unit,
+                unit_multiplier: 1,
+                name: None,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(reset_ms * 1000),
+            rule_path: Some("edge.client_id".to_owned()),
+            shadowed: false,
+        }
+    }
+
+    fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn reference_headers_follow_the_least_remaining() {
+        let statuses = [
+            status(10, Unit::Minute, 7, 41_100, Code::Ok),
+            status(20, Unit::Minute, 1, 52_000, Code::Ok),
+        ];
+        let headers = response_headers(HeaderMode::RateLimit, &statuses);
+        assert_eq!(header(&headers, "RateLimit-Limit"), Some("20"));
+        assert_eq!(header(&headers, "RateLimit-Remaining"), Some("1"));
+        assert_eq!(header(&headers, "RateLimit-Reset"), Some("52"));
+        assert_eq!(header(&headers, "Retry-After"), None);
+    }
+
+    #[test]
+    fn draft03_lists_every_policy_like_envoy() {
+        let mut named = status(20, Unit::Hour, 3, 1_000, Code::Ok);
+        if let Some(limit) = named.current_limit.as_mut() {
+            limit.name = Some("hourly".to_owned());
+        }
+        let statuses = [status(10, Unit::Second, 0, 400, Code::OverLimit), named];
+        let headers = response_headers(HeaderMode::Draft03, &statuses);
+        assert_eq!(
+            header(&headers, "X-RateLimit-Limit"),
+            Some("10, 10;w=1, 20;w=3600;name=\"hourly\"")
+        );
+        assert_eq!(header(&headers, "X-RateLimit-Remaining"), Some("0"));
+        assert_eq!(header(&headers, "X-RateLimit-Reset"), Some("1"));
+        assert_eq!(header(&headers, "Retry-After"), Some("1"));
+    }
+
+    #[test]
+    fn ietf_structured_fields() {
+        let statuses = [status(100, Unit::Minute, 50, 30_000, Code::Ok)];
+        let headers = response_headers(HeaderMode::Ietf, &statuses);
+        assert_eq!(
+            header(&headers, "RateLimit-Policy"),
+            Some("\"edge.client_id\";q=100;w=60")
+        );
+        assert_eq!(
+            header(&headers, "RateLimit"),
+            Some("\"edge.client_id\";r=50;t=30")
+        );
+    }
+
+    #[test]
+    fn no_limits_no_headers_and_shadow_is_invisible() {
+        assert!(response_headers(HeaderMode::Ietf, &[]).is_empty());
+        let mut shadowed = status(5, Unit::Second, 0, 1_000, Code::Ok);
+        shadowed.shadowed = true;
+        assert!(response_headers(HeaderMode::RateLimit, &[shadowed]).is_empty());
+    }
+
+    #[test]
+    fn retry_after_is_the_longest_wait_and_never_zero() {
+        let statuses = [
+            status(1, Unit::Second, 0, 10, Code::OverLimit),
+            status(1, Unit::Minute, 0, 42_000, Code::OverLimit),
+        ];
+        let headers = response_headers(HeaderMode::Ietf, &statuses);
+        assert_eq!(header(&headers, "Retry-After"), Some("42"));
+        let quick = [status(1, Unit::Second, 0, 0, Code::OverLimit)];
+        assert_eq!(
+            header(
+                &response_headers(HeaderMode::RateLimit, &quick),
+                "Retry-After"
+            ),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn a_refused_class_names_itself_why_and_whom_the_rest_is_for() {
+        let statuses = [status(50, Unit::Second, 0, 2_300, Code::OverLimit)];
+        let low = ClassRefusal {
+            class: "low",
+            reason: Refused::Reserved,
+            reserved_for: vec!["normal", "critical"],
+        };
+        let headers = priority_headers(HeaderMode::None, &statuses, &low);
+        assert_eq!(
+            header(&headers, PRIORITY_HEADER),
+            Some("low;reason=reserved;reserved-for=\"normal critical\"")
+        );
+        assert_eq!(header(&headers, "Retry-After"), Some("3"));
+        let critical = ClassRefusal {
+            class: "critical",
+            reason: Refused::Full,
+            reserved_for: Vec::new(),
+        };
+        let headers = priority_headers(HeaderMode::Ietf, &statuses, &critical);
+        assert_eq!(
+            header(&headers, PRIORITY_HEADER),
+            Some("critical;reason=full")
+        );
+        assert_eq!(
+            header(&headers, "Retry-After"),
+            None,
+            "the ietf headers carry it already"
+        );
+    }
+
+    #[test]
+    fn sf_strings_are_escaped() {
+        assert_eq!(sf_string("a\"b\\c é"), "\"a\\\"b\\\\c ?\"");
+    }
+}

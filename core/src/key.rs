@@ -1,0 +1,126 @@
+//! The identity of one counter as bytes that no two different counters can share: every field
+//! is length-prefixed, so no value (whatever bytes it holds) can shift into the next field.
+//! Stores hash these bytes into their own key format.
+
+use super::algorithm::Quota;
+use super::rules::{Entry, MatchedLevel};
+
+/// Builds the identity of the counter that limit `limit_index` of rule `rule_path` keeps for
+/// the request's `entries`. Values matched by a `share_threshold` wildcard contribute the
+/// pattern instead, so every matching value shares one counter.
+///
+/// The limit's size is not part of it, so editing `requests_per_unit` keeps the counter across a
+/// reload; the algorithm and window are, because a state means nothing under another one.
+pub fn counter_key(
+    domain: &str,
+    rule_path: &str,
+    limit_index: usize,
+    quota: &Quota,
+    entries: &[Entry],
+    levels: &[MatchedLevel<'_>],
+) -> Vec<u8> {
+    let mut key = Vec::with_capacity(
+        64 + domain.len()
+            + rule_path.len()
+            + entries
+                .iter()
+                .map(|e| e.key.len() + e.value.len() + 8)
+                .sum::<usize>(),
+    );
+    push_field(&mut key, domain.as_bytes());
+    push_field(&mut key, rule_path.as_bytes());
+    push_field(&mut key, quota.algorithm.name().as_bytes());
+    key.extend_from_slice(&(limit_index as u64).to_le_bytes());
+    key.extend_from_slice(&quota.window_seconds().to_le_bytes());
+    key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (index, entry) in entries.iter().enumerate() {
+        push_field(&mut key, entry.key.as_bytes());
+        let value = match levels.get(index) {
+            Some(MatchedLevel::Wildcard {
+                pattern,
+                shared: true,
+            }) => pattern,
+            _ => entry.value.as_str(),
+        };
+        push_field(&mut key, value.as_bytes());
+    }
+    key
+}
+
+fn push_field(key: &mut Vec<u8>, bytes: &[u8]) {
+    key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    key.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::Unit;
+
+    fn key_of(entries: &[Entry]) -> Vec<u8> {
+        let levels = vec![MatchedLevel::Default; entries.len()];
+        counter_key(
+            "d",
+            "d.a",
+            0,
+            &Quota::new(1, Unit::Second),
+            entries,
+            &levels,
+        )
+    }
+
+    #[test]
+    fn separators_in_values_cannot_collide() {
+        // The reference joins with `_`, so these two shared one counter there.
+        let left = key_of(&[Entry::new("a_b", "c")]);
+        let right = key_of(&[Entry::new("a", "b_c")]);
+        assert_ne!(left, right);
+        let two = key_of(&[Entry::new("a", "b"), Entry::new("c", "d")]);
+        let one = key_of(&[Entry::new("a", "b\0\0\0\0\0\0\0\x01c\0\0\0\0\0\0\0\x01d")]);
+        assert_ne!(two, one);
+    }
+
+    #[test]
+    fn shared_wildcards_use_the_pattern() {
+        let quota = Quota::new(1, Unit::Second);
+        let shared = [MatchedLevel::Wildcard {
+            pattern: "files/*",
+            shared: true,
+        }];
+        let a = counter_key(
+            "d",
+            "p",
+            0,
+            &quota,
+            &[Entry::new("path", "files/a")],
+            &shared,
+        );
+        let b = counter_key(
+            "d",
+            "p",
+            0,
+            &quota,
+            &[Entry::new("path", "files/b")],
+            &shared,
+        );
+        assert_eq!(a, b);
+        let own = [MatchedLevel::Wildcard {
+            pattern: "files/*",
+            shared: false,
+        }];
+        let c = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/a")], &own);
+        let d = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/b")], &own);
+        assert_ne!(c, d);
+    }
+
+    #[test]
+    fn the_limit_size_is_not_part_of_the_identity() {
+        let entries = [Entry::new("k", "v")];
+        let levels = [MatchedLevel::Exact];
+        let small = counter_key("d", "p", 0, &Quota::new(1, Unit::Minute), &entries, &levels);
+        let large = counter_key("d", "p", 0, &Quota::new(9, Unit::Minute), &entries, &levels);
+        let hourly = counter_key("d", "p", 0, &Quota::new(9, Unit::Hour), &entries, &levels);
+        assert_eq!(small, large);
+        assert_ne!(small, hourly);
+    }
+}

@@ -1,0 +1,24 @@
+//! The pure core: configuration, the descriptor rule tree, the algorithms and the request
+//! semantics. Nothing here does I/O or reads a clock; the shells around it do.
+
+pub mod adaptive;
+pub mod adjust;
+pub mod algorithm;
+pub mod check_headers;
+pub mod check_profile;
+pub mod config;
+pub mod describe;
+pub mod explain;
+pub mod failure;
+pub mod headers;
+pub mod key;
+pub mod outcome;
+pub mod overload;
+pub mod plan;
+pub mod priority;
+pub mod request;
+pub mod response;
+pub mod rules;
+pub mod time;
+pub mod unit;
+pub mod verdict;

@@ -1,0 +1,262 @@
+//! The answer to a request, from the plan and what the store said about each counter: one status
+//! per descriptor, in order, the overall code and the rate-limit headers.
+//!
+//! A descriptor decided in a priority class is reported as the class sees its counters:
+//! `limit_remaining` is what the class can still use (the shared remaining minus its reserve),
+//! `current_limit.requests_per_unit` its share of the limit (floor(L × share)), and
+//! `duration_until_reset` of a refused class the time until the hit fits above its reserve.
+//! A refused class also gets the `x-floodgate-priority` header (`headers::priority_headers`).
+
+use super::algorithm::{Hits, Quota, Share, Snapshot};
+use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
+use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
+use super::priority::ClassChoice;
+use super::time::Micros;
+use super::unit::Unit;
+use super::verdict::Role;
+
+/// What the store found for one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterOutcome {
+    pub admitted: bool,
+    /// Budget and reset as they stand after the store acted (charged when the request passed).
+    pub snapshot: Snapshot,
+    /// When not admitted: time until the hits could fit.
+    pub retry_after: Micros,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    OverLimit,
+}
+
+/// `current_limit` of a status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub unit_multiplier: u32,
+    pub name: Option<String>,
+}
+
+impl CurrentLimit {
+    /// `quota` as a class with `share` sees it: its part of the limit.
+    fn of(quota: &Quota, name: Option<&str>, share: Share) -> Self {
+        let requests_per_unit = share.of(u64::from(quota.requests_per_unit));
+        Self {
+            requests_per_unit: u32::try_from(requests_per_unit).unwrap_or(quota.requests_per_unit),
+            unit: quota.unit,
+            unit_multiplier: quota.unit_multiplier.max(1),
+            name: name.map(str::to_owned),
+        }
+    }
+
+    pub fn window_seconds(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier)
+    }
+}
+
+/// One descriptor's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorStatus {
+    pub code: Code,
+    pub current_limit: Option<CurrentLimit>,
+    pub limit_remaining: u32,
+    /// Until the counter is whole again (OK) or until the request could pass (OVER_LIMIT).
+    pub duration_until_reset: Option<Micros>,
+    /// The rule that decided (its config path), for headers, logs and `check`.
+    pub rule_path: Option<String>,
+    /// The limit that decided was in shadow mode and over: reported as OK.
+    pub shadowed: bool,
+}
+
+impl DescriptorStatus {
+    fn without_limit(remaining: u32, rule_path: Option<String>) -> Self {
+        Self {
+            code: Code::Ok,
+            current_limit: None,
+            limit_remaining: remaining,
+            duration_until_reset: None,
+            rule_path,
+            shadowed: false,
+        }
+    }
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub overall_code: Code,
+    pub statuses: Vec<DescriptorStatus>,
+    pub response_headers: Vec<(String, String)>,
+}
+
+/// Builds the answer. `over_limit` is the store's verdict (`verdict::request_over_limit`).
+pub fn assemble(
+    plan: &Plan<'_>,
+    outcomes: &[CounterOutcome],
+    over_limit: bool,
+    header_mode: HeaderMode,
+) -> Response {
+    let statuses: Vec<DescriptorStatus> = plan
+        .descriptors
+        .iter()
+        .map(|descriptor| status_of(descriptor, plan, outcomes))
+        .collect();
+    let overall_code = if over_limit {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let mut response_headers = response_headers(header_mode, &statuses);
+    if let Some(refusal) = over_limit
+        .then(|| class_refusal(plan, outcomes, &statuses))
+        .flatten()
+    {
+        response_headers.extend(priority_headers(header_mode, &statuses, &refusal));
+    }
+    Response {
+        overall_code,
+        statuses,
+        response_headers,
+    }
+}
+
+fn status_of(
+    descriptor: &DescriptorPlan<'_>,
+    plan: &Plan<'_>,
+    outcomes: &[CounterOutcome],
+) -> DescriptorStatus {
+    match descriptor {
+        DescriptorPlan::NoRule => DescriptorStatus::without_limit(0, None),
+        DescriptorPlan::Replaced { rule } => {
+            DescriptorStatus::without_limit(0, Some(rule.path.clone()))
+        }
+        DescriptorPlan::Unlimited { rule } => {
+            DescriptorStatus::without_limit(u32::MAX, Some(rule.path.clone()))
+        }
+        DescriptorPlan::Limited {
+            limit, counters, ..
+        } => match deciding_counter(plan, counters, outcomes) {
+            Some((counter, outcome)) => limited_status(limit, plan, counters, counter, outcome),
+            None => DescriptorStatus::without_limit(0, Some(limit.path().to_owned())),
+        },
+    }
+}
+
+/// The counter that answers for a descriptor: a refusing one before an admitting one, then the
+/// least budget left for the descriptor's class. Metrics name its algorithm
+/// (`telemetry::record::deciding_algorithm`), so they and the answer agree.
+pub fn deciding_counter<'p>(
+    plan: &'p Plan<'_>,
+    counters: &std::ops::Range<usize>,
+    outcomes: &'p [CounterOutcome],
+) -> Option<(&'p Counter, &'p CounterOutcome)> {
+    counters
+        .clone()
+        .filter_map(|index| Some((plan.counters.get(index)?, outcomes.get(index)?)))
+        .min_by_key(|(counter, outcome)| (outcome.admitted, class_remaining(counter, outcome)))
+}
+
+/// What the counter's class can still use: the shared remaining above its reserve.
+fn class_remaining(counter: &Counter, outcome: &CounterOutcome) -> u64 {
+    let reserve = counter.quota.reserve(counter.share);
+    outcome.snapshot.remaining.saturating_sub(reserve)
+}
+
+/// The first descriptor refused in its priority class (not in shadow mode), for the header.
+fn class_refusal<'a>(
+    plan: &Plan<'a>,
+    outcomes: &[CounterOutcome],
+    statuses: &[DescriptorStatus],
+) -> Option<ClassRefusal<'a>> {
+    plan.descriptors
+        .iter()
+        .zip(statuses)
+        .filter(|(_, status)| status.code == Code::OverLimit && !status.shadowed)
+        .find_map(|(descriptor, _)| {
+            let DescriptorPlan::Limited {
+                counters,
+                class: Some(class),
+                ..
+            } = descriptor
+            else {
+                return None;
+            };
+            let (counter, outcome) = deciding_counter(plan, counters, outcomes)?;
+            Some(refusal_of(*class, counter, outcome))
+        })
+}
+
+/// Why a class was refused: the shared counter still had room for the hits (kept for the
+/// classes above), or it had none.
+fn refusal_of<'a>(
+    class: ClassChoice<'a>,
+    counter: &Counter,
+    outcome: &CounterOutcome,
+) -> ClassRefusal<'a> {
+    let needed = match counter.hits {
+        Hits::Charge(n) => n,
+        _ => 1,
+    };
+    let reason = if outcome.snapshot.remaining >= needed {
+        Refused::Reserved
+    } else {
+        Refused::Full
+    };
+    ClassRefusal {
+        class: class.name(),
+        reason,
+        reserved_for: class.reserved_for(),
+    }
+}
+
+fn limited_status(
+    limit: &LimitSource<'_>,
+    plan: &Plan<'_>,
+    counters: &std::ops::Range<usize>,
+    counter: &Counter,
+    outcome: &CounterOutcome,
+) -> DescriptorStatus {
+    let shadow = plan
+        .counters
+        .get(counters.start)
+        .is_some_and(|counter| counter.role == Role::Shadow);
+    let over = !outcome.admitted;
+    let code = if over && !shadow {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let duration = if over {
+        outcome.retry_after
+    } else {
+        outcome.snapshot.reset_after
+    };
+    DescriptorStatus {
+        code,
+        current_limit: Some(CurrentLimit::of(
+            &counter.quota,
+            limit.name(),
+            counter.share,
+        )),
+        limit_remaining: if over {
+            0
+        } else {
+            u32::try_from(class_remaining(counter, outcome)).unwrap_or(u32::MAX)
+        },
+        duration_until_reset: Some(duration.max(0)),
+        rule_path: Some(limit.path().to_owned()),
+        shadowed: over && shadow,
+    }
+}
+
+/// What a store decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decided {
+    /// One per counter, in the order given.
+    pub outcomes: Vec<CounterOutcome>,
+    /// The request's verdict (`core::verdict::request_over_limit`); nothing was charged if true.
+    pub over_limit: bool,
+}

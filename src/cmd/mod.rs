@@ -1,0 +1,7 @@
+//! The command line: flags, wiring of the layers below for each subcommand, and text for people.
+
+pub mod check;
+pub mod cli;
+pub mod explain;
+pub mod runtime;
+pub mod serve;

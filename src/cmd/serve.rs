@@ -1,0 +1,489 @@
+//! What each subcommand does: wiring of config, store, limiter and listeners.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::engine::overrides_sync::SharedOverrides;
+use crate::cmd::cli::{
+    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, ServeArgs, StoreKind, ValidateArgs,
+};
+use crate::engine::config_source::{read_sources, ConfigLocation};
+use crate::core::config::{load, LoadOptions};
+use crate::core::headers::HeaderMode;
+use crate::core::plan::PlanSettings;
+use crate::core::request::RequestBounds;
+use crate::core::rules::RuleSet;
+use crate::core::time::SystemClock;
+use crate::engine::limiter::{Limiter, LimiterSettings};
+use crate::engine::reload::{self, ConfigReloader};
+use crate::server::health::{self, Health};
+use crate::server::tls::{self, ServerTls};
+use crate::engine::observers::observed;
+use crate::engine::shutdown;
+use crate::server::{self, Listeners};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore};
+use crate::store::Store;
+
+/// How often expired counters are dropped from memory.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot read the configuration: {0}")]
+    Source(#[from] crate::engine::config_source::SourceError),
+    #[error("the configuration has errors:\n{0}")]
+    Config(#[from] crate::core::config::ConfigErrors),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Serve(#[from] server::ServeError),
+    #[error("gRPC TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("admin API: {0}")]
+    AdminToken(#[from] crate::server::admin::AdminTokenError),
+}
+
+impl From<reload::FirstLoadError> for AppError {
+    fn from(error: reload::FirstLoadError) -> Self {
+        match error {
+            reload::FirstLoadError::Source(error) => Self::Source(error),
+            reload::FirstLoadError::Config(errors) => Self::Config(errors),
+            reload::FirstLoadError::Loader(gone) => Self::Usage(gone.to_string()),
+        }
+    }
+}
+
+pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
+    if let Some(path) = &config.config {
+        return Ok(ConfigLocation::Path(path.clone()));
+    }
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match (env("RUNTIME_ROOT"), env("RUNTIME_SUBDIRECTORY")) {
+        (Some(root), Some(subdirectory)) => Ok(ConfigLocation::Runtime {
+            root: root.into(),
+            subdirectory: subdirectory.into(),
+            app_directory: env("RUNTIME_APPDIRECTORY")
+                .unwrap_or_else(|| "config".to_owned())
+                .into(),
+            watch_root: env("RUNTIME_WATCH_ROOT").is_none_or(|v| parse_bool(&v)),
+            ignore_dotfiles: env("RUNTIME_IGNOREDOTFILES").is_some_and(|v| parse_bool(&v)),
+        }),
+        _ => Err(AppError::Usage(
+            "no configuration given: pass --config PATH (a YAML file or a directory), \
+             or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY as for envoyproxy/ratelimit"
+                .to_owned(),
+        )),
+    }
+}
+
+/// Go's `strconv.ParseBool`, which envoyproxy/ratelimit's settings use.
+fn parse_bool(text: &str) -> bool {
+    matches!(text, "1" | "t" | "T" | "TRUE" | "true" | "True")
+}
+
+fn load_rules(
+    location: &ConfigLocation,
+    options: &LoadOptions,
+    max_config_bytes: u64,
+) -> Result<RuleSet, AppError> {
+    let sources = read_sources(location, max_config_bytes)?;
+    Ok(load(&sources, options)?)
+}
+
+/// Things the reference accepts but that are probably mistakes: loaded, and said once.
+fn log_warnings(rules: &RuleSet) {
+    for warning in rules.warnings() {
+        tracing::warn!("{warning}");
+    }
+}
+
+fn listen_address(
+    flag: Option<SocketAddr>,
+    host_var: &str,
+    port_var: &str,
+    default_port: u16,
+) -> Result<SocketAddr, AppError> {
+    if let Some(addr) = flag {
+        return Ok(addr);
+    }
+    let from_env = reference_address(host_var, port_var, default_port).map_err(AppError::Usage)?;
+    Ok(from_env.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], default_port))))
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
+}
+
+pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
+    // First of all: a SIGHUP or SIGTERM that comes while the config loads or the ports open is
+    // then a reload or a drain, not the default action (the end of the process).
+    let stop_signals = shutdown::StopSignals::install();
+    let hangup = reload::hangup_signal();
+    let location = location(&args.config)?;
+    let (rules, reloader) = reload::load_first(
+        &reload::Loader,
+        location,
+        args.config.limits.load_options(
+            args.config.default_algorithm,
+            args.config.merge_domain_config,
+        ),
+        args.config.limits.max_config_bytes,
+    )
+    .await?;
+    log_warnings(&rules);
+    let reload_status = Arc::clone(reloader.status());
+    let grpc_tls = grpc_tls(&args.grpc_tls)?;
+    crate::telemetry::metrics::reload_succeeded(rules.rule_count());
+    let header_mode = match args.response_headers {
+        Some(mode) => mode.into(),
+        None if std::env::var("LIMIT_RESPONSE_HEADERS_ENABLED").is_ok_and(|v| parse_bool(&v)) => {
+            HeaderMode::RateLimit
+        }
+        None => HeaderMode::None,
+    };
+    let settings = LimiterSettings {
+        bounds: RequestBounds {
+            max_descriptors: args.max_descriptors,
+            max_entries: args.max_entries,
+        },
+        plan: PlanSettings {
+            global_quota_mode: args.quota_mode,
+        },
+        global_shadow: args.shadow_mode,
+        header_mode,
+        failure_policy: args.redis_failure_policy,
+    };
+    let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
+    let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
+    let debug_addr = listen_address(args.metrics_addr, "DEBUG_HOST", "DEBUG_PORT", 6070)?;
+    let debug_pages = match args.debug_pages_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let listeners = Listeners {
+        grpc: bind(grpc_addr).await?,
+        http: bind(http_addr).await?,
+        debug: bind(debug_addr).await?,
+        debug_pages,
+    };
+    let admin = match &args.admin_token_file {
+        Some(path) => Some(AdminSetup {
+            token: Arc::new(crate::server::admin::AdminToken::load(path)?),
+            listener: bind(args.admin_addr).await?,
+            addr: args.admin_addr,
+        }),
+        None => None,
+    };
+
+    // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
+    let (trigger, shutdown) = shutdown::channel();
+    let (signal_trigger, signalled) = shutdown::channel();
+    tokio::spawn(stop_signals.fire_on_signal(signal_trigger));
+    let health = Health::not_ready();
+    health.set_config_loaded();
+    tokio::spawn(health::drain_then_stop(
+        signalled,
+        health.clone(),
+        Duration::from_secs(args.drain_seconds),
+        trigger,
+    ));
+    if let Some(grpc_tls) = &grpc_tls {
+        tokio::spawn(tls::watch_certificates(grpc_tls.clone(), shutdown.clone()));
+    }
+    let operations = server::Operations {
+        health,
+        reload: Some(reload_status),
+        grpc_tls,
+        admission: server::admission::AdmissionSettings {
+            max_in_flight: args.max_in_flight,
+            overload_answer: args.overload_answer,
+            default_deadline: args.connections.grpc_default_deadline(),
+        },
+        connections: connection_limits(&args, admin.is_some()),
+    };
+
+    let serving = Serving {
+        addresses: [grpc_addr, http_addr, debug_addr],
+        listeners,
+        http_settings: server::HttpSettings {
+            deny_status: args.http_deny_status.into(),
+        },
+        shutdown,
+        operations,
+        admin,
+        shared_overrides: None,
+        hangup,
+    };
+    match args.store {
+        StoreKind::Memory => {
+            let store = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
+            crate::telemetry::metrics::store_state("memory", true);
+            let limiter = Arc::new(
+                Limiter::new(rules, store, settings)
+                    .with_telemetry(args.telemetry.decision_telemetry()),
+            );
+            tokio::spawn(sweep_memory(Arc::clone(&limiter), serving.shutdown.clone()));
+            run_limiter(limiter, reloader, serving).await?;
+        }
+        StoreKind::Redis => {
+            let problems = redis_problems(&rules);
+            if !problems.is_empty() {
+                return Err(AppError::Usage(format!(
+                    "--store redis cannot decide these limits exactly:\n  {}",
+                    problems.join("\n  ")
+                )));
+            }
+            let options = RedisOptions {
+                auth: args.redis_auth.clone(),
+                key_prefix: args.redis_prefix.clone(),
+                timeout: Duration::from_millis(args.redis_timeout_ms),
+                connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
+                breaker_threshold: args.redis_breaker_failures,
+                topology: args.redis_type.into(),
+                hash_tag: args.redis_hash_tag.into(),
+                sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
+                pool_size: args.redis_connection.redis_pool_size,
+                tls: args.redis_connection.tls_options(),
+                ..RedisOptions::new(args.redis_url.clone())
+            };
+            let store = RedisStore::connect(&options).await?;
+            crate::telemetry::metrics::store_state("redis", true);
+            tracing::info!(redis = %store.server(), "connected to Redis");
+            // Always there (it costs nothing until used): a reload may give a domain
+            // `failure_policy: local`. Bounded by --max-keys like the memory store.
+            let local_fallback = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
+            let limiter = Arc::new(
+                Limiter::new(rules, store, settings)
+                    .with_telemetry(args.telemetry.decision_telemetry())
+                    .with_local_fallback(local_fallback),
+            );
+            tokio::spawn(sweep_local_fallback(
+                Arc::clone(&limiter),
+                serving.shutdown.clone(),
+            ));
+            // Overrides set on any instance: read once before serving, then polled.
+            let shared = Arc::new(SharedOverrides::new(Arc::clone(&limiter)));
+            shared.poll().await;
+            tokio::spawn(Arc::clone(&shared).run(serving.shutdown.clone()));
+            let serving = Serving {
+                shared_overrides: Some(shared),
+                ..serving
+            };
+            run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
+        }
+    }
+    tracing::info!("floodgate stopped");
+    Ok(())
+}
+
+/// What every store's server needs, made before the store is chosen.
+struct Serving {
+    addresses: [SocketAddr; 3],
+    listeners: Listeners,
+    http_settings: server::HttpSettings,
+    shutdown: shutdown::Shutdown,
+    operations: server::Operations,
+    /// The admin API, with --admin-token-file.
+    admin: Option<AdminSetup>,
+    /// Overrides shared through Redis (`--store redis`).
+    shared_overrides: Option<Arc<SharedOverrides>>,
+    /// SIGHUP, listened for since the start.
+    hangup: reload::Hangup,
+}
+
+/// The admin listener and its token, ready before the store is chosen.
+struct AdminSetup {
+    listener: TcpListener,
+    token: Arc<crate::server::admin::AdminToken>,
+    addr: SocketAddr,
+}
+
+/// Reloads rules into `limiter` and serves it until shutdown.
+async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
+    limiter: Arc<Limiter<S>>,
+    reloader: ConfigReloader,
+    serving: Serving,
+) -> Result<(), AppError> {
+    start_reloading(&limiter, reloader, serving.hangup, &serving.shutdown);
+    let [grpc_addr, http_addr, debug_addr] = serving.addresses;
+    tracing::info!(
+        grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
+        domains = limiter.rules().domains().count(),
+        rules = limiter.rules().rule_count(),
+        store = limiter.store().backend(),
+        "floodgate serving"
+    );
+    tokio::spawn(crate::engine::adjustments::maintain(
+        Arc::clone(&limiter),
+        serving.shutdown.clone(),
+    ));
+    let signals = Arc::new(crate::engine::adaptive::signals::PushedSignals::default());
+    tokio::spawn(crate::engine::adaptive::run(
+        Arc::clone(&limiter),
+        Arc::clone(&signals),
+        serving.admin.is_some(),
+        serving.shutdown.clone(),
+    ));
+    let admin = serving.admin.map(|admin| {
+        crate::server::admin::announce(admin.addr);
+        let routes =
+            crate::server::admin::override_routes(Arc::clone(&limiter), serving.shared_overrides)
+                .merge(crate::server::admin::signals::routes(signals, Arc::clone(&limiter)));
+        crate::server::admin::serve(
+            admin.listener,
+            admin.token,
+            routes,
+            serving.operations.connections,
+            serving.shutdown.clone(),
+        )
+    });
+    let served = server::serve_with(
+        limiter,
+        serving.listeners,
+        serving.http_settings,
+        serving.shutdown,
+        serving.operations,
+    );
+    match admin {
+        Some(admin) => {
+            let (served, ()) = tokio::join!(served, admin);
+            served?;
+        }
+        None => served.await?,
+    }
+    Ok(())
+}
+
+/// Limits the Redis scripts cannot decide exactly (see `store::redis::check_quota`).
+fn redis_problems(rules: &RuleSet) -> Vec<String> {
+    unsupported_limits(rules)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// Swaps reloaded rule sets into `limiter` until shutdown.
+fn start_reloading<S: Store>(
+    limiter: &Arc<Limiter<S>>,
+    reloader: ConfigReloader,
+    hangup: reload::Hangup,
+    shutdown: &shutdown::Shutdown,
+) {
+    let live = Arc::clone(limiter);
+    tokio::spawn(reload::run(
+        reloader,
+        move |rules| Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>,
+        hangup,
+        shutdown.clone(),
+    ));
+}
+
+/// The connection bounds of every listener, `--max-connections` fitted to RLIMIT_NOFILE for
+/// the listeners this process opens.
+fn connection_limits(
+    args: &ServeArgs,
+    admin: bool,
+) -> crate::server::connections::ConnectionLimits {
+    let listeners = 3 + u32::from(admin) + u32::from(args.debug_pages_addr.is_some());
+    let mut limits = args.connections.limits();
+    limits.max_connections = crate::server::connections::descriptors::fit_max_connections(
+        limits.max_connections,
+        listeners,
+    );
+    limits
+}
+
+/// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
+fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let files = tls::files_from_settings(
+        args.grpc_tls_cert.as_deref(),
+        args.grpc_tls_key.as_deref(),
+        args.grpc_tls_client_ca.as_deref(),
+        env,
+    )?;
+    Ok(files.map(ServerTls::load).transpose()?)
+}
+
+/// The counters `failure_policy: local` made while Redis was down expire like the memory
+/// store's.
+async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: shutdown::Shutdown) {
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        if let Some(fallback) = limiter.local_fallback() {
+            let dropped = fallback.sweep_expired().await;
+            if dropped > 0 {
+                tracing::debug!(dropped, "expired local fallback counters dropped");
+            }
+        }
+    })
+    .await;
+}
+
+async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        let dropped = limiter.store().sweep_expired().await;
+        if dropped > 0 {
+            tracing::debug!(dropped, "expired counters dropped");
+        }
+    })
+    .await;
+}
+
+pub fn validate(args: ValidateArgs) -> ExitCode {
+    let options = args
+        .limits
+        .load_options(args.default_algorithm, args.merge_domain_config);
+    let location = ConfigLocation::Path(args.path.clone());
+    match load_rules(&location, &options, args.limits.max_config_bytes) {
+        Ok(rules) => {
+            println!("{}: configuration ok", args.path.display());
+            for warning in rules.warnings() {
+                println!("warning: {warning}");
+            }
+            for domain in rules.domains() {
+                println!("domain {} ({}):", domain.name, domain.sources.join(", "));
+                for rule in domain.rules() {
+                    println!("  {}", crate::core::describe::rule_summary(rule));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(AppError::Config(errors)) => {
+            eprintln!("{} error(s) in {}:", errors.0.len(), args.path.display());
+            for error in &errors.0 {
+                eprintln!("  {error}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub async fn check(args: CheckArgs) -> ExitCode {
+    match crate::cmd::check::run(args).await {
+        Ok(crate::cmd::check::CheckOutcome::Ok) => ExitCode::SUCCESS,
+        Ok(crate::cmd::check::CheckOutcome::OverLimit) => ExitCode::from(2),
+        Ok(crate::cmd::check::CheckOutcome::NotServing) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Adaptive limits: the shell around `core::adaptive`. One controller task per rule with
+//! `adaptive:` steps its limit every interval from a latency signal (a Prometheus query or a
+//! value pushed to the admin API) and publishes it through the limiter's runtime adjustments
+//! (`crate::engine::adjustments`), where decisions, `/rlconfig` and `current_limit` see it. An
+//! operator's override still wins over it.
+//!
+//! * `controller`: one rule's loop (signals → step → shared value → limiter);
+//! * `prometheus`: the instant query; `signals` and `push`: pushed values and their route;
+//! * `shared`: where the limit lives between steps (in the process, or in Redis for every
+//!   instance).
+//!
+//! The supervisor here follows reloads: once a second it compares the live rules with the
+//! running controllers, starts the new ones, stops those whose rule is gone (their rule falls
+//! back to its configured limit) and restarts those whose settings changed, from the limit they
+//! had reached (brought within the new bounds).
+
+mod controller;
+mod prometheus;
+pub mod shared;
+pub mod signals;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::core::adaptive::SignalSource;
+use crate::core::rules::RuleSet;
+use crate::engine::limiter::Limiter;
+use crate::engine::shutdown::Shutdown;
+use crate::telemetry::metrics;
+use controller::{AdaptiveRule, Sources};
+pub use prometheus::Prometheus;
+use shared::SharesLimits;
+use signals::PushedSignals;
+
+/// How often the supervisor looks for a reload.
+const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+/// Runs the controllers of `limiter`'s adaptive rules until shutdown, following reloads.
+/// `signals` is what the admin API's `POST /v1/signals/{name}` fills; `admin` says whether
+/// that API is on (without it, a pushed signal never arrives: said at every load).
+pub async fn run<S: SharesLimits>(
+    limiter: Arc<Limiter<S>>,
+    signals: Arc<PushedSignals>,
+    admin: bool,
+    shutdown: Shutdown,
+) {
+    let sources = Arc::new(Sources {
+        limiter,
+        prometheus: Prometheus::new(),
+        signals,
+    });
+    let mut supervisor = Supervisor {
+        sources,
+        admin,
+        seen: None,
+        running: HashMap::new(),
+    };
+    let mut ticks = tokio::time::interval(RELOAD_CHECK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = shutdown.fired();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = ticks.tick() => supervisor.follow_rules().await,
+        }
+    }
+    for (_, controller) in supervisor.running.drain() {
+        controller.stop().await;
+    }
+}
+
+struct Supervisor<S> {
+    sources: Arc<Sources<S>>,
+    /// Whether the admin API (and so `POST /v1/signals/{name}`) is on.
+    admin: bool,
+    /// The rule set the controllers were last matched with.
+    seen: Option<Arc<RuleSet>>,
+    /// By (domain, rule path).
+    running: HashMap<(String, String), Running>,
+}
+
+struct Running {
+    rule: AdaptiveRule,
+    /// The controller's current limit.
+    current: Arc<AtomicU32>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the controller and waits until it has: one still running could publish its limit
+    /// after the rule's adaptive value was cleared, and that value would then stay.
+    async fn stop(self) -> u32 {
+        self.task.abort();
+        let _ = self.task.await;
+        self.current.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<S: SharesLimits> Supervisor<S> {
+    async fn follow_rules(&mut self) {
+        let rules = self.sources.limiter.rules();
+        if self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, &rules))
+        {
+            return;
+        }
+        let wanted = adaptive_rules(&rules);
+        self.seen = Some(rules);
+        let pushed = pushed_names(&wanted);
+        if !self.admin && !pushed.is_empty() {
+            let mut names: Vec<&str> = pushed.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            tracing::warn!(
+                "adaptive rules read pushed signals ({}), but the admin API is off: start with \
+                 --admin-token-file so that POST /v1/signals/{{name}} can deliver them; until \
+                 then those limits hold",
+                names.join(", ")
+            );
+        }
+        self.sources.signals.set_known(pushed);
+
+        let gone: Vec<(String, String)> = self
+            .running
+            .keys()
+            .filter(|key| !wanted.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(controller) = self.running.remove(&key) {
+                controller.stop().await;
+                let (domain, path) = key;
+                self.sources
+                    .limiter
+                    .adjustments()
+                    .clear_adaptive(&domain, &path);
+                metrics::adaptive_forget(&domain, &path);
+                tracing::info!(%domain, rule = %path, "adaptive limit of {path} stopped: the rule is no longer adaptive");
+            }
+        }
+        for (key, rule) in wanted {
+            let start = match self.running.remove(&key) {
+                Some(controller) if controller.rule == rule => {
+                    self.running.insert(key, controller);
+                    continue;
+                }
+                Some(controller) => {
+                    let reached = controller.stop().await;
+                    tracing::info!(
+                        domain = %rule.domain, rule = %rule.path,
+                        "adaptive limit of {}: settings changed, controller restarted from {reached}",
+                        rule.path
+                    );
+                    reached
+                }
+                None => {
+                    tracing::info!(
+                        domain = %rule.domain, rule = %rule.path,
+                        min = rule.settings.min, max = rule.settings.max,
+                        signal = %rule.settings.signal,
+                        "adaptive limit of {} started at {}", rule.path, rule.configured
+                    );
+                    rule.configured
+                }
+            };
+            let current = Arc::new(AtomicU32::new(rule.settings.clamp(start)));
+            let task = tokio::spawn(controller::run(
+                Arc::clone(&self.sources),
+                rule.clone(),
+                Arc::clone(&current),
+            ));
+            self.running.insert(
+                key,
+                Running {
+                    rule,
+                    current,
+                    task,
+                },
+            );
+        }
+    }
+}
+
+/// Every rule with `adaptive:`, by (domain, rule path).
+fn adaptive_rules(rules: &RuleSet) -> HashMap<(String, String), AdaptiveRule> {
+    let mut found = HashMap::new();
+    for domain in rules.domains() {
+        for rule in domain.rules() {
+            let (Some(settings), Some(quota)) = (&rule.adaptive, rule.limits.first()) else {
+                continue;
+            };
+            found.insert(
+                (domain.name.clone(), rule.path.clone()),
+                AdaptiveRule {
+                    domain: domain.name.clone(),
+                    path: rule.path.clone(),
+                    configured: quota.requests_per_unit,
+                    settings: (**settings).clone(),
+                },
+            );
+        }
+    }
+    found
+}
+
+/// The pushed signals the rules read (latency and error signals alike), each with how long a
+/// value stays fresh: two intervals of the slowest rule reading it.
+fn pushed_names(rules: &HashMap<(String, String), AdaptiveRule>) -> HashMap<String, Duration> {
+    let mut names: HashMap<String, Duration> = HashMap::new();
+    for rule in rules.values() {
+        let errors = rule.settings.errors.as_ref().map(|errors| &errors.source);
+        for source in std::iter::once(&rule.settings.signal).chain(errors) {
+            if let SignalSource::Pushed { name } = source {
+                let fresh = rule.settings.interval * 2;
+                let entry = names.entry(name.clone()).or_default();
+                *entry = (*entry).max(fresh);
+            }
+        }
+    }
+    names
+}

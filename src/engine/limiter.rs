@@ -1,0 +1,471 @@
+//! The service between the wire and the store: validates a request, plans it against the live
+//! rules, lets the store count, and assembles the answer. Every protocol shell (gRPC, HTTP)
+//! calls this and only converts.
+//!
+//! Each decision is also measured here, once for every shell: metrics (`telemetry::metrics`)
+//! through handles resolved when the rules are swapped in, and, when tracing is on, a span
+//! with a child for the store round trip (`telemetry::traces`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use tracing::{field, Instrument as _, Span};
+
+use crate::engine::adjustments::LiveAdjustments;
+use crate::core::adjust::AdjustmentsAt;
+use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
+use crate::core::headers::HeaderMode;
+use crate::core::plan::{plan_adjusted, PlanSettings};
+use crate::core::plan::{DescriptorPlan, Plan};
+use crate::core::request::{InvalidRequest, Request, RequestBounds};
+use crate::core::response::{assemble, Code, Response};
+use crate::core::rules::RuleSet;
+use crate::store::memory::MemoryStore;
+use crate::store::{Decided, Store, StoreError};
+use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
+use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
+use crate::telemetry::record::{
+    call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
+};
+use crate::telemetry::traces::{self, hashed_value, RemoteParent};
+use crate::telemetry::DecisionTelemetry;
+
+/// Settings that shape every decision.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimiterSettings {
+    pub bounds: RequestBounds,
+    pub plan: PlanSettings,
+    /// `--shadow-mode`: count and report, but answer OK.
+    pub global_shadow: bool,
+    pub header_mode: HeaderMode,
+    /// What a request gets when the store fails, unless its domain says (`failure_policy:`).
+    pub failure_policy: FailurePolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error(transparent)]
+    InvalidRequest(#[from] InvalidRequest),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The rules in force and their metric series, swapped together so a decision never looks up
+/// one rule set's rule in another's table.
+struct LiveRules {
+    rules: Arc<RuleSet>,
+    series: RuleSeriesTable,
+}
+
+/// A rule set that was replaced, with its metric table; freed when dropped, unless a decision
+/// that started before the swap still holds it.
+pub struct RetiredRules(Arc<LiveRules>);
+
+impl crate::engine::reload::Retired for RetiredRules {
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.0) > 1 || Arc::strong_count(&self.0.rules) > 1
+    }
+}
+
+/// The live rules and the store.
+pub struct Limiter<S> {
+    live: ArcSwap<LiveRules>,
+    store: S,
+    settings: LimiterSettings,
+    telemetry: DecisionTelemetry,
+    metrics: Option<&'static Metrics>,
+    store_series: Option<StoreSeries>,
+    /// Counters for `failure_policy: local`: decides while the shared store cannot.
+    local_fallback: Option<MemoryStore>,
+    /// Paces the failure-policy log line (a failed store fails every request).
+    failure_log: std::sync::Mutex<LogPace>,
+    /// The origin of `failure_log`'s clock.
+    started: Instant,
+    /// Limits changed at run time (overrides, adaptive values), planned with on every decision.
+    adjustments: Arc<LiveAdjustments>,
+}
+
+/// At most one failure-policy log line per this many milliseconds.
+const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
+
+impl<S: Store> Limiter<S> {
+    pub fn new(rules: RuleSet, store: S, settings: LimiterSettings) -> Self {
+        let metrics = metrics::global();
+        if let Some(metrics) = metrics {
+            metrics.follow_rules(&rules);
+        }
+        let store_series = metrics.and_then(|metrics| metrics.store_series(store.backend()).ok());
+        Self {
+            live: ArcSwap::from_pointee(live_rules(rules, metrics)),
+            store,
+            settings,
+            telemetry: DecisionTelemetry::default(),
+            metrics,
+            store_series,
+            local_fallback: None,
+            failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
+            started: Instant::now(),
+            adjustments: Arc::new(LiveAdjustments::default()),
+        }
+    }
+
+    /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
+    pub fn with_adjustments(mut self, adjustments: Arc<LiveAdjustments>) -> Self {
+        self.adjustments = adjustments;
+        self
+    }
+
+    /// The runtime adjustments this limiter plans with: set overrides and adaptive values here.
+    pub fn adjustments(&self) -> &Arc<LiveAdjustments> {
+        &self.adjustments
+    }
+
+    /// The in-process store that `failure_policy: local` decides with while this limiter's
+    /// store fails. Without one, `local` answers as `error`.
+    pub fn with_local_fallback(mut self, fallback: MemoryStore) -> Self {
+        self.local_fallback = Some(fallback);
+        self
+    }
+
+    /// The fallback store, for sweeping its expired counters.
+    pub fn local_fallback(&self) -> Option<&MemoryStore> {
+        self.local_fallback.as_ref()
+    }
+
+    /// How decisions are reported (near-limit ratio, descriptor values in spans).
+    pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// The rule set in force now.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        Arc::clone(&self.live.load().rules)
+    }
+
+    /// Swaps in a new rule set whole: a request sees the old one or the new one, never a mix.
+    /// Returns the old one, for the caller to free where it likes once decisions are done with
+    /// it; the rule labels of its rules that are gone are released.
+    pub fn replace_rules(&self, rules: RuleSet) -> RetiredRules {
+        let live = Arc::new(live_rules(rules, self.metrics));
+        let rules = Arc::clone(&live.rules);
+        let old = self.live.swap(live);
+        if let Some(metrics) = self.metrics {
+            metrics.follow_rules(&rules);
+        }
+        RetiredRules(old)
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &LimiterSettings {
+        &self.settings
+    }
+
+    /// Decides one request.
+    pub async fn decide(&self, request: &Request) -> Result<Response, LimitError> {
+        self.decide_traced(request, RemoteParent::none()).await
+    }
+
+    /// Decides one request whose caller may have sent its trace context (`parent`).
+    pub async fn decide_traced(
+        &self,
+        request: &Request,
+        parent: RemoteParent,
+    ) -> Result<Response, LimitError> {
+        if !traces::enabled() {
+            return self.decide_measured(request, &Span::none()).await;
+        }
+        let span = tracing::info_span!(
+            "ShouldRateLimit",
+            otel.kind = "server",
+            otel.status_code = field::Empty,
+            floodgate.domain = %request.domain,
+            floodgate.descriptor_count = span_int(request.descriptors.len()),
+            floodgate.descriptors = %self.descriptors_for_span(request),
+            floodgate.decision = field::Empty,
+            floodgate.rule = field::Empty,
+            floodgate.algorithm = field::Empty,
+            floodgate.store.backend = self.store.backend(),
+            floodgate.store.duration_seconds = field::Empty,
+            error.message = field::Empty,
+        );
+        parent.adopt(&span);
+        self.decide_measured(request, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// The decision with its metrics; `span` (disabled when tracing is off) gets the outcome.
+    async fn decide_measured(
+        &self,
+        request: &Request,
+        span: &Span,
+    ) -> Result<Response, LimitError> {
+        let started = Instant::now();
+        let _in_flight = self.metrics.map(Metrics::call_started);
+        let result = self.decide_recorded(request, span).await;
+        let decision = match &result {
+            Ok((_, decision)) => *decision,
+            Err(error) => {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.message", field::display(error));
+                Decision::Error
+            }
+        };
+        span.record("floodgate.decision", decision.label());
+        if let Some(metrics) = self.metrics {
+            metrics.call_finished(decision, started.elapsed().as_secs_f64());
+        }
+        result.map(|(response, _)| response)
+    }
+
+    async fn decide_recorded(
+        &self,
+        request: &Request,
+        span: &Span,
+    ) -> Result<(Response, Decision), LimitError> {
+        // Owned: the plan borrows these rules across the store's await.
+        let live = self.live.load_full();
+        if let Err(invalid) = request.validate(&self.settings.bounds) {
+            if let Some(metrics) = self.metrics {
+                // The domain is request text: a label only when it is configured.
+                let domain = match live.rules.domain(&request.domain) {
+                    Some(domain) => domain.name.as_str(),
+                    None => UNKNOWN_DOMAIN_LABEL,
+                };
+                metrics.invalid_request(domain);
+            }
+            return Err(invalid.into());
+        }
+        // Owned for the same reason; an empty set costs no clock read.
+        let adjustments = self.adjustments.snapshot();
+        let adjusted = (!adjustments.is_empty()).then(|| AdjustmentsAt {
+            adjustments: &adjustments,
+            now_unix_ms: self.adjustments.now_unix_ms(),
+        });
+        let plan = plan_adjusted(
+            request,
+            live.rules.domain(&request.domain),
+            self.settings.plan,
+            adjusted,
+        );
+
+        let store_span = if span.is_disabled() {
+            Span::none()
+        } else {
+            tracing::info_span!(
+                parent: span,
+                "store.decide",
+                floodgate.store.backend = self.store.backend(),
+                floodgate.store.counters = span_int(plan.counters.len()),
+                otel.status_code = field::Empty,
+                error.message = field::Empty,
+            )
+        };
+        let store_started = Instant::now();
+        // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
+        let decided = if plan.counters.is_empty() {
+            Ok(Decided::default())
+        } else {
+            let decided = self
+                .store
+                .decide(&plan.counters, self.settings.global_shadow)
+                .instrument(store_span.clone())
+                .await;
+            if let Some(series) = &self.store_series {
+                series.call(store_started.elapsed().as_secs_f64(), decided.is_ok());
+            }
+            decided
+        };
+        let store_seconds = store_started.elapsed().as_secs_f64();
+        span.record("floodgate.store.duration_seconds", store_seconds);
+        let decided = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                store_span.record("otel.status_code", "ERROR");
+                store_span.record("error.message", field::display(&error));
+                let policy = FailurePolicy::for_domain(
+                    live.rules
+                        .domain(&request.domain)
+                        .and_then(|domain| domain.failure_policy),
+                    self.settings.failure_policy,
+                );
+                match self.apply_failure_policy(policy, &plan, error).await? {
+                    StoreFallback::Decided(decided) => decided,
+                    StoreFallback::Rejected(response) => {
+                        self.record_failure_rejection(&live, &request.domain, &plan);
+                        return Ok((response, Decision::OverLimit));
+                    }
+                }
+            }
+        };
+        drop(store_span);
+
+        let response = assemble(
+            &plan,
+            &decided.outcomes,
+            decided.over_limit,
+            self.settings.header_mode,
+        );
+        let call = DecidedCall {
+            request,
+            rules: &live.rules,
+            plan: &plan,
+            decided: &decided,
+            response: &response,
+            global_shadow: self.settings.global_shadow,
+            near_limit_ratio: self.telemetry.near_limit_ratio,
+        };
+        let decision = match self.metrics {
+            Some(metrics) => record_call(metrics, &live.series, &call),
+            None => call_decision(&call),
+        };
+        if !span.is_disabled() {
+            if let Some(index) = deciding_descriptor(&plan, &response) {
+                if let Some(rule) = response
+                    .statuses
+                    .get(index)
+                    .and_then(|s| s.rule_path.as_deref())
+                {
+                    span.record("floodgate.rule", rule);
+                }
+                if let Some(algorithm) = deciding_algorithm(&plan, &decided, index) {
+                    span.record("floodgate.algorithm", algorithm.name());
+                }
+            }
+        }
+        Ok((response, decision))
+    }
+
+    /// What the failure `policy` makes of a request the store failed with `error`.
+    async fn apply_failure_policy(
+        &self,
+        policy: FailurePolicy,
+        plan: &Plan<'_>,
+        error: StoreError,
+    ) -> Result<StoreFallback, StoreError> {
+        let action = match (policy.action(), &self.local_fallback) {
+            // Only a store beside a shared one has a fallback: otherwise answer as `error`.
+            (FailureAction::DecideLocally, None) => FailureAction::Unavailable,
+            // `--shadow-mode` answers OK to everything, a failed store included.
+            (FailureAction::Reject, _) if self.settings.global_shadow => FailureAction::Admit,
+            (action, _) => action,
+        };
+        if let Some(metrics) = self.metrics {
+            metrics.failure_policy_applied(policy.name());
+        }
+        self.log_failure(policy, &error);
+        match action {
+            FailureAction::Unavailable => Err(error),
+            // No outcomes: every limited descriptor is answered OK without a limit.
+            FailureAction::Admit => Ok(StoreFallback::Decided(Decided::default())),
+            FailureAction::Reject => Ok(StoreFallback::Rejected(fail_closed_response(
+                plan,
+                self.settings.header_mode,
+                self.store.backend(),
+            ))),
+            FailureAction::DecideLocally => match &self.local_fallback {
+                Some(fallback) => fallback
+                    .decide(&plan.counters, self.settings.global_shadow)
+                    .await
+                    .map(StoreFallback::Decided),
+                None => Err(error),
+            },
+        }
+    }
+
+    /// One line per FAILURE_LOG_INTERVAL_MS at most, with how many were left out.
+    fn log_failure(&self, policy: FailurePolicy, error: &StoreError) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let allowed = match self.failure_log.lock() {
+            Ok(mut pace) => pace.allow(now),
+            Err(poisoned) => poisoned.into_inner().allow(now),
+        };
+        if let Some(suppressed) = allowed {
+            tracing::warn!(
+                policy = policy.name(),
+                suppressed,
+                "store failed, answered by the failure policy: {error}"
+            );
+        }
+    }
+
+    /// `floodgate_requests_rejected_total{reason="failure_policy"}` for each limited rule.
+    fn record_failure_rejection(&self, live: &LiveRules, domain: &str, plan: &Plan<'_>) {
+        let Some(metrics) = self.metrics else {
+            return;
+        };
+        let Some(domain) = live.rules.domain(domain) else {
+            return;
+        };
+        for descriptor in &plan.descriptors {
+            if let Some(series) = limited_series(metrics, &live.series, &domain.name, descriptor) {
+                series.rejected(RejectReason::FailurePolicy);
+            }
+        }
+    }
+
+    /// The request's descriptors for its span, `key=value` joined by `,` and descriptors by
+    /// `;`; values hashed unless `--trace-descriptor-values` (they may identify people).
+    fn descriptors_for_span(&self, request: &Request) -> String {
+        let mut text = String::new();
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            if index > 0 {
+                text.push(';');
+            }
+            for (position, entry) in descriptor.entries.iter().enumerate() {
+                if position > 0 {
+                    text.push(',');
+                }
+                if self.telemetry.trace_descriptor_values {
+                    let _ = write!(text, "{}={}", entry.key, entry.value);
+                } else {
+                    let _ = write!(text, "{}={}", entry.key, hashed_value(&entry.value));
+                }
+            }
+        }
+        text
+    }
+}
+
+/// What a failure policy made of a failed store call.
+enum StoreFallback {
+    /// Carry on as if the store had answered this.
+    Decided(Decided),
+    /// The answer, complete (fail_closed).
+    Rejected(Response),
+}
+
+/// OVER_LIMIT on every limited descriptor (the others stay OK), with a header naming the store
+/// that could not decide.
+fn fail_closed_response(plan: &Plan<'_>, header_mode: HeaderMode, backend: &str) -> Response {
+    let mut response = assemble(plan, &[], true, header_mode);
+    for (descriptor, status) in plan.descriptors.iter().zip(&mut response.statuses) {
+        if matches!(descriptor, DescriptorPlan::Limited { .. }) {
+            status.code = Code::OverLimit;
+        }
+    }
+    response
+        .response_headers
+        .push((UNAVAILABLE_HEADER.to_owned(), backend.to_owned()));
+    response
+}
+
+/// A count as a span attribute: OpenTelemetry integers are signed (an unsigned value would be
+/// exported as text).
+fn span_int(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
+    let series = RuleSeriesTable::build(&rules, metrics);
+    LiveRules {
+        rules: Arc::new(rules),
+        series,
+    }
+}
