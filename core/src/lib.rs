@@ -1,11 +1,10 @@
 //! The pure core: configuration, the descriptor rule tree, the algorithms and the request
 //! semantics. Nothing here does I/O or reads a clock; the shells around it do.
 
-pub mod adaptive;
-pub mod adjust;
+pub mod aimd;
+pub mod adjustment;
 pub mod algorithm;
-pub mod check_headers;
-pub mod check_profile;
+pub mod http_check;
 pub mod config;
 pub mod describe;
 pub mod explain;

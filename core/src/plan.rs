@@ -1,7 +1,7 @@
 //! From a request and the domain's rules to the counters the request touches: rule lookup,
 //! `replaces`, `unlimited`, limit overrides, hits and roles. Pure; the store does the counting.
 
-use super::adjust::{Adjustment, AdjustmentsAt};
+use super::adjustment::{Adjustment, AdjustmentsAt};
 use super::algorithm::{Hits, Quota, Share};
 use super::key::counter_key;
 use super::priority::ClassChoice;

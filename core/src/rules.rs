@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::algorithm::{Algorithm, Quota};
-use super::check_profile::{CheckProfile, CheckProfiles};
+use crate::http_check::profile::{CheckProfile, CheckProfiles};
 use super::config::ConfigWarning;
 
 /// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
@@ -62,7 +62,7 @@ pub struct Rule {
     /// `metadata:` as written (returned in dynamic metadata when enabled).
     pub metadata: Option<Box<serde_yaml::Value>>,
     /// `adaptive:`: the limit moves between bounds with a latency signal (`core::adaptive`).
-    pub adaptive: Option<Box<super::adaptive::AdaptiveSettings>>,
+    pub adaptive: Option<Box<super::aimd::AdaptiveSettings>>,
     /// `priority:`: classes sharing this rule's counters (`core::priority`).
     pub priority: Option<Box<super::priority::Priority>>,
 }

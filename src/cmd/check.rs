@@ -179,7 +179,7 @@ fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
         crate::engine::config_source::location_path(&location).display()
     );
     let explanation = crate::core::explain::explain(&rules, domain, &descriptors);
-    print!("{}", crate::cmd::explain::render(&explanation));
+    print!("{}", crate::cmd::explain_text::render(&explanation));
     Ok(CheckOutcome::Ok)
 }
 

@@ -2,6 +2,6 @@
 
 pub mod check;
 pub mod cli;
-pub mod explain;
+pub mod explain_text;
 pub mod runtime;
 pub mod serve;

@@ -24,13 +24,11 @@ use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
 use crate::engine::observers::observed;
 use crate::engine::shutdown;
+use crate::engine::tasks;
 use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore};
 use crate::store::Store;
-
-/// How often expired counters are dropped from memory.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -236,7 +234,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry()),
             );
-            tokio::spawn(sweep_memory(Arc::clone(&limiter), serving.shutdown.clone()));
+            tokio::spawn(tasks::sweep_memory(Arc::clone(&limiter), serving.shutdown.clone()));
             run_limiter(limiter, reloader, serving).await?;
         }
         StoreKind::Redis => {
@@ -271,7 +269,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                     .with_telemetry(args.telemetry.decision_telemetry())
                     .with_local_fallback(local_fallback),
             );
-            tokio::spawn(sweep_local_fallback(
+            tokio::spawn(tasks::sweep_local_fallback(
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
             ));
@@ -327,7 +325,7 @@ async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
         store = limiter.store().backend(),
         "floodgate serving"
     );
-    tokio::spawn(crate::engine::adjustments::maintain(
+    tokio::spawn(crate::engine::tasks::maintain_adjustments(
         Arc::clone(&limiter),
         serving.shutdown.clone(),
     ));
@@ -419,29 +417,6 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
     Ok(files.map(ServerTls::load).transpose()?)
 }
 
-/// The counters `failure_policy: local` made while Redis was down expire like the memory
-/// store's.
-async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: shutdown::Shutdown) {
-    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
-        if let Some(fallback) = limiter.local_fallback() {
-            let dropped = fallback.sweep_expired().await;
-            if dropped > 0 {
-                tracing::debug!(dropped, "expired local fallback counters dropped");
-            }
-        }
-    })
-    .await;
-}
-
-async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: shutdown::Shutdown) {
-    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
-        let dropped = limiter.store().sweep_expired().await;
-        if dropped > 0 {
-            tracing::debug!(dropped, "expired counters dropped");
-        }
-    })
-    .await;
-}
 
 pub fn validate(args: ValidateArgs) -> ExitCode {
     let options = args

@@ -13,8 +13,8 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
-use crate::engine::adjustments::LiveAdjustments;
-use crate::core::adjust::AdjustmentsAt;
+use crate::engine::adjustment_set::LiveAdjustments;
+use crate::core::adjustment::AdjustmentsAt;
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::{plan_adjusted, PlanSettings};

@@ -3,10 +3,11 @@
 //! comes from, the shutdown signal, and the background tasks that keep it all current.
 
 pub mod adaptive;
-pub mod adjustments;
+pub mod adjustment_set;
 pub mod config_source;
 pub mod limiter;
 pub mod observers;
 pub mod overrides_sync;
 pub mod reload;
 pub mod shutdown;
+pub mod tasks;

@@ -6,7 +6,7 @@
 //! [`POLL_INTERVAL`], replacing its own set: an override set or deleted on one instance applies
 //! on all within that interval. Expiry needs no coordination: each record carries its end,
 //! decisions ignore it past that instant, and pollers delete expired fields. Each write also
-//! pushes the hash's TTL to [`MAX_TTL`](crate::server::admin::MAX_TTL) ahead, so a hash that no
+//! pushes the hash's TTL to [`MAX_OVERRIDE_TTL`](crate::core::adjustment::MAX_OVERRIDE_TTL) ahead, so a hash that no
 //! instance reads any more still disappears.
 //!
 //! While Redis does not answer, an instance keeps the overrides it last read (each still
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::engine::adjustments::OverrideRecord;
+use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
 use crate::store::redis::RedisStore;
@@ -76,7 +76,7 @@ impl SharedOverrides {
             )
             .await?;
         let horizon_ms =
-            u64::try_from(crate::server::admin::MAX_TTL.as_millis()).unwrap_or(u64::MAX) + 60_000;
+            u64::try_from(crate::core::adjustment::MAX_OVERRIDE_TTL.as_millis()).unwrap_or(u64::MAX) + 60_000;
         store
             .command::<i64>(
                 redis::cmd("PEXPIRE").arg(&self.key).arg(horizon_ms),

@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use crate::core::adjust::{
+use crate::core::adjustment::{
     adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
 };
 use crate::core::rules::Rule;

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::engine::limiter::Limiter;
-use crate::engine::reload::{rfc3339, ReloadStatus};
+use crate::core::time::rfc3339;
+use crate::engine::reload::ReloadStatus;
 use crate::store::Store;
 use connections::{ConnectionLimits, Listener, Protocol};
 pub use http::{DenyStatus, HttpSettings};

@@ -12,7 +12,7 @@ use serde_yaml::{Mapping, Value};
 use super::keys::did_you_mean;
 use super::report::{FileReport, Report};
 use super::yaml_tree::{describe, field, not_a_map, render, text, wrong_type};
-use crate::check_profile::{
+use crate::http_check::profile::{
     CheckProfile, CheckProfiles, EntryValue, ProfileDescriptor, ProfileEntry,
 };
 
@@ -408,7 +408,7 @@ fn check_keys(
 
 #[cfg(test)]
 mod tests {
-    use crate::check_profile::{CheckProfile, EntryValue};
+    use crate::http_check::profile::{CheckProfile, EntryValue};
     use crate::config::{load, LoadOptions, SourceFile};
     use crate::rules::RuleSet;
 

@@ -3,7 +3,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::adaptive::read_adaptive;
+use super::adaptive_yaml::read_adaptive;
 use super::file::FileWalk;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;

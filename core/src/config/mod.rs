@@ -13,7 +13,7 @@
 //! Every problem of every file is reported in one go; each names the file, the rule path and
 //! what to change.
 
-mod adaptive;
+mod adaptive_yaml;
 mod build;
 mod check_profiles;
 mod descriptor;

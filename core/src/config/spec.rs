@@ -27,7 +27,7 @@ pub(super) struct DescriptorSpec {
     pub(super) flags: DescriptorFlags,
     pub(super) metadata: Option<serde_yaml::Value>,
     /// `adaptive:`, when written and valid.
-    pub(super) adaptive: Option<crate::adaptive::AdaptiveSettings>,
+    pub(super) adaptive: Option<crate::aimd::AdaptiveSettings>,
     /// `priority:`, when written and valid.
     pub(super) priority: Option<crate::priority::Priority>,
     pub(super) children: Vec<DescriptorSpec>,

@@ -1,5 +1,5 @@
 //! One adaptive rule's controller: every interval, read the signals, step
-//! (`core::adaptive::step`), keep the new limit where it is shared, publish it to the limiter.
+//! (`core::aimd::step`), keep the new limit where it is shared, publish it to the limiter.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::prometheus::Prometheus;
 use super::shared::{read_limit, read_signal, take_lead, write_limit, SharedKeys, SharesLimits};
 use super::signals::PushedSignals;
-use crate::core::adaptive::{step, AdaptiveSettings, Change, Reading, SignalSource, Step};
+use crate::core::aimd::{step, AdaptiveSettings, Change, Reading, SignalSource, Step};
 use crate::engine::limiter::Limiter;
 use crate::telemetry::metrics;
 

@@ -1,7 +1,7 @@
-//! Adaptive limits: the shell around `core::adaptive`. One controller task per rule with
+//! Adaptive limits: the shell around `core::aimd`. One controller task per rule with
 //! `adaptive:` steps its limit every interval from a latency signal (a Prometheus query or a
 //! value pushed to the admin API) and publishes it through the limiter's runtime adjustments
-//! (`crate::engine::adjustments`), where decisions, `/rlconfig` and `current_limit` see it. An
+//! (`crate::engine::adjustment_set`), where decisions, `/rlconfig` and `current_limit` see it. An
 //! operator's override still wins over it.
 //!
 //! * `controller`: one rule's loop (signals → step → shared value → limiter);
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::core::adaptive::SignalSource;
+use crate::core::aimd::SignalSource;
 use crate::core::rules::RuleSet;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::Shutdown;

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::core::adaptive::Reading;
+use crate::core::aimd::Reading;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::{Store, StoreError};

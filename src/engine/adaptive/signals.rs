@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-use crate::core::adaptive::Reading;
+use crate::core::aimd::Reading;
 
 #[derive(Debug, Default)]
 pub struct PushedSignals {

@@ -1,8 +1,9 @@
 //! What the reloads have done so far: which version of the rules is live, since when, and the
 //! last error. Shown on the debug port and in logs.
 
+use crate::core::time::rfc3339;
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
@@ -122,52 +123,9 @@ impl fmt::Display for StatusSnapshot {
     }
 }
 
-/// `2026-11-30T10:00:00Z`, UTC, whole seconds.
-pub fn rfc3339(time: SystemTime) -> String {
-    let seconds = time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
-    let days = seconds / 86_400;
-    let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
-/// Hinnant's `civil_from_days`, for non-negative days).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-
-    #[test]
-    fn timestamps_are_utc_rfc3339() {
-        let at = |seconds| UNIX_EPOCH + Duration::from_secs(seconds);
-        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(at(1_796_083_210)), "2026-12-01T00:00:10Z");
-        assert_eq!(rfc3339(at(4_107_542_399)), "2100-02-28T23:59:59Z");
-    }
 
     #[test]
     fn versions_count_successes_and_failures_keep_the_version() {

@@ -2,7 +2,7 @@
 //! authenticated changes at run time. Every route needs `Authorization: Bearer <token>`, the
 //! token being a line of the token file; anything else gets 401 and no detail.
 //!
-//! * `POST /v1/overrides`: put a temporary limit on a rule (`core::adjust`), e.g. during an
+//! * `POST /v1/overrides`: put a temporary limit on a rule (`core::adjustment`), e.g. during an
 //!   incident, without editing the configuration; `GET /v1/overrides` lists them with the time
 //!   left; `DELETE /v1/overrides/{id}` ends one early. Each change is logged (target
 //!   `floodgate::audit`) with the caller's address.
@@ -37,18 +37,15 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::engine::overrides_sync::SharedOverrides;
-use crate::engine::adjustments::OverrideRecord;
-use crate::core::adjust::{adjusted_quota, target_limit};
+use crate::engine::adjustment_set::OverrideRecord;
+use crate::core::adjustment::{adjusted_quota, target_limit, MAX_OVERRIDE_TTL};
 use crate::core::rules::{Entry, Rule, RuleSet};
 use crate::core::unit::Unit;
 use crate::engine::limiter::Limiter;
-use crate::engine::reload::rfc3339;
+use crate::core::time::rfc3339;
 use crate::server::connections::{ConnectionLimits, Listener};
 use crate::engine::shutdown::Shutdown;
 use crate::store::Store;
-
-/// The longest an override may last: an incident measure, not a configuration.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -741,7 +738,7 @@ fn find_rule<'a>(
 }
 
 /// `"90s"`, `"15m"`, `"2h"`, `"1500ms"` or a whole number of seconds; at least 1 s, at most
-/// [`MAX_TTL`].
+/// [`MAX_OVERRIDE_TTL`].
 fn parse_ttl(value: &Value) -> Result<Duration, String> {
     const HOW: &str = "give a duration such as \"90s\", \"15m\" or \"2h\" (or seconds as a number)";
     let ttl = match value {
@@ -774,7 +771,7 @@ fn parse_ttl(value: &Value) -> Result<Duration, String> {
             "an override must last at least 1 s (to end one now, DELETE /v1/overrides/{{id}}); {HOW}"
         ));
     }
-    if ttl > MAX_TTL {
+    if ttl > MAX_OVERRIDE_TTL {
         return Err(
             "at most 24h: an override is for an incident; change the configuration for longer"
                 .to_owned(),

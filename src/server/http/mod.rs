@@ -4,8 +4,8 @@
 //! * `/json`: envoyproxy/ratelimit's JSON endpoint, a `RateLimitRequest` in proto3 JSON in and the
 //!   `RateLimitResponse` out (200 OK, 429 OVER_LIMIT);
 //! * `/check` and `/check/<profile>`: for nginx's `auth_request`. The descriptors come from
-//!   request headers (`core::check_headers`) or from a check profile of the configuration
-//!   (`core::check_profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
+//!   request headers (`core::http_check::headers`) or from a check profile of the configuration
+//!   (`core::http_check::profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
 //!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy.
 //!
 //! Every decision is the limiter's; this module only converts. The three share gRPC's in-flight

@@ -17,10 +17,10 @@ const RULES: &str = "
 domain: d
 descriptors:
   - key: pool
-rate_limit: {unit: minute, requests_per_unit: 10}
-priority: {key: class, classes: {top: 100%, mid: 80%, bottom: 30%}, default: bottom}
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    priority: {key: class, classes: {top: 100%, mid: 80%, bottom: 30%}, default: bottom}
   - key: plain
-rate_limit: {unit: minute, requests_per_unit: 10}
+    rate_limit: {unit: minute, requests_per_unit: 10}
 ";
 
 fn rules() -> RuleSet {

@@ -121,7 +121,7 @@ pub use self::script::{Arg, Call, SOURCE as SCRIPT_SOURCE};
 pub use self::slot::slot_groups;
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
-use crate::core::adjust::adjusted_quota;
+use crate::core::adjustment::adjusted_quota;
 use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::plan::Counter;
 use crate::core::rules::RuleSet;

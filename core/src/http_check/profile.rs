@@ -30,9 +30,9 @@
 
 use std::collections::HashMap;
 
-use super::check_headers::{parse_hits, CheckInputError};
-use super::request::{Descriptor, Request};
-use super::rules::Entry;
+use crate::http_check::headers::{parse_hits, CheckInputError};
+use crate::request::{Descriptor, Request};
+use crate::rules::Entry;
 
 /// Every profile of a rule set, by name (unique across files).
 #[derive(Debug, Clone, Default)]

@@ -23,7 +23,7 @@ use super::file::FileWalk;
 use super::keys::floodgate_map;
 use super::spec::RuleSpec;
 use super::yaml_tree::{describe, field, wrong_type};
-use crate::adaptive::{
+use crate::aimd::{
     AdaptiveSettings, ErrorCondition, SignalSource, SignalUnit, DEFAULT_INTERVAL, MAX_INTERVAL,
     MIN_INTERVAL,
 };
@@ -471,7 +471,7 @@ mod tests {
     use std::time::Duration;
 
     use super::parse_duration;
-    use crate::adaptive::{AdaptiveSettings, ErrorCondition, SignalSource, SignalUnit};
+    use crate::aimd::{AdaptiveSettings, ErrorCondition, SignalSource, SignalUnit};
     use crate::config::{self, ConfigError};
     use crate::rules::RuleSet;
 

@@ -25,6 +25,9 @@
 
 use std::collections::HashMap;
 
+/// The longest an operator's override may last: an incident measure, not a configuration.
+pub const MAX_OVERRIDE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 use super::algorithm::{Algorithm, Quota, SLIDING_LOG_MAX_LIMIT};
 use super::rules::Rule;
 

@@ -1,4 +1,4 @@
-//! The live runtime adjustments (`core::adjust`): operators' overrides from the admin API and
+//! The live runtime adjustments (`core::adjustment`): operators' overrides from the admin API and
 //! the adaptive controller's values, held as one immutable snapshot that a decision loads
 //! without a lock and a change replaces whole.
 //!
@@ -8,17 +8,13 @@
 
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use crate::core::adjust::{adjusted_rules, Adjustment, AdjustmentSource, Adjustments};
+use crate::core::adjustment::{adjusted_rules, Adjustment, AdjustmentSource, Adjustments};
 use crate::core::rules::RuleSet;
 use crate::core::time::{Clock, SystemClock};
-use crate::engine::limiter::Limiter;
-use crate::engine::shutdown::{self, Shutdown};
-use crate::store::Store;
 
 /// One override as the admin API lists it and Redis stores it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -291,31 +287,6 @@ impl LiveAdjustments {
         change(&mut next);
         self.current.store(Arc::new(next));
     }
-}
-
-/// How often expired overrides are dropped (and logged) and the metric refreshed. Decisions
-/// do not wait for it: an override stops applying at its expiry instant.
-pub const MAINTAIN_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Until `shutdown`: logs and forgets expired overrides, and keeps `floodgate_effective_limit`
-/// in step with the adjustments and the rules in force (a reload may add or drop a rule).
-pub async fn maintain<S: Store>(limiter: Arc<Limiter<S>>, shutdown: Shutdown) {
-    shutdown::every(MAINTAIN_INTERVAL, shutdown, || {
-        let adjustments = limiter.adjustments();
-        for record in adjustments.remove_expired() {
-            tracing::info!(
-                target: "floodgate::audit",
-                action = "override.expired",
-                id = %record.id,
-                domain = %record.domain,
-                rule = %record.rule,
-                "limit override expired"
-            );
-        }
-        adjustments.publish_metrics(&limiter.rules());
-        std::future::ready(())
-    })
-    .await;
 }
 
 #[cfg(test)]

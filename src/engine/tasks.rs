@@ -1,0 +1,64 @@
+//! The background tasks of a serving process, each until the shutdown signal: expired
+//! counters swept from memory, expired overrides forgotten and the effective-limit metric kept
+//! current.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::limiter::Limiter;
+use crate::engine::shutdown::{self, Shutdown};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
+use crate::store::Store;
+
+/// How often expired counters are dropped from memory.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often expired overrides are dropped (and logged) and the metric refreshed. Decisions
+/// do not wait for it: an override stops applying at its expiry instant.
+pub const MAINTAIN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Until `shutdown`: logs and forgets expired overrides, and keeps `floodgate_effective_limit`
+/// in step with the adjustments and the rules in force (a reload may add or drop a rule).
+pub async fn maintain_adjustments<S: Store>(limiter: Arc<Limiter<S>>, shutdown: Shutdown) {
+    shutdown::every(MAINTAIN_INTERVAL, shutdown, || {
+        let adjustments = limiter.adjustments();
+        for record in adjustments.remove_expired() {
+            tracing::info!(
+                target: "floodgate::audit",
+                action = "override.expired",
+                id = %record.id,
+                domain = %record.domain,
+                rule = %record.rule,
+                "limit override expired"
+            );
+        }
+        adjustments.publish_metrics(&limiter.rules());
+        std::future::ready(())
+    })
+    .await;
+}
+
+/// The counters `failure_policy: local` made while Redis was down expire like the memory
+/// store's.
+pub async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: Shutdown) {
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        if let Some(fallback) = limiter.local_fallback() {
+            let dropped = fallback.sweep_expired().await;
+            if dropped > 0 {
+                tracing::debug!(dropped, "expired local fallback counters dropped");
+            }
+        }
+    })
+    .await;
+}
+
+pub async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: Shutdown) {
+    shutdown::every(SWEEP_INTERVAL, shutdown, || async {
+        let dropped = limiter.store().sweep_expired().await;
+        if dropped > 0 {
+            tracing::debug!(dropped, "expired counters dropped");
+        }
+    })
+    .await;
+}
