@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use floodgate::cmd::serve as app;
+use floodgate::cmd::serve;
 use floodgate::cmd::cli::{Cli, Command};
 use floodgate::telemetry;
 
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Serve(args) => match runtime.block_on(app::serve(*args)) {
+        Command::Serve(args) => match runtime.block_on(serve::serve(*args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!("{error}");
@@ -73,8 +73,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Validate(args) => app::validate(args),
-        Command::Check(args) => runtime.block_on(app::check(*args)),
+        Command::Validate(args) => floodgate::cmd::validate::main(args),
+        Command::Check(args) => runtime.block_on(floodgate::cmd::check::main(*args)),
     };
     // The flush blocks until the exporter's connection (a task on the runtime) has sent the
     // spans, so it runs on its own thread while this one drives the runtime: a

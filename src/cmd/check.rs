@@ -3,6 +3,7 @@
 //! match the descriptors (no server asked).
 
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -11,6 +12,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::cmd::cli::{CheckArgs, ClientTlsArgs};
+use crate::cmd::config_location::{location, NoConfiguration};
 use crate::engine::config_source::read_sources;
 use crate::core::config::load;
 use crate::core::rules::Entry as RuleEntry;
@@ -47,7 +49,7 @@ pub enum CheckError {
     #[error("the configuration has errors:\n{0}")]
     Config(#[from] crate::core::config::ConfigErrors),
     #[error(transparent)]
-    Location(#[from] Box<crate::cmd::serve::AppError>),
+    NoConfiguration(#[from] NoConfiguration),
 }
 
 impl From<tonic::Status> for CheckError {
@@ -152,7 +154,7 @@ async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
 
 /// Loads the rules locally and prints how each descriptor matches them.
 fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
-    let location = crate::cmd::serve::location(&args.config).map_err(Box::new)?;
+    let location = location(&args.config)?;
     let options = args.config.limits.load_options(
         args.config.default_algorithm,
         args.config.merge_domain_config,
@@ -261,6 +263,20 @@ fn describe_status(status: &rate_limit_response::DescriptorStatus) -> String {
         "{code} limit {}/{multiplier}{unit}{name}, remaining {}, reset in {reset}s",
         limit.requests_per_unit, status.limit_remaining
     )
+}
+
+/// `floodgate check`: the exit code says the answer (0 OK, 2 OVER_LIMIT, 1 not serving or an
+/// error).
+pub async fn main(args: CheckArgs) -> ExitCode {
+    match run(args).await {
+        Ok(CheckOutcome::Ok) => ExitCode::SUCCESS,
+        Ok(CheckOutcome::OverLimit) => ExitCode::from(2),
+        Ok(CheckOutcome::NotServing) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 
 pub mod check;
 pub mod cli;
+pub mod config_location;
 pub mod explain_text;
 pub mod runtime;
 pub mod serve;
+pub mod validate;

@@ -1,7 +1,6 @@
-//! What each subcommand does: wiring of config, store, limiter and listeners.
+//! `floodgate serve`: the wiring of configuration, store, limiter, background tasks and listeners.
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,10 +8,8 @@ use tokio::net::TcpListener;
 
 use crate::engine::overrides_sync::SharedOverrides;
 use crate::cmd::cli::{
-    reference_address, CheckArgs, ConfigArgs, GrpcTlsArgs, ServeArgs, StoreKind, ValidateArgs,
+    reference_address, GrpcTlsArgs, ServeArgs, StoreKind,
 };
-use crate::engine::config_source::{read_sources, ConfigLocation};
-use crate::core::config::{load, LoadOptions};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
 use crate::core::request::RequestBounds;
@@ -22,6 +19,7 @@ use crate::engine::limiter::{Limiter, LimiterSettings};
 use crate::engine::reload::{self, ConfigReloader};
 use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
+use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
 use crate::engine::observers::observed;
 use crate::engine::shutdown;
 use crate::engine::tasks;
@@ -44,6 +42,8 @@ pub enum AppError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    NoConfiguration(#[from] NoConfiguration),
+    #[error(transparent)]
     Serve(#[from] server::ServeError),
     #[error("gRPC TLS: {0}")]
     Tls(#[from] tls::TlsError),
@@ -61,43 +61,6 @@ impl From<reload::FirstLoadError> for AppError {
             reload::FirstLoadError::Loader(gone) => Self::Usage(gone.to_string()),
         }
     }
-}
-
-pub(crate) fn location(config: &ConfigArgs) -> Result<ConfigLocation, AppError> {
-    if let Some(path) = &config.config {
-        return Ok(ConfigLocation::Path(path.clone()));
-    }
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    match (env("RUNTIME_ROOT"), env("RUNTIME_SUBDIRECTORY")) {
-        (Some(root), Some(subdirectory)) => Ok(ConfigLocation::Runtime {
-            root: root.into(),
-            subdirectory: subdirectory.into(),
-            app_directory: env("RUNTIME_APPDIRECTORY")
-                .unwrap_or_else(|| "config".to_owned())
-                .into(),
-            watch_root: env("RUNTIME_WATCH_ROOT").is_none_or(|v| parse_bool(&v)),
-            ignore_dotfiles: env("RUNTIME_IGNOREDOTFILES").is_some_and(|v| parse_bool(&v)),
-        }),
-        _ => Err(AppError::Usage(
-            "no configuration given: pass --config PATH (a YAML file or a directory), \
-             or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY as for envoyproxy/ratelimit"
-                .to_owned(),
-        )),
-    }
-}
-
-/// Go's `strconv.ParseBool`, which envoyproxy/ratelimit's settings use.
-fn parse_bool(text: &str) -> bool {
-    matches!(text, "1" | "t" | "T" | "TRUE" | "true" | "True")
-}
-
-fn load_rules(
-    location: &ConfigLocation,
-    options: &LoadOptions,
-    max_config_bytes: u64,
-) -> Result<RuleSet, AppError> {
-    let sources = read_sources(location, max_config_bytes)?;
-    Ok(load(&sources, options)?)
 }
 
 /// Things the reference accepts but that are probably mistakes: loaded, and said once.
@@ -415,50 +378,4 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
         env,
     )?;
     Ok(files.map(ServerTls::load).transpose()?)
-}
-
-
-pub fn validate(args: ValidateArgs) -> ExitCode {
-    let options = args
-        .limits
-        .load_options(args.default_algorithm, args.merge_domain_config);
-    let location = ConfigLocation::Path(args.path.clone());
-    match load_rules(&location, &options, args.limits.max_config_bytes) {
-        Ok(rules) => {
-            println!("{}: configuration ok", args.path.display());
-            for warning in rules.warnings() {
-                println!("warning: {warning}");
-            }
-            for domain in rules.domains() {
-                println!("domain {} ({}):", domain.name, domain.sources.join(", "));
-                for rule in domain.rules() {
-                    println!("  {}", crate::core::describe::rule_summary(rule));
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        Err(AppError::Config(errors)) => {
-            eprintln!("{} error(s) in {}:", errors.0.len(), args.path.display());
-            for error in &errors.0 {
-                eprintln!("  {error}");
-            }
-            ExitCode::FAILURE
-        }
-        Err(error) => {
-            eprintln!("{error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-pub async fn check(args: CheckArgs) -> ExitCode {
-    match crate::cmd::check::run(args).await {
-        Ok(crate::cmd::check::CheckOutcome::Ok) => ExitCode::SUCCESS,
-        Ok(crate::cmd::check::CheckOutcome::OverLimit) => ExitCode::from(2),
-        Ok(crate::cmd::check::CheckOutcome::NotServing) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("{error}");
-            ExitCode::FAILURE
-        }
-    }
 }

@@ -1,0 +1,44 @@
+//! `floodgate validate PATH`: load a configuration as `serve` would, and print its rules or
+//! every error in it.
+
+use std::process::ExitCode;
+
+use crate::cmd::cli::ValidateArgs;
+use crate::core::config::load;
+use crate::engine::config_source::{read_sources, ConfigLocation};
+
+pub fn main(args: ValidateArgs) -> ExitCode {
+    let options = args
+        .limits
+        .load_options(args.default_algorithm, args.merge_domain_config);
+    let location = ConfigLocation::Path(args.path.clone());
+    let sources = match read_sources(&location, args.limits.max_config_bytes) {
+        Ok(sources) => sources,
+        Err(error) => {
+            eprintln!("cannot read the configuration: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match load(&sources, &options) {
+        Ok(rules) => {
+            println!("{}: configuration ok", args.path.display());
+            for warning in rules.warnings() {
+                println!("warning: {warning}");
+            }
+            for domain in rules.domains() {
+                println!("domain {} ({}):", domain.name, domain.sources.join(", "));
+                for rule in domain.rules() {
+                    println!("  {}", crate::core::describe::rule_summary(rule));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{} error(s) in {}:", errors.0.len(), args.path.display());
+            for error in &errors.0 {
+                eprintln!("  {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
