@@ -58,6 +58,17 @@ impl FailurePolicy {
             FailurePolicy::Local => FailureAction::DecideLocally,
         }
     }
+
+    /// What the shell does with a request the store failed, given what it has: `local` needs
+    /// an in-process store beside the shared one (otherwise the call fails as under `error`),
+    /// and `--shadow-mode` (`global_shadow`) answers OK to everything, a failed store included.
+    pub fn resolve(self, has_local_store: bool, global_shadow: bool) -> FailureAction {
+        match self.action() {
+            FailureAction::DecideLocally if !has_local_store => FailureAction::Unavailable,
+            FailureAction::Reject if global_shadow => FailureAction::Admit,
+            action => action,
+        }
+    }
 }
 
 impl fmt::Display for FailurePolicy {
@@ -201,6 +212,18 @@ impl LogPace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_needs_a_local_store_and_global_shadow_admits_what_fail_closed_rejects() {
+        use FailureAction::*;
+        assert_eq!(FailurePolicy::Local.resolve(true, false), DecideLocally);
+        assert_eq!(FailurePolicy::Local.resolve(false, false), Unavailable);
+        assert_eq!(FailurePolicy::FailClosed.resolve(false, false), Reject);
+        assert_eq!(FailurePolicy::FailClosed.resolve(true, true), Admit);
+        assert_eq!(FailurePolicy::FailOpen.resolve(false, true), Admit);
+        assert_eq!(FailurePolicy::Error.resolve(true, true), Unavailable);
+        assert_eq!(FailurePolicy::Local.resolve(true, true), DecideLocally);
+    }
 
     #[test]
     fn names_round_trip_and_the_domain_overrides_the_default() {

@@ -8,6 +8,7 @@
 //! A refused class also gets the `x-floodgate-priority` header (`headers::priority_headers`).
 
 use super::algorithm::{Hits, Quota, Share, Snapshot};
+use super::failure::UNAVAILABLE_HEADER;
 use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
 use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
 use super::priority::ClassChoice;
@@ -121,6 +122,21 @@ pub fn assemble(
         statuses,
         response_headers,
     }
+}
+
+/// OVER_LIMIT on every limited descriptor (the others stay OK), with a header naming the store
+/// that could not decide.
+pub fn fail_closed(plan: &Plan<'_>, header_mode: HeaderMode, backend: &str) -> Response {
+    let mut response = assemble(plan, &[], true, header_mode);
+    for (descriptor, status) in plan.descriptors.iter().zip(&mut response.statuses) {
+        if matches!(descriptor, DescriptorPlan::Limited { .. }) {
+            status.code = Code::OverLimit;
+        }
+    }
+    response
+        .response_headers
+        .push((UNAVAILABLE_HEADER.to_owned(), backend.to_owned()));
+    response
 }
 
 fn status_of(

@@ -15,12 +15,12 @@ use tracing::{field, Instrument as _, Span};
 
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::core::adjustment::AdjustmentsAt;
-use crate::core::failure::{FailureAction, FailurePolicy, LogPace, UNAVAILABLE_HEADER};
+use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::{plan_adjusted, PlanSettings};
-use crate::core::plan::{DescriptorPlan, Plan};
+use crate::core::plan::Plan;
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
-use crate::core::response::{assemble, Code, Response};
+use crate::core::response::{assemble, fail_closed, Response};
 use crate::core::rules::RuleSet;
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
@@ -349,13 +349,7 @@ impl<S: Store> Limiter<S> {
         plan: &Plan<'_>,
         error: StoreError,
     ) -> Result<StoreFallback, StoreError> {
-        let action = match (policy.action(), &self.local_fallback) {
-            // Only a store beside a shared one has a fallback: otherwise answer as `error`.
-            (FailureAction::DecideLocally, None) => FailureAction::Unavailable,
-            // `--shadow-mode` answers OK to everything, a failed store included.
-            (FailureAction::Reject, _) if self.settings.global_shadow => FailureAction::Admit,
-            (action, _) => action,
-        };
+        let action = policy.resolve(self.local_fallback.is_some(), self.settings.global_shadow);
         if let Some(metrics) = self.metrics {
             metrics.failure_policy_applied(policy.name());
         }
@@ -364,7 +358,7 @@ impl<S: Store> Limiter<S> {
             FailureAction::Unavailable => Err(error),
             // No outcomes: every limited descriptor is answered OK without a limit.
             FailureAction::Admit => Ok(StoreFallback::Decided(Decided::default())),
-            FailureAction::Reject => Ok(StoreFallback::Rejected(fail_closed_response(
+            FailureAction::Reject => Ok(StoreFallback::Rejected(fail_closed(
                 plan,
                 self.settings.header_mode,
                 self.store.backend(),
@@ -439,21 +433,6 @@ enum StoreFallback {
     Decided(Decided),
     /// The answer, complete (fail_closed).
     Rejected(Response),
-}
-
-/// OVER_LIMIT on every limited descriptor (the others stay OK), with a header naming the store
-/// that could not decide.
-fn fail_closed_response(plan: &Plan<'_>, header_mode: HeaderMode, backend: &str) -> Response {
-    let mut response = assemble(plan, &[], true, header_mode);
-    for (descriptor, status) in plan.descriptors.iter().zip(&mut response.statuses) {
-        if matches!(descriptor, DescriptorPlan::Limited { .. }) {
-            status.code = Code::OverLimit;
-        }
-    }
-    response
-        .response_headers
-        .push((UNAVAILABLE_HEADER.to_owned(), backend.to_owned()));
-    response
 }
 
 /// A count as a span attribute: OpenTelemetry integers are signed (an unsigned value would be

@@ -6,8 +6,8 @@
 //! [`POLL_INTERVAL`], replacing its own set: an override set or deleted on one instance applies
 //! on all within that interval. Expiry needs no coordination: each record carries its end,
 //! decisions ignore it past that instant, and pollers delete expired fields. Each write also
-//! pushes the hash's TTL to [`MAX_OVERRIDE_TTL`](crate::core::adjustment::MAX_OVERRIDE_TTL) ahead, so a hash that no
-//! instance reads any more still disappears.
+//! pushes the hash's TTL to [`MAX_OVERRIDE_TTL`] ahead, so a hash that no instance reads any more
+//! still disappears.
 //!
 //! While Redis does not answer, an instance keeps the overrides it last read (each still
 //! expires on time) and says so once in the log.
@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::core::adjustment::MAX_OVERRIDE_TTL;
 use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
 use crate::store::redis::RedisStore;
-use crate::store::StoreError;
+use crate::store::{SharedValues, StoreError};
 
 /// How often each instance reads the shared overrides.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -68,20 +69,10 @@ impl SharedOverrides {
             backend: "redis",
             reason: format!("cannot encode the override: {error}"),
         })?;
-        let store = self.limiter.store();
-        store
-            .command::<i64>(
-                redis::cmd("HSET").arg(&self.key).arg(&record.id).arg(json),
-                CALL_DEADLINE,
-            )
-            .await?;
-        let horizon_ms =
-            u64::try_from(crate::core::adjustment::MAX_OVERRIDE_TTL.as_millis()).unwrap_or(u64::MAX) + 60_000;
-        store
-            .command::<i64>(
-                redis::cmd("PEXPIRE").arg(&self.key).arg(horizon_ms),
-                CALL_DEADLINE,
-            )
+        let horizon = MAX_OVERRIDE_TTL + Duration::from_secs(60);
+        self.limiter
+            .store()
+            .put_field(&self.key, &record.id, &json, horizon, CALL_DEADLINE)
             .await?;
         if let Some(replaced) = replaced.filter(|replaced| *replaced != record.id) {
             self.remove(replaced).await?;
@@ -92,10 +83,10 @@ impl SharedOverrides {
 
     /// Deletes override `id`; whether it was there.
     pub async fn remove(&self, id: &str) -> Result<bool, StoreError> {
-        let removed: i64 = self
+        let removed = self
             .limiter
             .store()
-            .command(redis::cmd("HDEL").arg(&self.key).arg(id), CALL_DEADLINE)
+            .remove_fields(&self.key, &[id.to_owned()], CALL_DEADLINE)
             .await?;
         *self.writes.lock() += 1;
         Ok(removed > 0)
@@ -103,10 +94,10 @@ impl SharedOverrides {
 
     /// Every override in Redis not yet expired; expired ones are deleted on the way.
     pub async fn load(&self) -> Result<Vec<OverrideRecord>, StoreError> {
-        let fields: Vec<(String, String)> = self
+        let fields = self
             .limiter
             .store()
-            .command(redis::cmd("HGETALL").arg(&self.key), CALL_DEADLINE)
+            .fields(&self.key, CALL_DEADLINE)
             .await?;
         let now = self.limiter.adjustments().now_unix_ms();
         let mut records = Vec::with_capacity(fields.len());
@@ -121,14 +112,10 @@ impl SharedOverrides {
                 }
             }
         }
-        if !expired.is_empty() {
-            let mut command = redis::cmd("HDEL");
-            command.arg(&self.key).arg(&expired);
-            self.limiter
-                .store()
-                .command::<i64>(&command, CALL_DEADLINE)
-                .await?;
-        }
+        self.limiter
+            .store()
+            .remove_fields(&self.key, &expired, CALL_DEADLINE)
+            .await?;
         Ok(records)
     }
 

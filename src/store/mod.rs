@@ -5,6 +5,7 @@ pub mod memory;
 pub mod redis;
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::core::plan::Counter;
 pub use crate::core::response::Decided;
@@ -43,4 +44,62 @@ pub trait Store: Send + Sync + 'static {
     fn ready(&self) -> impl Future<Output = bool> + Send {
         async { true }
     }
+}
+
+/// Values every instance that shares a store sees, beside the counters: adaptive limits, who
+/// steps them, pushed signals, operators' overrides. Each call has its own `deadline` (these
+/// calls are off the decision path; a store may grant a longer one it was told to use).
+pub trait SharedValues: Send + Sync {
+    /// The prefix this store's keys start with (`--redis-prefix`).
+    fn key_prefix(&self) -> &str;
+
+    /// `value` at `key` for `ttl`, unless `key` holds a value already: whether it was set.
+    fn set_if_absent(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// `value` at `key` for `ttl`, replacing what was there.
+    fn set(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The value at `key`, if any.
+    fn get(
+        &self,
+        key: &str,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
+    /// `value` at `field` of the map `key`, and the whole map kept for `ttl` from now.
+    fn put_field(
+        &self,
+        key: &str,
+        field: &str,
+        value: &str,
+        ttl: Duration,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes `fields` from the map `key`: how many were there.
+    fn remove_fields(
+        &self,
+        key: &str,
+        fields: &[String],
+        deadline: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Every field of the map `key` with its value.
+    fn fields(
+        &self,
+        key: &str,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
 }

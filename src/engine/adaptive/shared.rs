@@ -31,11 +31,11 @@ use sha2::{Digest, Sha256};
 use crate::core::aimd::Reading;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
-use crate::store::{Store, StoreError};
+use crate::store::{SharedValues, Store, StoreError};
 
 /// How long a stored limit outlives its last step.
 const VALUE_TTL: Duration = Duration::from_secs(3600);
-/// The deadline of one command (or `--redis-timeout-ms` if longer: `RedisStore::command`):
+/// The deadline of one call (or `--redis-timeout-ms` if longer: `RedisStore::command`):
 /// these calls are off the decision path, a slow Redis may take longer than a decision's 25 ms
 /// without harm, but never a whole interval.
 const COMMAND_DEADLINE: Duration = Duration::from_millis(500);
@@ -84,42 +84,34 @@ impl SharedKeys {
 
 /// Takes the lead of this interval for `keys`: whether this instance steps now.
 pub async fn take_lead(
-    redis: &RedisStore,
+    shared: &impl SharedValues,
     keys: &SharedKeys,
     interval: Duration,
 ) -> Result<bool, StoreError> {
-    let lead = interval.mul_f64(0.9);
-    let millis = u64::try_from(lead.as_millis()).unwrap_or(u64::MAX).max(1);
     let owner = format!("pid {}", std::process::id());
-    let mut command = redis::cmd("SET");
-    command
-        .arg(&keys.lead)
-        .arg(owner)
-        .arg("NX")
-        .arg("PX")
-        .arg(millis);
-    let answer: Option<String> = redis.command(&command, COMMAND_DEADLINE).await?;
-    Ok(answer.is_some())
+    shared
+        .set_if_absent(&keys.lead, &owner, interval.mul_f64(0.9), COMMAND_DEADLINE)
+        .await
 }
 
 /// The stored limit; `None` when there is none (or it is not a number, which only a hand
 /// edit makes: the next step overwrites it).
-pub async fn read_limit(redis: &RedisStore, keys: &SharedKeys) -> Result<Option<u32>, StoreError> {
-    let mut command = redis::cmd("GET");
-    command.arg(&keys.value);
-    let stored: Option<String> = redis.command(&command, COMMAND_DEADLINE).await?;
+pub async fn read_limit(
+    shared: &impl SharedValues,
+    keys: &SharedKeys,
+) -> Result<Option<u32>, StoreError> {
+    let stored = shared.get(&keys.value, COMMAND_DEADLINE).await?;
     Ok(stored.and_then(|text| text.trim().parse().ok()))
 }
 
 pub async fn write_limit(
-    redis: &RedisStore,
+    shared: &impl SharedValues,
     keys: &SharedKeys,
     limit: u32,
 ) -> Result<(), StoreError> {
-    let millis = u64::try_from(VALUE_TTL.as_millis()).unwrap_or(u64::MAX);
-    let mut command = redis::cmd("SET");
-    command.arg(&keys.value).arg(limit).arg("PX").arg(millis);
-    redis.command::<()>(&command, COMMAND_DEADLINE).await
+    shared
+        .set(&keys.value, &limit.to_string(), VALUE_TTL, COMMAND_DEADLINE)
+        .await
 }
 
 fn signal_key(prefix: &str, name: &str) -> String {
@@ -128,28 +120,22 @@ fn signal_key(prefix: &str, name: &str) -> String {
 
 /// Shares a pushed value of `name` for `fresh` (then it is gone, as stale).
 pub async fn write_signal(
-    redis: &RedisStore,
+    shared: &impl SharedValues,
     name: &str,
     value: f64,
     fresh: Duration,
 ) -> Result<(), StoreError> {
-    let millis = u64::try_from(fresh.as_millis()).unwrap_or(u64::MAX).max(1);
-    let mut command = redis::cmd("SET");
-    command
-        .arg(signal_key(redis.key_prefix(), name))
-        .arg(value.to_string())
-        .arg("PX")
-        .arg(millis);
-    redis.command::<()>(&command, COMMAND_DEADLINE).await
+    let key = signal_key(shared.key_prefix(), name);
+    shared
+        .set(&key, &value.to_string(), fresh, COMMAND_DEADLINE)
+        .await
 }
 
 /// The value of `name` pushed to any instance within its freshness; `Err` says why there is
 /// none.
-pub async fn read_signal(redis: &RedisStore, name: &str) -> Reading {
-    let mut command = redis::cmd("GET");
-    command.arg(signal_key(redis.key_prefix(), name));
-    let stored: Option<String> = redis
-        .command(&command, COMMAND_DEADLINE)
+pub async fn read_signal(shared: &impl SharedValues, name: &str) -> Reading {
+    let stored = shared
+        .get(&signal_key(shared.key_prefix(), name), COMMAND_DEADLINE)
         .await
         .map_err(|error| format!("cannot read the pushed signal {name} from Redis: {error}"))?;
     let Some(text) = stored else {

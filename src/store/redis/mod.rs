@@ -99,6 +99,7 @@ mod connection;
 pub mod keys;
 mod script;
 mod sentinel;
+mod shared;
 mod slot;
 mod tls;
 
