@@ -183,7 +183,7 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match floodgate::runtime::build(args.worker_threads, None) {
+    let runtime = match floodgate::cmd::runtime::build(args.worker_threads, None) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("noop_rls: {error}");

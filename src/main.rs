@@ -1,8 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use floodgate::cmd::serve;
 use floodgate::cmd::cli::{Cli, Command};
+use floodgate::cmd::serve;
 use floodgate::telemetry;
 
 // Every request allocates many small, short-lived buffers (HTTP/2 frames, protobuf, the Redis

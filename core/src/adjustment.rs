@@ -1,6 +1,6 @@
 //! Limits changed at run time, without touching the configuration: an operator's temporary
 //! override (admin API) or an adaptive controller's value (AIMD). Pure: the shells keep the
-//! live set (`crate::adjustments`) and pass "now" in.
+//! live set (`floodgate::engine::adjustment_set`) and pass "now" in.
 //!
 //! # Which limit is in force
 //!

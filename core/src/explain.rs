@@ -1,13 +1,13 @@
 //! Why a request's descriptors got the rules they got: the lookup of `DomainRules::lookup`,
 //! walked again level by level and recorded, plus `replaces` across the request. Pure; the
-//! text people read is rendered by `crate::explain`.
+//! text people read is rendered by the command line (`floodgate::cmd::explain_text`).
 //!
 //! The nested matching rules are what users find hardest (reference §1.4): the depth must
 //! match, a matched value never falls back to its key-only sibling, and a value-specific node
 //! without a limit exempts that value. Each of those outcomes has its own variant here, so the
 //! explanation can name it.
 
-use super::rules::{DomainRules, Entry, KeyChildren, Node, Rule, RuleSet};
+use super::rules::{DomainRules, Entry, MatchedLevel, Node, Rule, RuleSet, StepMiss};
 
 /// How one request entry matched a level of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,48 +252,27 @@ fn is_class_entry(node: &Node, entry: &Entry) -> bool {
         .is_some_and(|priority| priority.key == entry.key)
 }
 
-enum StepMiss<'a> {
-    Childless,
-    UnknownKey,
-    UnmatchedValue(&'a KeyChildren),
-}
-
-/// One level of the lookup, in the order `Node::child_for` uses: exact, first matching
-/// wildcard, key-only.
+/// One level of the lookup (`Node::step`, as `DomainRules::lookup` takes it), with the
+/// patterns a key-only match tried first.
 fn step<'a>(node: &'a Node, entry: &Entry) -> Result<(&'a Node, LevelMatch<'a>), StepMiss<'a>> {
-    if node.children.is_empty() {
-        return Err(StepMiss::Childless);
-    }
-    let Some(children) = node.children_of(&entry.key) else {
-        return Err(StepMiss::UnknownKey);
+    let (next, how) = node.step(entry)?;
+    let how = match how {
+        MatchedLevel::Exact => LevelMatch::Exact,
+        MatchedLevel::Wildcard { pattern, shared } => LevelMatch::Wildcard { pattern, shared },
+        MatchedLevel::Default => LevelMatch::Default {
+            patterns_tried: node
+                .children_of(&entry.key)
+                .map(|children| {
+                    children
+                        .wildcards
+                        .iter()
+                        .map(|(pattern, _)| pattern.as_str())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
     };
-    if let Some(next) = children.exact(&entry.value) {
-        return Ok((next, LevelMatch::Exact));
-    }
-    if let Some((pattern, next)) = children
-        .wildcards
-        .iter()
-        .find(|(pattern, _)| pattern.matches(&entry.value))
-    {
-        let how = LevelMatch::Wildcard {
-            pattern: pattern.as_str(),
-            shared: next.share_threshold,
-        };
-        return Ok((next, how));
-    }
-    match children.default.as_deref() {
-        Some(next) => Ok((
-            next,
-            LevelMatch::Default {
-                patterns_tried: children
-                    .wildcards
-                    .iter()
-                    .map(|(pattern, _)| pattern.as_str())
-                    .collect(),
-            },
-        )),
-        None => Err(StepMiss::UnmatchedValue(children)),
-    }
+    Ok((next, how))
 }
 
 /// The reference's composite key of the node an entry reached: `key`, `key_value` or

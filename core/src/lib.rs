@@ -1,15 +1,15 @@
 //! The pure core: configuration, the descriptor rule tree, the algorithms and the request
 //! semantics. Nothing here does I/O or reads a clock; the shells around it do.
 
-pub mod aimd;
 pub mod adjustment;
+pub mod aimd;
 pub mod algorithm;
-pub mod http_check;
 pub mod config;
 pub mod describe;
 pub mod explain;
 pub mod failure;
 pub mod headers;
+pub mod http_check;
 pub mod key;
 pub mod outcome;
 pub mod overload;

@@ -49,7 +49,7 @@ pub enum LimitSource<'a> {
         path: String,
         quotas: Vec<Quota>,
     },
-    /// The rule, with a limit changed at run time (`core::adjust`): `quotas` are in force.
+    /// The rule, with a limit changed at run time (`core::adjustment`): `quotas` are in force.
     Adjusted {
         rule: &'a Rule,
         quotas: Vec<Quota>,

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::algorithm::{Algorithm, Quota};
-use crate::http_check::profile::{CheckProfile, CheckProfiles};
 use super::config::ConfigWarning;
+use crate::http_check::profile::{CheckProfile, CheckProfiles};
 
 /// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
 /// an empty header).
@@ -61,7 +61,7 @@ pub struct Rule {
     pub share_threshold: bool,
     /// `metadata:` as written (returned in dynamic metadata when enabled).
     pub metadata: Option<Box<serde_yaml::Value>>,
-    /// `adaptive:`: the limit moves between bounds with a latency signal (`core::adaptive`).
+    /// `adaptive:`: the limit moves between bounds with a latency signal (`core::aimd`).
     pub adaptive: Option<Box<super::aimd::AdaptiveSettings>>,
     /// `priority:`: classes sharing this rule's counters (`core::priority`).
     pub priority: Option<Box<super::priority::Priority>>,
@@ -77,6 +77,17 @@ pub enum MatchedLevel<'a> {
     Wildcard { pattern: &'a str, shared: bool },
     /// A key-only node (no `value`): any value of that key.
     Default,
+}
+
+/// Why one step of the lookup found no child (`Node::step`).
+pub(crate) enum StepMiss<'a> {
+    /// The node has no children: the request has more entries than the tree has levels.
+    Childless,
+    /// No child has the entry's key.
+    UnknownKey,
+    /// Children have the key, but none has the value, no pattern matches it and there is no
+    /// key-only child.
+    UnmatchedValue(&'a KeyChildren),
 }
 
 /// A request descriptor's rule, with how each of its entries matched.
@@ -321,9 +332,22 @@ impl Node {
     }
 
     fn child_for(&self, entry: &Entry) -> Option<(&Node, MatchedLevel<'_>)> {
-        let children = self.children_of(&entry.key)?;
+        self.step(entry).ok()
+    }
+
+    /// One level of the lookup, the one step both [`DomainRules::lookup`] and `--explain`
+    /// (`core::explain`) take: the child with the entry's key and exactly its value, else the
+    /// first wildcard of that key in file order whose pattern matches the value, else the
+    /// key-only child.
+    pub(crate) fn step(&self, entry: &Entry) -> Result<(&Node, MatchedLevel<'_>), StepMiss<'_>> {
+        if self.children.is_empty() {
+            return Err(StepMiss::Childless);
+        }
+        let Some(children) = self.children_of(&entry.key) else {
+            return Err(StepMiss::UnknownKey);
+        };
         if let Some(node) = children.exact(&entry.value) {
-            return Some((node, MatchedLevel::Exact));
+            return Ok((node, MatchedLevel::Exact));
         }
         if let Some((pattern, node)) = children
             .wildcards
@@ -334,12 +358,12 @@ impl Node {
                 pattern: pattern.as_str(),
                 shared: node.share_threshold,
             };
-            return Some((node, how));
+            return Ok((node, how));
         }
-        children
-            .default
-            .as_deref()
-            .map(|node| (node, MatchedLevel::Default))
+        match children.default.as_deref() {
+            Some(node) => Ok((node, MatchedLevel::Default)),
+            None => Err(StepMiss::UnmatchedValue(children)),
+        }
     }
 
     fn child_nodes(&self) -> impl Iterator<Item = &Node> {

@@ -21,6 +21,7 @@ pub struct FineTimer {
 
 impl FineTimer {
     /// Must be called inside the runtime (it registers with its reactor).
+    #[allow(unsafe_code)] // registering the timerfd, explained below
     pub fn new() -> io::Result<Self> {
         let fd = timerfd_create(
             TimerfdClockId::Monotonic,

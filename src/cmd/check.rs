@@ -13,9 +13,9 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::cmd::cli::{CheckArgs, ClientTlsArgs};
 use crate::cmd::config_location::{location, NoConfiguration};
-use crate::engine::config_source::read_sources;
 use crate::core::config::load;
 use crate::core::rules::Entry as RuleEntry;
+use crate::engine::config_source::read_sources;
 use crate::server::proto::rate_limit_descriptor::Entry;
 use crate::server::proto::rate_limit_response::{self, rate_limit::Unit};
 use crate::server::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -61,7 +61,7 @@ impl From<tonic::Status> for CheckError {
     }
 }
 
-/// What a check found; `app::check` turns it into the exit code.
+/// What a check found; `main` turns it into the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckOutcome {
     /// The request would pass, the server is serving, or the explanation was printed.

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
+use crate::core::describe::rule_summary;
 use crate::core::explain::{
     DescriptorExplanation, LevelExplanation, LevelMatch, Miss, RequestExplanation, Verdict,
 };
 use crate::core::rules::{Entry, Rule};
-use crate::core::describe::rule_summary;
 
 /// Longest list of keys, values or patterns shown in full.
 const LIST_LIMIT: usize = 12;

@@ -6,23 +6,21 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::engine::overrides_sync::SharedOverrides;
-use crate::cmd::cli::{
-    reference_address, GrpcTlsArgs, ServeArgs, StoreKind,
-};
+use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
+use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
 use crate::core::request::RequestBounds;
 use crate::core::rules::RuleSet;
 use crate::core::time::SystemClock;
 use crate::engine::limiter::{Limiter, LimiterSettings};
-use crate::engine::reload::{self, ConfigReloader};
-use crate::server::health::{self, Health};
-use crate::server::tls::{self, ServerTls};
-use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
 use crate::engine::observers::observed;
+use crate::engine::overrides_sync::SharedOverrides;
+use crate::engine::reload::{self, ConfigReloader};
 use crate::engine::shutdown;
 use crate::engine::tasks;
+use crate::server::health::{self, Health};
+use crate::server::tls::{self, ServerTls};
 use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore};
@@ -197,7 +195,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry()),
             );
-            tokio::spawn(tasks::sweep_memory(Arc::clone(&limiter), serving.shutdown.clone()));
+            tokio::spawn(tasks::sweep_memory(
+                Arc::clone(&limiter),
+                serving.shutdown.clone(),
+            ));
             run_limiter(limiter, reloader, serving).await?;
         }
         StoreKind::Redis => {
@@ -303,7 +304,10 @@ async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
         crate::server::admin::announce(admin.addr);
         let routes =
             crate::server::admin::override_routes(Arc::clone(&limiter), serving.shared_overrides)
-                .merge(crate::server::admin::signals::routes(signals, Arc::clone(&limiter)));
+                .merge(crate::server::admin::signals::routes(
+                    signals,
+                    Arc::clone(&limiter),
+                ));
         crate::server::admin::serve(
             admin.listener,
             admin.token,

@@ -6,7 +6,6 @@
 //! readers (every decision) only load the current `Arc`. When the store is Redis, the overrides
 //! are also kept there (`redis` below) so every instance applies the same ones.
 
-
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;

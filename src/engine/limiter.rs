@@ -13,18 +13,18 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
-use crate::engine::adjustment_set::LiveAdjustments;
 use crate::core::adjustment::AdjustmentsAt;
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
-use crate::core::plan::{plan_adjusted, PlanSettings};
+use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
 use crate::core::plan::Plan;
+use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble, fail_closed, Response};
 use crate::core::rules::RuleSet;
+use crate::engine::adjustment_set::LiveAdjustments;
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
-use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
 use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
 use crate::telemetry::record::{
     call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,

@@ -13,8 +13,8 @@ use axum::Router;
 use crate::core::adjustment::{
     adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
 };
-use crate::core::rules::Rule;
 use crate::core::describe::rule_summary;
+use crate::core::rules::Rule;
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
 use crate::store::Store;

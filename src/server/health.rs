@@ -17,8 +17,8 @@ use tokio::sync::watch;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::engine::shutdown::{Shutdown, ShutdownTrigger};
 use crate::engine::limiter::Limiter;
+use crate::engine::shutdown::{Shutdown, ShutdownTrigger};
 use crate::store::Store;
 
 /// The gRPC health service that reports readiness (envoyproxy/ratelimit's name).

@@ -11,21 +11,21 @@ mod debug;
 pub mod grpc;
 pub mod grpc_deadline;
 pub mod health;
-pub mod proto;
 mod http;
+pub mod proto;
 pub mod tls;
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::engine::limiter::Limiter;
 use crate::core::time::rfc3339;
+use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
+use crate::engine::shutdown::Shutdown;
 use crate::store::Store;
 use connections::{ConnectionLimits, Listener, Protocol};
 pub use http::{DenyStatus, HttpSettings};
-use crate::engine::shutdown::Shutdown;
 
 /// The bound sockets floodgate serves on.
 pub struct Listeners {

@@ -18,8 +18,8 @@ use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use crate::engine::shutdown::Shutdown;
 use crate::engine::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
+use crate::engine::shutdown::Shutdown;
 
 /// The files of the gRPC listener's TLS configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]

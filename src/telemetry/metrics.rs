@@ -19,8 +19,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::RwLock;
 use crate::core::outcome::{Decision, RejectReason};
+use parking_lot::RwLock;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,

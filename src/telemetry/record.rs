@@ -209,15 +209,15 @@ mod tests {
 
     use super::*;
     use crate::core::algorithm::Algorithm;
+    use crate::core::config::load_valid;
+    use crate::core::headers::HeaderMode;
     use crate::core::outcome::{
         deciding_algorithm, deciding_descriptor, RejectReason, MAX_DETAILED_LABEL_BYTES,
     };
-    use crate::core::response::{Code, DescriptorStatus};
-    use crate::core::config::load_valid;
-    use crate::core::headers::HeaderMode;
     use crate::core::plan::{plan, PlanSettings};
     use crate::core::request::Descriptor;
     use crate::core::response::assemble;
+    use crate::core::response::{Code, DescriptorStatus};
     use crate::core::rules::Entry;
     use crate::core::time::{ManualClock, MICROS_PER_SECOND};
     use crate::store::memory::MemoryStore;

@@ -1,5 +1,5 @@
 //! `adaptive:` on a descriptor (floodgate): the rule's limit moves between `min` and `max`,
-//! driven by a latency signal (see `core::adaptive`).
+//! driven by a latency signal (see `core::aimd`).
 //!
 //! ```yaml
 //! adaptive:

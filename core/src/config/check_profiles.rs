@@ -1,5 +1,5 @@
 //! `check_profiles:` at the top of a domain file: named header→descriptor recipes for the HTTP
-//! check endpoint (`/check/<name>`, see `core::check_profile`). A profile belongs to the domain
+//! check endpoint (`/check/<name>`, see `http_check::profile`). A profile belongs to the domain
 //! of the file it is written in; names are shared by all files, since the URL has no domain.
 //!
 //! Read from each file's parsed root right after its descriptors: profiles do not change the
@@ -408,8 +408,8 @@ fn check_keys(
 
 #[cfg(test)]
 mod tests {
-    use crate::http_check::profile::{CheckProfile, EntryValue};
     use crate::config::{load, LoadOptions, SourceFile};
+    use crate::http_check::profile::{CheckProfile, EntryValue};
     use crate::rules::RuleSet;
 
     fn load_files(files: &[(&str, &str)]) -> Result<RuleSet, Vec<String>> {

@@ -1,6 +1,6 @@
 //! Configuration files: envoyproxy/ratelimit's YAML descriptor format plus floodgate's
 //! extensions, parsed and validated into a [`RuleSet`]. Pure: the text comes in, reading files is
-//! the shell's job (`crate::config_source`).
+//! the shell's job (`floodgate::engine::config_source`).
 //!
 //! The pipeline, one concern per file:
 //! * `parse`: text → one `serde_yaml::Value` per file (YAML 1.1 leniencies of the reference kept);
@@ -42,7 +42,7 @@ pub struct SourceFile {
 
 /// The default of `--max-rules`: about as many rules as the default `--max-config-bytes`
 /// (3 MiB) holds when written tersely, so that the byte cap, which bounds a reload's memory,
-/// is the one that counts (see `crate::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it
+/// is the one that counts (see `floodgate::engine::config_source::DEFAULT_MAX_CONFIG_BYTES` for how it
 /// fits the 128 MiB of the deployment in `deploy/`). Measured with
 /// `scripts/bench-rules-memory.sh` (docs/benchmarks.md, "Memory per rule"): a rule takes
 /// about 800 bytes of RSS at rest, and a reload holds the rules in force beside the new ones.

@@ -11,7 +11,7 @@
 //! A descriptor is `key=value` entries separated by `,`, in order; the value is everything after
 //! the first `=` (so it may contain `=`), an empty value is legal (`client_id=`), and spaces
 //! around entries, keys and values are dropped. There is no escaping, so a value cannot contain
-//! `,`: values a client controls belong in a check profile (`core::check_profile`), where each
+//! `,`: values a client controls belong in a check profile (`http_check::profile`), where each
 //! header is one value and nothing is parsed.
 //!
 //! Pure: the shell hands over the header values as text.

@@ -7,7 +7,7 @@ pub mod near_limit;
 
 use crate::algorithm::{Algorithm, Hits};
 use crate::plan::{DescriptorPlan, Plan};
-use crate::response::{deciding_counter, Code, DescriptorStatus, Decided, Response};
+use crate::response::{deciding_counter, Code, Decided, DescriptorStatus, Response};
 use crate::rules::{DomainRules, MatchedLevel};
 use near_limit::{near_limit_hits, threshold};
 

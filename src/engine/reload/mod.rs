@@ -32,12 +32,12 @@ pub use status::{ReloadFailure, ReloadStatus, StatusSnapshot};
 pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
 
+use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
+use crate::core::rules::RuleSet;
 use crate::engine::config_source::SourceError;
 use crate::engine::config_source::{
     location_directories, read_sources, ConfigLocation, DEFAULT_MAX_CONFIG_BYTES,
 };
-use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
-use crate::core::rules::RuleSet;
 use crate::engine::shutdown::Shutdown;
 
 /// What asked for a reload (logged with it).

@@ -36,15 +36,15 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::engine::overrides_sync::SharedOverrides;
-use crate::engine::adjustment_set::OverrideRecord;
 use crate::core::adjustment::{adjusted_quota, target_limit, MAX_OVERRIDE_TTL};
 use crate::core::rules::{Entry, Rule, RuleSet};
-use crate::core::unit::Unit;
-use crate::engine::limiter::Limiter;
 use crate::core::time::rfc3339;
-use crate::server::connections::{ConnectionLimits, Listener};
+use crate::core::unit::Unit;
+use crate::engine::adjustment_set::OverrideRecord;
+use crate::engine::limiter::Limiter;
+use crate::engine::overrides_sync::SharedOverrides;
 use crate::engine::shutdown::Shutdown;
+use crate::server::connections::{ConnectionLimits, Listener};
 use crate::store::Store;
 
 /// The largest request body accepted.

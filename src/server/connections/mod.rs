@@ -42,8 +42,8 @@ use activity::{Activity, Timeouts, TrackedIo, Verdict, Wire};
 use requests::TrackedService;
 pub use requests::{is_body_timeout, RequestBody};
 
-use crate::engine::shutdown::Shutdown;
 use super::tls::ServerTls;
+use crate::engine::shutdown::Shutdown;
 use crate::telemetry::connections::{connection_closed, connection_opened, connection_refused};
 use crate::telemetry::paced_log::PacedLog;
 

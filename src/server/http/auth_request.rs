@@ -28,10 +28,10 @@ use axum::response::Response;
 
 use super::admission::{admit, overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
+use crate::core::headers::{response_headers, HeaderMode};
 use crate::core::http_check::headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
 };
-use crate::core::headers::{response_headers, HeaderMode};
 use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::request::Request;
 use crate::core::response::{Code, Response as Decision};

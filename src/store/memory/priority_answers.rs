@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::core::headers::HeaderMode;
-use crate::core::response::{assemble, Code, Response};
 use crate::core::config::load_valid;
+use crate::core::headers::HeaderMode;
 use crate::core::headers::PRIORITY_HEADER;
 use crate::core::plan::{plan, PlanSettings};
 use crate::core::request::{Descriptor, Request};
+use crate::core::response::{assemble, Code, Response};
 use crate::core::rules::{Entry, RuleSet};
 use crate::core::time::{ManualClock, MICROS_PER_SECOND};
 use crate::store::memory::MemoryStore;

@@ -27,7 +27,12 @@ impl SharedValues for RedisStore {
         deadline: Duration,
     ) -> Result<bool, StoreError> {
         let mut command = redis::cmd("SET");
-        command.arg(key).arg(value).arg("NX").arg("PX").arg(millis(ttl));
+        command
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl));
         let answer: Option<String> = self.command(&command, deadline).await?;
         Ok(answer.is_some())
     }
