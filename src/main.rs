@@ -37,7 +37,18 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> ExitCode {
     tune_allocator();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print to stdout and succeed; anything else is a usage error.
+        Err(error) if !error.use_stderr() => {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(floodgate::cmd::EXIT_USAGE);
+        }
+    };
     let (threads, default_threads) = match &cli.command {
         Command::Serve(args) => (
             args.worker_threads,
@@ -68,8 +79,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => match runtime.block_on(serve::serve(*args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
+                // Once, through the log (stderr): the log format the operator chose, JSON
+                // included, and not a second plain copy.
                 tracing::error!("{error}");
-                eprintln!("floodgate: {error}");
                 ExitCode::FAILURE
             }
         },

@@ -21,6 +21,10 @@ use crate::server::proto::rate_limit_response::{self, rate_limit::Unit};
 use crate::server::proto::rate_limit_service_client::RateLimitServiceClient;
 use crate::server::proto::{RateLimitDescriptor, RateLimitRequest};
 
+/// The exit code of an OVER_LIMIT answer (a script can tell it from a failure, 1, and from a
+/// usage error, [`EXIT_USAGE`](crate::cmd::EXIT_USAGE)).
+pub const EXIT_OVER_LIMIT: u8 = 2;
+
 /// How long `check` waits to connect and for an answer (a health check must not hang).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,7 +35,8 @@ pub enum CheckError {
     #[error("{0}")]
     Usage(String),
     #[error(
-        "cannot connect to {addr}: {source} (is floodgate running? pass --addr http://HOST:PORT)"
+        "cannot connect to {addr}: {source} (is floodgate running there? its gRPC port is \
+         8081 unless --grpc-addr moved it; pass --addr HOST:PORT)"
     )]
     Connect {
         addr: String,
@@ -50,6 +55,16 @@ pub enum CheckError {
     Config(#[from] crate::core::config::ConfigErrors),
     #[error(transparent)]
     NoConfiguration(#[from] NoConfiguration),
+}
+
+impl CheckError {
+    /// Whether the command line was wrong (rather than the server, the network or the files).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            CheckError::BadDescriptor(_) | CheckError::Usage(_) | CheckError::NoConfiguration(_)
+        )
+    }
 }
 
 impl From<tonic::Status> for CheckError {
@@ -191,11 +206,12 @@ async fn connect(args: &CheckArgs) -> Result<Channel, CheckError> {
         addr: args.addr.clone(),
         source,
     };
-    let mut endpoint = Endpoint::from_shared(args.addr.clone())
+    let addr = with_scheme(&args.addr)?;
+    let mut endpoint = Endpoint::from_shared(addr.clone())
         .map_err(connect_error)?
         .connect_timeout(CALL_TIMEOUT)
         .timeout(CALL_TIMEOUT);
-    if args.addr.starts_with("https://") {
+    if addr.starts_with("https://") {
         endpoint = endpoint
             .tls_config(client_tls(&args.tls)?)
             .map_err(connect_error)?;
@@ -205,6 +221,20 @@ async fn connect(args: &CheckArgs) -> Result<Channel, CheckError> {
         ));
     }
     endpoint.connect().await.map_err(connect_error)
+}
+
+/// `--addr` as a URI: `HOST:PORT` alone means plain `http://HOST:PORT` (as grpcurl and
+/// Envoy's cluster addresses are written); `http://` and `https://` are kept; any other
+/// scheme is a usage error.
+fn with_scheme(addr: &str) -> Result<String, CheckError> {
+    match addr.split_once("://") {
+        None => Ok(format!("http://{addr}")),
+        Some(("http" | "https", _)) => Ok(addr.to_owned()),
+        Some((scheme, _)) => Err(CheckError::Usage(format!(
+            "--addr {addr}: the scheme {scheme}:// is not one floodgate speaks; \
+             write HOST:PORT, http://HOST:PORT or https://HOST:PORT"
+        ))),
+    }
 }
 
 fn client_tls(tls: &ClientTlsArgs) -> Result<ClientTlsConfig, CheckError> {
@@ -270,11 +300,15 @@ fn describe_status(status: &rate_limit_response::DescriptorStatus) -> String {
 pub async fn main(args: CheckArgs) -> ExitCode {
     match run(args).await {
         Ok(CheckOutcome::Ok) => ExitCode::SUCCESS,
-        Ok(CheckOutcome::OverLimit) => ExitCode::from(2),
+        Ok(CheckOutcome::OverLimit) => ExitCode::from(EXIT_OVER_LIMIT),
         Ok(CheckOutcome::NotServing) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("{error}");
-            ExitCode::FAILURE
+            eprintln!("floodgate check: {error}");
+            if error.is_usage() {
+                ExitCode::from(crate::cmd::EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -282,6 +316,27 @@ pub async fn main(args: CheckArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_without_a_scheme_is_plain_http_and_a_foreign_scheme_is_a_usage_error() {
+        assert_eq!(
+            with_scheme("127.0.0.1:8081").ok().as_deref(),
+            Some("http://127.0.0.1:8081")
+        );
+        assert_eq!(
+            with_scheme("localhost:9").ok().as_deref(),
+            Some("http://localhost:9")
+        );
+        assert_eq!(
+            with_scheme("https://rl:8081").ok().as_deref(),
+            Some("https://rl:8081")
+        );
+        let foreign = with_scheme("grpc://rl:8081");
+        assert!(
+            matches!(&foreign, Err(error) if error.is_usage()),
+            "{foreign:?}"
+        );
+    }
 
     #[test]
     fn descriptors_parse_like_the_cli_says() {

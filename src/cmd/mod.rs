@@ -1,5 +1,9 @@
 //! The command line: flags, wiring of the layers below for each subcommand, and text for people.
 
+/// The exit code of a command line floodgate cannot use (BSD's `EX_USAGE`): a wrong flag, a
+/// malformed descriptor, no configuration given. Not 2, which `check` answers for OVER_LIMIT.
+pub const EXIT_USAGE: u8 = 64;
+
 pub mod check;
 pub mod cli;
 pub mod config_location;

@@ -34,9 +34,15 @@ pub enum AppError {
     Source(#[from] crate::engine::config_source::SourceError),
     #[error("the configuration has errors:\n{0}")]
     Config(#[from] crate::core::config::ConfigErrors),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr} for the {listener} listener: {source}{hint} \
+         (choose another address with {setting})"
+    )]
     Bind {
         addr: SocketAddr,
+        listener: &'static str,
+        setting: &'static str,
+        hint: &'static str,
         source: std::io::Error,
     },
     #[error(transparent)]
@@ -81,10 +87,48 @@ fn listen_address(
     Ok(from_env.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], default_port))))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| AppError::Bind { addr, source })
+/// One listener: its name and the settings that move it, for the error a busy port gives.
+struct ListenerSpec {
+    name: &'static str,
+    setting: &'static str,
+}
+
+const GRPC: ListenerSpec = ListenerSpec {
+    name: "gRPC",
+    setting: "--grpc-addr, FLOODGATE_GRPC_ADDR, or GRPC_HOST and GRPC_PORT",
+};
+const HTTP: ListenerSpec = ListenerSpec {
+    name: "HTTP",
+    setting: "--http-addr, FLOODGATE_HTTP_ADDR, or HOST and PORT",
+};
+const DEBUG: ListenerSpec = ListenerSpec {
+    name: "metrics and debug",
+    setting: "--metrics-addr, FLOODGATE_METRICS_ADDR, or DEBUG_HOST and DEBUG_PORT",
+};
+const DEBUG_PAGES: ListenerSpec = ListenerSpec {
+    name: "debug pages",
+    setting: "--debug-pages-addr or FLOODGATE_DEBUG_PAGES_ADDR",
+};
+const ADMIN: ListenerSpec = ListenerSpec {
+    name: "admin",
+    setting: "--admin-addr or FLOODGATE_ADMIN_ADDR",
+};
+
+async fn bind(addr: SocketAddr, spec: &ListenerSpec) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr).await.map_err(|source| {
+        let hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+            "; another process (another floodgate or envoyproxy/ratelimit?) holds it"
+        } else {
+            ""
+        };
+        AppError::Bind {
+            addr,
+            listener: spec.name,
+            setting: spec.setting,
+            hint,
+            source,
+        }
+    })
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
@@ -93,6 +137,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let stop_signals = shutdown::StopSignals::install();
     let hangup = reload::hangup_signal();
     let location = location(&args.config)?;
+    let location_for_log = location.clone();
     let (rules, reloader) = reload::load_first(
         &reload::Loader,
         location,
@@ -104,6 +149,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     )
     .await?;
     log_warnings(&rules);
+    if rules.rule_count() == 0 {
+        // Not an error (the reference starts so too, and rules may arrive by reload), but a
+        // limiter that limits nothing must not go unnoticed.
+        tracing::warn!(
+            config = %crate::engine::config_source::location_path(&location_for_log).display(),
+            "NO RULES LOADED: the configuration holds no rate limit (no *.yaml or *.yml file, \
+             or files without descriptors); every request is answered OK until a reload brings \
+             rules. `floodgate validate` on the same path says what it found"
+        );
+    }
     let reload_status = Arc::clone(reloader.status());
     let grpc_tls = grpc_tls(&args.grpc_tls)?;
     crate::telemetry::metrics::reload_succeeded(rules.rule_count());
@@ -130,19 +185,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
     let debug_addr = listen_address(args.metrics_addr, "DEBUG_HOST", "DEBUG_PORT", 6070)?;
     let debug_pages = match args.debug_pages_addr {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(bind(addr, &DEBUG_PAGES).await?),
         None => None,
     };
     let listeners = Listeners {
-        grpc: bind(grpc_addr).await?,
-        http: bind(http_addr).await?,
-        debug: bind(debug_addr).await?,
+        grpc: bind(grpc_addr, &GRPC).await?,
+        http: bind(http_addr, &HTTP).await?,
+        debug: bind(debug_addr, &DEBUG).await?,
         debug_pages,
     };
     let admin = match &args.admin_token_file {
         Some(path) => Some(AdminSetup {
             token: Arc::new(crate::server::admin::AdminToken::load(path)?),
-            listener: bind(args.admin_addr).await?,
+            listener: bind(args.admin_addr, &ADMIN).await?,
             addr: args.admin_addr,
         }),
         None => None,

@@ -19,6 +19,14 @@ pub fn main(args: ValidateArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if sources.is_empty() {
+        eprintln!(
+            "{}: no configuration files there (floodgate reads *.yaml and *.yml): \
+             nothing would be limited; point at the directory that holds the rules",
+            args.path.display()
+        );
+        return ExitCode::FAILURE;
+    }
     match load(&sources, &options) {
         Ok(rules) => {
             println!("{}: configuration ok", args.path.display());
