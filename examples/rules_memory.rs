@@ -11,10 +11,8 @@
 //!
 //! The peak of a reload is read after resetting `VmHWM` just before it (`clear_refs`), so it
 //! is the reload's own peak, not the start-up's. The configurations are those of
-//! `tests/common/generated_rules.rs`, which `tests/rules_memory.rs` asserts on.
-
-#[path = "../tests/common/generated_rules.rs"]
-mod generated_rules;
+//! `floodgate_testkit::generated_rules` (`testkit/src/generated_rules.rs`), which
+//! `tests/operations/rules_memory.rs` asserts on.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -24,7 +22,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 
-use generated_rules::{reloads_logged, reset_peak, status_kib, traffic, write_generated};
+use floodgate_testkit::generated_rules::{
+    self, reloads_logged, reset_peak, status_kib, traffic, write_generated,
+};
 
 #[derive(Debug, Parser)]
 #[command(

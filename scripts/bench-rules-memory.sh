@@ -2,7 +2,7 @@
 # Memory per configured rule, on loopback only: floodgate (release) started with a generated
 # configuration of BENCH_RULES rules and with one of no rules (the baseline, same binary, same
 # run); RSS at rest, after traffic touching every rule, and across reloads that replace every
-# file (examples/rules_memory.rs, configurations of tests/common/generated_rules.rs).
+# file (examples/rules_memory.rs, configurations of testkit/src/generated_rules.rs).
 #
 #   scripts/bench-rules-memory.sh        # writes docs/benchmarks-rules-memory.md (about 1 minute)
 #

@@ -12,9 +12,9 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # promtool (checks floodgate's /metrics in the metrics tests) and the prometheus server (scrapes
-# a test target for tests/adaptive_prometheus.rs) both come with Debian's prometheus.
+# a test target for tests/overload/adaptive_prometheus.rs) both come with Debian's prometheus.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
-# libfaketime runs one floodgate with a skewed clock in tests/redis_clock_skew.rs.
+# libfaketime runs one floodgate with a skewed clock in tests/redis/redis_clock_skew.rs.
 command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -9,4 +9,4 @@ scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
 cargo build --locked --bins --benches --examples
 # Benches are built above and measured by scripts/bench-*.sh; everything else runs here.
-cargo test --locked --no-fail-fast --lib --bins --tests --examples -- --test-threads=2
+cargo test --locked --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=2

@@ -91,7 +91,7 @@
 //! probe, and the first that succeeds closes the breaker. Each change is logged once. Why
 //! 500 ms and not 1 s: after a restart the first probe may only wake the connection's
 //! reconnection (it fails while the socket is re-established), so two probes a second keep
-//! "decisions resume within 1 s of Redis returning" (`tests/redis_failure.rs`). What a
+//! "decisions resume within 1 s of Redis returning" (`tests/redis_failure/redis_failure.rs`). What a
 //! failed request gets is the limiter's failure policy (`core::failure::FailurePolicy`).
 
 mod cluster;

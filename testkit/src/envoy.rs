@@ -1,0 +1,47 @@
+//! Envoy 1.40 under test: a bootstrap (its ports already moved to free ones) written to the
+//! test's directory, one worker, ready once its listeners accept, stopped by pid when dropped.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{envoy_bin, wait_for_port, Running};
+
+/// How long Envoy may take to open its listeners (a debug-built floodgate shares the cores).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Envoy {
+    _process: Running,
+    /// The first listener: where the test sends its requests.
+    pub port: u16,
+}
+
+impl Envoy {
+    /// Writes `bootstrap` to `dir/file_name` and starts Envoy on it, ready once every port of
+    /// `listeners` accepts connections; the first of them is `port`.
+    pub fn start(bootstrap: &str, file_name: &str, dir: &Path, listeners: &[u16]) -> Envoy {
+        let path = dir.join(file_name);
+        std::fs::write(&path, bootstrap)
+            .unwrap_or_else(|error| panic!("cannot write {}: {error}", path.display()));
+        let mut command = Command::new(envoy_bin());
+        command
+            .arg("-c")
+            .arg(&path)
+            .arg("--disable-hot-restart")
+            .arg("--log-level")
+            .arg("warn")
+            .arg("--concurrency")
+            .arg("1");
+        let process = Running::spawn("envoy", &mut command, dir);
+        for &port in listeners {
+            wait_for_port(port, START_TIMEOUT, "envoy");
+        }
+        let port = *listeners
+            .first()
+            .unwrap_or_else(|| panic!("Envoy::start needs at least one listener port"));
+        Envoy {
+            _process: process,
+            port,
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Test harness for floodgate's integration tests: start real processes (floodgate, Envoy,
+//! nginx, redis-server) on free loopback ports, talk plain HTTP/1.1 and gRPC to them, and stop
+//! them by pid when the test ends. One module per peer or concern; what every test needs (ports,
+//! temporary directories, the floodgate process) is here at the root.
+
+pub mod adaptive;
+pub mod envoy;
+pub mod generated_rules;
+pub mod http;
+pub mod nginx;
+pub mod ops;
+pub mod otlp;
+pub mod prom;
+pub mod redis;
+pub mod rls;
+pub mod testca;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A temporary directory for one test's files and logs, removed when dropped.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+}
+
+/// The directory `root/name`, created: one process's files and logs apart from another's.
+pub fn subdir(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
+    dir
+}
+
+/// A two-thread tokio runtime for a test's async clients (a blocking test drives it).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|error| panic!("runtime: {error}"))
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .unwrap_or_else(|error| panic!("cannot find a free port: {error}"))
+}
+
+/// Waits until something accepts connections on `port`, or panics after `timeout`.
+pub fn wait_for_port(port: u16, timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on 127.0.0.1:{port} within {timeout:?}");
+}
+
+/// A child process killed (by pid) when dropped.
+pub struct Running {
+    pub name: String,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Running {
+    pub fn spawn(name: &str, command: &mut Command, log_dir: &Path) -> Running {
+        let log = log_dir.join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log)
+            .unwrap_or_else(|error| panic!("cannot create {}: {error}", log.display()));
+        let log_err = log_file
+            .try_clone()
+            .unwrap_or_else(|error| panic!("cannot clone log handle: {error}"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err))
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {name} ({command:?}): {error}"));
+        Running {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to exit; returns its exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        self.exit_within(timeout)
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; its exit status, or `None`
+    /// if it still runs (it is killed when dropped).
+    pub fn exit_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The flags that turn the admin API on: `token` in `dir/admin-token` (an existing file is
+/// kept, so a second instance shares it) and a free loopback port. The flags, then the port.
+pub fn admin_api(dir: &Path, token: &str) -> (Vec<String>, u16) {
+    let token_file = dir.join("admin-token");
+    if !token_file.exists() {
+        std::fs::write(&token_file, format!("{token}\n"))
+            .unwrap_or_else(|error| panic!("write {}: {error}", token_file.display()));
+    }
+    let port = free_port();
+    let flags = vec![
+        "--admin-token-file".to_owned(),
+        token_file.display().to_string(),
+        "--admin-addr".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ];
+    (flags, port)
+}
+
+/// The repository's root: this crate lives in its `testkit/` directory.
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or_else(|| panic!("{} has no parent", env!("CARGO_MANIFEST_DIR")))
+}
+
+/// A file of this repository, by its path from the repository's root.
+pub fn repo_file(relative: &str) -> PathBuf {
+    repo_root().join(relative)
+}
+
+/// The floodgate binary cargo built for these tests. `CARGO_BIN_EXE_floodgate` is only known
+/// when compiling the package's own integration tests (this crate is a library), so it is read
+/// at run time where cargo sets it, and otherwise found beside the running test binary: cargo
+/// builds the package's binaries before its integration tests, into the directory above
+/// `deps/`, where the test binaries are.
+pub fn floodgate_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_BIN_EXE_floodgate") {
+        return PathBuf::from(path);
+    }
+    let test_binary =
+        std::env::current_exe().unwrap_or_else(|error| panic!("current_exe: {error}"));
+    let bin = test_binary
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile_dir| profile_dir.join("floodgate"))
+        .unwrap_or_else(|| panic!("no profile directory above {}", test_binary.display()));
+    assert!(
+        bin.is_file(),
+        "{} missing: run the tests with cargo test, which builds it",
+        bin.display()
+    );
+    bin
+}
+
+/// The Envoy 1.40 binary: `$FLOODGATE_ENVOY`, the project's `.venv/bin/envoy`, or `envoy` on PATH.
+/// Missing Envoy fails the test: `scripts/install-peers.sh` installs it.
+pub fn envoy_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("FLOODGATE_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let venv = repo_file(".venv/bin/envoy");
+    if venv.exists() {
+        return venv;
+    }
+    which("envoy").unwrap_or_else(|| {
+        panic!("Envoy 1.40 not found: run scripts/install-peers.sh (or set FLOODGATE_ENVOY)")
+    })
+}
+
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// The addresses a floodgate under test listens on.
+pub struct Floodgate {
+    pub process: Running,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub debug_port: u16,
+}
+
+/// A ShouldRateLimit descriptor of `entries` (key, value), with no hits or limit of its own.
+pub fn descriptor(entries: &[(&str, &str)]) -> floodgate::proto::RateLimitDescriptor {
+    floodgate::proto::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(
+                |(key, value)| floodgate::proto::rate_limit_descriptor::Entry {
+                    key: (*key).to_owned(),
+                    value: (*value).to_owned(),
+                },
+            )
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// `floodgate serve` with its gRPC, HTTP and debug listeners on free loopback ports (returned in
+/// that order); the caller adds the rest of the command line and the environment.
+pub fn serve_command() -> (Command, (u16, u16, u16)) {
+    let ports = (free_port(), free_port(), free_port());
+    let mut command = Command::new(floodgate_bin());
+    command
+        .arg("serve")
+        .arg("--grpc-addr")
+        .arg(format!("127.0.0.1:{}", ports.0))
+        .arg("--http-addr")
+        .arg(format!("127.0.0.1:{}", ports.1))
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{}", ports.2));
+    (command, ports)
+}
+
+impl Floodgate {
+    /// Starts `floodgate serve --config <config>` plus `extra` flags on free ports.
+    pub fn start(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
+        Self::start_with_env(config, extra, &[], log_dir)
+    }
+
+    /// `start`, with `env` added to floodgate's environment (e.g. libfaketime's `LD_PRELOAD`).
+    pub fn start_with_env(
+        config: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log_dir: &Path,
+    ) -> Floodgate {
+        let (mut command, (grpc_port, http_port, debug_port)) = serve_command();
+        command
+            .arg("--config")
+            .arg(config)
+            .args(extra)
+            .env("LOG_LEVEL", "debug")
+            .envs(env.iter().copied());
+        let process = Running::spawn("floodgate", &mut command, log_dir);
+        wait_for_port(grpc_port, Duration::from_secs(10), "floodgate");
+        Floodgate {
+            process,
+            grpc_port,
+            http_port,
+            debug_port,
+        }
+    }
+
+    /// Writes `rules` to `dir/file_name` and starts floodgate on it, ready on gRPC and HTTP.
+    pub fn start_with_rules(dir: &Path, file_name: &str, rules: &str, extra: &[&str]) -> Floodgate {
+        let config = dir.join(file_name);
+        std::fs::write(&config, rules).unwrap_or_else(|error| panic!("write config: {error}"));
+        let floodgate = Floodgate::start(&config, extra, dir);
+        wait_for_port(
+            floodgate.http_port,
+            Duration::from_secs(10),
+            "floodgate HTTP",
+        );
+        floodgate
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+}

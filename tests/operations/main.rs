@@ -1,0 +1,12 @@
+//! Running floodgate: admin overrides, health and drain, metrics, OTLP tracing, reloads, and memory
+//! (rules and eviction).
+
+mod admin_overrides;
+mod health_drain;
+mod health_store;
+mod memory_eviction;
+mod metrics_prometheus;
+mod reload_modes;
+mod reload_under_traffic;
+mod rules_memory;
+mod tracing_otlp;

@@ -1,0 +1,17 @@
+//! The Redis store: scripts, atomicity, TTLs, pools, timeouts, failure policies, TLS, Sentinel
+//! and Cluster, against real redis-server processes (failures under load: `tests/redis_failure/`).
+
+mod redis_atomicity;
+mod redis_clock_skew;
+mod redis_cluster;
+mod redis_concurrency;
+mod redis_connection;
+mod redis_differential;
+mod redis_failure_policy_config;
+mod redis_pool;
+mod redis_processes;
+mod redis_scripts;
+mod redis_sentinel;
+mod redis_timeout;
+mod redis_tls;
+mod redis_ttl;

@@ -1,0 +1,469 @@
+//! The Redis store decides exactly as the memory store: for every algorithm, seeded random
+//! request sequences run against `MemoryStore` and `RedisStore` with one manual clock, and every
+//! decision (admitted, remaining, reset_after, retry_after, verdict) must be identical. The
+//! sequences mix multi-descriptor requests (all or nothing), quota and shadow roles, global
+//! shadow mode, check-only hits, refunds, oversized hits, counters repeated within a request,
+//! limits changed between requests (a reload), a clock that sometimes goes backwards, and
+//! priority classes: descriptors of different classes (shares) charging the same counters.
+
+use std::sync::Arc;
+
+use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::plan::Counter;
+use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::unit::Unit;
+use floodgate::core::verdict::Role;
+use floodgate::store::memory::MemoryStore;
+use floodgate::store::{Decided, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use floodgate_testkit::redis::{counter, identity, scan_keys, RedisServer};
+
+/// Requests per seed; with the default seed count a test takes well under a few seconds.
+const STEPS: usize = 400;
+
+/// Seeds per test: 4, or `FLOODGATE_REDIS_DIFF_SEEDS` for a longer search.
+fn seeds() -> u64 {
+    std::env::var("FLOODGATE_REDIS_DIFF_SEEDS")
+        .ok()
+        .and_then(|seeds| seeds.parse().ok())
+        .unwrap_or(4)
+}
+
+/// Around 2025-11: realistic Redis TIME magnitudes.
+const START: Micros = 1_764_000_000 * MICROS_PER_SECOND;
+
+/// One counter identity and the quota it normally has.
+#[derive(Debug, Clone)]
+struct Slot {
+    key: Vec<u8>,
+    quota: Quota,
+}
+
+fn random_quota(rng: &mut StdRng, algorithm: Algorithm) -> Quota {
+    let limits = [0, 1, 1, 2, 3, 5, 7, 10, 10, 25];
+    let limit = limits[rng.random_range(0..limits.len())];
+    let unit = [Unit::Second, Unit::Second, Unit::Minute, Unit::Hour][rng.random_range(0..4)];
+    let quota = Quota::new(limit, unit)
+        .with_algorithm(algorithm)
+        .with_multiplier(rng.random_range(1..=3));
+    if algorithm.accepts_burst() && rng.random_bool(0.7) {
+        quota.with_burst(rng.random_range(0..=12))
+    } else {
+        quota
+    }
+}
+
+/// The same counter under another limit (same algorithm and window, so the same identity), as
+/// after a reload or with an Envoy limit override.
+fn changed_limit(rng: &mut StdRng, quota: &Quota) -> Quota {
+    let mut changed = quota.clone();
+    changed.requests_per_unit = rng.random_range(0..=30);
+    if quota.algorithm.accepts_burst() {
+        changed.burst = rng.random_bool(0.5).then(|| rng.random_range(0..=30));
+    }
+    changed
+}
+
+fn random_hits(rng: &mut StdRng) -> Hits {
+    match rng.random_range(0..100) {
+        0..50 => Hits::Charge(1),
+        50..63 => Hits::Charge(rng.random_range(2..=4)),
+        63..67 => Hits::Charge(rng.random_range(20..=40)),
+        67..68 => Hits::Charge(u64::MAX),
+        68..83 => Hits::CheckOnly,
+        83..97 => Hits::Refund(rng.random_range(1..=3)),
+        97..99 => Hits::Refund(rng.random_range(10..=40)),
+        _ => Hits::Refund(u64::MAX),
+    }
+}
+
+/// The priority class of a descriptor: none (the whole capacity) for a good part, the usual
+/// 80 % and 50 %, a third (reserves that do not divide evenly), or any share at all.
+fn random_share(rng: &mut StdRng) -> Share {
+    let millionths = match rng.random_range(0..100) {
+        0..40 => 1_000_000,
+        40..60 => 800_000,
+        60..80 => 500_000,
+        80..90 => 333_333,
+        _ => rng.random_range(1..=1_000_000),
+    };
+    Share::from_millionths(millionths).unwrap_or(Share::FULL)
+}
+
+fn random_role(rng: &mut StdRng) -> Role {
+    match rng.random_range(0..100) {
+        0..70 => Role::Enforced,
+        70..85 => Role::Quota,
+        _ => Role::Shadow,
+    }
+}
+
+/// A planner-shaped request: descriptors in order, each with one or two counters sharing its
+/// hits, role and priority class; slots are sometimes repeated, within a descriptor or across
+/// descriptors (so classes meet on one counter).
+fn random_request(rng: &mut StdRng, slots: &[Slot]) -> Vec<Counter> {
+    let mut counters: Vec<Counter> = Vec::new();
+    for descriptor in 0..rng.random_range(1..=3) {
+        let hits = random_hits(rng);
+        let role = random_role(rng);
+        let share = random_share(rng);
+        for _ in 0..rng.random_range(1..=2) {
+            let repeat = !counters.is_empty() && rng.random_bool(0.15);
+            let slot = if repeat {
+                let earlier = &counters[rng.random_range(0..counters.len())];
+                Slot {
+                    key: earlier.key.clone(),
+                    quota: earlier.quota.clone(),
+                }
+            } else {
+                slots[rng.random_range(0..slots.len())].clone()
+            };
+            let quota = if rng.random_bool(0.05) {
+                changed_limit(rng, &slot.quota)
+            } else {
+                slot.quota.clone()
+            };
+            counters.push(Counter {
+                share,
+                ..counter(descriptor, &slot.key, &quota, hits, role)
+            });
+        }
+    }
+    counters
+}
+
+/// How far the clock moves before a request: mostly forward by a little or by a fraction of
+/// the shortest window, sometimes by windows, sometimes backwards, and often to within a µs of
+/// an instant the last answer named (`edges`: its retry_after and reset_after values), where
+/// an admission test or a window boundary flips.
+fn random_step(rng: &mut StdRng, shortest_window: Micros, edges: &[Micros]) -> Micros {
+    if !edges.is_empty() && rng.random_bool(0.3) {
+        let edge = edges[rng.random_range(0..edges.len())];
+        return edge + rng.random_range(-1..=1);
+    }
+    match rng.random_range(0..100) {
+        0..20 => 0,
+        20..40 => rng.random_range(1..1_000),
+        40..70 => rng.random_range(0..shortest_window / 4),
+        70..90 => rng.random_range(0..2 * shortest_window),
+        _ => -rng.random_range(0..shortest_window / 2),
+    }
+}
+
+/// The instants (from now) an answer names.
+fn edges_of(decided: &Decided) -> Vec<Micros> {
+    decided
+        .outcomes
+        .iter()
+        .flat_map(|outcome| [outcome.retry_after, outcome.snapshot.reset_after])
+        .filter(|&edge| edge > 0)
+        .collect()
+}
+
+/// Runs seeded sequences over `slots_of(seed)` through both stores and compares every decision.
+async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
+    let server = RedisServer::start();
+    for seed in 1..=seeds() {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let clock = Arc::new(ManualClock::new(
+            START + rng.random_range(0..MICROS_PER_SECOND),
+        ));
+        let memory = MemoryStore::new(1_000_000, clock.clone());
+        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        // Every seed starts from empty counters in both stores.
+        let mut inspector = server.inspector().await;
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut inspector)
+            .await
+            .unwrap_or_else(|error| panic!("FLUSHALL failed: {error}"));
+
+        let slots = slots_of(&mut rng);
+        let shortest_window = slots
+            .iter()
+            .map(|slot| slot.quota.window_micros())
+            .min()
+            .unwrap_or(MICROS_PER_SECOND)
+            .max(4);
+        let mut edges = Vec::new();
+        for step in 0..STEPS {
+            clock.advance(random_step(&mut rng, shortest_window, &edges));
+            let counters = random_request(&mut rng, &slots);
+            let global_shadow = rng.random_bool(0.05);
+            let expected = memory
+                .decide_now(&counters, global_shadow)
+                .unwrap_or_else(|error| panic!("{error}"));
+            let got = redis
+                .decide(&counters, global_shadow)
+                .await
+                .unwrap_or_else(|error| panic!("{name} seed {seed} step {step}: {error}"));
+            assert_eq!(
+                got,
+                expected,
+                "{name} seed {seed} step {step} at {} (global_shadow {global_shadow}): redis \
+                 (left) and memory (right) disagree on {counters:#?}",
+                clock.now()
+            );
+            edges = edges_of(&expected);
+        }
+        assert_logs_hold_only_their_entries(&mut inspector).await;
+    }
+}
+
+/// Every sliding log hash holds its four header fields and exactly its entries h..t: no
+/// field is left behind by expiry, refunds or a log that started over.
+async fn assert_logs_hold_only_their_entries(inspector: &mut redis::aio::MultiplexedConnection) {
+    for key in scan_keys(inspector, "*").await {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(inspector)
+            .await
+            .unwrap_or_else(|error| panic!("TYPE failed: {error}"));
+        if kind != "hash" {
+            continue;
+        }
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(inspector)
+            .await
+            .unwrap_or_else(|error| panic!("HGETALL failed: {error}"));
+        let number = |name: &str| -> i64 {
+            fields
+                .get(name)
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("{key} lacks {name}: {fields:?}"))
+        };
+        let (head, tail) = (number("h"), number("t"));
+        let entries = usize::try_from(tail - head + 1).unwrap_or(0);
+        assert_eq!(fields.len(), 4 + entries, "{key}: {fields:?}");
+        for index in head..=tail {
+            assert!(
+                fields.contains_key(&index.to_string()),
+                "{key} lacks entry {index}"
+            );
+        }
+    }
+}
+
+fn random_slots(rng: &mut StdRng, algorithms: &[Algorithm]) -> Vec<Slot> {
+    (0..4)
+        .map(|index| {
+            let algorithm = algorithms[index % algorithms.len()];
+            let quota = random_quota(rng, algorithm);
+            Slot {
+                key: identity("diff", "client", &format!("c{index}"), 0, &quota),
+                quota,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn fixed_window_matches_memory() {
+    run_differential("fixed_window", |rng| {
+        random_slots(rng, &[Algorithm::FixedWindow])
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sliding_window_matches_memory() {
+    run_differential("sliding_window", |rng| {
+        random_slots(rng, &[Algorithm::SlidingWindow])
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sliding_log_matches_memory() {
+    run_differential("sliding_log", |rng| {
+        random_slots(rng, &[Algorithm::SlidingLog])
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn token_bucket_matches_memory() {
+    run_differential("token_bucket", |rng| {
+        random_slots(rng, &[Algorithm::TokenBucket])
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn leaky_bucket_matches_memory() {
+    run_differential("leaky_bucket", |rng| {
+        random_slots(rng, &[Algorithm::LeakyBucket])
+    })
+    .await;
+}
+
+/// Classes crowding one counter per algorithm, with capacities large enough that every class's
+/// reserve is a real part of it: the hits that pass, where each class is cut off and when it
+/// may retry must agree.
+#[tokio::test]
+async fn priority_classes_sharing_a_counter_match_memory() {
+    run_differential("priority", |rng| {
+        Algorithm::ALL
+            .iter()
+            .map(|&algorithm| {
+                let limit = rng.random_range(20..=60);
+                let quota = Quota::new(limit, Unit::Minute).with_algorithm(algorithm);
+                let quota = if algorithm.accepts_burst() {
+                    quota.with_burst(rng.random_range(limit / 2..=limit))
+                } else {
+                    quota
+                };
+                Slot {
+                    key: identity("classes", "pool", algorithm.name(), 0, &quota),
+                    quota,
+                }
+            })
+            .collect()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mixed_algorithms_in_one_request_match_memory() {
+    run_differential("mixed", |rng| random_slots(rng, &Algorithm::ALL)).await;
+}
+
+/// Quotas right at the bounds `check_quota` allows, where Lua's doubles would first lose
+/// integers: the longest window, the largest bucket (capacity × window just below 2^53), the
+/// slowest drain, and a fast bucket whose debt passes 2^53 ticks when the clock goes back.
+#[tokio::test]
+async fn quotas_at_the_exactness_bounds_match_memory() {
+    use floodgate::store::redis::check_quota;
+    let longest_window = 2_251_799_813; // seconds: 2^51 µs
+    let quotas = [
+        Quota::new(10, Unit::Day)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(104_249),
+        Quota::new(7, Unit::Day)
+            .with_algorithm(Algorithm::LeakyBucket)
+            .with_burst(104_248),
+        Quota::new(1, Unit::Day)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(26_062),
+        Quota::new(u32::MAX, Unit::Second)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(1_000),
+        Quota::new(1_000, Unit::Second)
+            .with_algorithm(Algorithm::FixedWindow)
+            .with_multiplier(longest_window),
+        Quota::new(1_000, Unit::Second)
+            .with_algorithm(Algorithm::SlidingWindow)
+            .with_multiplier(longest_window),
+        Quota::new(100, Unit::Second)
+            .with_algorithm(Algorithm::SlidingLog)
+            .with_multiplier(longest_window),
+    ];
+    for quota in &quotas {
+        assert_eq!(
+            check_quota(quota),
+            Ok(()),
+            "{quota:?} must be at, not past, the bound"
+        );
+    }
+    let server = RedisServer::start();
+    for seed in 1..=seeds() {
+        let mut rng = StdRng::seed_from_u64(100 + seed);
+        let clock = Arc::new(ManualClock::new(START));
+        let memory = MemoryStore::new(1_000_000, clock.clone());
+        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        let slots: Vec<(Vec<u8>, Quota)> = quotas
+            .iter()
+            .enumerate()
+            .map(|(index, quota)| {
+                (
+                    identity("bounds", "k", &format!("{seed}-{index}"), 0, quota),
+                    quota.clone(),
+                )
+            })
+            .collect();
+        let mut edges = Vec::new();
+        for step in 0..STEPS {
+            let hour = 3_600 * MICROS_PER_SECOND;
+            clock.advance(match rng.random_range(0..100) {
+                // Edges of the longest windows lie decades ahead: stay within the script's
+                // clock range (the bound this test is about is the quota's, not the clock's).
+                0..25 if !edges.is_empty() => {
+                    let edge = edges[rng.random_range(0..edges.len())];
+                    if edge < 365 * 24 * hour {
+                        edge + rng.random_range(-1..=1)
+                    } else {
+                        0
+                    }
+                }
+                0..30 => rng.random_range(0..1_000),
+                30..60 => rng.random_range(0..hour),
+                60..85 => rng.random_range(0..30 * 24 * hour),
+                _ => -rng.random_range(0..48 * hour),
+            });
+            let (key, quota) = &slots[rng.random_range(0..slots.len())];
+            let capacity = quota.capacity();
+            let hits = match rng.random_range(0..100) {
+                0..40 => Hits::Charge(rng.random_range(1..=capacity)),
+                40..55 => Hits::Charge(capacity),
+                55..65 => Hits::CheckOnly,
+                65..90 => Hits::Refund(rng.random_range(1..=capacity)),
+                _ => Hits::Refund(u64::MAX),
+            };
+            let counters = [counter(0, key, quota, hits, Role::Enforced)];
+            let expected = memory
+                .decide_now(&counters, false)
+                .unwrap_or_else(|error| panic!("{error}"));
+            let got = redis
+                .decide(&counters, false)
+                .await
+                .unwrap_or_else(|error| panic!("bounds seed {seed} step {step}: {error}"));
+            assert_eq!(
+                got,
+                expected,
+                "bounds seed {seed} step {step} at {}: redis (left) and memory (right) disagree \
+                 on {counters:#?}",
+                clock.now()
+            );
+            edges = edges_of(&expected);
+        }
+    }
+}
+
+/// A sliding log longer than its entry cap (only a limit above the config's maximum gets
+/// there): the oldest entries fold into the next, in both stores alike.
+#[tokio::test]
+async fn sliding_log_beyond_its_entry_cap_matches_memory() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let memory = MemoryStore::new(1_000, clock.clone());
+    let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+    let quota = Quota::new(10_050, Unit::Hour).with_algorithm(Algorithm::SlidingLog);
+    let key = identity("cap", "k", "v", 0, &quota);
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut longest = 0;
+    for step in 0..10_300 {
+        clock.advance(rng.random_range(1..=3));
+        let hits = match rng.random_range(0..1_000) {
+            0..990 => Hits::Charge(1),
+            990..995 => Hits::Refund(1),
+            _ => Hits::CheckOnly,
+        };
+        let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
+        let expected = memory
+            .decide_now(&counters, false)
+            .unwrap_or_else(|error| panic!("{error}"));
+        let got = redis
+            .decide(&counters, false)
+            .await
+            .unwrap_or_else(|error| panic!("cap step {step}: {error}"));
+        assert_eq!(got, expected, "cap step {step} at {}", clock.now());
+        longest = longest.max(10_050 - expected.outcomes[0].snapshot.remaining);
+    }
+    // Every entry holds one hit here, so more hits than the cap means more entries than it.
+    assert!(
+        longest > 10_000,
+        "the log never outgrew its cap: {longest} hits"
+    );
+}

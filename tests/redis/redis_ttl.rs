@@ -1,0 +1,169 @@
+//! Expiry in Redis: every key the script writes carries a TTL no longer than the time its
+//! state takes to mean nothing (window, or bucket refill), keys never hold raw descriptor
+//! values, and counters that are only checked or rejected are never written.
+
+use floodgate::core::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::plan::Counter;
+use floodgate::core::unit::Unit;
+use floodgate::core::verdict::Role;
+use floodgate::store::Store;
+
+use floodgate_testkit::redis::{counter, identity, scan_keys, RedisServer};
+
+/// The longest a state of `quota` may matter, in ms (rounded up), as `expires_at` allows.
+fn longest_ttl_ms(quota: &Quota) -> u64 {
+    let window_ms = quota.window_micros().unsigned_abs().div_ceil(1_000);
+    match quota.algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog => window_ms,
+        // The previous window still weighs during the current one.
+        Algorithm::SlidingWindow => 2 * window_ms,
+        // Full debt drains in C·W/L µs.
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            let drain = (quota.capacity() * quota.window_micros().unsigned_abs())
+                .div_ceil(u64::from(quota.requests_per_unit.max(1)));
+            drain.div_ceil(1_000)
+        }
+    }
+}
+
+fn quotas() -> Vec<Quota> {
+    let mut quotas = Vec::new();
+    for algorithm in Algorithm::ALL {
+        for (limit, unit, multiplier) in [
+            (5, Unit::Second, 1),
+            (7, Unit::Minute, 1),
+            (3, Unit::Hour, 2),
+            (100, Unit::Day, 1),
+        ] {
+            let quota = Quota::new(limit, unit)
+                .with_algorithm(algorithm)
+                .with_multiplier(multiplier);
+            quotas.push(quota.clone());
+            if algorithm.accepts_burst() {
+                quotas.push(quota.with_burst(2));
+            }
+        }
+    }
+    quotas
+}
+
+#[tokio::test]
+async fn every_written_key_has_a_ttl_within_its_state_lifetime() {
+    let server = RedisServer::start();
+    let store = server.store(None).await;
+    let mut inspector = server.inspector().await;
+
+    let quotas = quotas();
+    let secret_value = "203.0.113.77";
+    let mut written = Vec::new();
+    for (index, quota) in quotas.iter().enumerate() {
+        let key = identity(
+            "ttl",
+            "remote_address",
+            &format!("{secret_value}#{index}"),
+            0,
+            quota,
+        );
+        // Charge twice (the second may be rejected), refund once: every kind of write.
+        for hits in [Hits::Charge(1), Hits::Charge(3), Hits::Refund(1)] {
+            let counters = [counter(0, &key, quota, hits, Role::Enforced)];
+            store
+                .decide(&counters, false)
+                .await
+                .unwrap_or_else(|error| panic!("decide failed: {error}"));
+        }
+        written.push((store.key_for(&key), quota.clone()));
+    }
+
+    let keys = scan_keys(&mut inspector, "*").await;
+    assert!(!keys.is_empty());
+    for key in &keys {
+        assert!(key.starts_with("floodgate:{ttl}:"), "{key}");
+        assert!(
+            !key.contains(secret_value) && !key.contains("remote_address"),
+            "{key}"
+        );
+        let ttl_ms: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut inspector)
+            .await
+            .unwrap_or_else(|error| panic!("PTTL failed: {error}"));
+        let quota = written
+            .iter()
+            .find(|(written_key, _)| written_key == key)
+            .map(|(_, quota)| quota)
+            .unwrap_or_else(|| panic!("{key} was not written by this test"));
+        // -1 would be a key without TTL. 0 (or -2: gone) only when the state had less than a
+        // ms left, as when a 1 s window was charged right before it ended.
+        let in_last_ms = ttl_ms == 0 || ttl_ms == -2;
+        assert!(
+            (ttl_ms > 0 || in_last_ms) && ttl_ms.unsigned_abs() <= longest_ttl_ms(quota),
+            "{key} ({quota:?}) has PTTL {ttl_ms}, expected 1..={}",
+            longest_ttl_ms(quota)
+        );
+        if in_last_ms {
+            continue;
+        }
+        // A string, or a hash for a sliding log: DUMP shows either as bytes.
+        let value: Vec<u8> = redis::cmd("DUMP")
+            .arg(key)
+            .query_async(&mut inspector)
+            .await
+            .unwrap_or_else(|error| panic!("DUMP failed: {error}"));
+        let value = String::from_utf8_lossy(&value);
+        assert!(!value.contains(secret_value), "{key} holds {value}");
+    }
+    // Window states outlive the request; a bucket or log that the refund emptied is deleted.
+    for (key, quota) in &written {
+        let window = matches!(
+            quota.algorithm,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+        );
+        if window && longest_ttl_ms(quota) > 1_000 {
+            assert!(keys.contains(key), "{key} ({quota:?}) is missing");
+        }
+    }
+}
+
+#[tokio::test]
+async fn checks_and_rejected_requests_write_nothing() {
+    let server = RedisServer::start();
+    let store = server.store(None).await;
+    let mut inspector = server.inspector().await;
+
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::new(2, Unit::Minute).with_algorithm(algorithm);
+        let key = identity("quiet", "user", algorithm.name(), 0, &quota);
+        let check = [counter(0, &key, &quota, Hits::CheckOnly, Role::Enforced)];
+        let too_many = [counter(0, &key, &quota, Hits::Charge(50), Role::Enforced)];
+        let decided = store.decide(&check, false).await;
+        assert!(decided.is_ok_and(|decided| !decided.over_limit));
+        let decided = store.decide(&too_many, false).await;
+        assert!(decided.is_ok_and(|decided| decided.over_limit));
+    }
+    let keys = scan_keys(&mut inspector, "*").await;
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn a_one_second_window_vanishes_after_it_ends() {
+    let server = RedisServer::start();
+    let store = server.store(None).await;
+    let mut inspector = server.inspector().await;
+
+    let quota = Quota::new(10, Unit::Second);
+    let key = identity("vanish", "user", "u", 0, &quota);
+    let counters: [Counter; 1] = [counter(0, &key, &quota, Hits::Charge(1), Role::Enforced)];
+    store
+        .decide(&counters, false)
+        .await
+        .unwrap_or_else(|error| panic!("decide failed: {error}"));
+    assert_eq!(scan_keys(&mut inspector, "*").await.len(), 1);
+    // Redis expires keys on its own clock: this one real second is the point of the test.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let left: i64 = redis::cmd("DBSIZE")
+        .query_async(&mut inspector)
+        .await
+        .unwrap_or_else(|error| panic!("DBSIZE failed: {error}"));
+    assert_eq!(left, 0);
+}

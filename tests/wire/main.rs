@@ -1,0 +1,9 @@
+//! The wire protocols: gRPC ShouldRateLimit, the HTTP JSON and /check endpoints, TLS, hostile
+//! clients and the worker threads that serve them.
+
+mod grpc_api;
+mod hostile_clients;
+mod http_check;
+mod http_json;
+mod tls_grpc;
+mod worker_threads;
