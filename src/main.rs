@@ -82,7 +82,11 @@ fn main() -> ExitCode {
                 // Once, through the log (stderr): the log format the operator chose, JSON
                 // included, and not a second plain copy.
                 tracing::error!("{error}");
-                ExitCode::FAILURE
+                if error.is_usage() {
+                    ExitCode::from(floodgate::cmd::EXIT_USAGE)
+                } else {
+                    ExitCode::FAILURE
+                }
             }
         },
         Command::Validate(args) => floodgate::cmd::validate::main(args),

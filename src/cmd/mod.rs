@@ -6,8 +6,8 @@ pub const EXIT_USAGE: u8 = 64;
 
 pub mod check;
 pub mod cli;
-pub mod config_location;
-pub mod explain_text;
+pub(crate) mod config_location;
+pub(crate) mod explain_text;
 pub mod runtime;
 pub mod serve;
 pub mod validate;

@@ -30,6 +30,9 @@ use crate::store::Store;
 pub enum AppError {
     #[error("{0}")]
     Usage(String),
+    /// The thread that loads configurations is gone (it panicked): not the user's doing.
+    #[error("{0}")]
+    Loader(String),
     #[error("cannot read the configuration: {0}")]
     Source(#[from] crate::engine::config_source::SourceError),
     #[error("the configuration has errors:\n{0}")]
@@ -57,12 +60,19 @@ pub enum AppError {
     AdminToken(#[from] crate::server::admin::AdminTokenError),
 }
 
+impl AppError {
+    /// Whether the command line was wrong (exit code `cmd::EXIT_USAGE`).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, AppError::Usage(_) | AppError::NoConfiguration(_))
+    }
+}
+
 impl From<reload::FirstLoadError> for AppError {
     fn from(error: reload::FirstLoadError) -> Self {
         match error {
             reload::FirstLoadError::Source(error) => Self::Source(error),
             reload::FirstLoadError::Config(errors) => Self::Config(errors),
-            reload::FirstLoadError::Loader(gone) => Self::Usage(gone.to_string()),
+            reload::FirstLoadError::Loader(gone) => Self::Loader(gone.to_string()),
         }
     }
 }

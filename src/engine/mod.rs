@@ -2,12 +2,12 @@
 //! in force, operators' adjustments, adaptive limits, reloads of the configuration and where it
 //! comes from, the shutdown signal, and the background tasks that keep it all current.
 
-pub mod adaptive;
-pub mod adjustment_set;
-pub mod config_source;
+pub(crate) mod adaptive;
+pub(crate) mod adjustment_set;
+pub(crate) mod config_source;
 pub mod limiter;
-pub mod observers;
-pub mod overrides_sync;
-pub mod reload;
+pub(crate) mod observers;
+pub(crate) mod overrides_sync;
+pub(crate) mod reload;
 pub mod shutdown;
-pub mod tasks;
+pub(crate) mod tasks;

@@ -54,11 +54,6 @@ impl SharedOverrides {
         }
     }
 
-    /// The Redis key of the hash.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
     /// Stores `record`, and removes `replaced` (the rule's earlier override) if given.
     pub async fn put(
         &self,

@@ -122,13 +122,6 @@ pub struct AdmissionInterceptor {
     admission: Admission,
 }
 
-impl AdmissionInterceptor {
-    /// An interceptor with a budget of its own.
-    pub fn new(settings: AdmissionSettings) -> Self {
-        Admission::new(settings).interceptor()
-    }
-}
-
 impl Interceptor for AdmissionInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
         let arrived = Instant::now();
@@ -202,7 +195,8 @@ pub enum Admitted {
     /// Decide (`server::grpc_deadline` ends the call at its deadline); hold the permit until
     /// answered and call [`Admitted::settle`] once decided.
     Decide {
-        permit: Option<OwnedSemaphorePermit>,
+        /// Held, not read: the in-flight bound counts it until the answer drops it.
+        _permit: Option<OwnedSemaphorePermit>,
         watch: Option<Arc<DeadlineWatch>>,
     },
     /// Do not decide: answer with this overload answer now.
@@ -220,7 +214,7 @@ impl Admitted {
             Some(arrival) => arrival,
             None => {
                 return Admitted::Decide {
-                    permit: None,
+                    _permit: None,
                     watch: None,
                 }
             }
@@ -232,7 +226,7 @@ impl Admitted {
         };
         match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
             Budget::Unbounded | Budget::Remaining(_) => Admitted::Decide {
-                permit: Some(permit),
+                _permit: Some(permit),
                 watch: arrival.watch,
             },
             // The watch, dropped unsettled past the deadline, counts it.
@@ -279,11 +273,12 @@ mod tests {
     }
 
     fn interceptor(max_in_flight: usize, answer: OverloadAnswer) -> AdmissionInterceptor {
-        AdmissionInterceptor::new(AdmissionSettings {
+        Admission::new(AdmissionSettings {
             max_in_flight,
             overload_answer: answer,
             ..AdmissionSettings::default()
         })
+        .interceptor()
     }
 
     #[test]

@@ -3,17 +3,17 @@
 //! connections are driven by [`connections`], which bounds how many there are and how long
 //! each may take.
 
-pub mod admin;
-pub mod admission;
-pub mod connections;
-pub mod convert;
+pub(crate) mod admin;
+pub(crate) mod admission;
+pub(crate) mod connections;
+pub(crate) mod convert;
 mod debug;
-pub mod grpc;
-pub mod grpc_deadline;
+pub(crate) mod grpc;
+pub(crate) mod grpc_deadline;
 pub mod health;
 mod http;
 pub mod proto;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 

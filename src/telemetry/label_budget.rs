@@ -85,11 +85,13 @@ impl<V: Clone> LabelBudget<V> {
     }
 
     /// Labels admitted now (configured and spare).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         let state = self.state.read();
         state.held.values().map(HashMap::len).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

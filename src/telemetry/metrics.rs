@@ -65,6 +65,7 @@ pub enum OverloadReason {
 }
 
 impl OverloadReason {
+    #[cfg(test)]
     pub const ALL: [OverloadReason; 2] = [OverloadReason::InFlight, OverloadReason::Deadline];
 
     pub fn label(self) -> &'static str {
@@ -120,6 +121,7 @@ impl RuleSeries {
         }
     }
 
+    #[cfg(test)]
     pub fn is_folded(&self) -> bool {
         self.folded.is_some()
     }
@@ -671,6 +673,7 @@ impl Metrics {
     }
 
     /// Rule labels admitted now (not counting `other`).
+    #[cfg(test)]
     pub fn rule_labels(&self) -> usize {
         self.rule_labels.len()
     }
@@ -938,14 +941,6 @@ pub fn reload_succeeded(rules: usize) {
 pub fn reload_failed() {
     if let Some(metrics) = global() {
         metrics.reload_failed();
-    }
-}
-
-/// One store round trip outside the limiter's decision path (which records its own around
-/// `Store::decide`): how long it took and whether it failed.
-pub fn store_call(backend: &'static str, seconds: f64, ok: bool) {
-    if let Some(series) = global().and_then(|metrics| metrics.store_series(backend).ok()) {
-        series.call(seconds, ok);
     }
 }
 

@@ -4,12 +4,12 @@
 //! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
-pub mod connections;
-pub mod label_budget;
-pub mod metrics;
-pub mod paced_log;
-pub mod record;
-pub mod traces;
+pub(crate) mod connections;
+pub(crate) mod label_budget;
+pub(crate) mod metrics;
+pub(crate) mod paced_log;
+pub(crate) mod record;
+pub(crate) mod traces;
 
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;

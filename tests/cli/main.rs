@@ -1,4 +1,6 @@
-//! The command line: `floodgate explain` and the configuration files shipped in `config/`.
+//! The command line: `check --explain`, the configuration files shipped in `config/`, and what a
+//! new user meets first (exit codes, errors that say what to fix).
 
 mod config_files;
 mod explain_cli;
+mod newcomer;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 pub use loader::{Loader, LoaderGone, Retired};
 use sha2::{Digest as _, Sha256};
-pub use status::{ReloadFailure, ReloadStatus, StatusSnapshot};
+pub use status::ReloadStatus;
 pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
 
