@@ -1,7 +1,8 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 use floodgate::cmd::cli::{Cli, Command};
+use floodgate::cmd::front_door::{choose_store, FrontDoor};
 use floodgate::cmd::serve;
 use floodgate::telemetry;
 
@@ -37,7 +38,8 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> ExitCode {
     tune_allocator();
-    let cli = match Cli::try_parse() {
+    let door = FrontDoor::of(std::env::args_os().next().as_deref());
+    let cli = match Cli::try_parse_from(door.command_line(std::env::args_os().collect())) {
         Ok(cli) => cli,
         // --help and --version print to stdout and succeed; anything else is a usage error.
         Err(error) if !error.use_stderr() => {
@@ -50,9 +52,13 @@ fn main() -> ExitCode {
         }
     };
     let (threads, default_threads) = match &cli.command {
+        // The store decides the default thread count; a store that cannot be chosen is
+        // reported by `serve` itself.
         Command::Serve(args) => (
             args.worker_threads,
-            floodgate::cmd::runtime::default_threads(args.store),
+            choose_store(args.store, door, |name| std::env::var(name).ok())
+                .ok()
+                .and_then(|store| floodgate::cmd::runtime::default_threads(store.kind)),
         ),
         Command::Validate(_) | Command::Check(_) => (None, None),
     };
@@ -76,7 +82,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Serve(args) => match runtime.block_on(serve::serve(*args)) {
+        Command::Serve(args) => match runtime.block_on(serve::serve(*args, door)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 // Once, through the log (stderr): the log format the operator chose, JSON

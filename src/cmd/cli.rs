@@ -235,9 +235,10 @@ pub struct ServeArgs {
     /// them [default: on the metrics port, as envoyproxy/ratelimit has them].
     #[arg(long, env = "FLOODGATE_DEBUG_PAGES_ADDR")]
     pub debug_pages_addr: Option<SocketAddr>,
-    /// Where counters live.
-    #[arg(long, env = "FLOODGATE_STORE", value_enum, default_value = "memory")]
-    pub store: StoreKind,
+    /// Where counters live [default: envoyproxy/ratelimit's BACKEND_TYPE, else redis when
+    /// REDIS_URL is set, else memory (redis when started as `ratelimit`)].
+    #[arg(long, env = "FLOODGATE_STORE", value_enum)]
+    pub store: Option<StoreKind>,
     /// Redis for --store redis: redis://[[user]:password@]host[:port][/db], rediss://… (TLS),
     /// unix:///path?db=N, or envoyproxy/ratelimit's host:port / socket path.
     #[arg(

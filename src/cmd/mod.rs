@@ -8,6 +8,7 @@ pub mod check;
 pub mod cli;
 pub(crate) mod config_location;
 pub(crate) mod explain_text;
+pub mod front_door;
 pub mod runtime;
 pub mod serve;
 pub mod validate;

@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
 use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
+use crate::cmd::front_door::{choose_store, FrontDoor};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
 use crate::core::request::RequestBounds;
@@ -141,11 +142,14 @@ async fn bind(addr: SocketAddr, spec: &ListenerSpec) -> Result<TcpListener, AppE
     })
 }
 
-pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
+/// Serves until a stop signal; `door` is how the process was started (its default store).
+pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     // First of all: a SIGHUP or SIGTERM that comes while the config loads or the ports open is
     // then a reload or a drain, not the default action (the end of the process).
     let stop_signals = shutdown::StopSignals::install();
     let hangup = reload::hangup_signal();
+    let store =
+        choose_store(args.store, door, |name| std::env::var(name).ok()).map_err(AppError::Usage)?;
     let location = location(&args.config)?;
     let location_for_log = location.clone();
     let (rules, reloader) = reload::load_first(
@@ -252,7 +256,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), AppError> {
         shared_overrides: None,
         hangup,
     };
-    match args.store {
+    tracing::info!(store = ?store.kind, "store chosen by {}", store.reason);
+    match store.kind {
         StoreKind::Memory => {
             let store = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
             crate::telemetry::metrics::store_state("memory", true);

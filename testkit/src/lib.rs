@@ -18,6 +18,7 @@ pub mod testca;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A temporary directory for one test's files and logs, removed when dropped.
@@ -42,12 +43,28 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|error| panic!("runtime: {error}"))
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; the OS does not hand it out again soon).
+/// Where [`free_port`] looks: below the kernel's ephemeral range (32768–60999 by default), so
+/// the client sockets of tests running beside this one, which take ephemeral ports, cannot take
+/// the port between the check and the server's bind.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// How many ports this process has handed out.
+static PORTS_HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+
+/// A free TCP port on 127.0.0.1, never the same twice in one test process (two tests that each
+/// ask for one cannot be handed the same): the next one of [`TEST_PORTS`] that binds, starting at
+/// an offset of the process id so that two test processes at once start apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap_or_else(|error| panic!("cannot find a free port: {error}"))
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let turn = PORTS_HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        let candidate = TEST_PORTS.start + ((offset + turn) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            return candidate;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {TEST_PORTS:?}")
 }
 
 /// Waits until something accepts connections on `port`, or panics after `timeout`.
@@ -119,6 +136,18 @@ impl Running {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The log once it contains `needle`, or as it is after `timeout`.
+    pub fn log_once_it_says(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log_text();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 

@@ -3,4 +3,5 @@
 
 mod config_files;
 mod explain_cli;
+mod front_door;
 mod newcomer;

@@ -3,10 +3,10 @@
 //! what happened and what to do, once, with an exit code a script can tell apart.
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use floodgate_testkit::serve_command;
 use floodgate_testkit::{floodgate_bin, free_port, subdir, tempdir, wait_for_port, Floodgate};
-use floodgate_testkit::{serve_command, Running};
 
 /// BSD's `EX_USAGE`, documented for every subcommand.
 const EXIT_USAGE: i32 = 64;
@@ -35,18 +35,6 @@ fn text(output: &Output) -> String {
     )
 }
 
-/// The process's log once `needle` shows up in it (or after 10 s).
-fn log_once_it_says(process: &Running, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = process.log_text();
-        if log.contains(needle) || Instant::now() > deadline {
-            return log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn an_empty_configuration_directory_is_warned_about_and_fails_validation() {
     let dir = tempdir();
@@ -60,7 +48,9 @@ fn an_empty_configuration_directory_is_warned_about_and_fails_validation() {
     );
 
     let server = Floodgate::start(&empty, &[], &subdir(dir.path(), "serve"));
-    let log = log_once_it_says(&server.process, "NO RULES LOADED");
+    let log = server
+        .process
+        .log_once_it_says("NO RULES LOADED", Duration::from_secs(10));
     assert!(
         log.contains("WARN") && log.contains("NO RULES LOADED") && log.contains("rules"),
         "{log}"

@@ -598,6 +598,13 @@ fn dockerfile_runs_what_the_binary_accepts() {
         dockerfile.contains("COPY --from=build /out/floodgate /usr/local/bin/floodgate"),
         "the entrypoint must be the binary the build stage made"
     );
+    // `/bin/ratelimit`, the reference's entry, is the same binary under its name
+    // (tests/cli/front_door.rs starts it so).
+    assert!(
+        dockerfile.contains("ln -s /usr/local/bin/floodgate /out/bin/ratelimit")
+            && dockerfile.contains("COPY --from=build /out/bin/ /bin/"),
+        "the image must answer to /bin/ratelimit"
+    );
     let cmd = dockerfile_exec_form(&dockerfile, "CMD");
     assert_eq!(cmd.first().map(String::as_str), Some("serve"));
     let mut problems = Vec::new();

@@ -22,7 +22,7 @@
 //! Every problem is reported with its file and line.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -270,16 +270,7 @@ impl Server {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = tempfile::tempdir().map_err(|error| format!("tempdir: {error}"))?;
         let log = dir.path().join("floodgate.log");
-        let listeners: Vec<TcpListener> = (0..3)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|error| format!("no free port: {error}"))?;
-        let ports: Vec<u16> = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()
-            .map_err(|error| format!("no free port: {error}"))?;
-        drop(listeners);
+        let ports: Vec<u16> = (0..3).map(|_| floodgate_testkit::free_port()).collect();
         let (grpc, http, metrics) = (ports[0], ports[1], ports[2]);
         let file = std::fs::File::create(&log).map_err(|error| format!("log file: {error}"))?;
         let err = file

@@ -1,0 +1,144 @@
+//! The binary under envoyproxy/ratelimit's name: started as `ratelimit` (a link, as `/bin/ratelimit`
+//! in the image), with no subcommand and the reference's environment only, it serves with the
+//! reference's default store (Redis). Started as `floodgate serve`, `REDIS_URL` alone is enough to
+//! count in Redis: three replicas that share a Redis must not each count on their own.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use floodgate_testkit::redis::RedisServer;
+use floodgate_testkit::{
+    floodgate_bin, free_port, serve_command, subdir, tempdir, wait_for_port, Running,
+};
+
+const RULES: &str = "
+domain: edge
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+/// `dir/config/config.yaml`: the reference's layout under `RUNTIME_ROOT=dir`,
+/// `RUNTIME_SUBDIRECTORY=.`.
+fn reference_layout(dir: &Path) {
+    let config = subdir(dir, "config");
+    std::fs::write(config.join("config.yaml"), RULES)
+        .unwrap_or_else(|error| panic!("write config: {error}"));
+}
+
+/// `floodgate check` against `grpc_port`: its exit code.
+fn check(grpc_port: u16, client: &str) -> Option<i32> {
+    Command::new(floodgate_bin())
+        .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
+        .args(["--domain", "edge", &format!("client={client}")])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
+        .status
+        .code()
+}
+
+#[test]
+fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
+    let dir = tempdir();
+    reference_layout(dir.path());
+    let redis = RedisServer::start();
+    let link = dir.path().join("ratelimit");
+    std::os::unix::fs::symlink(floodgate_bin(), &link)
+        .unwrap_or_else(|error| panic!("cannot link {}: {error}", link.display()));
+    let (grpc, http, debug) = (free_port(), free_port(), free_port());
+    let mut command = Command::new(&link);
+    command
+        .env("RUNTIME_ROOT", dir.path())
+        .env("RUNTIME_SUBDIRECTORY", ".")
+        .env("REDIS_SOCKET_TYPE", "tcp")
+        .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", debug.to_string())
+        .env_remove("BACKEND_TYPE")
+        .env_remove("FLOODGATE_STORE");
+    let server = Running::spawn("ratelimit", &mut command, dir.path());
+    wait_for_port(grpc, Duration::from_secs(10), "ratelimit");
+    let log = server.log_once_it_says("connected to Redis", Duration::from_secs(10));
+    assert!(
+        log.contains("connected to Redis") && log.contains("envoyproxy/ratelimit's default"),
+        "{log}"
+    );
+    assert_eq!(check(grpc, "ada"), Some(0));
+    assert_eq!(check(grpc, "ada"), Some(2), "the limit of 1 per hour");
+}
+
+#[test]
+fn redis_url_alone_counts_in_redis_and_every_replica_shares_the_count() {
+    let dir = tempdir();
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
+    let redis = RedisServer::start();
+    let start = |name: &str| {
+        let (mut command, (grpc, _, _)) = serve_command();
+        command
+            .arg("--config")
+            .arg(&config)
+            .env("REDIS_URL", redis.url())
+            .env_remove("BACKEND_TYPE")
+            .env_remove("FLOODGATE_STORE");
+        let process = Running::spawn(name, &mut command, &subdir(dir.path(), name));
+        wait_for_port(grpc, Duration::from_secs(10), name);
+        (process, grpc)
+    };
+    let (first, first_port) = start("first");
+    let (_second, second_port) = start("second");
+    let log = first.log_once_it_says("connected to Redis", Duration::from_secs(10));
+    assert!(log.contains("REDIS_URL is set"), "{log}");
+    assert_eq!(check(first_port, "ada"), Some(0));
+    assert_eq!(
+        check(second_port, "ada"),
+        Some(2),
+        "the second replica sees the first one's hit"
+    );
+}
+
+#[test]
+fn an_explicit_store_or_backend_type_wins_over_redis_url() {
+    let dir = tempdir();
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
+    // Nothing listens there: a store that tried Redis would fail every call.
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    for (name, flags, backend) in [
+        ("flag", &["--store", "memory"][..], None),
+        ("backend", &[][..], Some("memory")),
+    ] {
+        let (mut command, (grpc, _, _)) = serve_command();
+        command
+            .arg("--config")
+            .arg(&config)
+            .args(flags)
+            .env("REDIS_URL", &nowhere)
+            .env_remove("FLOODGATE_STORE");
+        match backend {
+            Some(backend) => command.env("BACKEND_TYPE", backend),
+            None => command.env_remove("BACKEND_TYPE"),
+        };
+        let _server = Running::spawn(name, &mut command, &subdir(dir.path(), name));
+        wait_for_port(grpc, Duration::from_secs(10), name);
+        assert_eq!(check(grpc, "ada"), Some(0), "{name}");
+        assert_eq!(check(grpc, "ada"), Some(2), "{name}: counted in memory");
+    }
+
+    let (mut command, _) = serve_command();
+    let memcache = command
+        .arg("--config")
+        .arg(&config)
+        .env("BACKEND_TYPE", "memcache")
+        .env_remove("FLOODGATE_STORE")
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run floodgate: {error}"));
+    assert_eq!(memcache.status.code(), Some(64));
+    let said = String::from_utf8_lossy(&memcache.stderr);
+    assert!(said.contains("no Memcached store"), "{said}");
+}
