@@ -150,6 +150,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let hangup = reload::hangup_signal();
     let store =
         choose_store(args.store, door, |name| std::env::var(name).ok()).map_err(AppError::Usage)?;
+    crate::cmd::reference_env::warn_unsupported(|name| std::env::var(name).ok());
     let location = location(&args.config)?;
     let location_for_log = location.clone();
     let (rules, reloader) = reload::load_first(

@@ -59,6 +59,8 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
         .env("PORT", http.to_string())
         .env("DEBUG_HOST", "127.0.0.1")
         .env("DEBUG_PORT", debug.to_string())
+        .env("USE_STATSD", "true")
+        .env("REDIS_PERSECOND", "true")
         .env_remove("BACKEND_TYPE")
         .env_remove("FLOODGATE_STORE");
     let server = Running::spawn("ratelimit", &mut command, dir.path());
@@ -70,6 +72,11 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     );
     assert_eq!(check(grpc, "ada"), Some(0));
     assert_eq!(check(grpc, "ada"), Some(2), "the limit of 1 per hour");
+    // The reference's settings floodgate does not read are said, once each, not refused.
+    for variable in ["USE_STATSD", "REDIS_PERSECOND"] {
+        let said = format!("{variable} is set, but floodgate does not support it");
+        assert_eq!(log.matches(&said).count(), 1, "{variable}:\n{log}");
+    }
 }
 
 #[test]

@@ -6,3 +6,4 @@ mod deploy_dashboard;
 mod deploy_manifests;
 mod docs_links;
 mod layers;
+mod reference_env;

@@ -1,0 +1,192 @@
+//! Every environment variable envoyproxy/ratelimit reads (its `settings.go`), and what floodgate
+//! does with it: honoured (read as the reference does, or mapped onto a floodgate setting), or
+//! not supported — then said at start, once per variable that is set, so that none is silently
+//! ignored and none stops the process from starting. The migration guide's table is this one
+//! (`tests/repository/docs_links.rs` holds them to each other).
+
+/// What floodgate does with one of the reference's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// Read as the reference reads it (possibly through a floodgate flag of its own).
+    Honoured,
+    /// Not read; the text says what to use instead.
+    NotSupported(&'static str),
+}
+
+use Treatment::{Honoured, NotSupported};
+
+const STATSD: &str = "no statsd sink yet: Prometheus at /metrics on the debug port";
+const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
+const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
+const PER_SECOND: &str = "one Redis for every unit";
+const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
+const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself";
+
+/// The reference's variables, in the order of its `settings.go`.
+pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
+    ("HOST", Honoured),
+    ("PORT", Honoured),
+    ("DEBUG_HOST", Honoured),
+    ("DEBUG_PORT", Honoured),
+    ("GRPC_UDS", NotSupported("gRPC listens on TCP only (--grpc-addr)")),
+    ("GRPC_HOST", Honoured),
+    ("GRPC_PORT", Honoured),
+    ("GRPC_MAX_CONNECTION_AGE", NotSupported("connections live until idle (--idle-timeout-ms); to spread calls over instances, point Envoy at a headless Service")),
+    ("GRPC_MAX_CONNECTION_AGE_GRACE", NotSupported("see GRPC_MAX_CONNECTION_AGE; shutdown drains with --drain-seconds")),
+    ("GRPC_SERVER_USE_TLS", Honoured),
+    ("GRPC_SERVER_TLS_CERT", Honoured),
+    ("GRPC_SERVER_TLS_KEY", Honoured),
+    ("GRPC_CLIENT_TLS_CACERT", Honoured),
+    ("GRPC_CLIENT_TLS_SAN", NotSupported("client certificates are checked against GRPC_CLIENT_TLS_CACERT only")),
+    ("LOG_LEVEL", Honoured),
+    ("LOG_FORMAT", Honoured),
+    ("CONFIG_TYPE", NotSupported(XDS)),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", NotSupported("floodgate starts on an empty configuration and warns; a broken one stops the start")),
+    ("CONFIG_GRPC_XDS_NODE_ID", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_SERVER_URL", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", NotSupported(XDS)),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", NotSupported(XDS)),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", NotSupported(XDS)),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", NotSupported(XDS)),
+    ("XDS_CLIENT_BACKOFF_JITTER", NotSupported(XDS)),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", NotSupported(XDS)),
+    ("USE_DOG_STATSD", NotSupported(STATSD)),
+    ("USE_DOG_STATSD_MOGRIFIERS", NotSupported(STATSD)),
+    ("USE_STATSD", NotSupported(STATSD)),
+    ("STATSD_HOST", NotSupported(STATSD)),
+    ("STATSD_PORT", NotSupported(STATSD)),
+    ("EXTRA_TAGS", NotSupported(STATSD)),
+    ("STATS_FLUSH_INTERVAL", NotSupported(STATSD)),
+    ("DISABLE_STATS", NotSupported("metrics cost nothing until scraped; do not scrape /metrics")),
+    ("USE_PROMETHEUS", NotSupported("Prometheus is always on, at /metrics on the debug port (floodgate's own names)")),
+    ("PROMETHEUS_ADDR", NotSupported("/metrics is on the debug port: --metrics-addr or DEBUG_HOST/DEBUG_PORT")),
+    ("PROMETHEUS_PATH", NotSupported("the path is /metrics")),
+    ("PROMETHEUS_MAPPER_YAML", NotSupported("floodgate exports its own metric names, no statsd mapping")),
+    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", NotSupported("latencies are in seconds, as Prometheus recommends")),
+    ("RUNTIME_ROOT", Honoured),
+    ("RUNTIME_SUBDIRECTORY", Honoured),
+    ("RUNTIME_APPDIRECTORY", Honoured),
+    ("RUNTIME_IGNOREDOTFILES", Honoured),
+    ("RUNTIME_WATCH_ROOT", Honoured),
+    ("EXPIRATION_JITTER_MAX_SECONDS", NotSupported("each key expires when its state stops meaning anything")),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupported("no local cache of over-limit keys: one Redis call per decision")),
+    ("NEAR_LIMIT_RATIO", Honoured),
+    ("CACHE_KEY_PREFIX", NotSupported("floodgate's keys have their own layout; --redis-prefix sets their prefix")),
+    ("BACKEND_TYPE", Honoured),
+    ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", NotSupported("a rejected request charges nothing already (all or nothing)")),
+    ("LIMIT_RESPONSE_HEADERS_ENABLED", Honoured),
+    ("LIMIT_LIMIT_HEADER", NotSupported("header names are fixed by --response-headers")),
+    ("LIMIT_REMAINING_HEADER", NotSupported("header names are fixed by --response-headers")),
+    ("LIMIT_RESET_HEADER", NotSupported("header names are fixed by --response-headers")),
+    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", NotSupported("health is SERVING once the first configuration loaded")),
+    ("REDIS_SOCKET_TYPE", NotSupported("the form of REDIS_URL says it: a path is a Unix socket, host:port is TCP")),
+    ("REDIS_TYPE", Honoured),
+    ("REDIS_URL", Honoured),
+    ("REDIS_POOL_SIZE", Honoured),
+    ("REDIS_AUTH", Honoured),
+    ("REDIS_TLS", Honoured),
+    ("REDIS_TLS_CLIENT_CERT", Honoured),
+    ("REDIS_TLS_CLIENT_KEY", Honoured),
+    ("REDIS_TLS_CACERT", Honoured),
+    ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Honoured),
+    ("REDIS_PIPELINE_WINDOW", NotSupported(POOL)),
+    ("REDIS_PIPELINE_LIMIT", NotSupported(POOL)),
+    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", NotSupported(POOL)),
+    ("REDIS_PERSECOND", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_SOCKET_TYPE", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_TYPE", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_URL", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_POOL_SIZE", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_AUTH", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_TLS", NotSupported(PER_SECOND)),
+    ("REDIS_SENTINEL_AUTH", Honoured),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", NotSupported(PER_SECOND)),
+    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", NotSupported("the Redis store's health follows its connection always")),
+    ("REDIS_TIMEOUT", NotSupported("--redis-timeout-ms (FLOODGATE_REDIS_TIMEOUT_MS), in milliseconds")),
+    ("REDIS_PERSECOND_TIMEOUT", NotSupported(PER_SECOND)),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", NotSupported(PER_SECOND)),
+    ("REDIS_STARTUP_INITIAL_INTERVAL", NotSupported("the first connection is tried within --redis-connect-timeout-ms, then the failure policy answers")),
+    ("REDIS_STARTUP_MAX_INTERVAL", NotSupported("see REDIS_STARTUP_INITIAL_INTERVAL")),
+    ("REDIS_STARTUP_MAX_ELAPSED_TIME", NotSupported("see REDIS_STARTUP_INITIAL_INTERVAL")),
+    ("MEMCACHE_HOST_PORT", NotSupported(MEMCACHE)),
+    ("MEMCACHE_MAX_IDLE_CONNS", NotSupported(MEMCACHE)),
+    ("MEMCACHE_SRV", NotSupported(MEMCACHE)),
+    ("MEMCACHE_SRV_REFRESH", NotSupported(MEMCACHE)),
+    ("MEMCACHE_TLS", NotSupported(MEMCACHE)),
+    ("MEMCACHE_TLS_CLIENT_CERT", NotSupported(MEMCACHE)),
+    ("MEMCACHE_TLS_CLIENT_KEY", NotSupported(MEMCACHE)),
+    ("MEMCACHE_TLS_CACERT", NotSupported(MEMCACHE)),
+    ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", NotSupported(MEMCACHE)),
+    ("SHADOW_MODE", Honoured),
+    ("QUOTA_MODE", Honoured),
+    ("RESPONSE_DYNAMIC_METADATA", NotSupported("dynamic metadata is not returned yet")),
+    ("MERGE_DOMAIN_CONFIG", Honoured),
+    ("TRACING_ENABLED", NotSupported(TRACING)),
+    ("TRACING_SERVICE_NAME", NotSupported(TRACING)),
+    ("TRACING_SERVICE_NAMESPACE", NotSupported(TRACING)),
+    ("TRACING_SERVICE_INSTANCE_ID", NotSupported(TRACING)),
+    ("TRACING_EXPORTER_PROTOCOL", NotSupported(TRACING)),
+    ("TRACING_SAMPLING_RATE", NotSupported("OTEL_TRACES_SAMPLER_ARG")),
+    ("USE_CALENDAR_MONTH_RATE_LIMIT", NotSupported("a MONTH is 30 days")),
+];
+
+/// The reference's variables set (non-empty) in the environment that floodgate does not read,
+/// each with what to use instead.
+pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
+    REFERENCE_VARIABLES
+        .iter()
+        .filter_map(|(name, treatment)| match treatment {
+            NotSupported(instead) => env(name)
+                .filter(|value| !value.trim().is_empty())
+                .map(|_| (*name, *instead)),
+            Honoured => None,
+        })
+        .collect()
+}
+
+/// Says at start, once each, which of the reference's variables set here floodgate ignores.
+pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
+    for (name, instead) in unsupported_in(env) {
+        tracing::warn!(
+            variable = name,
+            "{name} is set, but floodgate does not support it (envoyproxy/ratelimit's setting; \
+             ignored): {instead}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_variable_is_listed_once() {
+        let mut names: Vec<&str> = REFERENCE_VARIABLES.iter().map(|(name, _)| *name).collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a variable is listed twice");
+    }
+
+    #[test]
+    fn only_set_unsupported_variables_are_reported() {
+        let env = |name: &str| match name {
+            "USE_STATSD" => Some("true".to_owned()),
+            "REDIS_URL" => Some("redis:6379".to_owned()),
+            "LOCAL_CACHE_SIZE_IN_BYTES" => Some(String::new()),
+            _ => None,
+        };
+        assert_eq!(unsupported_in(env), [("USE_STATSD", STATSD)]);
+    }
+}

@@ -1,0 +1,77 @@
+//! The table of envoyproxy/ratelimit's environment variables (`floodgate::cmd::reference_env`)
+//! says the truth: the migration guide lists the same variables with the same treatment, and a
+//! variable called honoured is read somewhere in floodgate's source.
+
+use std::path::{Path, PathBuf};
+
+use floodgate::cmd::reference_env::{Treatment, REFERENCE_VARIABLES};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn sources(dir: &Path, texts: &mut Vec<(PathBuf, String)>) {
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, texts);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            texts.push((path, text));
+        }
+    }
+}
+
+#[test]
+fn the_migration_guide_lists_every_variable_as_the_code_treats_it() {
+    let guide = root().join("docs/migrating-from-envoy-ratelimit.md");
+    let text = std::fs::read_to_string(&guide)
+        .unwrap_or_else(|error| panic!("{}: {error}", guide.display()));
+    let mut problems = Vec::new();
+    for (name, treatment) in REFERENCE_VARIABLES {
+        let row = text
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{name}` |")));
+        let expected = match treatment {
+            Treatment::Honoured => "| honoured |",
+            Treatment::NotSupported(_) => "| not supported (logged at start) |",
+        };
+        match row {
+            Some(row) if row.contains(expected) => {}
+            Some(row) => problems.push(format!(
+                "{name}: the guide says {row:?}, the code {expected}"
+            )),
+            None => problems.push(format!("{name}: missing from the guide's table")),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/migrating-from-envoy-ratelimit.md (\"Every variable of the reference\") and \
+         src/cmd/reference_env.rs disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn a_variable_called_honoured_is_read_by_the_source() {
+    let mut texts = Vec::new();
+    sources(&root().join("src"), &mut texts);
+    let unread: Vec<&str> = REFERENCE_VARIABLES
+        .iter()
+        .filter(|(_, treatment)| *treatment == Treatment::Honoured)
+        .map(|(name, _)| *name)
+        .filter(|name| {
+            let quoted = format!("\"{name}\"");
+            !texts
+                .iter()
+                .any(|(path, text)| !path.ends_with("reference_env.rs") && text.contains(&quoted))
+        })
+        .collect();
+    assert!(
+        unread.is_empty(),
+        "called honoured in src/cmd/reference_env.rs, but nothing in src/ reads {unread:?}"
+    );
+}
