@@ -16,14 +16,44 @@
 use super::response::{Code, DescriptorStatus};
 use super::time::ceil_seconds;
 
+/// The names of the three headers of [`HeaderMode::RateLimit`]: envoyproxy/ratelimit's, or the
+/// ones its `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainHeaderNames {
+    pub limit: &'static str,
+    pub remaining: &'static str,
+    pub reset: &'static str,
+}
+
+impl PlainHeaderNames {
+    /// envoyproxy/ratelimit's defaults.
+    pub const REFERENCE: PlainHeaderNames = PlainHeaderNames {
+        limit: "RateLimit-Limit",
+        remaining: "RateLimit-Remaining",
+        reset: "RateLimit-Reset",
+    };
+    /// The first three of Envoy's DRAFT_VERSION_03 headers.
+    const DRAFT03: PlainHeaderNames = PlainHeaderNames {
+        limit: "X-RateLimit-Limit",
+        remaining: "X-RateLimit-Remaining",
+        reset: "X-RateLimit-Reset",
+    };
+}
+
+impl Default for PlainHeaderNames {
+    fn default() -> Self {
+        PlainHeaderNames::REFERENCE
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HeaderMode {
     /// No headers (envoyproxy/ratelimit's default; Envoy can compute its own).
     #[default]
     None,
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, as envoyproxy/ratelimit's
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED`.
-    RateLimit,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (or the names given), as
+    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    RateLimit(PlainHeaderNames),
     /// `X-RateLimit-Limit/-Remaining/-Reset` in draft-03 form, as Envoy's DRAFT_VERSION_03.
     Draft03,
     /// The IETF httpapi draft (-08 and later): `RateLimit-Policy` and `RateLimit`.
@@ -34,7 +64,7 @@ impl HeaderMode {
     pub fn parse(text: &str) -> Option<HeaderMode> {
         match text.to_ascii_lowercase().as_str() {
             "none" => Some(HeaderMode::None),
-            "ratelimit" => Some(HeaderMode::RateLimit),
+            "ratelimit" => Some(HeaderMode::RateLimit(PlainHeaderNames::REFERENCE)),
             "draft03" => Some(HeaderMode::Draft03),
             "ietf" => Some(HeaderMode::Ietf),
             _ => None,
@@ -56,7 +86,7 @@ pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<
     };
     let mut headers = match mode {
         HeaderMode::None => Vec::new(),
-        HeaderMode::RateLimit => plain_headers("RateLimit", driving),
+        HeaderMode::RateLimit(names) => plain_headers(names, driving),
         HeaderMode::Draft03 => draft03_headers(driving, &visible),
         HeaderMode::Ietf => ietf_headers(driving, &visible),
     };
@@ -156,17 +186,14 @@ fn window_of(status: &DescriptorStatus) -> u64 {
         .map_or(0, |limit| limit.window_seconds())
 }
 
-fn plain_headers(prefix: &str, driving: &DescriptorStatus) -> Vec<(String, String)> {
+fn plain_headers(names: PlainHeaderNames, driving: &DescriptorStatus) -> Vec<(String, String)> {
     vec![
-        (format!("{prefix}-Limit"), limit_of(driving).to_string()),
+        (names.limit.to_owned(), limit_of(driving).to_string()),
         (
-            format!("{prefix}-Remaining"),
+            names.remaining.to_owned(),
             driving.limit_remaining.to_string(),
         ),
-        (
-            format!("{prefix}-Reset"),
-            reset_seconds(driving).to_string(),
-        ),
+        (names.reset.to_owned(), reset_seconds(driving).to_string()),
     ]
 }
 
@@ -185,7 +212,7 @@ fn draft03_headers(
             limit.push_str(&format!(";name={}", sf_string(name)));
         }
     }
-    let mut headers = plain_headers("X-RateLimit", driving);
+    let mut headers = plain_headers(PlainHeaderNames::DRAFT03, driving);
     if let Some(first) = headers.first_mut() {
         first.1 = limit;
     }
@@ -287,7 +314,10 @@ mod tests {
             status(10, Unit::Minute, 7, 41_100, Code::Ok),
             status(20, Unit::Minute, 1, 52_000, Code::Ok),
         ];
-        let headers = response_headers(HeaderMode::RateLimit, &statuses);
+        let headers = response_headers(
+            HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
+            &statuses,
+        );
         assert_eq!(header(&headers, "RateLimit-Limit"), Some("20"));
         assert_eq!(header(&headers, "RateLimit-Remaining"), Some("1"));
         assert_eq!(header(&headers, "RateLimit-Reset"), Some("52"));
@@ -330,7 +360,11 @@ mod tests {
         assert!(response_headers(HeaderMode::Ietf, &[]).is_empty());
         let mut shadowed = status(5, Unit::Second, 0, 1_000, Code::Ok);
         shadowed.shadowed = true;
-        assert!(response_headers(HeaderMode::RateLimit, &[shadowed]).is_empty());
+        assert!(response_headers(
+            HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
+            &[shadowed]
+        )
+        .is_empty());
     }
 
     #[test]
@@ -344,7 +378,7 @@ mod tests {
         let quick = [status(1, Unit::Second, 0, 0, Code::OverLimit)];
         assert_eq!(
             header(
-                &response_headers(HeaderMode::RateLimit, &quick),
+                &response_headers(HeaderMode::RateLimit(PlainHeaderNames::REFERENCE), &quick),
                 "Retry-After"
             ),
             Some("1")

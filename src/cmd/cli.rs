@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::core::algorithm::Algorithm;
 use crate::core::config::{LoadOptions, DEFAULT_MAX_RULES};
 use crate::core::failure::FailurePolicy;
-use crate::core::headers::HeaderMode;
+use crate::core::headers::{HeaderMode, PlainHeaderNames};
 use crate::core::overload::OverloadAnswer;
 use crate::server::DenyStatus;
 
@@ -113,7 +113,7 @@ impl From<HeaderModeArg> for HeaderMode {
     fn from(arg: HeaderModeArg) -> Self {
         match arg {
             HeaderModeArg::None => HeaderMode::None,
-            HeaderModeArg::Ratelimit => HeaderMode::RateLimit,
+            HeaderModeArg::Ratelimit => HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
             HeaderModeArg::Draft03 => HeaderMode::Draft03,
             HeaderModeArg::Ietf => HeaderMode::Ietf,
         }

@@ -4,6 +4,9 @@
 //! ignored and none stops the process from starting. The migration guide's table is this one
 //! (`tests/repository/docs_links.rs` holds them to each other).
 
+use crate::cmd::config_location::parse_bool;
+use crate::core::headers::{HeaderMode, PlainHeaderNames};
+
 /// What floodgate does with one of the reference's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Treatment {
@@ -82,9 +85,9 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("BACKEND_TYPE", Honoured),
     ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", NotSupported("a rejected request charges nothing already (all or nothing)")),
     ("LIMIT_RESPONSE_HEADERS_ENABLED", Honoured),
-    ("LIMIT_LIMIT_HEADER", NotSupported("header names are fixed by --response-headers")),
-    ("LIMIT_REMAINING_HEADER", NotSupported("header names are fixed by --response-headers")),
-    ("LIMIT_RESET_HEADER", NotSupported("header names are fixed by --response-headers")),
+    ("LIMIT_LIMIT_HEADER", Honoured),
+    ("LIMIT_REMAINING_HEADER", Honoured),
+    ("LIMIT_RESET_HEADER", Honoured),
     ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", NotSupported("health is SERVING once the first configuration loaded")),
     ("REDIS_SOCKET_TYPE", NotSupported("the form of REDIS_URL says it: a path is a Unix socket, host:port is TCP")),
     ("REDIS_TYPE", Honoured),
@@ -141,6 +144,49 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("USE_CALENDAR_MONTH_RATE_LIMIT", NotSupported("a MONTH is 30 days")),
 ];
 
+/// The response headers: `--response-headers` (`flag`), else the reference's
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` with the names its `LIMIT_*_HEADER` variables give, else none.
+pub fn header_mode(
+    flag: Option<HeaderMode>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<HeaderMode, String> {
+    if let Some(mode) = flag {
+        return Ok(mode);
+    }
+    if !env("LIMIT_RESPONSE_HEADERS_ENABLED").is_some_and(|value| parse_bool(&value)) {
+        return Ok(HeaderMode::None);
+    }
+    let reference = PlainHeaderNames::REFERENCE;
+    Ok(HeaderMode::RateLimit(PlainHeaderNames {
+        limit: header_name(&env, "LIMIT_LIMIT_HEADER", reference.limit)?,
+        remaining: header_name(&env, "LIMIT_REMAINING_HEADER", reference.remaining)?,
+        reset: header_name(&env, "LIMIT_RESET_HEADER", reference.reset)?,
+    }))
+}
+
+/// The header name `variable` gives, or `default`. A name given is kept for the life of the
+/// process (leaked once at start: the headers of every answer use it).
+fn header_name(
+    env: &impl Fn(&str) -> Option<String>,
+    variable: &str,
+    default: &'static str,
+) -> Result<&'static str, String> {
+    let Some(name) = env(variable).map(|name| name.trim().to_owned()) else {
+        return Ok(default);
+    };
+    if name.is_empty() {
+        return Ok(default);
+    }
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if !name.chars().all(token) {
+        return Err(format!(
+            "{variable}={name:?} is not an HTTP header name: use letters, digits and - \
+             (e.g. RateLimit-Limit)"
+        ));
+    }
+    Ok(Box::leak(name.into_boxed_str()))
+}
+
 /// The reference's variables set (non-empty) in the environment that floodgate does not read,
 /// each with what to use instead.
 pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
@@ -177,6 +223,34 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count, "a variable is listed twice");
+    }
+
+    #[test]
+    fn the_reference_header_names_are_its_variables_or_its_defaults() {
+        let env = |name: &str| match name {
+            "LIMIT_RESPONSE_HEADERS_ENABLED" => Some("true".to_owned()),
+            "LIMIT_REMAINING_HEADER" => Some("X-Left".to_owned()),
+            _ => None,
+        };
+        let mode = header_mode(None, env);
+        let expected = PlainHeaderNames {
+            remaining: "X-Left",
+            ..PlainHeaderNames::REFERENCE
+        };
+        assert_eq!(mode, Ok(HeaderMode::RateLimit(expected)));
+        assert_eq!(
+            header_mode(Some(HeaderMode::Ietf), env),
+            Ok(HeaderMode::Ietf)
+        );
+        assert_eq!(header_mode(None, |_| None), Ok(HeaderMode::None));
+        let bad = |name: &str| match name {
+            "LIMIT_RESPONSE_HEADERS_ENABLED" => Some("1".to_owned()),
+            "LIMIT_RESET_HEADER" => Some("Reset: now".to_owned()),
+            _ => None,
+        };
+        assert!(
+            matches!(header_mode(None, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
-use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
+use crate::cmd::config_location::{location, NoConfiguration};
 use crate::cmd::front_door::{choose_store, FrontDoor};
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
@@ -177,13 +177,11 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let reload_status = Arc::clone(reloader.status());
     let grpc_tls = grpc_tls(&args.grpc_tls)?;
     crate::telemetry::metrics::reload_succeeded(rules.rule_count());
-    let header_mode = match args.response_headers {
-        Some(mode) => mode.into(),
-        None if std::env::var("LIMIT_RESPONSE_HEADERS_ENABLED").is_ok_and(|v| parse_bool(&v)) => {
-            HeaderMode::RateLimit
-        }
-        None => HeaderMode::None,
-    };
+    let header_mode = crate::cmd::reference_env::header_mode(
+        args.response_headers.map(HeaderMode::from),
+        |name| std::env::var(name).ok(),
+    )
+    .map_err(AppError::Usage)?;
     let settings = LimiterSettings {
         bounds: RequestBounds {
             max_descriptors: args.max_descriptors,

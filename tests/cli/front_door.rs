@@ -149,3 +149,33 @@ fn an_explicit_store_or_backend_type_wins_over_redis_url() {
     let said = String::from_utf8_lossy(&memcache.stderr);
     assert!(said.contains("no Memcached store"), "{said}");
 }
+
+#[test]
+fn the_reference_header_switch_uses_the_header_names_its_variables_give() {
+    let dir = tempdir();
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
+    let (mut command, (grpc, _, _)) = serve_command();
+    command
+        .arg("--config")
+        .arg(&config)
+        .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        .env("LIMIT_REMAINING_HEADER", "X-Left")
+        .env_remove("REDIS_URL")
+        .env_remove("BACKEND_TYPE")
+        .env_remove("FLOODGATE_STORE");
+    let _server = Running::spawn("floodgate", &mut command, dir.path());
+    wait_for_port(grpc, Duration::from_secs(10), "floodgate");
+    let answer = Command::new(floodgate_bin())
+        .args(["check", "--addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--domain", "edge", "client=ada"])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"));
+    let said = String::from_utf8_lossy(&answer.stdout);
+    assert!(
+        said.contains("header RateLimit-Limit: 1")
+            && said.contains("header X-Left: 0")
+            && said.contains("header RateLimit-Reset: "),
+        "{said}"
+    );
+}

@@ -65,9 +65,12 @@ fn a_variable_called_honoured_is_read_by_the_source() {
         .map(|(name, _)| *name)
         .filter(|name| {
             let quoted = format!("\"{name}\"");
-            !texts
-                .iter()
-                .any(|(path, text)| !path.ends_with("reference_env.rs") && text.contains(&quoted))
+            !texts.iter().any(|(path, text)| {
+                // The program's code, not its tests; the table itself names every variable once.
+                let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+                let in_table = usize::from(path.ends_with("cmd/reference_env.rs"));
+                code.matches(&quoted).count() > in_table
+            })
         })
         .collect();
     assert!(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::headers::HeaderMode;
+use floodgate::core::headers::{HeaderMode, PlainHeaderNames};
 use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::engine::shutdown;
@@ -353,7 +353,7 @@ async fn leaky_bucket_admits_burst_plus_one_then_the_rate() {
 #[tokio::test]
 async fn headers_and_global_shadow_mode() {
     let settings = LimiterSettings {
-        header_mode: HeaderMode::RateLimit,
+        header_mode: HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
         global_shadow: true,
         ..LimiterSettings::default()
     };

@@ -219,6 +219,7 @@ fn lossy(value: &HeaderValue) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::headers::PlainHeaderNames;
     use crate::core::overload::{OverloadAnswer, OVERLOADED_HEADER};
     use crate::core::response::{CurrentLimit, DescriptorStatus};
     use crate::core::unit::Unit;
@@ -266,7 +267,10 @@ mod tests {
 
     #[test]
     fn configured_headers_come_first_and_no_name_twice() {
-        let headers = check_headers(&decision(Code::OverLimit, HeaderMode::RateLimit));
+        let headers = check_headers(&decision(
+            Code::OverLimit,
+            HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
+        ));
         assert_eq!(
             names(&headers),
             [
