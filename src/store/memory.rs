@@ -473,24 +473,42 @@ mod tests {
 
     /// `count` keys starting with `prefix` whose counters all live in one shard.
     fn keys_in_one_shard(store: &MemoryStore, prefix: &str, count: usize) -> Vec<String> {
+        keys_in_one_shard_where(store, prefix, count, |_| true)
+    }
+
+    /// `count` keys starting with `prefix` whose counters all live in one shard `wanted` accepts.
+    fn keys_in_one_shard_where(
+        store: &MemoryStore,
+        prefix: &str,
+        count: usize,
+        wanted: impl Fn(usize) -> bool,
+    ) -> Vec<String> {
         let mut by_shard: Vec<Vec<String>> = vec![Vec::new(); SHARDS];
-        for index in 0.. {
+        for index in 0..SEARCH_LIMIT {
             let key = format!("{prefix}{index}");
-            let group = &mut by_shard[shard_of_key(store, &key)];
+            let shard = shard_of_key(store, &key);
+            if !wanted(shard) {
+                continue;
+            }
+            let group = &mut by_shard[shard];
             group.push(key);
             if group.len() == count {
                 return std::mem::take(group);
             }
         }
-        unreachable!("the loop returns")
+        panic!("no {count} keys {prefix}… in one wanted shard among {SEARCH_LIMIT}")
     }
+
+    /// How many keys a search tries before it gives up (the hash keys are random: a search
+    /// that could never succeed must fail, not hang).
+    const SEARCH_LIMIT: usize = 1_000_000;
 
     /// A key starting with `prefix` in a shard `wanted` accepts.
     fn key_where(store: &MemoryStore, prefix: &str, wanted: impl Fn(usize) -> bool) -> String {
-        (0..)
+        (0..SEARCH_LIMIT)
             .map(|index| format!("{prefix}{index}"))
             .find(|key| wanted(shard_of_key(store, key)))
-            .unwrap_or_default()
+            .unwrap_or_else(|| panic!("no key {prefix}… in a wanted shard among {SEARCH_LIMIT}"))
     }
 
     #[test]
@@ -661,7 +679,16 @@ mod tests {
         // The other shard above the request's (locked in order) and below it (tried).
         for other_is_higher in [true, false] {
             let (store, _) = store(2);
-            let pair = keys_in_one_shard(&store, if other_is_higher { "h" } else { "l" }, 2);
+            // A shard with another above it (or below it): the hash keys are random.
+            let has_other = |shard: usize| {
+                if other_is_higher {
+                    shard + 1 < SHARDS
+                } else {
+                    shard > 0
+                }
+            };
+            let prefix = if other_is_higher { "h" } else { "l" };
+            let pair = keys_in_one_shard_where(&store, prefix, 2, has_other);
             let own = shard_of_key(&store, &pair[0]);
             let roomy = key_where(&store, "r", |shard| {
                 shard != own && (shard > own) == other_is_higher
