@@ -114,7 +114,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("REDIS_PERSECOND_PIPELINE_WINDOW", NotSupported(PER_SECOND)),
     ("REDIS_PERSECOND_PIPELINE_LIMIT", NotSupported(PER_SECOND)),
     ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", NotSupported(PER_SECOND)),
-    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", NotSupported("the Redis store's health follows its connection always")),
+    ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Honoured),
     ("REDIS_TIMEOUT", NotSupported("--redis-timeout-ms (FLOODGATE_REDIS_TIMEOUT_MS), in milliseconds")),
     ("REDIS_PERSECOND_TIMEOUT", NotSupported(PER_SECOND)),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
-use crate::cmd::config_location::{location, NoConfiguration};
+use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
 use crate::cmd::front_door::{choose_store, FrontDoor};
+use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
 use crate::core::request::RequestBounds;
@@ -241,6 +242,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             default_deadline: args.connections.grpc_default_deadline(),
         },
         connections: connection_limits(&args, admin.is_some()),
+        store_gate: store_gate(args.redis_failure_policy, |name| std::env::var(name).ok()),
     };
 
     let serving = Serving {
@@ -442,6 +444,18 @@ fn connection_limits(
 }
 
 /// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
+/// Whether an unreachable store takes the instance out of rotation: under the failure policy
+/// `error` every call fails, so yes; under the others the policy answers, so not, unless the
+/// reference's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` asks for it.
+fn store_gate(policy: FailurePolicy, env: impl Fn(&str) -> Option<String>) -> health::StoreGate {
+    let asked = env("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_some_and(|value| parse_bool(&value));
+    if asked || !policy.answers_without_store() {
+        health::StoreGate::NotServing
+    } else {
+        health::StoreGate::KeepServing
+    }
+}
+
 fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let files = tls::files_from_settings(

@@ -6,7 +6,7 @@
 //! envoyproxy/ratelimit (grpc-go's default): it is the liveness answer, so a store outage or a
 //! drain takes an instance out of rotation (`ratelimit`) without getting it restarted.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,20 +137,47 @@ pub async fn mirror_to_grpc(health: Health, reporter: HealthReporter, shutdown: 
     }
 }
 
+/// What an unreachable store does to health.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreGate {
+    /// NOT_SERVING while the store is unreachable: calls fail (failure policy `error`, or the
+    /// reference's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+    #[default]
+    NotServing,
+    /// SERVING: the failure policy answers calls meanwhile; `floodgate_store_up` says the store
+    /// is down.
+    KeepServing,
+}
+
 /// Asks the store whether it is reachable every second until shutdown; logs each change.
-pub async fn poll_store<S: Store>(limiter: Arc<Limiter<S>>, health: Health, shutdown: Shutdown) {
+pub async fn poll_store<S: Store>(
+    limiter: Arc<Limiter<S>>,
+    health: Health,
+    gate: StoreGate,
+    shutdown: Shutdown,
+) {
+    // The last reading: 0 none yet, 1 reachable, 2 unreachable (logged on each change).
+    let last = AtomicU8::new(0);
     crate::engine::shutdown::every(STORE_POLL_INTERVAL, shutdown, || async {
         let store = limiter.store();
         let ready = tokio::time::timeout(STORE_READY_TIMEOUT, store.ready())
             .await
             .unwrap_or(false);
-        if health.set_store_ready(ready) {
-            crate::telemetry::metrics::store_state(store.backend(), ready);
-            if ready {
-                tracing::info!(store = store.backend(), "store reachable: serving");
-            } else {
+        health.set_store_ready(ready || gate == StoreGate::KeepServing);
+        let reading = if ready { 1 } else { 2 };
+        if last.swap(reading, Ordering::Relaxed) == reading {
+            return;
+        }
+        crate::telemetry::metrics::store_state(store.backend(), ready);
+        match (ready, gate) {
+            (true, _) => tracing::info!(store = store.backend(), "store reachable"),
+            (false, StoreGate::NotServing) => {
                 tracing::error!(store = store.backend(), "store unreachable: not serving");
             }
+            (false, StoreGate::KeepServing) => tracing::error!(
+                store = store.backend(),
+                "store unreachable: still serving, the failure policy answers calls"
+            ),
         }
     })
     .await;

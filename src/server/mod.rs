@@ -58,6 +58,8 @@ pub struct Operations {
     pub admission: admission::AdmissionSettings,
     /// How many connections each listener holds and how long each may take.
     pub connections: ConnectionLimits,
+    /// Whether an unreachable store turns health NOT_SERVING (`health::StoreGate`).
+    pub store_gate: health::StoreGate,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -94,6 +96,7 @@ pub async fn serve_with<S: Store>(
     tokio::spawn(health::poll_store(
         Arc::clone(&limiter),
         operations.health.clone(),
+        operations.store_gate,
         shutdown.clone(),
     ));
     let (reflection_v1, reflection_v1alpha) = reflection_services()?;

@@ -8,6 +8,7 @@ mod redis_concurrency;
 mod redis_connection;
 mod redis_differential;
 mod redis_failure_policy_config;
+mod redis_health;
 mod redis_pool;
 mod redis_processes;
 mod redis_scripts;

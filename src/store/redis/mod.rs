@@ -576,7 +576,18 @@ impl Store for RedisStore {
     fn backend(&self) -> &'static str {
         BACKEND
     }
+
+    /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's
+    /// own bound, whichever comes first).
+    async fn ready(&self) -> bool {
+        self.command::<String>(&redis::cmd("PING"), READY_DEADLINE)
+            .await
+            .is_ok()
+    }
 }
+
+/// The deadline of the readiness `PING` (raised to `--redis-timeout-ms` if that is longer).
+const READY_DEADLINE: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {
