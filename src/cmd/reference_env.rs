@@ -88,7 +88,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("LIMIT_LIMIT_HEADER", Honoured),
     ("LIMIT_REMAINING_HEADER", Honoured),
     ("LIMIT_RESET_HEADER", Honoured),
-    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", NotSupported("health is SERVING once the first configuration loaded")),
+    ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Honoured),
     ("REDIS_SOCKET_TYPE", NotSupported("the form of REDIS_URL says it: a path is a Unix socket, host:port is TCP")),
     ("REDIS_TYPE", Honoured),
     ("REDIS_URL", Honoured),

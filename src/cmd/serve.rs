@@ -222,7 +222,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let (signal_trigger, signalled) = shutdown::channel();
     tokio::spawn(stop_signals.fire_on_signal(signal_trigger));
     let health = Health::not_ready();
-    health.set_config_loaded();
+    let config_gate = ConfigGate::from_env(|name| std::env::var(name).ok());
+    config_gate.apply(&health, &rules);
     tokio::spawn(health::drain_then_stop(
         signalled,
         health.clone(),
@@ -256,6 +257,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         admin,
         shared_overrides: None,
         hangup,
+        config_gate,
     };
     tracing::info!(store = ?store.kind, "store chosen by {}", store.reason);
     match store.kind {
@@ -336,6 +338,28 @@ struct Serving {
     shared_overrides: Option<Arc<SharedOverrides>>,
     /// SIGHUP, listened for since the start.
     hangup: reload::Hangup,
+    /// What a reloaded rule set does to health.
+    config_gate: ConfigGate,
+}
+
+/// Whether health needs rules with a domain: the reference's
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` (without it, any configuration that loaded will do).
+#[derive(Debug, Clone, Copy)]
+struct ConfigGate {
+    needs_a_domain: bool,
+}
+
+impl ConfigGate {
+    fn from_env(env: impl Fn(&str) -> Option<String>) -> Self {
+        Self {
+            needs_a_domain: env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+                .is_some_and(|value| parse_bool(&value)),
+        }
+    }
+
+    fn apply(self, health: &Health, rules: &RuleSet) {
+        health.set_config_usable(!self.needs_a_domain || rules.domains().next().is_some());
+    }
 }
 
 /// The admin listener and its token, ready before the store is chosen.
@@ -351,7 +375,14 @@ async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
     reloader: ConfigReloader,
     serving: Serving,
 ) -> Result<(), AppError> {
-    start_reloading(&limiter, reloader, serving.hangup, &serving.shutdown);
+    start_reloading(
+        &limiter,
+        reloader,
+        serving.hangup,
+        &serving.shutdown,
+        serving.operations.health.clone(),
+        serving.config_gate,
+    );
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
@@ -418,11 +449,16 @@ fn start_reloading<S: Store>(
     reloader: ConfigReloader,
     hangup: reload::Hangup,
     shutdown: &shutdown::Shutdown,
+    health: Health,
+    config_gate: ConfigGate,
 ) {
     let live = Arc::clone(limiter);
     tokio::spawn(reload::run(
         reloader,
-        move |rules| Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>,
+        move |rules| {
+            config_gate.apply(&health, &rules);
+            Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>
+        },
         hangup,
         shutdown.clone(),
     ));

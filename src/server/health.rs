@@ -83,6 +83,12 @@ impl Health {
         self.set(&self.inner.config_loaded, true);
     }
 
+    /// Whether the configuration in force counts as loaded: with the reference's
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, only one with a domain does.
+    pub fn set_config_usable(&self, usable: bool) {
+        self.set(&self.inner.config_loaded, usable);
+    }
+
     /// Returns whether this changed the store's state.
     pub fn set_store_ready(&self, ready: bool) -> bool {
         self.set(&self.inner.store_ready, ready)

@@ -179,3 +179,47 @@ fn the_reference_header_switch_uses_the_header_names_its_variables_give() {
         "{said}"
     );
 }
+
+#[test]
+fn with_the_reference_switch_health_waits_for_a_configuration_with_a_domain() {
+    let dir = tempdir();
+    let rules = subdir(dir.path(), "rules");
+    let start = |name: &str, switch: Option<&str>| {
+        let (mut command, (_, http, _)) = serve_command();
+        command
+            .arg("--config")
+            .arg(&rules)
+            .env_remove("REDIS_URL")
+            .env_remove("BACKEND_TYPE")
+            .env_remove("FLOODGATE_STORE");
+        match switch {
+            Some(value) => command.env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", value),
+            None => command.env_remove("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
+        };
+        let process = Running::spawn(name, &mut command, &subdir(dir.path(), name));
+        wait_for_port(http, Duration::from_secs(10), name);
+        (process, http)
+    };
+    let status = |port: u16| {
+        floodgate_testkit::http::get(port, "/healthcheck", &[]).map_or(0, |answer| answer.status)
+    };
+    let (_plain, plain_port) = start("plain", None);
+    let (_waiting, waiting_port) = start("waiting", Some("true"));
+    assert_eq!(
+        status(plain_port),
+        200,
+        "an empty configuration is still loaded"
+    );
+    assert_eq!(status(waiting_port), 500, "no domain yet");
+    std::fs::write(rules.join("edge.yaml"), RULES)
+        .unwrap_or_else(|error| panic!("write config: {error}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while status(waiting_port) != 200 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        status(waiting_port),
+        200,
+        "serving once a reload brought a domain"
+    );
+}
