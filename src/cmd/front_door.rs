@@ -1,8 +1,9 @@
 //! The two names the binary answers to. `floodgate` keeps its own defaults (the memory store);
 //! `ratelimit` (Envoy Gateway, Istio's sample and existing manifests run `/bin/ratelimit`) is
 //! envoyproxy/ratelimit's front door: no subcommand, and its defaults. Both choose the store
-//! with one precedence: `--store` (or `FLOODGATE_STORE`), else `BACKEND_TYPE`, else Redis when
-//! `REDIS_URL` is in the environment, else the door's default.
+//! with one precedence: `--store` (or `FLOODGATE_STORE`), else `BACKEND_TYPE` (which defaults to
+//! redis when started as `ratelimit`, as in the reference), else Redis when `REDIS_URL` is in the
+//! environment, else memory.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
