@@ -44,7 +44,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("LOG_LEVEL", Honoured),
     ("LOG_FORMAT", Honoured),
     ("CONFIG_TYPE", NotSupported(XDS)),
-    ("FORCE_START_WITHOUT_INITIAL_CONFIG", NotSupported("floodgate starts on an empty configuration and warns; a broken one stops the start")),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", Honoured),
     ("CONFIG_GRPC_XDS_NODE_ID", NotSupported(XDS)),
     ("CONFIG_GRPC_XDS_NODE_METADATA", NotSupported(XDS)),
     ("CONFIG_GRPC_XDS_SERVER_URL", NotSupported(XDS)),

@@ -154,18 +154,37 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     crate::cmd::reference_env::warn_unsupported(|name| std::env::var(name).ok());
     let location = location(&args.config)?;
     let location_for_log = location.clone();
-    let (rules, reloader) = reload::load_first(
-        &reload::Loader,
-        location,
-        args.config.limits.load_options(
-            args.config.default_algorithm,
-            args.config.merge_domain_config,
-        ),
-        args.config.limits.max_config_bytes,
-    )
-    .await?;
+    let options = args.config.limits.load_options(
+        args.config.default_algorithm,
+        args.config.merge_domain_config,
+    );
+    let max_config_bytes = args.config.limits.max_config_bytes;
+    let force_start = door == FrontDoor::Reference
+        || std::env::var("FORCE_START_WITHOUT_INITIAL_CONFIG").is_ok_and(|v| parse_bool(&v));
+    let (rules, reloader, loaded) = if force_start {
+        let (first, reloader) =
+            reload::load_first_or_wait(&reload::Loader, location, options, max_config_bytes)
+                .await
+                .map_err(|gone| AppError::Loader(gone.to_string()))?;
+        match first {
+            Ok(rules) => (rules, reloader, true),
+            Err(error) => {
+                tracing::error!(
+                    "cannot load the configuration: {error}\nserving anyway, as \
+                     envoyproxy/ratelimit does: every call fails with \"no rate limit \
+                     configuration loaded\" until a reload loads one"
+                );
+                crate::telemetry::metrics::reload_failed();
+                (RuleSet::default(), reloader, false)
+            }
+        }
+    } else {
+        let (rules, reloader) =
+            reload::load_first(&reload::Loader, location, options, max_config_bytes).await?;
+        (rules, reloader, true)
+    };
     log_warnings(&rules);
-    if rules.rule_count() == 0 {
+    if loaded && rules.rule_count() == 0 {
         // Not an error (the reference starts so too, and rules may arrive by reload), but a
         // limiter that limits nothing must not go unnoticed.
         tracing::warn!(
@@ -177,7 +196,9 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     }
     let reload_status = Arc::clone(reloader.status());
     let grpc_tls = grpc_tls(&args.grpc_tls)?;
-    crate::telemetry::metrics::reload_succeeded(rules.rule_count());
+    if loaded {
+        crate::telemetry::metrics::reload_succeeded(rules.rule_count());
+    }
     let header_mode = crate::cmd::reference_env::header_mode(
         args.response_headers.map(HeaderMode::from),
         |name| std::env::var(name).ok(),
@@ -264,10 +285,11 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         StoreKind::Memory => {
             let store = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
             crate::telemetry::metrics::store_state("memory", true);
-            let limiter = Arc::new(
+            let limiter = Arc::new(awaiting(
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry()),
-            );
+                loaded,
+            ));
             tokio::spawn(tasks::sweep_memory(
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
@@ -301,11 +323,12 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             // Always there (it costs nothing until used): a reload may give a domain
             // `failure_policy: local`. Bounded by --max-keys like the memory store.
             let local_fallback = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
-            let limiter = Arc::new(
+            let limiter = Arc::new(awaiting(
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry())
                     .with_local_fallback(local_fallback),
-            );
+                loaded,
+            ));
             tokio::spawn(tasks::sweep_local_fallback(
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
@@ -480,6 +503,15 @@ fn connection_limits(
 }
 
 /// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
+/// `limiter`, failing every call until the first configuration loads unless one did.
+fn awaiting<S: Store>(limiter: Limiter<S>, loaded: bool) -> Limiter<S> {
+    if loaded {
+        limiter
+    } else {
+        limiter.awaiting_configuration()
+    }
+}
+
 /// Whether an unreachable store takes the instance out of rotation: under the failure policy
 /// `error` every call fails, so yes; under the others the policy answers, so not, unless the
 /// reference's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` asks for it.

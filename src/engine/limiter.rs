@@ -50,6 +50,10 @@ pub enum LimitError {
     InvalidRequest(#[from] InvalidRequest),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Started without a configuration (envoyproxy/ratelimit's forced start) and none has
+    /// loaded since: the reference's own answer.
+    #[error("no rate limit configuration loaded")]
+    NoConfiguration,
 }
 
 /// The rules in force and their metric series, swapped together so a decision never looks up
@@ -57,6 +61,8 @@ pub enum LimitError {
 struct LiveRules {
     rules: Arc<RuleSet>,
     series: RuleSeriesTable,
+    /// False until a configuration loaded (a forced start without one).
+    loaded: bool,
 }
 
 /// A rule set that was replaced, with its metric table; freed when dropped, unless a decision
@@ -137,6 +143,18 @@ impl<S: Store> Limiter<S> {
     /// How decisions are reported (near-limit ratio, descriptor values in spans).
     pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
         self.telemetry = telemetry;
+        self
+    }
+
+    /// A limiter whose rules are a stand-in until the first configuration loads: every call
+    /// fails with [`LimitError::NoConfiguration`] until [`Limiter::replace_rules`].
+    pub fn awaiting_configuration(self) -> Self {
+        let current = self.live.load_full();
+        self.live.store(Arc::new(LiveRules {
+            rules: Arc::clone(&current.rules),
+            series: RuleSeriesTable::build(&current.rules, None),
+            loaded: false,
+        }));
         self
     }
 
@@ -231,6 +249,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<(Response, Decision), LimitError> {
         // Owned: the plan borrows these rules across the store's await.
         let live = self.live.load_full();
+        if !live.loaded {
+            return Err(LimitError::NoConfiguration);
+        }
         if let Err(invalid) = request.validate(&self.settings.bounds) {
             if let Some(metrics) = self.metrics {
                 // The domain is request text: a label only when it is configured.
@@ -446,5 +467,6 @@ fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
     LiveRules {
         rules: Arc::new(rules),
         series,
+        loaded: true,
     }
 }

@@ -65,6 +65,10 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
                 Err(Status::invalid_argument(invalid.to_string()))
             }
             Err(LimitError::Store(error)) => Err(Status::unavailable(error.to_string())),
+            // The reference answers so (a service error, gRPC UNKNOWN) until a load succeeds.
+            Err(LimitError::NoConfiguration) => {
+                Err(Status::unknown(LimitError::NoConfiguration.to_string()))
+            }
         }
     }
 }

@@ -223,3 +223,53 @@ fn with_the_reference_switch_health_waits_for_a_configuration_with_a_domain() {
         "serving once a reload brought a domain"
     );
 }
+
+#[test]
+fn started_as_ratelimit_a_broken_configuration_answers_errors_until_it_is_fixed() {
+    let dir = tempdir();
+    let config = subdir(dir.path(), "config");
+    let broken = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight}\n";
+    std::fs::write(config.join("config.yaml"), broken)
+        .unwrap_or_else(|error| panic!("write config: {error}"));
+    let link = dir.path().join("ratelimit");
+    std::os::unix::fs::symlink(floodgate_bin(), &link)
+        .unwrap_or_else(|error| panic!("cannot link {}: {error}", link.display()));
+    let (grpc, http, debug) = (free_port(), free_port(), free_port());
+    let mut command = Command::new(&link);
+    command
+        .args(["--store", "memory"])
+        .env("RUNTIME_ROOT", dir.path())
+        .env("RUNTIME_SUBDIRECTORY", ".")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", debug.to_string());
+    let _server = Running::spawn("ratelimit", &mut command, dir.path());
+    wait_for_port(grpc, Duration::from_secs(10), "ratelimit");
+    let ask = || {
+        Command::new(floodgate_bin())
+            .args(["check", "--addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--domain", "edge", "client=ada"])
+            .output()
+            .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
+    };
+    let refused = ask();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("no rate limit configuration loaded"),
+        "{said}"
+    );
+
+    std::fs::write(config.join("config.yaml"), RULES)
+        .unwrap_or_else(|error| panic!("write config: {error}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut answer = ask();
+    while answer.status.code() != Some(0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        answer = ask();
+    }
+    assert_eq!(answer.status.code(), Some(0), "{answer:?}");
+}

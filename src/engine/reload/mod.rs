@@ -250,6 +250,42 @@ pub async fn load_first(
         .await?
 }
 
+/// The first load of a process that starts without one if it must (envoyproxy/ratelimit's
+/// behaviour, and its `FORCE_START_WITHOUT_INITIAL_CONFIG`): the rules, or why there are none
+/// yet. The reloader follows the files either way, so fixed files load at their next change
+/// (or SIGHUP); unchanged broken files are not read again, as after a rejected reload.
+pub async fn load_first_or_wait(
+    loader: &Loader,
+    location: ConfigLocation,
+    options: LoadOptions,
+    max_config_bytes: u64,
+) -> Result<(Result<RuleSet, FirstLoadError>, ConfigReloader), LoaderGone> {
+    let loader_handle = *loader;
+    loader
+        .run(move || {
+            let (first, sources) = match read_sources(&location, max_config_bytes) {
+                Ok(sources) => match load(&sources, &options) {
+                    Ok(rules) => (Ok(rules), sources),
+                    Err(errors) => (Err(FirstLoadError::Config(errors)), sources),
+                },
+                Err(error) => (Err(FirstLoadError::Source(error)), Vec::new()),
+            };
+            let status = match &first {
+                Ok(rules) => Arc::new(ReloadStatus::new(rules)),
+                Err(error) => {
+                    let status = Arc::new(ReloadStatus::new(&RuleSet::default()));
+                    status.record_failure(error.to_string());
+                    status
+                }
+            };
+            let mut reloader = ConfigReloader::new(location, options, &sources, status)
+                .with_max_config_bytes(max_config_bytes);
+            reloader.loader = loader_handle;
+            (first, reloader)
+        })
+        .await
+}
+
 /// Reloads on file changes and `hangup` (SIGHUP) until `shutdown`, each on a loader thread;
 /// `install` swaps a new rule set in and returns the one it replaced, which is freed on one too.
 pub async fn run(
