@@ -262,9 +262,10 @@ pub struct ServeArgs {
     /// Password, or user:password, when the URL carries none (envoyproxy/ratelimit's REDIS_AUTH).
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub redis_auth: Option<String>,
-    /// Prefix of every Redis key floodgate writes.
-    #[arg(long, env = "FLOODGATE_REDIS_PREFIX", default_value = "floodgate:")]
-    pub redis_prefix: String,
+    /// Prefix of every Redis key floodgate writes [default: envoyproxy/ratelimit's
+    /// CACHE_KEY_PREFIX when set, else `floodgate:`].
+    #[arg(long, env = "FLOODGATE_REDIS_PREFIX")]
+    pub redis_prefix: Option<String>,
     /// What a key's Redis Cluster hash tag holds: `domain` (a request is one script call, all or
     /// nothing; a domain lives on one shard) or `descriptor` (a domain spreads over the shards;
     /// one call per slot group, all or nothing within each; README: Redis Cluster).

@@ -81,7 +81,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("EXPIRATION_JITTER_MAX_SECONDS", NotSupported("each key expires when its state stops meaning anything")),
     ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupported("no local cache of over-limit keys: one Redis call per decision")),
     ("NEAR_LIMIT_RATIO", Honoured),
-    ("CACHE_KEY_PREFIX", NotSupported("floodgate's keys have their own layout; --redis-prefix sets their prefix")),
+    ("CACHE_KEY_PREFIX", Honoured),
     ("BACKEND_TYPE", Honoured),
     ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", NotSupported("a rejected request charges nothing already (all or nothing)")),
     ("LIMIT_RESPONSE_HEADERS_ENABLED", Honoured),
@@ -187,6 +187,22 @@ fn header_name(
     Ok(Box::leak(name.into_boxed_str()))
 }
 
+/// floodgate's own prefix of Redis keys when neither `--redis-prefix` nor `CACHE_KEY_PREFIX` says.
+const DEFAULT_REDIS_PREFIX: &str = "floodgate:";
+
+/// The prefix of every Redis key: `--redis-prefix` (`flag`), else the reference's
+/// `CACHE_KEY_PREFIX` (deployments that share one Redis keep their keys apart as before; the
+/// keys after the prefix are floodgate's own, so counts do not carry over from the reference),
+/// else `floodgate:`.
+pub fn redis_prefix(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) -> String {
+    match flag {
+        Some(prefix) => prefix.to_owned(),
+        None => env("CACHE_KEY_PREFIX")
+            .filter(|prefix| !prefix.is_empty())
+            .unwrap_or_else(|| DEFAULT_REDIS_PREFIX.to_owned()),
+    }
+}
+
 /// The reference's variables set (non-empty) in the environment that floodgate does not read,
 /// each with what to use instead.
 pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
@@ -251,6 +267,15 @@ mod tests {
         assert!(
             matches!(header_mode(None, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
         );
+    }
+
+    #[test]
+    fn the_key_prefix_is_the_flag_then_the_reference_prefix_then_floodgates() {
+        let reference = |name: &str| (name == "CACHE_KEY_PREFIX").then(|| "team-a_".to_owned());
+        assert_eq!(redis_prefix(Some("x:"), reference), "x:");
+        assert_eq!(redis_prefix(None, reference), "team-a_");
+        assert_eq!(redis_prefix(None, |_| None), "floodgate:");
+        assert_eq!(redis_prefix(None, |_| Some(String::new())), "floodgate:");
     }
 
     #[test]

@@ -306,7 +306,10 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             }
             let options = RedisOptions {
                 auth: args.redis_auth.clone(),
-                key_prefix: args.redis_prefix.clone(),
+                key_prefix: crate::cmd::reference_env::redis_prefix(
+                    args.redis_prefix.as_deref(),
+                    |name| std::env::var(name).ok(),
+                ),
                 timeout: Duration::from_millis(args.redis_timeout_ms),
                 connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
                 breaker_threshold: args.redis_breaker_failures,

@@ -269,3 +269,33 @@ fn started_as_ratelimit_a_broken_configuration_answers_errors_until_it_is_fixed(
     }
     assert_eq!(answer.status.code(), Some(0), "{answer:?}");
 }
+
+#[test]
+fn the_reference_key_prefix_keeps_deployments_on_one_redis_apart() {
+    let dir = tempdir();
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write config: {error}"));
+    let redis = RedisServer::start();
+    let (mut command, (grpc, _, _)) = serve_command();
+    command
+        .arg("--config")
+        .arg(&config)
+        .env("REDIS_URL", redis.url())
+        .env("CACHE_KEY_PREFIX", "team-a_")
+        .env_remove("FLOODGATE_REDIS_PREFIX")
+        .env_remove("BACKEND_TYPE")
+        .env_remove("FLOODGATE_STORE");
+    let _server = Running::spawn("floodgate", &mut command, dir.path());
+    wait_for_port(grpc, Duration::from_secs(10), "floodgate");
+    assert_eq!(check(grpc, "ada"), Some(0));
+    let keys = Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "--scan"])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run redis-cli: {error}"));
+    let keys = String::from_utf8_lossy(&keys.stdout);
+    assert!(!keys.trim().is_empty(), "no key written");
+    assert!(
+        keys.lines().all(|key| key.starts_with("team-a_")),
+        "every key starts with CACHE_KEY_PREFIX:\n{keys}"
+    );
+}
