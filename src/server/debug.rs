@@ -17,12 +17,14 @@ use crate::core::describe::rule_summary;
 use crate::core::rules::Rule;
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
+use crate::server::health::Health;
 use crate::store::Store;
 
 /// What `/rlconfig` reads: the live rules, and which version they are when reloads are on.
 struct LiveConfig<S> {
     limiter: Arc<Limiter<S>>,
     reload: Option<Arc<ReloadStatus>>,
+    health: Health,
 }
 
 /// `/metrics`, and with `index` a `/` that lists it and `/rlconfig` (served beside it).
@@ -42,10 +44,15 @@ pub fn metrics_routes(with_pages: bool) -> Router {
 pub fn page_routes<S: Store>(
     limiter: Arc<Limiter<S>>,
     reload: Option<Arc<ReloadStatus>>,
+    health: Health,
 ) -> Router {
     Router::new()
         .route("/rlconfig", get(rlconfig::<S>))
-        .with_state(Arc::new(LiveConfig { limiter, reload }))
+        .with_state(Arc::new(LiveConfig {
+            limiter,
+            reload,
+            health,
+        }))
 }
 
 /// The `/` of a `--debug-pages-addr` listener.
@@ -83,6 +90,14 @@ async fn rlconfig<S: Store>(State(live): State<Arc<LiveConfig<S>>>) -> String {
     let mut dump = String::new();
     if let Some(reload) = &live.reload {
         let _ = writeln!(dump, "# {}", reload.snapshot());
+    }
+    if !live.health.store_reachable() {
+        let _ = writeln!(
+            dump,
+            "# store {} unreachable since the last check: calls are answered by the failure \
+             policy, or fail",
+            live.limiter.store().backend()
+        );
     }
     for domain in rules.domains() {
         for rule in domain.rules() {

@@ -39,6 +39,8 @@ pub struct Health {
 struct HealthState {
     config_loaded: AtomicBool,
     store_ready: AtomicBool,
+    /// The store's last reading, whatever health made of it (`StoreGate`).
+    store_reachable: AtomicBool,
     draining: AtomicBool,
     /// Bumped on every change, so the gRPC reporter can follow.
     changed: watch::Sender<()>,
@@ -62,6 +64,7 @@ impl Health {
             inner: Arc::new(HealthState {
                 config_loaded: AtomicBool::new(false),
                 store_ready: AtomicBool::new(false),
+                store_reachable: AtomicBool::new(true),
                 draining: AtomicBool::new(false),
                 changed: watch::Sender::new(()),
             }),
@@ -73,6 +76,12 @@ impl Health {
         self.inner.config_loaded.load(Ordering::Acquire)
             && self.inner.store_ready.load(Ordering::Acquire)
             && !self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// Whether the store answered its last readiness check (also while health keeps serving
+    /// without it).
+    pub fn store_reachable(&self) -> bool {
+        self.inner.store_reachable.load(Ordering::Acquire)
     }
 
     pub fn is_draining(&self) -> bool {
@@ -169,6 +178,7 @@ pub async fn poll_store<S: Store>(
         let ready = tokio::time::timeout(STORE_READY_TIMEOUT, store.ready())
             .await
             .unwrap_or(false);
+        health.inner.store_reachable.store(ready, Ordering::Release);
         health.set_store_ready(ready || gate == StoreGate::KeepServing);
         let reading = if ready { 1 } else { 2 };
         if last.swap(reading, Ordering::Relaxed) == reading {

@@ -137,7 +137,11 @@ pub async fn serve_with<S: Store>(
         Some(status) => with_reload_headers(routes, Arc::clone(status)),
         None => routes,
     };
-    let pages = debug::page_routes(limiter, operations.reload.clone());
+    let pages = debug::page_routes(
+        limiter,
+        operations.reload.clone(),
+        operations.health.clone(),
+    );
     let (debug_routes, pages) = match listeners.debug_pages {
         Some(socket) => (
             debug::metrics_routes(false),

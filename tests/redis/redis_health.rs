@@ -104,6 +104,9 @@ fn under_fail_open_health_stays_serving_and_the_metric_says_the_store_is_down() 
     // By then the other instance has polled Redis several times too.
     let open_status = healthcheck(open.http_port);
     let open_store = store_up(open.debug_port);
+    let open_page = get(open.debug_port, "/rlconfig", &[])
+        .map(|page| page.body)
+        .unwrap_or_default();
     redis.resume();
     assert!(
         asked_failed,
@@ -114,4 +117,8 @@ fn under_fail_open_health_stays_serving_and_the_metric_says_the_store_is_down() 
         "fail_open answers calls: stay in rotation"
     );
     assert!(open_store.ends_with(" 0"), "{open_store}");
+    assert!(
+        open_page.contains("# store redis unreachable"),
+        "{open_page}"
+    );
 }
