@@ -276,9 +276,10 @@ pub struct ServeArgs {
         default_value = "domain"
     )]
     pub redis_hash_tag: HashTagArg,
-    /// Deadline of one Redis decision, in milliseconds.
-    #[arg(long, env = "FLOODGATE_REDIS_TIMEOUT_MS", default_value_t = 25)]
-    pub redis_timeout_ms: u64,
+    /// Deadline of one Redis decision, in milliseconds [default: envoyproxy/ratelimit's
+    /// REDIS_TIMEOUT when set (a Go duration such as `10s`), else 25].
+    #[arg(long, env = "FLOODGATE_REDIS_TIMEOUT_MS")]
+    pub redis_timeout_ms: Option<u64>,
     /// Deadline of connecting to Redis, in milliseconds.
     #[arg(
         long,

@@ -4,6 +4,8 @@
 //! ignored and none stops the process from starting. The migration guide's table is this one
 //! (`tests/repository/docs_links.rs` holds them to each other).
 
+use std::time::Duration;
+
 use crate::cmd::config_location::parse_bool;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
 
@@ -115,7 +117,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("REDIS_PERSECOND_PIPELINE_LIMIT", NotSupported(PER_SECOND)),
     ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", NotSupported(PER_SECOND)),
     ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Honoured),
-    ("REDIS_TIMEOUT", NotSupported("--redis-timeout-ms (FLOODGATE_REDIS_TIMEOUT_MS), in milliseconds")),
+    ("REDIS_TIMEOUT", Honoured),
     ("REDIS_PERSECOND_TIMEOUT", NotSupported(PER_SECOND)),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),
     ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", NotSupported(PER_SECOND)),
@@ -203,6 +205,64 @@ pub fn redis_prefix(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) ->
     }
 }
 
+/// floodgate's deadline of one Redis decision when neither `--redis-timeout-ms` nor
+/// `REDIS_TIMEOUT` says: a decision waits milliseconds, not the reference's 10 s.
+const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(25);
+
+/// The deadline of one Redis decision: `--redis-timeout-ms` (`flag_ms`), else the reference's
+/// `REDIS_TIMEOUT` (a Go duration), else 25 ms.
+pub fn redis_timeout(
+    flag_ms: Option<u64>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Duration, String> {
+    if let Some(ms) = flag_ms {
+        return Ok(Duration::from_millis(ms));
+    }
+    match env("REDIS_TIMEOUT").filter(|text| !text.trim().is_empty()) {
+        Some(text) => go_duration(text.trim()).ok_or_else(|| {
+            format!(
+                "REDIS_TIMEOUT={text:?} is not a duration: write it as envoyproxy/ratelimit \
+                 does (10s, 500ms, 1m30s), or use --redis-timeout-ms"
+            )
+        }),
+        None => Ok(DEFAULT_REDIS_TIMEOUT),
+    }
+}
+
+/// Go's `time.ParseDuration` for non-negative durations: numbers (with an optional fraction),
+/// each followed by one of `ns`, `us`, `µs`, `ms`, `s`, `m`, `h` (`1m30s`, `1.5s`, `300ms`).
+fn go_duration(text: &str) -> Option<Duration> {
+    const UNITS: [(&str, f64); 7] = [
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("µs", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ];
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut seconds = 0.0_f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|end| *end > 0)?;
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        // The longest unit that matches (`ms` before `m`).
+        let (unit, scale) = UNITS
+            .iter()
+            .filter(|(unit, _)| rest.starts_with(unit))
+            .max_by_key(|(unit, _)| unit.len())?;
+        seconds += number * scale;
+        rest = &rest[unit.len()..];
+    }
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// The reference's variables set (non-empty) in the environment that floodgate does not read,
 /// each with what to use instead.
 pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
@@ -276,6 +336,37 @@ mod tests {
         assert_eq!(redis_prefix(None, reference), "team-a_");
         assert_eq!(redis_prefix(None, |_| None), "floodgate:");
         assert_eq!(redis_prefix(None, |_| Some(String::new())), "floodgate:");
+    }
+
+    #[test]
+    fn the_redis_timeout_is_the_flag_then_the_reference_duration_then_25_ms() {
+        let reference = |text: &'static str| {
+            move |name: &str| (name == "REDIS_TIMEOUT").then(|| text.to_owned())
+        };
+        assert_eq!(
+            redis_timeout(Some(40), reference("10s")),
+            Ok(Duration::from_millis(40))
+        );
+        assert_eq!(
+            redis_timeout(None, reference("10s")),
+            Ok(Duration::from_secs(10))
+        );
+        assert_eq!(
+            redis_timeout(None, reference("1m30s")),
+            Ok(Duration::from_secs(90))
+        );
+        assert_eq!(
+            redis_timeout(None, reference("1.5s")),
+            Ok(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            redis_timeout(None, reference("300ms")),
+            Ok(Duration::from_millis(300))
+        );
+        assert_eq!(redis_timeout(None, |_| None), Ok(Duration::from_millis(25)));
+        for bad in ["10", "s", "ten seconds", "-1s", "1d"] {
+            assert!(redis_timeout(None, reference(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

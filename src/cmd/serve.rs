@@ -310,7 +310,10 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                     args.redis_prefix.as_deref(),
                     |name| std::env::var(name).ok(),
                 ),
-                timeout: Duration::from_millis(args.redis_timeout_ms),
+                timeout: crate::cmd::reference_env::redis_timeout(args.redis_timeout_ms, |name| {
+                    std::env::var(name).ok()
+                })
+                .map_err(AppError::Usage)?,
                 connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
                 breaker_threshold: args.redis_breaker_failures,
                 topology: args.redis_type.into(),
