@@ -1,7 +1,7 @@
 //! The command line. Every `serve` flag can also come from an environment variable, and
 //! envoyproxy/ratelimit's variables are honoured so an existing deployment starts unchanged.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -624,22 +624,42 @@ pub fn reference_address(
     port_var: &str,
     default_port: u16,
 ) -> Result<Option<SocketAddr>, String> {
-    let host = std::env::var(host_var).ok();
-    let port = std::env::var(port_var).ok();
+    listen_address_from(host_var, port_var, default_port, |name| {
+        std::env::var(name).ok()
+    })
+}
+
+/// [`reference_address`] with the environment read through `env`.
+fn listen_address_from(
+    host_var: &str,
+    port_var: &str,
+    default_port: u16,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<SocketAddr>, String> {
+    let host = env(host_var);
+    let port = env(port_var);
     if host.is_none() && port.is_none() {
         return Ok(None);
     }
-    let host = host.unwrap_or_else(|| "0.0.0.0".to_owned());
     let port = match port {
         Some(port) => port
             .parse::<u16>()
             .map_err(|_| format!("{port_var}={port:?} is not a port number (0-65535)"))?,
         None => default_port,
     };
-    format!("{host}:{port}")
-        .parse()
-        .map(Some)
-        .map_err(|_| format!("{host_var}={host:?} is not an IP address"))
+    let host = host.unwrap_or_default();
+    // As Go's net.Listen takes it: empty is every interface, an IPv6 address may come bare
+    // (`::`, Istio's sample) or bracketed, and `localhost` is loopback.
+    let ip: IpAddr = match host.trim() {
+        "" => IpAddr::from([0, 0, 0, 0]),
+        "localhost" => IpAddr::from([127, 0, 0, 1]),
+        text => text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| format!("{host_var}={host:?} is not an IP address"))?,
+    };
+    Ok(Some(SocketAddr::new(ip, port)))
 }
 
 fn parse_failure_policy(text: &str) -> Result<FailurePolicy, String> {
@@ -650,4 +670,37 @@ fn parse_failure_policy(text: &str) -> Result<FailurePolicy, String> {
 fn parse_overload_answer(text: &str) -> Result<OverloadAnswer, String> {
     text.parse::<OverloadAnswer>()
         .map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address(host: Option<&str>, port: Option<&str>) -> Result<Option<SocketAddr>, String> {
+        listen_address_from("HOST", "PORT", 8080, |name| match name {
+            "HOST" => host.map(str::to_owned),
+            "PORT" => port.map(str::to_owned),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn the_reference_listen_variables_are_read_as_go_listens() {
+        let parsed = |text: &str| text.parse::<SocketAddr>().ok();
+        assert_eq!(address(None, None), Ok(None));
+        assert_eq!(address(Some("::"), Some("9090")), Ok(parsed("[::]:9090")));
+        assert_eq!(address(Some("[::1]"), None), Ok(parsed("[::1]:8080")));
+        assert_eq!(
+            address(Some("127.0.0.1"), Some("81")),
+            Ok(parsed("127.0.0.1:81"))
+        );
+        assert_eq!(address(Some(""), Some("81")), Ok(parsed("0.0.0.0:81")));
+        assert_eq!(
+            address(Some("localhost"), None),
+            Ok(parsed("127.0.0.1:8080"))
+        );
+        assert_eq!(address(None, Some("81")), Ok(parsed("0.0.0.0:81")));
+        assert!(address(Some("example.org"), None).is_err());
+        assert!(address(None, Some("http")).is_err());
+    }
 }
