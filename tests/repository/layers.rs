@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use floodgate_testkit::repo_file;
+
 /// Each layer's rank: an arrow goes from a higher rank to a lower one, or within a layer.
 /// `store` and `telemetry` share a rank and may not import each other.
 const LAYERS: [(&str, u8); 6] = [
@@ -21,10 +23,6 @@ const LAYERS: [(&str, u8); 6] = [
 /// What `floodgate-core` may depend on: nothing that does I/O.
 const CORE_DEPENDENCIES: [&str; 4] = ["serde", "serde_yaml", "thiserror", "url"];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn rank(layer: &str) -> Option<u8> {
     LAYERS
         .iter()
@@ -32,7 +30,8 @@ fn rank(layer: &str) -> Option<u8> {
         .map(|(_, rank)| *rank)
 }
 
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, recursively.
+pub(crate) fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir)
         .unwrap_or_else(|error| panic!("cannot list {}: {error}", dir.display()));
     for entry in entries {
@@ -136,7 +135,7 @@ fn crate_paths(code: &str) -> Vec<String> {
 
 /// Every arrow between rooms, with the file that draws it.
 fn arrows() -> BTreeMap<(String, String), PathBuf> {
-    let src = root().join("src");
+    let src = repo_file("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut arrows = BTreeMap::new();
@@ -228,7 +227,7 @@ fn no_two_modules_import_each_other_even_through_others() {
 
 #[test]
 fn the_core_crate_depends_on_nothing_that_does_io() {
-    let manifest = root().join("core/Cargo.toml");
+    let manifest = repo_file("core/Cargo.toml");
     let text = std::fs::read_to_string(&manifest)
         .unwrap_or_else(|error| panic!("cannot read {}: {error}", manifest.display()));
     let mut section = String::new();

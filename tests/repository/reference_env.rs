@@ -2,32 +2,14 @@
 //! says the truth: the migration guide lists the same variables with the same treatment, and a
 //! variable called honoured is read somewhere in floodgate's source.
 
-use std::path::{Path, PathBuf};
-
 use floodgate::cmd::reference_env::{Treatment, REFERENCE_VARIABLES};
+use floodgate_testkit::repo_file;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sources(dir: &Path, texts: &mut Vec<(PathBuf, String)>) {
-    let entries =
-        std::fs::read_dir(dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, texts);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-            texts.push((path, text));
-        }
-    }
-}
+use crate::layers::rust_files;
 
 #[test]
 fn the_migration_guide_lists_every_variable_as_the_code_treats_it() {
-    let guide = root().join("docs/migrating-from-envoy-ratelimit.md");
+    let guide = repo_file("docs/migrating-from-envoy-ratelimit.md");
     let text = std::fs::read_to_string(&guide)
         .unwrap_or_else(|error| panic!("{}: {error}", guide.display()));
     let mut problems = Vec::new();
@@ -57,8 +39,16 @@ fn the_migration_guide_lists_every_variable_as_the_code_treats_it() {
 
 #[test]
 fn a_variable_called_honoured_is_read_by_the_source() {
-    let mut texts = Vec::new();
-    sources(&root().join("src"), &mut texts);
+    let mut files = Vec::new();
+    rust_files(&repo_file("src"), &mut files);
+    let texts: Vec<_> = files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            (path, text)
+        })
+        .collect();
     let unread: Vec<&str> = REFERENCE_VARIABLES
         .iter()
         .filter(|(_, treatment)| *treatment == Treatment::Honoured)
