@@ -16,9 +16,13 @@ pub enum Treatment {
     Honoured,
     /// Not read; the text says what to use instead.
     NotSupported(&'static str),
+    /// A switch floodgate does not have, whose "off" is what floodgate does anyway: said at start
+    /// only when it is on (set to anything but empty, `0` or a false boolean, or on by the
+    /// reference's default under the `ratelimit` front door).
+    NotSupportedWhenOn(&'static str),
 }
 
-use Treatment::{Honoured, NotSupported};
+use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
 const STATSD: &str = "no statsd sink yet: Prometheus at /metrics on the debug port";
 const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
@@ -62,9 +66,9 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", NotSupported(XDS)),
     ("XDS_CLIENT_BACKOFF_JITTER", NotSupported(XDS)),
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", NotSupported(XDS)),
-    ("USE_DOG_STATSD", NotSupported(STATSD)),
+    ("USE_DOG_STATSD", NotSupportedWhenOn(STATSD)),
     ("USE_DOG_STATSD_MOGRIFIERS", NotSupported(STATSD)),
-    ("USE_STATSD", NotSupported(STATSD)),
+    ("USE_STATSD", NotSupportedWhenOn(STATSD)),
     ("STATSD_HOST", NotSupported(STATSD)),
     ("STATSD_PORT", NotSupported(STATSD)),
     ("EXTRA_TAGS", NotSupported(STATSD)),
@@ -81,7 +85,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("RUNTIME_IGNOREDOTFILES", Honoured),
     ("RUNTIME_WATCH_ROOT", Honoured),
     ("EXPIRATION_JITTER_MAX_SECONDS", NotSupported("each key expires when its state stops meaning anything")),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupported("no local cache of over-limit keys: one Redis call per decision")),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupportedWhenOn("no local cache of over-limit keys: one Redis call per decision")),
     ("NEAR_LIMIT_RATIO", Honoured),
     ("CACHE_KEY_PREFIX", Honoured),
     ("BACKEND_TYPE", Honoured),
@@ -91,7 +95,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("LIMIT_REMAINING_HEADER", Honoured),
     ("LIMIT_RESET_HEADER", Honoured),
     ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Honoured),
-    ("REDIS_SOCKET_TYPE", NotSupported("the form of REDIS_URL says it: a path is a Unix socket, host:port is TCP")),
+    ("REDIS_SOCKET_TYPE", Honoured),
     ("REDIS_TYPE", Honoured),
     ("REDIS_URL", Honoured),
     ("REDIS_POOL_SIZE", Honoured),
@@ -137,7 +141,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("QUOTA_MODE", Honoured),
     ("RESPONSE_DYNAMIC_METADATA", NotSupported("dynamic metadata is not returned yet")),
     ("MERGE_DOMAIN_CONFIG", Honoured),
-    ("TRACING_ENABLED", NotSupported(TRACING)),
+    ("TRACING_ENABLED", NotSupportedWhenOn(TRACING)),
     ("TRACING_SERVICE_NAME", NotSupported(TRACING)),
     ("TRACING_SERVICE_NAMESPACE", NotSupported(TRACING)),
     ("TRACING_SERVICE_INSTANCE_ID", NotSupported(TRACING)),
@@ -263,28 +267,84 @@ fn go_duration(text: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
 }
 
-/// The reference's variables set (non-empty) in the environment that floodgate does not read,
-/// each with what to use instead.
-pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
+/// What the reference assumes for a variable that is not set, where floodgate's `ratelimit`
+/// front door must say so: its statsd is on unless `USE_STATSD=false`.
+fn reference_default(name: &str) -> Option<&'static str> {
+    (name == "USE_STATSD").then_some("true")
+}
+
+/// Whether a switch's value turns it on: anything but empty, `0` or a false boolean (Go's
+/// `strconv.ParseBool` spellings, which the reference uses).
+fn switched_on(value: &str) -> bool {
+    !matches!(
+        value.trim(),
+        "" | "0" | "f" | "F" | "FALSE" | "false" | "False"
+    )
+}
+
+/// The reference's variables floodgate does not read that are set here (non-empty; switches
+/// only when on), each with what to use instead. `reference_door`: started as `ratelimit`, where
+/// the reference's defaults apply to unset variables.
+pub fn unsupported_in(
+    env: impl Fn(&str) -> Option<String>,
+    reference_door: bool,
+) -> Vec<(&'static str, &'static str)> {
     REFERENCE_VARIABLES
         .iter()
         .filter_map(|(name, treatment)| match treatment {
             NotSupported(instead) => env(name)
                 .filter(|value| !value.trim().is_empty())
                 .map(|_| (*name, *instead)),
+            NotSupportedWhenOn(instead) => env(name)
+                .or_else(|| {
+                    reference_door
+                        .then(|| reference_default(name).map(str::to_owned))
+                        .flatten()
+                })
+                .filter(|value| switched_on(value))
+                .map(|_| (*name, *instead)),
             Honoured => None,
         })
         .collect()
 }
 
-/// Says at start, once each, which of the reference's variables set here floodgate ignores.
-pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
-    for (name, instead) in unsupported_in(env) {
+/// `REDIS_SOCKET_TYPE` against the form of `REDIS_URL` (floodgate reads the socket type from the
+/// address itself: a path is a Unix socket, host:port is TCP): what to say when they disagree.
+pub fn redis_socket_type_mismatch(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let socket_type = env("REDIS_SOCKET_TYPE")?.trim().to_ascii_lowercase();
+    let url = env("REDIS_URL").unwrap_or_default();
+    let url = url.trim();
+    let is_path = url.starts_with('/') || url.starts_with("unix:");
+    match socket_type.as_str() {
+        "" => None,
+        "tcp" if is_path => Some(format!(
+            "REDIS_SOCKET_TYPE=tcp, but REDIS_URL={url:?} is a Unix socket path: floodgate \
+             connects to the socket; give REDIS_URL as host:port for TCP"
+        )),
+        "unix" if !is_path && !url.is_empty() => Some(format!(
+            "REDIS_SOCKET_TYPE=unix, but REDIS_URL={url:?} is not a path: floodgate connects \
+             over TCP; give REDIS_URL as the socket's path (/run/redis.sock) for a Unix socket"
+        )),
+        "tcp" | "unix" => None,
+        other => Some(format!(
+            "REDIS_SOCKET_TYPE={other:?} is neither tcp nor unix; floodgate goes by the form of \
+             REDIS_URL (a path is a Unix socket, host:port is TCP)"
+        )),
+    }
+}
+
+/// Says at start, once each, which of the reference's variables set here floodgate ignores, and
+/// a `REDIS_SOCKET_TYPE` that disagrees with `REDIS_URL`.
+pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>, reference_door: bool) {
+    for (name, instead) in unsupported_in(&env, reference_door) {
         tracing::warn!(
             variable = name,
             "{name} is set, but floodgate does not support it (envoyproxy/ratelimit's setting; \
              ignored): {instead}"
         );
+    }
+    if let Some(mismatch) = redis_socket_type_mismatch(&env) {
+        tracing::warn!(variable = "REDIS_SOCKET_TYPE", "{mismatch}");
     }
 }
 
@@ -377,6 +437,58 @@ mod tests {
             "LOCAL_CACHE_SIZE_IN_BYTES" => Some(String::new()),
             _ => None,
         };
-        assert_eq!(unsupported_in(env), [("USE_STATSD", STATSD)]);
+        assert_eq!(unsupported_in(env, false), [("USE_STATSD", STATSD)]);
+    }
+
+    #[test]
+    fn a_switch_is_reported_only_when_on_and_the_reference_door_turns_statsd_on() {
+        let set = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| (*value).to_owned())
+            }
+        };
+        let off = set(&[
+            ("USE_STATSD", "false"),
+            ("TRACING_ENABLED", "0"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "0"),
+        ]);
+        assert_eq!(unsupported_in(off, true), []);
+        let on = set(&[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")]);
+        assert_eq!(
+            unsupported_in(on, false)
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>(),
+            ["LOCAL_CACHE_SIZE_IN_BYTES"]
+        );
+        // USE_STATSD unset: the reference sends statsd by default, floodgate's own door does not.
+        assert_eq!(unsupported_in(|_| None, true), [("USE_STATSD", STATSD)]);
+        assert_eq!(unsupported_in(|_| None, false), []);
+    }
+
+    #[test]
+    fn a_socket_type_that_disagrees_with_the_address_is_said() {
+        let env = |socket: &'static str, url: &'static str| {
+            move |name: &str| match name {
+                "REDIS_SOCKET_TYPE" => Some(socket.to_owned()),
+                "REDIS_URL" => Some(url.to_owned()),
+                _ => None,
+            }
+        };
+        assert_eq!(redis_socket_type_mismatch(env("tcp", "redis:6379")), None);
+        assert_eq!(
+            redis_socket_type_mismatch(env("unix", "/run/redis.sock")),
+            None
+        );
+        assert_eq!(redis_socket_type_mismatch(|_| None), None);
+        let tcp_to_path = redis_socket_type_mismatch(env("tcp", "/run/redis.sock"));
+        assert!(tcp_to_path.is_some_and(|text| text.contains("host:port")));
+        let unix_to_host = redis_socket_type_mismatch(env("unix", "redis:6379"));
+        assert!(unix_to_host.is_some_and(|text| text.contains("path")));
+        let unknown = redis_socket_type_mismatch(env("udp", "redis:6379"));
+        assert!(unknown.is_some_and(|text| text.contains("neither tcp nor unix")));
     }
 }

@@ -151,7 +151,10 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let hangup = reload::hangup_signal();
     let store =
         choose_store(args.store, door, |name| std::env::var(name).ok()).map_err(AppError::Usage)?;
-    crate::cmd::reference_env::warn_unsupported(|name| std::env::var(name).ok());
+    crate::cmd::reference_env::warn_unsupported(
+        |name| std::env::var(name).ok(),
+        door == FrontDoor::Reference,
+    );
     let location = location(&args.config)?;
     let location_for_log = location.clone();
     let options = args.config.limits.load_options(

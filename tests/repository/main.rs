@@ -3,6 +3,7 @@
 //! that resolve, shell blocks that run), and the layers of the source.
 
 mod deploy_dashboard;
+mod deploy_istio_sample;
 mod deploy_manifests;
 mod docs_links;
 mod layers;

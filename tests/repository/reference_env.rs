@@ -20,6 +20,7 @@ fn the_migration_guide_lists_every_variable_as_the_code_treats_it() {
         let expected = match treatment {
             Treatment::Honoured => "| honoured |",
             Treatment::NotSupported(_) => "| not supported (logged at start) |",
+            Treatment::NotSupportedWhenOn(_) => "| not supported (logged at start when on) |",
         };
         match row {
             Some(row) if row.contains(expected) => {}
