@@ -277,6 +277,28 @@ pub fn serve_command() -> (Command, (u16, u16, u16)) {
     (command, ports)
 }
 
+/// The binary under envoyproxy/ratelimit's name (a `ratelimit` link in `dir`, as `/bin/ratelimit`
+/// in the image) with the reference's environment: the rules under `RUNTIME_ROOT=dir`,
+/// `RUNTIME_SUBDIRECTORY=.` (so in `dir/config/`), the gRPC, HTTP and debug listeners on free
+/// loopback ports (returned in that order).
+pub fn ratelimit_command(dir: &Path) -> (Command, (u16, u16, u16)) {
+    let link = dir.join("ratelimit");
+    std::os::unix::fs::symlink(floodgate_bin(), &link)
+        .unwrap_or_else(|error| panic!("cannot link {}: {error}", link.display()));
+    let ports = (free_port(), free_port(), free_port());
+    let mut command = Command::new(&link);
+    command
+        .env("RUNTIME_ROOT", dir)
+        .env("RUNTIME_SUBDIRECTORY", ".")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", ports.0.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", ports.1.to_string())
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", ports.2.to_string());
+    (command, ports)
+}
+
 impl Floodgate {
     /// Starts `floodgate serve --config <config>` plus `extra` flags on free ports.
     pub fn start(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {

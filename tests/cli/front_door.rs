@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use floodgate_testkit::redis::RedisServer;
 use floodgate_testkit::{
-    floodgate_bin, free_port, serve_command, subdir, tempdir, wait_for_port, Running,
+    floodgate_bin, free_port, ratelimit_command, serve_command, subdir, tempdir, wait_for_port,
+    Running,
 };
 
 const RULES: &str = "
@@ -25,27 +26,6 @@ fn reference_layout(dir: &Path) {
     let config = subdir(dir, "config");
     std::fs::write(config.join("config.yaml"), RULES)
         .unwrap_or_else(|error| panic!("write config: {error}"));
-}
-
-/// The binary under the reference's name (a `ratelimit` link in `dir`) with the reference's
-/// environment: the rules under `RUNTIME_ROOT=dir`, the listeners on free loopback ports (the
-/// gRPC one returned).
-fn reference_command(dir: &Path) -> (Command, u16) {
-    let link = dir.join("ratelimit");
-    std::os::unix::fs::symlink(floodgate_bin(), &link)
-        .unwrap_or_else(|error| panic!("cannot link {}: {error}", link.display()));
-    let (grpc, http, debug) = (free_port(), free_port(), free_port());
-    let mut command = Command::new(&link);
-    command
-        .env("RUNTIME_ROOT", dir)
-        .env("RUNTIME_SUBDIRECTORY", ".")
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string())
-        .env("HOST", "127.0.0.1")
-        .env("PORT", http.to_string())
-        .env("DEBUG_HOST", "127.0.0.1")
-        .env("DEBUG_PORT", debug.to_string());
-    (command, grpc)
 }
 
 /// `floodgate check` against `grpc_port`: its exit code.
@@ -64,7 +44,7 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     let dir = tempdir();
     reference_layout(dir.path());
     let redis = RedisServer::start();
-    let (mut command, grpc) = reference_command(dir.path());
+    let (mut command, (grpc, _, _)) = ratelimit_command(dir.path());
     command
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
@@ -240,7 +220,7 @@ fn started_as_ratelimit_a_broken_configuration_answers_errors_until_it_is_fixed(
     let broken = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight}\n";
     std::fs::write(config.join("config.yaml"), broken)
         .unwrap_or_else(|error| panic!("write config: {error}"));
-    let (mut command, grpc) = reference_command(dir.path());
+    let (mut command, (grpc, _, _)) = ratelimit_command(dir.path());
     command.args(["--store", "memory"]);
     let _server = Running::spawn("ratelimit", &mut command, dir.path());
     wait_for_port(grpc, Duration::from_secs(10), "ratelimit");

@@ -1,5 +1,5 @@
 //! Tests of loading configuration files: the format, every error, the lookup semantics on
-//! loaded trees, merging, and shapes of the reference's own test fixtures.
+//! loaded trees, merging, and shapes of the reference's README examples.
 
 mod errors;
 mod extensions;
@@ -7,7 +7,7 @@ mod format;
 mod lookup;
 mod merge;
 mod priority;
-mod reference_fixtures;
+mod reference_readme;
 mod warnings;
 
 use super::{load, ConfigError, LoadOptions, SourceFile};
