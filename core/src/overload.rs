@@ -66,7 +66,7 @@ impl std::str::FromStr for OverloadAnswer {
 }
 
 /// What the shell sends for a refused call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum OverloadReply {
     /// A gRPC UNAVAILABLE status.
     Unavailable,
@@ -103,6 +103,8 @@ pub fn overload_reply(answer: OverloadAnswer, descriptor_count: usize) -> Overlo
         overall_code: code,
         statuses: vec![status; descriptor_count],
         response_headers,
+        // Nothing was decided, so there is nothing to tell a log about.
+        dynamic_metadata: None,
     })
 }
 

@@ -10,6 +10,7 @@
 use super::algorithm::{Hits, Quota, Share, Snapshot};
 use super::failure::UNAVAILABLE_HEADER;
 use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
+use super::metadata::MetadataStruct;
 use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
 use super::priority::ClassChoice;
 use super::time::Micros;
@@ -86,11 +87,14 @@ impl DescriptorStatus {
 }
 
 /// The whole answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Response {
     pub overall_code: Code,
     pub statuses: Vec<DescriptorStatus>,
     pub response_headers: Vec<(String, String)>,
+    /// Set only when asked for (`core::dynamic_metadata`). Boxed: an answer without it, the
+    /// usual case, grows by one pointer and allocates nothing.
+    pub dynamic_metadata: Option<Box<MetadataStruct>>,
 }
 
 /// Builds the answer. `over_limit` is the store's verdict (`verdict::request_over_limit`).
@@ -121,6 +125,7 @@ pub fn assemble(
         overall_code,
         statuses,
         response_headers,
+        dynamic_metadata: None,
     }
 }
 

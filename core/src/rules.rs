@@ -59,8 +59,9 @@ pub struct Rule {
     pub detailed_metric: bool,
     pub value_to_metric: bool,
     pub share_threshold: bool,
-    /// `metadata:` as written (returned in dynamic metadata when enabled).
-    pub metadata: Option<Box<serde_yaml::Value>>,
+    /// `metadata:`, as the protobuf Struct it is returned as in dynamic metadata
+    /// (`core::dynamic_metadata`): converted once here, so that an answer only copies it.
+    pub metadata: Option<Box<super::metadata::MetadataStruct>>,
     /// `adaptive:`: the limit moves between bounds with a latency signal (`core::aimd`).
     pub adaptive: Option<Box<super::aimd::AdaptiveSettings>>,
     /// `priority:`: classes sharing this rule's counters (`core::priority`).

@@ -317,6 +317,11 @@ pub struct ServeArgs {
     /// LIMIT_RESPONSE_HEADERS_ENABLED=true].
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_enum)]
     pub response_headers: Option<HeaderModeArg>,
+    /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
+    /// and the `metadata:` of the rules whose descriptors passed [default: off, or
+    /// RESPONSE_DYNAMIC_METADATA].
+    #[arg(long, env = "FLOODGATE_RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: Option<bool>,
     /// Most descriptors one request may carry.
     #[arg(long, env = "FLOODGATE_MAX_DESCRIPTORS", default_value_t = 64)]
     pub max_descriptors: usize,

@@ -139,7 +139,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", NotSupported(MEMCACHE)),
     ("SHADOW_MODE", Honoured),
     ("QUOTA_MODE", Honoured),
-    ("RESPONSE_DYNAMIC_METADATA", NotSupported("dynamic metadata is not returned yet")),
+    ("RESPONSE_DYNAMIC_METADATA", Honoured),
     ("MERGE_DOMAIN_CONFIG", Honoured),
     ("TRACING_ENABLED", NotSupportedWhenOn(TRACING)),
     ("TRACING_SERVICE_NAME", NotSupported(TRACING)),
@@ -168,6 +168,12 @@ pub fn header_mode(
         remaining: header_name(&env, "LIMIT_REMAINING_HEADER", reference.remaining)?,
         reset: header_name(&env, "LIMIT_RESET_HEADER", reference.reset)?,
     }))
+}
+
+/// Whether answers carry dynamic metadata: `--response-dynamic-metadata` (`flag`), else the
+/// reference's `RESPONSE_DYNAMIC_METADATA`, read as Go's `strconv.ParseBool` reads it.
+pub fn response_dynamic_metadata(flag: Option<bool>, env: impl Fn(&str) -> Option<String>) -> bool {
+    flag.unwrap_or_else(|| env("RESPONSE_DYNAMIC_METADATA").is_some_and(|value| parse_bool(&value)))
 }
 
 /// The header name `variable` gives, or `default`. A name given is kept for the life of the
@@ -387,6 +393,22 @@ mod tests {
         assert!(
             matches!(header_mode(None, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
         );
+    }
+
+    #[test]
+    fn dynamic_metadata_is_the_flag_else_the_reference_variable_read_as_go_reads_it() {
+        let set_to = |value: &'static str| {
+            move |name: &str| (name == "RESPONSE_DYNAMIC_METADATA").then(|| value.to_owned())
+        };
+        for on in ["true", "1", "t", "True", "TRUE"] {
+            assert!(response_dynamic_metadata(None, set_to(on)), "{on}");
+        }
+        for off in ["false", "0", "yes", ""] {
+            assert!(!response_dynamic_metadata(None, set_to(off)), "{off:?}");
+        }
+        assert!(!response_dynamic_metadata(None, |_| None));
+        assert!(!response_dynamic_metadata(Some(false), set_to("true")));
+        assert!(response_dynamic_metadata(Some(true), |_| None));
     }
 
     #[test]

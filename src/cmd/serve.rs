@@ -218,6 +218,10 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         global_shadow: args.shadow_mode,
         header_mode,
         failure_policy: args.redis_failure_policy,
+        response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
+            args.response_dynamic_metadata,
+            |name| std::env::var(name).ok(),
+        ),
     };
     let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;

@@ -14,6 +14,7 @@ use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
 use crate::core::adjustment::AdjustmentsAt;
+use crate::core::dynamic_metadata;
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
 use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
@@ -42,6 +43,9 @@ pub struct LimiterSettings {
     pub header_mode: HeaderMode,
     /// What a request gets when the store fails, unless its domain says (`failure_policy:`).
     pub failure_policy: FailurePolicy,
+    /// `--response-dynamic-metadata`: every decided answer carries `dynamic_metadata`
+    /// (`core::dynamic_metadata`). Off, nothing of it is built.
+    pub response_dynamic_metadata: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -318,8 +322,9 @@ impl<S: Store> Limiter<S> {
                 );
                 match self.apply_failure_policy(policy, &plan, error).await? {
                     StoreFallback::Decided(decided) => decided,
-                    StoreFallback::Rejected(response) => {
+                    StoreFallback::Rejected(mut response) => {
                         self.record_failure_rejection(&live, &request.domain, &plan);
+                        self.add_dynamic_metadata(&mut response, request, &plan);
                         return Ok((response, Decision::OverLimit));
                     }
                 }
@@ -327,12 +332,13 @@ impl<S: Store> Limiter<S> {
         };
         drop(store_span);
 
-        let response = assemble(
+        let mut response = assemble(
             &plan,
             &decided.outcomes,
             decided.over_limit,
             self.settings.header_mode,
         );
+        self.add_dynamic_metadata(&mut response, request, &plan);
         let call = DecidedCall {
             request,
             rules: &live.rules,
@@ -361,6 +367,13 @@ impl<S: Store> Limiter<S> {
             }
         }
         Ok((response, decision))
+    }
+
+    /// The answer's `dynamic_metadata`, when `--response-dynamic-metadata` asks for it.
+    fn add_dynamic_metadata(&self, response: &mut Response, request: &Request, plan: &Plan<'_>) {
+        if self.settings.response_dynamic_metadata {
+            dynamic_metadata::attach(response, request, plan);
+        }
     }
 
     /// What the failure `policy` makes of a request the store failed with `error`.

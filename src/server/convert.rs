@@ -1,5 +1,6 @@
 //! Between Envoy's RLS v3 messages and the core's request and response.
 
+use crate::core::metadata::{MetadataStruct, MetadataValue};
 use crate::core::request::{Descriptor, LimitOverride, Request};
 use crate::core::response::{Code, DescriptorStatus, Response};
 use crate::core::rules::Entry;
@@ -87,8 +88,36 @@ pub fn response_to_wire(response: Response) -> RateLimitResponse {
                 raw_value: Vec::new(),
             })
             .collect(),
+        dynamic_metadata: response
+            .dynamic_metadata
+            .map(|metadata| struct_to_wire(*metadata)),
         ..RateLimitResponse::default()
     }
+}
+
+fn struct_to_wire(metadata: MetadataStruct) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: metadata
+            .fields
+            .into_iter()
+            .map(|(name, value)| (name, value_to_wire(value)))
+            .collect(),
+    }
+}
+
+fn value_to_wire(value: MetadataValue) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match value {
+        MetadataValue::Null => Kind::NullValue(prost_types::NullValue::NullValue as i32),
+        MetadataValue::Bool(flag) => Kind::BoolValue(flag),
+        MetadataValue::Number(number) => Kind::NumberValue(number),
+        MetadataValue::String(text) => Kind::StringValue(text),
+        MetadataValue::List(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.into_iter().map(value_to_wire).collect(),
+        }),
+        MetadataValue::Struct(inner) => Kind::StructValue(struct_to_wire(inner)),
+    };
+    prost_types::Value { kind: Some(kind) }
 }
 
 fn status_to_wire(status: DescriptorStatus) -> rate_limit_response::DescriptorStatus {

@@ -20,6 +20,18 @@ impl Envoy {
     /// Writes `bootstrap` to `dir/file_name` and starts Envoy on it, ready once every port of
     /// `listeners` accepts connections; the first of them is `port`.
     pub fn start(bootstrap: &str, file_name: &str, dir: &Path, listeners: &[u16]) -> Envoy {
+        Self::start_with_args(bootstrap, file_name, dir, listeners, &[])
+    }
+
+    /// `start`, with `extra` added to Envoy's command line (`--file-flush-interval-msec 100`
+    /// for a test that reads an access log: Envoy writes files every 10 s by default).
+    pub fn start_with_args(
+        bootstrap: &str,
+        file_name: &str,
+        dir: &Path,
+        listeners: &[u16],
+        extra: &[&str],
+    ) -> Envoy {
         let path = dir.join(file_name);
         std::fs::write(&path, bootstrap)
             .unwrap_or_else(|error| panic!("cannot write {}: {error}", path.display()));
@@ -31,7 +43,8 @@ impl Envoy {
             .arg("--log-level")
             .arg("warn")
             .arg("--concurrency")
-            .arg("1");
+            .arg("1")
+            .args(extra);
         let process = Running::spawn("envoy", &mut command, dir);
         for &port in listeners {
             wait_for_port(port, START_TIMEOUT, "envoy");

@@ -7,9 +7,15 @@ use floodgate_testkit::envoy::Envoy;
 use floodgate_testkit::http::{get, HttpResponse};
 use floodgate_testkit::{free_port, repo_file, Floodgate};
 
-/// Starts Envoy with the README's bootstrap (`deploy/envoy/envoy.yaml`), its ports moved to free
-/// ones and its rate-limit cluster pointed at `rls_port`.
-fn start_envoy(rls_port: u16, dir: &Path, edit: impl Fn(String) -> String) -> Envoy {
+/// Starts Envoy with the README's bootstrap (`deploy/envoy/envoy.yaml`) changed by `edit`, its
+/// ports moved to free ones and its rate-limit cluster pointed at `rls_port`; `extra` goes on
+/// Envoy's command line.
+pub(super) fn start_envoy(
+    rls_port: u16,
+    dir: &Path,
+    edit: impl Fn(String) -> String,
+    extra: &[&str],
+) -> Envoy {
     let template = std::fs::read_to_string(repo_file("deploy/envoy/envoy.yaml"))
         .unwrap_or_else(|error| panic!("cannot read deploy/envoy/envoy.yaml: {error}"));
     let (edge, direct, admin) = (free_port(), free_port(), free_port());
@@ -18,10 +24,10 @@ fn start_envoy(rls_port: u16, dir: &Path, edit: impl Fn(String) -> String) -> En
         .replace("port_value: 10001", &format!("port_value: {direct}"))
         .replace("port_value: 9901", &format!("port_value: {admin}"))
         .replace("port_value: 8081", &format!("port_value: {rls_port}"));
-    Envoy::start(&bootstrap, "envoy.yaml", dir, &[edge, direct])
+    Envoy::start_with_args(&bootstrap, "envoy.yaml", dir, &[edge, direct], extra)
 }
 
-fn call(envoy: &Envoy, client: &str) -> HttpResponse {
+pub(super) fn call(envoy: &Envoy, client: &str) -> HttpResponse {
     get(envoy.port, "/", &[("x-client-id", client)])
         .unwrap_or_else(|error| panic!("request through envoy failed: {error}"))
 }
@@ -48,9 +54,12 @@ fn envoy_gets_429_with_both_sets_of_headers_after_the_limit() {
     std::fs::write(&config, THREE_PER_HOUR).unwrap_or_else(|error| panic!("write config: {error}"));
     let floodgate = Floodgate::start(&config, &["--response-headers", "ietf"], dir.path());
     // Fail closed here so that an RLS error shows up as a 500, never as a silent 200.
-    let envoy = start_envoy(floodgate.grpc_port, dir.path(), |text| {
-        text.replace("failure_mode_deny: false", "failure_mode_deny: true")
-    });
+    let envoy = start_envoy(
+        floodgate.grpc_port,
+        dir.path(),
+        |text| text.replace("failure_mode_deny: false", "failure_mode_deny: true"),
+        &[],
+    );
 
     for expected_remaining in ["2", "1", "0"] {
         let response = call(&envoy, "alice");
@@ -106,7 +115,7 @@ fn readme_quick_start_config_rate_limits_through_envoy() {
         &["--response-headers", "ietf"],
         dir.path(),
     );
-    let envoy = start_envoy(floodgate.grpc_port, dir.path(), |text| text);
+    let envoy = start_envoy(floodgate.grpc_port, dir.path(), |text| text, &[]);
 
     // config/edge.yaml: 10 r/s per client with a burst of 20. Sent back to back, the first 20
     // pass; well before 60 the bucket runs dry because requests outpace 10 per second.

@@ -2,6 +2,7 @@
 //! (docs/reference-suite.md lists every case and where it is held).
 
 mod config_suite;
+mod metadata_suite;
 mod server_suite;
 mod service_suite;
 mod serving;

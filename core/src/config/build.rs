@@ -8,6 +8,7 @@ use super::report::Report;
 use super::spec::{DescriptorSpec, FileSpec, RuleSpec};
 use super::LoadOptions;
 use crate::algorithm::Algorithm;
+use crate::metadata::MetadataStruct;
 use crate::rules::{DomainRules, KeyChildren, Node, PathLevel, Rule, WildcardPattern};
 
 /// Every domain being built, fed one file at a time so that a file's parsed form can be
@@ -376,7 +377,11 @@ impl Level<'_> {
             detailed_metric: flags.detailed_metric,
             value_to_metric: flags.value_to_metric,
             share_threshold: flags.share_threshold,
-            metadata: descriptor.metadata.clone().map(Box::new),
+            metadata: descriptor
+                .metadata
+                .as_ref()
+                .and_then(serde_yaml::Value::as_mapping)
+                .map(|mapping| Box::new(MetadataStruct::from_yaml(mapping))),
             adaptive: descriptor.adaptive.clone().map(Box::new),
             priority: descriptor.priority.clone().map(Box::new),
         }

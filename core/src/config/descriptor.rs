@@ -152,7 +152,7 @@ fn read_descriptor(
     }
 }
 
-/// `metadata:` is any map, kept as written; its inside is not checked.
+/// `metadata:` is any map, kept as written; inside it only the keys are checked.
 fn read_metadata(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Value> {
     let metadata = field(map, "metadata")?;
     if let Value::Mapping(entries) = metadata {
@@ -162,6 +162,15 @@ fn read_metadata(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Value
                 format!(
                     "error parsing metadata: the key {} is not a string: metadata becomes a \
                      protobuf Struct, whose keys are strings; quote the key",
+                    render(key)
+                ),
+            );
+        } else if let Some(key) = collection_key(metadata) {
+            walk.report.error(
+                path,
+                format!(
+                    "error parsing metadata: the key {} is a list or a map: metadata becomes a \
+                     protobuf Struct, whose keys are strings; use a string key",
                     render(key)
                 ),
             );
@@ -176,4 +185,21 @@ fn read_metadata(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<Value
     );
     walk.report.error(path, message);
     None
+}
+
+/// A key anywhere inside `value` that is itself a list or a map: yaml.v2 refuses those
+/// (`invalid map key`), so the reference cannot load them.
+fn collection_key(value: &Value) -> Option<&Value> {
+    match value {
+        Value::Mapping(entries) => entries.iter().find_map(|(key, inner)| {
+            if key.is_sequence() || key.is_mapping() {
+                Some(key)
+            } else {
+                collection_key(inner)
+            }
+        }),
+        Value::Sequence(items) => items.iter().find_map(collection_key),
+        Value::Tagged(tagged) => collection_key(&tagged.value),
+        _ => None,
+    }
 }

@@ -27,6 +27,8 @@ mod spec;
 mod validate;
 mod yaml_tree;
 
+pub(crate) use yaml_tree::TOO_LARGE_INTEGER_TAG;
+
 #[cfg(test)]
 mod tests;
 

@@ -12,7 +12,7 @@
 use serde_yaml::{Mapping, Value};
 
 /// Marks an integer beyond 64 bits (see `parse`); its value is the digits as text.
-pub(super) const TOO_LARGE_INTEGER_TAG: &str = "!floodgate/too-large-integer";
+pub(crate) const TOO_LARGE_INTEGER_TAG: &str = "!floodgate/too-large-integer";
 
 /// The value of `key` in `map`; `None` when absent or `null` (the reference's zero value).
 pub(super) fn field<'m>(map: &'m Mapping, key: &str) -> Option<&'m Value> {

@@ -242,6 +242,7 @@ mod tests {
             overall_code: code,
             response_headers: response_headers(configured, &statuses),
             statuses,
+            dynamic_metadata: None,
         }
     }
 

@@ -502,8 +502,7 @@ fn value_json(value: &prost_types::Value) -> serde_json::Value {
     use prost_types::value::Kind;
     match &value.kind {
         None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
-        Some(Kind::NumberValue(number)) => serde_json::Number::from_f64(*number)
-            .map_or(serde_json::Value::Null, serde_json::Value::Number),
+        Some(Kind::NumberValue(number)) => number_json(*number),
         Some(Kind::StringValue(text)) => serde_json::Value::String(text.clone()),
         Some(Kind::BoolValue(flag)) => serde_json::Value::Bool(*flag),
         Some(Kind::StructValue(inner)) => struct_json(inner),
@@ -511,6 +510,18 @@ fn value_json(value: &prost_types::Value) -> serde_json::Value {
             serde_json::Value::Array(list.values.iter().map(value_json).collect())
         }
     }
+}
+
+/// A `NumberValue`: a whole number as digits (`3`, as Go's protojson writes it, where serde
+/// would write `3.0`), any other as the shortest decimal; NaN and infinities as null.
+fn number_json(number: f64) -> serde_json::Value {
+    /// Beyond 2^53 not every whole number is a double: leave those to the float form.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if number.fract() == 0.0 && number.abs() <= EXACT {
+        #[allow(clippy::cast_possible_truncation)]
+        return serde_json::Value::from(number as i64);
+    }
+    serde_json::Number::from_f64(number).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
 /// Nine fractional digits trimmed to 0, 3, 6 or 9, as protojson writes them.
@@ -787,7 +798,17 @@ mod tests {
                 kind: Some(Kind::NumberValue(f64::NAN)),
             },
         );
+        fields.insert(
+            "ratio".to_owned(),
+            prost_types::Value {
+                kind: Some(Kind::NumberValue(0.5)),
+            },
+        );
         let json = struct_json(&prost_types::Struct { fields });
-        assert_eq!(json, serde_json::json!({"hits": 2.0, "bad": null}));
+        assert_eq!(
+            json.to_string(),
+            r#"{"bad":null,"hits":2,"ratio":0.5}"#,
+            "a whole number is written without a fraction, as Go's protojson does"
+        );
     }
 }

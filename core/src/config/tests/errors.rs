@@ -412,6 +412,25 @@ fn metadata_must_be_a_map_with_string_keys() {
 }
 
 #[test]
+fn metadata_keys_deep_inside_may_not_be_lists_or_maps() {
+    let error = single_error(
+        "domain: d\ndescriptors:\n  - key: k\n    metadata: {team: [{? [a, b] : c}]}\n",
+    );
+    assert!(
+        error
+            .message
+            .starts_with("error parsing metadata: the key [a, b] is a list or a map"),
+        "{error}"
+    );
+    // Scalar keys deep inside are fine: they become text, as in the reference.
+    let rules = loaded(
+        "domain: d\ndescriptors:\n  - key: k\n    metadata: {team: {1: a}}\n    \
+         rate_limit: {unit: second, requests_per_unit: 1}\n",
+    );
+    assert!(rule_at(&rules, "d", "d.k").metadata.is_some());
+}
+
+#[test]
 fn every_problem_in_every_file_is_reported() {
     let first = "domain: one\n\
                  descriptors:\n\

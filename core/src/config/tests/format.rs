@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::algorithm::Quota;
+use crate::metadata::MetadataValue;
 use crate::rules::PathLevel;
 use crate::unit::Unit;
 
@@ -221,7 +222,7 @@ fn name_and_replaces_are_carried_into_the_rule() {
 }
 
 #[test]
-fn metadata_is_kept_as_written_and_not_checked_inside() {
+fn metadata_becomes_a_struct_and_is_not_checked_inside() {
     let rules = loaded(
         "domain: d\n\
          descriptors:\n\
@@ -230,14 +231,33 @@ fn metadata_is_kept_as_written_and_not_checked_inside() {
          \x20     team: payments\n\
          \x20     weights: [1.5, 2.5]\n\
          \x20     anything: {ratelimit: not a key we check}\n\
+         \x20     big: 99999999999999999999\n\
          \x20   rate_limit: {unit: second, requests_per_unit: 1}\n",
     );
     let rule = rule_at(&rules, "d", "d.k");
     let Some(metadata) = &rule.metadata else {
         panic!("metadata should be kept");
     };
-    assert_eq!(metadata["team"], serde_yaml::Value::from("payments"));
-    assert_eq!(metadata["weights"][1], serde_yaml::Value::from(2.5));
+    assert_eq!(
+        metadata.get("team").and_then(MetadataValue::as_str),
+        Some("payments")
+    );
+    assert_eq!(
+        metadata.get("weights"),
+        Some(&MetadataValue::List(vec![
+            MetadataValue::Number(1.5),
+            MetadataValue::Number(2.5)
+        ]))
+    );
+    let anything = metadata.get("anything").and_then(MetadataValue::as_struct);
+    assert_eq!(
+        anything
+            .and_then(|inner| inner.get("ratelimit"))
+            .and_then(MetadataValue::as_str),
+        Some("not a key we check")
+    );
+    // Beyond 64 bits the reference's yaml.v2 reads a float64.
+    assert_eq!(metadata.get("big"), Some(&MetadataValue::Number(1e20)));
 }
 
 #[test]

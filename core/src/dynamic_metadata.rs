@@ -1,0 +1,102 @@
+//! The `dynamic_metadata` of an answer, when asked for (`--response-dynamic-metadata`, the
+//! reference's `RESPONSE_DYNAMIC_METADATA`): what envoyproxy/ratelimit's `ratelimitToMetadata`
+//! puts there, with its field names, so that an access log reads the same after the swap.
+//!
+//! - `domain`: the request's domain.
+//! - `descriptors`: one struct per descriptor, in order: `entries` (`key=value` texts), `limit`
+//!   (Envoy's override, in protobuf text form) and `hitsAddend` when the descriptor set them.
+//! - `hitsAddend`: the request's, when not 0.
+//! - `metadata`: the `metadata:` of the rules of the descriptors that passed, merged in
+//!   descriptor order, the first value of a name winning (`MetadataStruct::merge_first_wins`);
+//!   left out when no such rule has any. A descriptor passed when a configured rule limited it
+//!   and its status is OK: an over-limit descriptor (also a quota one, or one over under
+//!   `--shadow-mode`, which leaves its status OVER_LIMIT) gives nothing, nor do `unlimited`,
+//!   replaced, unmatched and overridden descriptors. A rule over in its own `shadow_mode` is
+//!   answered OK, so it gives its metadata, as in the reference.
+
+use crate::metadata::{MetadataStruct, MetadataValue};
+use crate::plan::{DescriptorPlan, Plan};
+use crate::request::{Descriptor, LimitOverride, Request};
+use crate::response::{Code, DescriptorStatus, Response};
+
+/// Sets `response.dynamic_metadata` from the request, its plan and the statuses already in it.
+pub fn attach(response: &mut Response, request: &Request, plan: &Plan<'_>) {
+    let metadata = dynamic_metadata(request, plan, &response.statuses);
+    response.dynamic_metadata = Some(Box::new(metadata));
+}
+
+/// The Struct for one answer.
+pub fn dynamic_metadata(
+    request: &Request,
+    plan: &Plan<'_>,
+    statuses: &[DescriptorStatus],
+) -> MetadataStruct {
+    let mut fields = MetadataStruct::default();
+    fields.insert("domain", MetadataValue::String(request.domain.clone()));
+    let descriptors = request.descriptors.iter().map(descriptor_struct).collect();
+    fields.insert("descriptors", MetadataValue::List(descriptors));
+    if request.hits_addend != 0 {
+        let hits = MetadataValue::Number(f64::from(request.hits_addend));
+        fields.insert("hitsAddend", hits);
+    }
+    let passed = passed_rules_metadata(plan, statuses);
+    if !passed.is_empty() {
+        fields.insert("metadata", MetadataValue::Struct(passed));
+    }
+    fields
+}
+
+fn descriptor_struct(descriptor: &Descriptor) -> MetadataValue {
+    let mut fields = MetadataStruct::default();
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|entry| MetadataValue::String(format!("{}={}", entry.key, entry.value)))
+        .collect();
+    fields.insert("entries", MetadataValue::List(entries));
+    if let Some(limit) = &descriptor.limit_override {
+        fields.insert("limit", MetadataValue::String(override_text(limit)));
+    }
+    if let Some(hits) = descriptor.hits_addend {
+        // As Go's float64(uint64): exact up to 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        fields.insert("hitsAddend", MetadataValue::Number(hits as f64));
+    }
+    MetadataValue::Struct(fields)
+}
+
+/// The override as protobuf's text form writes it (Go's `String()` of `RateLimitOverride`):
+/// fields at their zero value left out.
+fn override_text(limit: &LimitOverride) -> String {
+    let mut parts = Vec::with_capacity(3);
+    if limit.requests_per_unit != 0 {
+        parts.push(format!("requests_per_unit:{}", limit.requests_per_unit));
+    }
+    if let Some(unit) = limit.unit {
+        parts.push(format!("unit:{}", unit.name()));
+    }
+    if let Some(multiplier) = limit.unit_multiplier {
+        parts.push(format!("unit_multiplier:{{value:{multiplier}}}"));
+    }
+    parts.join(" ")
+}
+
+/// The merged `metadata:` of the rules whose descriptors passed, in descriptor order.
+fn passed_rules_metadata(plan: &Plan<'_>, statuses: &[DescriptorStatus]) -> MetadataStruct {
+    let mut merged = MetadataStruct::default();
+    for (descriptor, status) in plan.descriptors.iter().zip(statuses) {
+        let DescriptorPlan::Limited { limit, .. } = descriptor else {
+            continue;
+        };
+        if status.code != Code::Ok {
+            continue;
+        }
+        if let Some(metadata) = limit.rule().and_then(|rule| rule.metadata.as_deref()) {
+            merged.merge_first_wins(metadata);
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests;

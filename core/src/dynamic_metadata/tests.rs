@@ -1,0 +1,302 @@
+//! What an answer's dynamic metadata holds, from rules loaded from YAML, a planned request and
+//! the counters' say (given here instead of a store's).
+
+use super::*;
+use crate::algorithm::Snapshot;
+use crate::config::{load, LoadOptions, SourceFile};
+use crate::headers::HeaderMode;
+use crate::plan::{plan, PlanSettings};
+use crate::request::LimitOverride;
+use crate::response::{assemble, CounterOutcome};
+use crate::rules::{Entry, RuleSet};
+use crate::unit::Unit;
+use crate::verdict::{request_over_limit, Vote};
+
+/// Two rules with `metadata:`, a third without, one unlimited, one in shadow mode, one that
+/// `replaces` another, and two whose stats keys the request's values shape.
+const RULES: &str = r#"
+domain: shop
+descriptors:
+  - key: regular
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {name: service_1, team: {owner: alice}}
+  - key: quota
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    quota_mode: true
+    metadata: {name: service_2, some_other_name: service_2, team: {owner: bob, pager: ops}}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: free
+    rate_limit: {unlimited: true}
+    metadata: {name: free}
+  - key: trial
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    shadow_mode: true
+    metadata: {trial: shadowed}
+  - key: old
+    rate_limit: {name: old_limit, unit: minute, requests_per_unit: 1}
+    metadata: {old: replaced}
+  - key: new
+    rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: old_limit}]}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {detailed: kept}
+  - key: valued
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {valued: kept}
+"#;
+
+fn rules() -> RuleSet {
+    let source = SourceFile {
+        name: "shop.yaml".to_owned(),
+        text: RULES.to_owned(),
+    };
+    load(&[source], &LoadOptions::default())
+        .unwrap_or_else(|errors| panic!("rules should load: {errors:?}"))
+}
+
+fn request(descriptors: &[&[(&str, &str)]]) -> Request {
+    Request {
+        domain: "shop".to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| {
+                Descriptor::new(
+                    entries
+                        .iter()
+                        .map(|(key, value)| Entry::new(*key, *value))
+                        .collect(),
+                )
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// The answer with dynamic metadata, where the counters of the descriptors in `over` refuse
+/// and every other counter admits.
+fn answer(
+    request: &Request,
+    over: &[usize],
+    settings: PlanSettings,
+    global_shadow: bool,
+) -> Response {
+    let rules = rules();
+    let planned = plan(request, rules.domain(&request.domain), settings);
+    let outcomes: Vec<CounterOutcome> = planned
+        .counters
+        .iter()
+        .map(|counter| {
+            let admitted = !over.contains(&counter.descriptor);
+            CounterOutcome {
+                admitted,
+                snapshot: Snapshot {
+                    remaining: u64::from(admitted),
+                    reset_after: 0,
+                },
+                retry_after: if admitted { 0 } else { 1_000_000 },
+            }
+        })
+        .collect();
+    let votes: Vec<Vote> = planned
+        .counters
+        .iter()
+        .zip(&outcomes)
+        .map(|(counter, outcome)| Vote {
+            descriptor: counter.descriptor,
+            role: counter.role,
+            admitted: outcome.admitted,
+        })
+        .collect();
+    let over_limit = request_over_limit(&votes, global_shadow);
+    let mut response = assemble(&planned, &outcomes, over_limit, HeaderMode::None);
+    attach(&mut response, request, &planned);
+    response
+}
+
+fn metadata_of(response: &Response) -> &MetadataStruct {
+    response
+        .dynamic_metadata
+        .as_deref()
+        .unwrap_or_else(|| panic!("no dynamic metadata: {response:?}"))
+}
+
+/// The merged `metadata` of the passed rules; `None` when the field is left out.
+fn passed(response: &Response) -> Option<&MetadataStruct> {
+    metadata_of(response)
+        .get("metadata")
+        .map(|value| match value.as_struct() {
+            Some(inner) => inner,
+            None => panic!("metadata is not a struct: {value:?}"),
+        })
+}
+
+fn text_of<'m>(metadata: Option<&'m MetadataStruct>, name: &str) -> Option<&'m str> {
+    metadata?.get(name)?.as_str()
+}
+
+fn text(value: &str) -> MetadataValue {
+    MetadataValue::String(value.to_owned())
+}
+
+fn quota_mode() -> PlanSettings {
+    PlanSettings {
+        global_quota_mode: true,
+    }
+}
+
+#[test]
+fn only_descriptors_that_passed_give_their_rules_metadata() {
+    let request = request(&[&[("regular", "limit")], &[("quota", "limit")]]);
+    let response = answer(&request, &[1], quota_mode(), false);
+    assert_eq!(response.overall_code, Code::Ok, "one quota of two is over");
+    let metadata = passed(&response);
+    assert_eq!(text_of(metadata, "name"), Some("service_1"));
+    assert_eq!(
+        text_of(metadata, "some_other_name"),
+        None,
+        "the over quota descriptor gives nothing"
+    );
+}
+
+#[test]
+fn every_passed_descriptor_adds_its_names() {
+    let request = request(&[&[("regular", "limit")], &[("quota", "limit")]]);
+    let response = answer(&request, &[], quota_mode(), false);
+    let metadata = passed(&response);
+    assert_eq!(text_of(metadata, "name"), Some("service_1"));
+    assert_eq!(text_of(metadata, "some_other_name"), Some("service_2"));
+}
+
+#[test]
+fn the_first_descriptor_to_give_a_name_wins_and_structs_merge() {
+    let request = request(&[&[("regular", "limit")], &[("quota", "limit")]]);
+    let first = answer(&request, &[], quota_mode(), false);
+    assert_eq!(text_of(passed(&first), "name"), Some("service_1"));
+    let team = passed(&first)
+        .and_then(|metadata| metadata.get("team"))
+        .and_then(MetadataValue::as_struct);
+    assert_eq!(text_of(team, "owner"), Some("alice"));
+    assert_eq!(text_of(team, "pager"), Some("ops"));
+
+    // In the other order, the other rule's values win.
+    let swapped = self::request(&[&[("quota", "limit")], &[("regular", "limit")]]);
+    let second = answer(&swapped, &[], quota_mode(), false);
+    assert_eq!(text_of(passed(&second), "name"), Some("service_2"));
+}
+
+#[test]
+fn an_over_limit_answer_still_carries_what_passed() {
+    let request = request(&[&[("regular", "limit")], &[("plain", "x")]]);
+    let response = answer(&request, &[0], PlanSettings::default(), false);
+    assert_eq!(response.overall_code, Code::OverLimit);
+    assert_eq!(
+        passed(&response),
+        None,
+        "the only rule with metadata is over"
+    );
+    let metadata = metadata_of(&response);
+    assert_eq!(metadata.get("domain"), Some(&text("shop")));
+
+    let both = self::request(&[&[("plain", "x")], &[("quota", "q")]]);
+    let response = answer(&both, &[0], PlanSettings::default(), false);
+    assert_eq!(response.overall_code, Code::OverLimit);
+    assert_eq!(text_of(passed(&response), "name"), Some("service_2"));
+}
+
+#[test]
+fn unlimited_replaced_and_unmatched_descriptors_give_nothing() {
+    let request = request(&[
+        &[("free", "x")],
+        &[("old", "x")],
+        &[("new", "x")],
+        &[("unknown", "x")],
+    ]);
+    let response = answer(&request, &[], PlanSettings::default(), false);
+    assert_eq!(passed(&response), None, "{:?}", response.dynamic_metadata);
+    let descriptors = metadata_of(&response).get("descriptors");
+    let Some(MetadataValue::List(descriptors)) = descriptors else {
+        panic!("descriptors is a list: {descriptors:?}");
+    };
+    assert_eq!(
+        descriptors.len(),
+        4,
+        "every descriptor is listed all the same"
+    );
+}
+
+#[test]
+fn shadow_mode_over_its_limit_passes_but_global_shadow_mode_does_not() {
+    let request = request(&[&[("trial", "x")]]);
+    let response = answer(&request, &[0], PlanSettings::default(), false);
+    assert_eq!(text_of(passed(&response), "trial"), Some("shadowed"));
+
+    let regular = self::request(&[&[("regular", "x")]]);
+    let response = answer(&regular, &[0], PlanSettings::default(), true);
+    assert_eq!(response.overall_code, Code::Ok, "--shadow-mode answers OK");
+    assert_eq!(passed(&response), None, "but the descriptor was over");
+}
+
+#[test]
+fn the_request_is_described_as_the_reference_does() {
+    let mut request = request(&[&[("regular", "a"), ("sub", "b")], &[("plain", "x")]]);
+    request.hits_addend = 3;
+    request.descriptors[1].hits_addend = Some(7);
+    request.descriptors[1].limit_override = Some(LimitOverride {
+        requests_per_unit: 42,
+        unit: Some(Unit::Minute),
+        unit_multiplier: Some(2),
+    });
+    let response = answer(&request, &[], PlanSettings::default(), false);
+    let metadata = metadata_of(&response);
+    assert_eq!(metadata.get("domain"), Some(&text("shop")));
+    assert_eq!(
+        metadata.get("hitsAddend"),
+        Some(&MetadataValue::Number(3.0))
+    );
+    let mut first = MetadataStruct::default();
+    first.insert(
+        "entries",
+        MetadataValue::List(vec![text("regular=a"), text("sub=b")]),
+    );
+    let mut second = MetadataStruct::default();
+    second.insert("entries", MetadataValue::List(vec![text("plain=x")]));
+    second.insert(
+        "limit",
+        text("requests_per_unit:42 unit:MINUTE unit_multiplier:{value:2}"),
+    );
+    second.insert("hitsAddend", MetadataValue::Number(7.0));
+    assert_eq!(
+        metadata.get("descriptors"),
+        Some(&MetadataValue::List(vec![
+            MetadataValue::Struct(first),
+            MetadataValue::Struct(second)
+        ]))
+    );
+    // `regular` has two entries here, deeper than its rule: no rule, no metadata; an override
+    // uses no configured rule either.
+    assert_eq!(passed(&response), None);
+    assert_eq!(
+        metadata.fields.keys().collect::<Vec<_>>(),
+        ["descriptors", "domain", "hitsAddend"]
+    );
+}
+
+#[test]
+fn a_request_hits_addend_of_zero_is_left_out() {
+    let request = request(&[&[("regular", "limit")]]);
+    let response = answer(&request, &[], PlanSettings::default(), false);
+    assert_eq!(metadata_of(&response).get("hitsAddend"), None);
+}
+
+#[test]
+fn rules_with_detailed_or_value_metrics_keep_their_metadata() {
+    // The reference rebuilds these limits for their stats key and drops the metadata; a
+    // difference on purpose (docs/migrating-from-envoy-ratelimit.md).
+    let request = request(&[&[("detailed", "x")], &[("valued", "y")]]);
+    let response = answer(&request, &[], PlanSettings::default(), false);
+    assert_eq!(text_of(passed(&response), "detailed"), Some("kept"));
+    assert_eq!(text_of(passed(&response), "valued"), Some("kept"));
+}
