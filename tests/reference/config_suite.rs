@@ -445,13 +445,20 @@ fn config_test_metadata() {
             .cloned()
             .unwrap_or_else(|| panic!("{pairs:?}: no metadata"))
     };
-    assert_eq!(metadata(&subkey)["name"].as_str(), Some("service_1"));
+    assert_eq!(
+        metadata(&subkey).get("name").and_then(|name| name.as_str()),
+        Some("service_1")
+    );
 
     let key2 = [("key2", "something")];
     assert_eq!(limit(&rules, "test-domain", &key2), (20, Unit::Minute));
     assert_eq!(stats_key(&rules, "test-domain", &key2), "test-domain.key2");
     assert_eq!(
-        metadata(&key2)["service_with_quota"]["name"].as_str(),
+        metadata(&key2)
+            .get("service_with_quota")
+            .and_then(|quota| quota.as_struct())
+            .and_then(|quota| quota.get("name"))
+            .and_then(|name| name.as_str()),
         Some("service_2")
     );
     let plain = rule(
