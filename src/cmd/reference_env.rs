@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::cmd::config_location::parse_bool;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
+use crate::store::redis::StartupRetry;
 
 /// What floodgate does with one of the reference's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,9 +126,9 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("REDIS_PERSECOND_TIMEOUT", NotSupported(PER_SECOND)),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),
     ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", NotSupported(PER_SECOND)),
-    ("REDIS_STARTUP_INITIAL_INTERVAL", NotSupported("the first connection is tried within --redis-connect-timeout-ms, then the failure policy answers")),
-    ("REDIS_STARTUP_MAX_INTERVAL", NotSupported("see REDIS_STARTUP_INITIAL_INTERVAL")),
-    ("REDIS_STARTUP_MAX_ELAPSED_TIME", NotSupported("see REDIS_STARTUP_INITIAL_INTERVAL")),
+    ("REDIS_STARTUP_INITIAL_INTERVAL", Honoured),
+    ("REDIS_STARTUP_MAX_INTERVAL", Honoured),
+    ("REDIS_STARTUP_MAX_ELAPSED_TIME", Honoured),
     ("MEMCACHE_HOST_PORT", NotSupported(MEMCACHE)),
     ("MEMCACHE_MAX_IDLE_CONNS", NotSupported(MEMCACHE)),
     ("MEMCACHE_SRV", NotSupported(MEMCACHE)),
@@ -237,6 +238,38 @@ pub fn redis_timeout(
         }),
         None => Ok(DEFAULT_REDIS_TIMEOUT),
     }
+}
+
+/// How the first Redis connection is retried: the reference's `REDIS_STARTUP_INITIAL_INTERVAL`
+/// (1 s), `REDIS_STARTUP_MAX_INTERVAL` (30 s) and `REDIS_STARTUP_MAX_ELAPSED_TIME` (0: for
+/// ever), each a Go duration.
+pub fn redis_startup_retry(env: impl Fn(&str) -> Option<String>) -> Result<StartupRetry, String> {
+    let defaults = StartupRetry::default();
+    let duration = |name: &str, default: Duration| -> Result<Duration, String> {
+        match env(name).filter(|text| !text.trim().is_empty()) {
+            None => Ok(default),
+            Some(text) => go_duration(text.trim()).ok_or_else(|| {
+                format!(
+                    "{name}={text:?} is not a duration: write it as envoyproxy/ratelimit does \
+                     (1s, 500ms, 2m)"
+                )
+            }),
+        }
+    };
+    let initial = duration("REDIS_STARTUP_INITIAL_INTERVAL", defaults.initial)?;
+    if initial.is_zero() {
+        return Err(
+            "REDIS_STARTUP_INITIAL_INTERVAL=0 would retry Redis without a pause: give a \
+             positive duration (the default is 1s)"
+                .to_owned(),
+        );
+    }
+    let give_up = duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
+    Ok(StartupRetry {
+        initial,
+        max: duration("REDIS_STARTUP_MAX_INTERVAL", defaults.max)?,
+        give_up_after: (!give_up.is_zero()).then_some(give_up),
+    })
 }
 
 /// Go's `time.ParseDuration` for non-negative durations: numbers (with an optional fraction),
@@ -449,6 +482,30 @@ mod tests {
         for bad in ["10", "s", "ten seconds", "-1s", "1d"] {
             assert!(redis_timeout(None, reference(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_startup_retry_reads_the_reference_durations_with_its_defaults() {
+        assert_eq!(redis_startup_retry(|_| None), Ok(StartupRetry::default()));
+        let env = |name: &str| match name {
+            "REDIS_STARTUP_INITIAL_INTERVAL" => Some("250ms".to_owned()),
+            "REDIS_STARTUP_MAX_INTERVAL" => Some("2s".to_owned()),
+            "REDIS_STARTUP_MAX_ELAPSED_TIME" => Some("1m".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            redis_startup_retry(env),
+            Ok(StartupRetry {
+                initial: Duration::from_millis(250),
+                max: Duration::from_secs(2),
+                give_up_after: Some(Duration::from_secs(60)),
+            })
+        );
+        let zero = |name: &str| (name == "REDIS_STARTUP_INITIAL_INTERVAL").then(|| "0".to_owned());
+        assert!(redis_startup_retry(zero).is_err_and(|error| error.contains("positive")));
+        let bad = |name: &str| (name == "REDIS_STARTUP_MAX_INTERVAL").then(|| "soon".to_owned());
+        assert!(redis_startup_retry(bad)
+            .is_err_and(|error| error.contains("REDIS_STARTUP_MAX_INTERVAL")));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
 use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore};
+use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore, StartupError};
 use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +58,8 @@ pub enum AppError {
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    RedisStartup(StartupError),
     #[error("admin API: {0}")]
     AdminToken(#[from] crate::server::admin::AdminTokenError),
 }
@@ -330,7 +332,25 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 tls: args.redis_connection.tls_options(),
                 ..RedisOptions::new(args.redis_url.clone())
             };
-            let store = RedisStore::connect(&options).await?;
+            let retry =
+                crate::cmd::reference_env::redis_startup_retry(|name| std::env::var(name).ok())
+                    .map_err(AppError::Usage)?;
+            crate::telemetry::metrics::store_state("redis", false);
+            let store = match RedisStore::connect_at_start(
+                &options,
+                retry,
+                serving.shutdown.clone().fired(),
+            )
+            .await
+            {
+                Ok(store) => store,
+                Err(StartupError::Stopped) => {
+                    tracing::info!("stopped before Redis answered");
+                    return Ok(());
+                }
+                Err(StartupError::Store(error)) => return Err(error.into()),
+                Err(error) => return Err(AppError::RedisStartup(error)),
+            };
             crate::telemetry::metrics::store_state("redis", true);
             tracing::info!(redis = %store.server(), "connected to Redis");
             // Always there (it costs nothing until used): a reload may give a domain

@@ -17,6 +17,13 @@ pub enum StoreError {
         backend: &'static str,
         reason: String,
     },
+    /// The store's settings cannot work (a malformed address, TLS files for a plain
+    /// connection…): unlike an unreachable server, waiting does not help.
+    #[error("the {backend} store is misconfigured: {reason}")]
+    Misconfigured {
+        backend: &'static str,
+        reason: String,
+    },
     /// The memory store holds `max_keys` counters, all exhausted: a new one would need one of
     /// them forgotten, which would hand its budget back.
     #[error(

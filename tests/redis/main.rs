@@ -13,6 +13,7 @@ mod redis_pool;
 mod redis_processes;
 mod redis_scripts;
 mod redis_sentinel;
+mod redis_startup;
 mod redis_timeout;
 mod redis_tls;
 mod redis_ttl;

@@ -84,11 +84,21 @@ async fn decide_once(store: &RedisStore) {
     }
 }
 
+/// Why Redis could not be reached (retried at start).
 fn refused(result: Result<RedisStore, StoreError>) -> String {
     match result {
         Ok(_) => panic!("the connection should have been refused"),
         Err(StoreError::Unavailable { reason, .. }) => reason,
         Err(other) => panic!("expected Unavailable, got {other}"),
+    }
+}
+
+/// Why the settings cannot work (said at start, never retried).
+fn misconfigured(result: Result<RedisStore, StoreError>) -> String {
+    match result {
+        Ok(_) => panic!("the connection should have been refused"),
+        Err(StoreError::Misconfigured { reason, .. }) => reason,
+        Err(other) => panic!("expected Misconfigured, got {other}"),
     }
 }
 
@@ -131,7 +141,7 @@ async fn wrong_credentials_are_refused_without_showing_them() {
     let server = server_with_acl().await;
     let wrong = "not-the-Pa55word";
     let url = format!("redis://limiter:{wrong}@127.0.0.1:{}/2", server.port());
-    let reason = refused(RedisStore::connect(&RedisOptions::new(url)).await);
+    let reason = misconfigured(RedisStore::connect(&RedisOptions::new(url)).await);
     assert!(
         reason.contains(&format!("127.0.0.1:{}/2", server.port())),
         "{reason}"
@@ -142,7 +152,7 @@ async fn wrong_credentials_are_refused_without_showing_them() {
     );
 
     // No credentials at all against a server that needs them.
-    let reason = refused(RedisStore::connect(&RedisOptions::new(server.url())).await);
+    let reason = misconfigured(RedisStore::connect(&RedisOptions::new(server.url())).await);
     assert!(
         reason.contains(&format!("127.0.0.1:{}", server.port())),
         "{reason}"
@@ -166,11 +176,11 @@ async fn an_unreachable_server_is_named_without_credentials() {
 async fn bad_options_are_refused_before_connecting() {
     let mut options = RedisOptions::new("redis://127.0.0.1:1/0");
     options.key_prefix = "bad{prefix".to_owned();
-    let reason = refused(RedisStore::connect(&options).await);
+    let reason = misconfigured(RedisStore::connect(&options).await);
     assert!(reason.contains("prefix"), "{reason}");
 
     let mut options = RedisOptions::new("redis://127.0.0.1:1/0");
     options.timeout = Duration::ZERO;
-    let reason = refused(RedisStore::connect(&options).await);
+    let reason = misconfigured(RedisStore::connect(&options).await);
     assert!(reason.contains("timeout"), "{reason}");
 }

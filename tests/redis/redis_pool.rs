@@ -55,9 +55,9 @@ async fn a_pool_of_no_sockets_is_refused() {
     options.pool_size = 0;
     match RedisStore::connect(&options).await {
         Ok(_) => panic!("a pool of no sockets should be refused"),
-        Err(StoreError::Unavailable { reason, .. }) => {
+        Err(StoreError::Misconfigured { reason, .. }) => {
             assert!(reason.contains("--redis-pool-size"), "{reason}")
         }
-        Err(other) => panic!("expected Unavailable, got {other}"),
+        Err(other) => panic!("expected Misconfigured, got {other}"),
     }
 }

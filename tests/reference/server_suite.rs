@@ -24,8 +24,9 @@ descriptors:
 /// as in tests/redis/redis_health.rs), `rules` in its directory or none.
 ///
 /// The reference's health starts with its `redis` component failed until the first connection;
-/// a client cannot see that state, since the reference listens only once Redis answered (and
-/// floodgate, started without Redis, exits). So Redis runs at start, and the cases stop it
+/// a client cannot see that state, since the reference answers only once Redis answered, and so
+/// does floodgate (its wait for Redis at start is tests/redis/redis_startup.rs). So Redis runs at
+/// start, and the cases stop it
 /// (SIGSTOP: nothing answers) where the reference's tests fail the component.
 fn on_redis(redis: &RedisServer, rules: Option<&str>, env: &[(&str, &str)]) -> Served {
     let url = redis.url();

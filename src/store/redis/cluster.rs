@@ -15,7 +15,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script};
 
-use super::connection::{redact_url, scrub, unavailable, url_secrets, with_auth};
+use super::connection::{misconfigured, redact_url, scrub, unavailable, url_secrets, with_auth};
 use super::script::Call;
 use super::tls::{tcp_settings, TlsOptions};
 use super::RedisOptions;
@@ -63,7 +63,7 @@ impl ClusterLink {
         let mut nodes = Vec::with_capacity(urls.len());
         for url in &urls {
             let info: ConnectionInfo = url.as_str().into_connection_info().map_err(|error| {
-                unavailable(format!(
+                misconfigured(format!(
                     "invalid Redis Cluster seed {}: {}",
                     redact_url(url),
                     scrub(&error.to_string(), &secrets)
@@ -219,7 +219,7 @@ pub(super) fn describe_seeds(seeds: &str, tls: bool) -> String {
 /// database but 0 (Cluster has only one), and TLS settings for a seed without TLS.
 fn check_seed(info: &ConnectionInfo, url: &str, tls: &TlsOptions) -> Result<(), StoreError> {
     if matches!(info.addr(), ConnectionAddr::Unix(_)) {
-        return Err(unavailable(format!(
+        return Err(misconfigured(format!(
             "Redis Cluster seed {} is a unix socket: cluster nodes are reached by address, \
              give host:port",
             redact_url(url)
@@ -227,7 +227,7 @@ fn check_seed(info: &ConnectionInfo, url: &str, tls: &TlsOptions) -> Result<(), 
     }
     let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     if (tls.enabled || tls.has_settings()) && !is_tls {
-        return Err(unavailable(format!(
+        return Err(misconfigured(format!(
             "Redis Cluster seed {} is not TLS, but REDIS_TLS or --redis-tls-* settings ask for \
              it: use rediss:// or a bare host:port",
             redact_url(url)
@@ -235,7 +235,7 @@ fn check_seed(info: &ConnectionInfo, url: &str, tls: &TlsOptions) -> Result<(), 
     }
     let db = info.redis_settings().db();
     if db != 0 {
-        return Err(unavailable(format!(
+        return Err(misconfigured(format!(
             "Redis Cluster seed {} names database {db}: Cluster has only database 0, drop \
              `/{db}` from the URL",
             redact_url(url)

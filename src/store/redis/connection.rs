@@ -120,7 +120,7 @@ impl Connection {
     /// connect timeout.
     pub async fn open(options: &RedisOptions) -> Result<Self, StoreError> {
         if options.pool_size == 0 || options.pool_size > MAX_POOL_SIZE {
-            return Err(unavailable(format!(
+            return Err(misconfigured(format!(
                 "invalid Redis options: the pool size must be 1 to {MAX_POOL_SIZE} sockets \
                  (--redis-pool-size, REDIS_POOL_SIZE), not {}",
                 options.pool_size
@@ -420,10 +420,24 @@ impl Opener {
         let fail = |what: &str, message: String| {
             let message = scrub(&message, &self.secrets);
             let hint = if tls { tls::hint(&message) } else { None };
-            unavailable(match hint {
+            let text = match hint {
                 Some(hint) => format!("{what} Redis at {server}: {message} ({hint})"),
                 None => format!("{what} Redis at {server}: {message}"),
-            })
+            };
+            if tls && tls::is_settled_refusal(&message) {
+                misconfigured(text)
+            } else {
+                unavailable(text)
+            }
+        };
+        // Redis answered and refused these credentials: only new settings can help.
+        let refused = |error: &RedisError| {
+            let text = scrub(&error.to_string(), &self.secrets);
+            match error.kind() {
+                redis::ErrorKind::AuthenticationFailed => true,
+                _ => text.contains("WRONGPASS") || text.contains("NOAUTH"),
+            }
+            .then(|| misconfigured(format!("Redis at {server} refused the credentials: {text}")))
         };
         let client = self
             .setup
@@ -458,7 +472,11 @@ impl Opener {
                         .to_owned(),
                 ))
             }
-            Ok(Err(error)) => return Err(fail("cannot connect to", error.to_string())),
+            Ok(Err(error)) => {
+                return Err(
+                    refused(&error).unwrap_or_else(|| fail("cannot connect to", error.to_string()))
+                )
+            }
             Err(_) => {
                 return Err(fail(
                     "cannot connect to",
@@ -508,7 +526,7 @@ fn single_server(
     secrets: &[String],
 ) -> Result<ConnectionInfo, StoreError> {
     let info: ConnectionInfo = url.into_connection_info().map_err(|error| {
-        unavailable(format!(
+        misconfigured(format!(
             "invalid Redis URL {}: {}",
             redact_url(url),
             scrub(&error.to_string(), secrets)
@@ -516,7 +534,7 @@ fn single_server(
     })?;
     let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     if options.tls.enabled && !tls {
-        return Err(unavailable(format!(
+        return Err(misconfigured(format!(
             "invalid Redis options: REDIS_TLS (--redis-tls) asks for TLS but the URL {} does \
              not: use rediss://, or a bare HOST:PORT",
             redact_url(url)
@@ -535,7 +553,7 @@ fn single_server(
 }
 
 fn not_tls() -> StoreError {
-    unavailable(
+    misconfigured(
         "invalid Redis options: TLS files or settings are given (--redis-tls-*, REDIS_TLS_*) \
          but the connection is not TLS: use a rediss:// URL (or a bare HOST:PORT with \
          REDIS_TLS=true)"
@@ -545,6 +563,14 @@ fn not_tls() -> StoreError {
 
 pub(super) fn unavailable(reason: String) -> StoreError {
     StoreError::Unavailable {
+        backend: BACKEND,
+        reason,
+    }
+}
+
+/// Settings that cannot work whatever Redis does: said at start, never retried.
+pub(super) fn misconfigured(reason: String) -> StoreError {
+    StoreError::Misconfigured {
         backend: BACKEND,
         reason,
     }

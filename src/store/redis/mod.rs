@@ -101,6 +101,7 @@ mod script;
 mod sentinel;
 mod shared;
 mod slot;
+mod startup;
 mod tls;
 
 use std::fmt;
@@ -111,7 +112,7 @@ use redis::Script;
 
 use self::cluster::ClusterLink;
 pub use self::connection::MAX_POOL_SIZE;
-use self::connection::{unavailable, Connection, BACKEND};
+use self::connection::{misconfigured, unavailable, Connection, BACKEND};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::script::{build_call, parse_reply, Now};
 pub use self::script::{
@@ -120,6 +121,7 @@ pub use self::script::{
 };
 pub use self::script::{Arg, Call, SOURCE as SCRIPT_SOURCE};
 pub use self::slot::slot_groups;
+pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
 use crate::core::adjustment::adjusted_quota;
@@ -348,9 +350,9 @@ impl RedisStore {
     /// Connects, checks the options and loads the script.
     pub async fn connect(options: &RedisOptions) -> Result<Self, StoreError> {
         let keys = KeyLayout::new(&options.key_prefix)
-            .map_err(|error| unavailable(format!("invalid Redis options: {error}")))?;
+            .map_err(|error| misconfigured(format!("invalid Redis options: {error}")))?;
         if options.timeout.is_zero() {
-            return Err(unavailable(
+            return Err(misconfigured(
                 "invalid Redis options: the call timeout must be positive".to_owned(),
             ));
         }

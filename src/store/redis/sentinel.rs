@@ -14,7 +14,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tokio::task::JoinSet;
 
-use super::connection::{redact_url, scrub, unavailable, url_secrets, with_auth};
+use super::connection::{misconfigured, redact_url, scrub, url_secrets, with_auth};
 use super::tls::ClientSetup;
 use crate::store::StoreError;
 
@@ -38,7 +38,7 @@ impl Sentinels {
         let master_name = parts.next().unwrap_or_default();
         let addresses: Vec<&str> = parts.filter(|part| !part.is_empty()).collect();
         if master_name.is_empty() || master_name.contains("://") || addresses.is_empty() {
-            return Err(unavailable(format!(
+            return Err(misconfigured(format!(
                 "invalid Redis Sentinel address {}: --redis-type sentinel expects \
                  MASTER_NAME,HOST:PORT[,HOST:PORT…] (the master's name as the sentinels know \
                  it, then every sentinel's address), e.g. mymaster,10.0.0.1:26379,10.0.0.2:26379",
@@ -55,14 +55,14 @@ impl Sentinels {
                 format!("redis://{address}")
             };
             let info = url.as_str().into_connection_info().map_err(|error| {
-                unavailable(format!(
+                misconfigured(format!(
                     "invalid sentinel address {} in --redis-url: {} (expected HOST:PORT)",
                     redact_url(&url),
                     scrub(&error.to_string(), &url_secrets(&url))
                 ))
             })?;
             if matches!(info.addr(), ConnectionAddr::Unix(_)) {
-                return Err(unavailable(format!(
+                return Err(misconfigured(format!(
                     "sentinel address {} is a socket: sentinels are reached over TCP",
                     redact_url(&url)
                 )));
@@ -71,7 +71,7 @@ impl Sentinels {
         }
         let tls_nodes = nodes.iter().filter(|node| is_tls(node.addr())).count();
         if tls_nodes != 0 && tls_nodes != nodes.len() {
-            return Err(unavailable(
+            return Err(misconfigured(
                 "the sentinel addresses mix redis:// and rediss://: reach all of them the same \
                  way (REDIS_TLS=true makes bare HOST:PORT entries rediss://)"
                     .to_owned(),

@@ -17,7 +17,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
-use super::connection::unavailable;
+use super::connection::misconfigured;
 use crate::store::StoreError;
 
 /// How to talk TLS to Redis (and to the sentinels in Sentinel mode).
@@ -111,7 +111,7 @@ impl ClientSetup {
 }
 
 fn invalid(reason: String) -> StoreError {
-    unavailable(format!("invalid Redis TLS settings: {reason}"))
+    misconfigured(format!("invalid Redis TLS settings: {reason}"))
 }
 
 fn read(path: &Path, what: &str, flag: &str) -> Result<Vec<u8>, StoreError> {
@@ -205,6 +205,12 @@ fn read_client_pair(cert: &Path, key: &Path) -> Result<ClientTlsConfig, StoreErr
 }
 
 /// What to check when a TLS connection fails with `message`, if the message says enough.
+/// Whether a failed handshake's `message` says the settings on this side are wrong (the CA, the
+/// name, the client certificate, TLS to a plain port): waiting for the server does not help.
+pub(super) fn is_settled_refusal(message: &str) -> bool {
+    hint(message).is_some_and(|hint| !hint.starts_with("is this the server's tls-port"))
+}
+
 pub(super) fn hint(message: &str) -> Option<&'static str> {
     let lower = message.to_ascii_lowercase();
     if lower.contains("unknownissuer") || lower.contains("unknown issuer") {

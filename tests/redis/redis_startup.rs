@@ -1,0 +1,124 @@
+//! The first connection to Redis, as envoyproxy/ratelimit makes it (`REDIS_STARTUP_*`): a Redis
+//! that is not up yet is waited for, with a growing delay, instead of ending the process; the
+//! wait can be bounded and is cut short by SIGTERM; settings that cannot work end it at once.
+
+use std::process::Command;
+use std::time::Duration;
+
+use floodgate_testkit::redis::RedisServer;
+use floodgate_testkit::{floodgate_bin, serve_command, tempdir, Running};
+
+const RULES: &str = "
+domain: edge
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1}
+";
+
+/// `floodgate serve --store redis` on `redis_url` with the rules above and `env`; its gRPC port.
+fn start(dir: &std::path::Path, redis_url: &str, env: &[(&str, &str)]) -> (Running, u16) {
+    let config = dir.join("rules.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let (mut command, (grpc, _, _)) = serve_command();
+    command
+        .arg("--config")
+        .arg(&config)
+        .args(["--store", "redis", "--redis-url", redis_url])
+        .args(["--redis-connect-timeout-ms", "200", "--drain-seconds", "0"])
+        .envs(env.iter().copied());
+    (Running::spawn("floodgate", &mut command, dir), grpc)
+}
+
+fn check(grpc_port: u16) -> Option<i32> {
+    Command::new(floodgate_bin())
+        .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
+        .args(["--domain", "edge", "client=ada"])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
+        .status
+        .code()
+}
+
+const QUICK_RETRY: [(&str, &str); 2] = [
+    ("REDIS_STARTUP_INITIAL_INTERVAL", "100ms"),
+    ("REDIS_STARTUP_MAX_INTERVAL", "200ms"),
+];
+
+#[test]
+fn a_redis_that_is_not_up_yet_is_waited_for_then_decides() {
+    let dir = tempdir();
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let (mut floodgate, grpc) = start(dir.path(), &redis.url(), &QUICK_RETRY);
+    let log = floodgate.log_once_it_says("retrying in", Duration::from_secs(10));
+    assert!(log.contains("retrying in"), "{log}");
+    // Several attempts, and the process is still there.
+    let log = floodgate.log_once_it_says("attempt=3", Duration::from_secs(10));
+    assert!(log.contains("attempt=3"), "{log}");
+    assert_eq!(floodgate.exit_within(Duration::ZERO), None, "{log}");
+
+    redis.restart();
+    let log = floodgate.log_once_it_says("connected to Redis", Duration::from_secs(10));
+    assert!(log.contains("connected to Redis"), "{log}");
+    assert_eq!(check(grpc), Some(0), "{}", floodgate.log_text());
+    assert_eq!(
+        check(grpc),
+        Some(2),
+        "the limit of 1 per hour, counted in Redis"
+    );
+}
+
+#[test]
+fn the_wait_ends_after_the_reference_max_elapsed_time() {
+    let dir = tempdir();
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let mut env = QUICK_RETRY.to_vec();
+    env.push(("REDIS_STARTUP_MAX_ELAPSED_TIME", "1s"));
+    let (mut floodgate, _) = start(dir.path(), &redis.url(), &env);
+    let status = floodgate.exit_within(Duration::from_secs(20));
+    let log = floodgate.log_text();
+    assert!(
+        status.is_some_and(|status| !status.success()),
+        "{status:?}\n{log}"
+    );
+    assert!(log.contains("gave up connecting to Redis after"), "{log}");
+}
+
+#[test]
+fn sigterm_while_waiting_for_redis_ends_the_process_cleanly() {
+    let dir = tempdir();
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let (mut floodgate, _) = start(dir.path(), &redis.url(), &QUICK_RETRY);
+    let log = floodgate.log_once_it_says("retrying in", Duration::from_secs(10));
+    assert!(log.contains("retrying in"), "{log}");
+    let status = floodgate.terminate(Duration::from_secs(10));
+    let log = floodgate.log_text();
+    assert!(
+        status.is_some_and(|status| status.success()),
+        "{status:?}\n{log}"
+    );
+    assert!(log.contains("stopped before Redis answered"), "{log}");
+}
+
+#[test]
+fn settings_that_cannot_work_end_the_process_at_once() {
+    let dir = tempdir();
+    let (mut floodgate, _) = start(
+        dir.path(),
+        "redis://127.0.0.1:6379/0",
+        &[("REDIS_TLS", "true")],
+    );
+    let status = floodgate.exit_within(Duration::from_secs(10));
+    let log = floodgate.log_text();
+    assert!(
+        status.is_some_and(|status| !status.success()),
+        "{status:?}\n{log}"
+    );
+    assert!(
+        log.contains("misconfigured") && log.contains("REDIS_TLS"),
+        "{log}"
+    );
+    assert!(!log.contains("retrying in"), "{log}");
+}
