@@ -37,6 +37,41 @@ fn algorithm_burst_and_multiplier_land_in_the_quota() {
 }
 
 #[test]
+fn calendar_months_reach_month_limits_only() {
+    let calendar = LoadOptions {
+        calendar_months: true,
+        ..LoadOptions::default()
+    };
+    let month = one_limit("unit: month, requests_per_unit: 10");
+    assert!(quota_of(&month, &calendar).calendar_months);
+    assert!(!quota_of(&month, &LoadOptions::default()).calendar_months);
+    let rules = loaded_with(&month, &calendar);
+    assert!(rules.warnings().is_empty(), "{:?}", rules.warnings());
+    assert!(domain(&rules, "d").calendar_months, "for request overrides");
+    let day = one_limit("unit: day, requests_per_unit: 10");
+    assert!(!quota_of(&day, &calendar).calendar_months);
+}
+
+#[test]
+fn a_monthly_bucket_under_calendar_months_is_warned_about() {
+    let calendar = LoadOptions {
+        calendar_months: true,
+        ..LoadOptions::default()
+    };
+    let bucket = one_limit("unit: month, requests_per_unit: 10, algorithm: token_bucket");
+    let rules = loaded_with(&bucket, &calendar);
+    let warnings = rules.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].message.contains("refills over 30 days"),
+        "{warnings:?}"
+    );
+    assert!(loaded_with(&bucket, &LoadOptions::default())
+        .warnings()
+        .is_empty());
+}
+
+#[test]
 fn the_algorithm_defaults_to_the_file_then_to_the_options() {
     let leaky = options_with_algorithm(Algorithm::LeakyBucket);
     let plain = one_limit("unit: second, requests_per_unit: 1");
