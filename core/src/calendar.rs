@@ -79,21 +79,27 @@ fn march_based(days: i64) -> (i64, i64, i64) {
     (era * 400 + year_of_era, march_month, day_of_year)
 }
 
+/// 00:00:00 UTC on the 1st of months around the ends of months of every length, in µs, for
+/// tests (`date -u -d 2027-02-01 +%s`, …).
+#[cfg(test)]
+pub(crate) mod dates {
+    use crate::time::{Micros, MICROS_PER_SECOND};
+
+    pub(crate) const DEC_2026: Micros = 1_796_083_200 * MICROS_PER_SECOND;
+    pub(crate) const JAN_2027: Micros = 1_798_761_600 * MICROS_PER_SECOND;
+    pub(crate) const FEB_2027: Micros = 1_801_440_000 * MICROS_PER_SECOND;
+    pub(crate) const MAR_2027: Micros = 1_803_859_200 * MICROS_PER_SECOND;
+    pub(crate) const APR_2027: Micros = 1_806_537_600 * MICROS_PER_SECOND;
+    pub(crate) const MAY_2027: Micros = 1_809_129_600 * MICROS_PER_SECOND;
+    pub(crate) const JAN_2028: Micros = 1_830_297_600 * MICROS_PER_SECOND;
+    pub(crate) const FEB_2028: Micros = 1_832_976_000 * MICROS_PER_SECOND;
+    pub(crate) const MAR_2028: Micros = 1_835_481_600 * MICROS_PER_SECOND;
+}
+
 #[cfg(test)]
 mod tests {
+    use super::dates::*;
     use super::*;
-
-    /// Seconds since the epoch of 00:00:00 UTC on a date, as `date -u -d … +%s` gives them.
-    const JAN_2027: i64 = 1_798_761_600;
-    const FEB_2027: i64 = 1_801_440_000;
-    const MAR_2027: i64 = 1_803_859_200;
-    const FEB_2028: i64 = 1_832_976_000;
-    const MAR_2028: i64 = 1_835_481_600;
-    const DEC_2026: i64 = 1_796_083_200;
-
-    fn at(seconds: i64) -> Micros {
-        seconds * MICROS_PER_SECOND
-    }
 
     fn index_of(year: i64, month: i64) -> i64 {
         (year - 1970) * 12 + month - 1
@@ -102,12 +108,13 @@ mod tests {
     #[test]
     fn months_start_on_the_first_at_midnight_utc() {
         assert_eq!(month_start(0), 0);
-        assert_eq!(month_start(index_of(2026, 12)), at(DEC_2026));
-        assert_eq!(month_start(index_of(2027, 1)), at(JAN_2027));
-        assert_eq!(month_start(index_of(2027, 2)), at(FEB_2027));
-        assert_eq!(month_start(index_of(2027, 3)), at(MAR_2027));
-        assert_eq!(month_start(index_of(2028, 2)), at(FEB_2028));
-        assert_eq!(month_start(index_of(2028, 3)), at(MAR_2028));
+        assert_eq!(month_start(index_of(2026, 12)), DEC_2026);
+        assert_eq!(month_start(index_of(2027, 1)), JAN_2027);
+        assert_eq!(month_start(index_of(2027, 2)), FEB_2027);
+        assert_eq!(month_start(index_of(2027, 3)), MAR_2027);
+        assert_eq!(month_start(index_of(2028, 1)), JAN_2028);
+        assert_eq!(month_start(index_of(2028, 2)), FEB_2028);
+        assert_eq!(month_start(index_of(2028, 3)), MAR_2028);
         // December 1969, before the epoch.
         assert_eq!(month_start(-1), -31 * MICROS_PER_DAY);
     }
@@ -121,9 +128,9 @@ mod tests {
             (FEB_2028, MAR_2028, 2028, 2),
         ] {
             let index = index_of(year, month);
-            assert_eq!(month_index(at(start)), index, "{year}-{month} first µs");
-            assert_eq!(month_index(at(next) - 1), index, "{year}-{month} last µs");
-            assert_eq!(month_index(at(next)), index + 1, "{year}-{month} next");
+            assert_eq!(month_index(start), index, "{year}-{month} first µs");
+            assert_eq!(month_index(next - 1), index, "{year}-{month} last µs");
+            assert_eq!(month_index(next), index + 1, "{year}-{month} next");
         }
         assert_eq!(month_index(-1), -1);
         assert_eq!(month_index(Micros::MIN), month_index(Micros::MIN + 1));
@@ -156,9 +163,14 @@ mod tests {
     fn far_months_clamp_instead_of_overflowing() {
         assert_eq!(month_start(i64::MAX), Micros::MAX);
         assert_eq!(month_start(i64::MIN), Micros::MIN);
+        // The last month a Micros reaches starts within range; the one after it is clamped.
         let last = month_index(Micros::MAX);
-        assert!(month_start(last) <= Micros::MAX);
+        assert!(month_start(last) < Micros::MAX);
+        assert_eq!(month_index(month_start(last)), last);
         assert_eq!(month_start(last + 1), Micros::MAX);
+        let first = month_index(Micros::MIN);
+        assert!(month_start(first + 1) > Micros::MIN);
+        assert_eq!(month_start(first - 1), Micros::MIN);
     }
 
     #[test]
@@ -166,8 +178,14 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(FEB_2028 / 86_400 + 28), (2028, 2, 29));
-        assert_eq!(civil_from_days(MAR_2027 / 86_400 - 1), (2027, 2, 28));
+        assert_eq!(
+            civil_from_days(FEB_2028 / MICROS_PER_DAY + 28),
+            (2028, 2, 29)
+        );
+        assert_eq!(
+            civil_from_days(MAR_2027 / MICROS_PER_DAY - 1),
+            (2027, 2, 28)
+        );
         // Any day count is answered, none overflows.
         let _ = civil_from_days(i64::MAX);
         let _ = civil_from_days(i64::MIN);

@@ -156,7 +156,7 @@ pub struct ConfigArgs {
     pub merge_domain_config: bool,
     /// MONTH windows of fixed and sliding windows are UTC calendar months, reset at 00:00 UTC
     /// on the 1st, instead of 30 days (envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT).
-    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
@@ -584,7 +584,7 @@ pub struct ValidateArgs {
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub merge_domain_config: bool,
     /// MONTH windows are UTC calendar months (USE_CALENDAR_MONTH_RATE_LIMIT), as `serve`.
-    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,

@@ -89,30 +89,22 @@ fn epoch_window_start(now: Micros, window: Micros) -> Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calendar::dates::*;
     use crate::time::MICROS_PER_SECOND;
 
     fn at(seconds: i64) -> Micros {
         seconds * MICROS_PER_SECOND
     }
 
-    /// 2027-01-31T23:59:58Z and the first instants of the months around it (`date -u +%s`).
-    const JAN_31_2027_235958: i64 = 1_801_439_998;
-    const JAN_2027: i64 = 1_798_761_600;
-    const FEB_2027: i64 = 1_801_440_000;
-    const MAR_2027: i64 = 1_803_859_200;
-    const APR_2027: i64 = 1_806_537_600;
-    const DEC_2026: i64 = 1_796_083_200;
-    const JAN_2028: i64 = 1_830_297_600;
-
     #[test]
     fn a_calendar_month_runs_from_the_first_to_the_next_first() {
         let months = Tiling::CalendarMonths { months: 1 };
-        let january = months.holding(at(JAN_31_2027_235958));
+        let january = months.holding(FEB_2027 - 2 * MICROS_PER_SECOND);
         assert_eq!(
             january,
             Span {
-                start: at(JAN_2027),
-                end: at(FEB_2027)
+                start: JAN_2027,
+                end: FEB_2027
             }
         );
         assert_eq!(january.length(), 31 * MICROS_PER_DAY);
@@ -120,44 +112,44 @@ mod tests {
         assert_eq!(
             february,
             Span {
-                start: at(FEB_2027),
-                end: at(MAR_2027)
+                start: FEB_2027,
+                end: MAR_2027
             }
         );
         assert_eq!(february.length(), 28 * MICROS_PER_DAY);
         assert_eq!(
             months.before(january),
             Span {
-                start: at(DEC_2026),
-                end: at(JAN_2027)
+                start: DEC_2026,
+                end: JAN_2027
             }
         );
-        assert_eq!(months.holding(at(FEB_2027)), february);
-        assert_eq!(months.holding(at(FEB_2027) - 1), january);
+        assert_eq!(months.holding(FEB_2027), february);
+        assert_eq!(months.holding(FEB_2027 - 1), january);
     }
 
     #[test]
     fn several_months_count_from_january_1970() {
         let quarters = Tiling::CalendarMonths { months: 3 };
-        let first = quarters.holding(at(FEB_2027));
+        let first = quarters.holding(FEB_2027);
         assert_eq!(
             first,
             Span {
-                start: at(JAN_2027),
-                end: at(APR_2027)
+                start: JAN_2027,
+                end: APR_2027
             }
         );
         let years = Tiling::CalendarMonths { months: 12 };
         assert_eq!(
-            years.holding(at(MAR_2027)),
+            years.holding(MAR_2027),
             Span {
-                start: at(JAN_2027),
-                end: at(JAN_2028)
+                start: JAN_2027,
+                end: JAN_2028
             }
         );
         // 5 months: 1970-01 … 1970-05 is the first; 2027-01 is month 684, 684 = 5 · 136 + 4.
         let fives = Tiling::CalendarMonths { months: 5 };
-        let span = fives.holding(at(JAN_2027));
+        let span = fives.holding(JAN_2027);
         assert_eq!(span.start, month_start(680));
         assert_eq!(span.end, month_start(685));
     }

@@ -3,18 +3,9 @@
 //! `date -u -d … +%s`.
 
 use super::*;
+use crate::calendar::dates::*;
 
 const DAY: Micros = 86_400 * SECOND;
-
-/// 00:00:00 UTC on the 1st of these months, in µs.
-const DEC_2026: Micros = 1_796_083_200 * SECOND;
-const JAN_2027: Micros = 1_798_761_600 * SECOND;
-const FEB_2027: Micros = 1_801_440_000 * SECOND;
-const MAR_2027: Micros = 1_803_859_200 * SECOND;
-const APR_2027: Micros = 1_806_537_600 * SECOND;
-const MAY_2027: Micros = 1_809_129_600 * SECOND;
-const FEB_2028: Micros = 1_832_976_000 * SECOND;
-const MAR_2028: Micros = 1_835_481_600 * SECOND;
 
 fn monthly(algorithm: Algorithm, limit: u32) -> Quota {
     quota(algorithm, limit, Unit::Month).with_calendar_months(true)
@@ -130,8 +121,7 @@ fn several_months_are_quarters_or_years() {
     let yearly = monthly(Algorithm::FixedWindow, 2).with_multiplier(12);
     let evaluation = evaluate(&yearly, None, MAR_2028 - 1, Hits::Charge(1));
     // 2028 is a leap year: from 2028-01-01 to 2029-01-01 is 366 days.
-    let jan_2028 = 1_830_297_600 * SECOND;
-    assert_eq!(evaluation.expires_at, jan_2028 + 366 * DAY);
+    assert_eq!(evaluation.expires_at, JAN_2028 + 366 * DAY);
 }
 
 #[test]

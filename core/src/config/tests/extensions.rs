@@ -36,12 +36,17 @@ fn algorithm_burst_and_multiplier_land_in_the_quota() {
     assert_eq!(quota.algorithm, Algorithm::SlidingWindow);
 }
 
-#[test]
-fn calendar_months_reach_month_limits_only() {
-    let calendar = LoadOptions {
+/// `--calendar-months`.
+fn calendar_months() -> LoadOptions {
+    LoadOptions {
         calendar_months: true,
         ..LoadOptions::default()
-    };
+    }
+}
+
+#[test]
+fn calendar_months_reach_month_limits_only() {
+    let calendar = calendar_months();
     let month = one_limit("unit: month, requests_per_unit: 10");
     assert!(quota_of(&month, &calendar).calendar_months);
     assert!(!quota_of(&month, &LoadOptions::default()).calendar_months);
@@ -53,11 +58,33 @@ fn calendar_months_reach_month_limits_only() {
 }
 
 #[test]
-fn a_monthly_bucket_under_calendar_months_is_warned_about() {
-    let calendar = LoadOptions {
-        calendar_months: true,
-        ..LoadOptions::default()
+fn an_envoy_limit_override_in_months_follows_the_calendar_too() {
+    use crate::plan::{plan, PlanSettings};
+    use crate::request::{Descriptor, LimitOverride, Request};
+    let calendar = calendar_months();
+    let rules = loaded_with(&one_limit("unit: second, requests_per_unit: 1"), &calendar);
+    let mut descriptor = Descriptor::new(vec![crate::rules::Entry::new("k", "v")]);
+    descriptor.limit_override = Some(LimitOverride {
+        requests_per_unit: 5,
+        unit: Some(Unit::Month),
+        unit_multiplier: None,
+    });
+    let request = Request {
+        domain: "d".to_owned(),
+        descriptors: vec![descriptor],
+        hits_addend: 0,
     };
+    let planned = plan(&request, rules.domain("d"), PlanSettings::default());
+    let quotas: Vec<&Quota> = planned.counters.iter().map(|c| &c.quota).collect();
+    assert_eq!(
+        quotas,
+        [&Quota::new(5, Unit::Month).with_calendar_months(true)]
+    );
+}
+
+#[test]
+fn a_monthly_bucket_under_calendar_months_is_warned_about() {
+    let calendar = calendar_months();
     let bucket = one_limit("unit: month, requests_per_unit: 10, algorithm: token_bucket");
     let rules = loaded_with(&bucket, &calendar);
     let warnings = rules.warnings();
