@@ -15,7 +15,8 @@
 //!                                         calendar months: the reference's
 //!                                         `MonthExpirationSeconds`, until the next 1st)
 //!   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
-//!   expires_at  = end                    (the reference's TTL: the rest of the window)
+//!   expires_at  = end                    (calendar months: the reference's TTL too, the rest
+//!                                         of the month)
 
 use super::counter::{decide, Counter};
 use super::window::Span;
