@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::algorithm::{Quota, Tiling};
 use crate::rules::Rule;
 
 /// `edge.client_id: token_bucket 10/1s burst 20 [shadow]`, then the classes sharing it and the
@@ -18,10 +19,10 @@ pub fn rule_summary(rule: &Rule) -> String {
         }
         let _ = write!(
             line,
-            " {} {}/{}s",
+            " {} {}/{}",
             quota.algorithm,
             quota.requests_per_unit,
-            quota.window_seconds()
+            window_text(quota)
         );
         if let Some(burst) = quota.burst {
             let _ = write!(line, " burst {burst}");
@@ -64,6 +65,15 @@ pub fn rule_summary(rule: &Rule) -> String {
     line
 }
 
+/// `60s`, or `calendar month` / `3 calendar months` under `--calendar-months`.
+pub fn window_text(quota: &Quota) -> String {
+    match quota.tiling() {
+        Tiling::CalendarMonths { months: 1 } => "calendar month".to_owned(),
+        Tiling::CalendarMonths { months } => format!("{months} calendar months"),
+        Tiling::Epoch { .. } => format!("{}s", quota.window_seconds()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +85,39 @@ mod tests {
             .flat_map(|domain| domain.rules())
             .map(rule_summary)
             .collect()
+    }
+
+    #[test]
+    fn calendar_months_are_named() {
+        let options = crate::config::LoadOptions {
+            calendar_months: true,
+            ..crate::config::LoadOptions::default()
+        };
+        let sources = [crate::config::SourceFile {
+            name: "shop.yaml".to_owned(),
+            text: "domain: shop\n\
+                   descriptors:\n\
+                   \x20 - key: plan\n\
+                   \x20   rate_limits:\n\
+                   \x20     - {unit: month, requests_per_unit: 1000}\n\
+                   \x20     - {unit: month, unit_multiplier: 3, requests_per_unit: 2500}\n"
+                .to_owned(),
+        }];
+        let rules =
+            crate::config::load(&sources, &options).unwrap_or_else(|errors| panic!("{errors:?}"));
+        let lines: Vec<String> = rules
+            .domains()
+            .flat_map(|domain| domain.rules())
+            .map(rule_summary)
+            .collect();
+        assert_eq!(
+            lines,
+            ["shop.plan: fixed_window 1000/calendar month + fixed_window 2500/3 calendar months"]
+        );
+        let plain = summaries(
+            "domain: shop\ndescriptors:\n  - key: plan\n    rate_limit: {unit: month, requests_per_unit: 1000}\n",
+        );
+        assert_eq!(plain, ["shop.plan: fixed_window 1000/2592000s"]);
     }
 
     #[test]

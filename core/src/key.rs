@@ -2,7 +2,7 @@
 //! is length-prefixed, so no value (whatever bytes it holds) can shift into the next field.
 //! Stores hash these bytes into their own key format.
 
-use super::algorithm::Quota;
+use super::algorithm::{Quota, Tiling};
 use super::rules::{Entry, MatchedLevel};
 
 /// Builds the identity of the counter that limit `limit_index` of rule `rule_path` keeps for
@@ -31,7 +31,7 @@ pub fn counter_key(
     push_field(&mut key, rule_path.as_bytes());
     push_field(&mut key, quota.algorithm.name().as_bytes());
     key.extend_from_slice(&(limit_index as u64).to_le_bytes());
-    key.extend_from_slice(&quota.window_seconds().to_le_bytes());
+    key.extend_from_slice(&window_identity(quota).to_le_bytes());
     key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for (index, entry) in entries.iter().enumerate() {
         push_field(&mut key, entry.key.as_bytes());
@@ -45,6 +45,18 @@ pub fn counter_key(
         push_field(&mut key, value.as_bytes());
     }
     key
+}
+
+/// The window in a counter's identity: its length in seconds, or, for calendar months, a number
+/// above every length (at most 365 days × 2^32 ≈ 1.4e17 s), one per count of months. A state
+/// means nothing under another tiling (a 30-day window's start is not a month's), so switching
+/// `--calendar-months` starts those counters afresh; limits whose windows it does not move
+/// (other units, rate algorithms) keep their identity.
+fn window_identity(quota: &Quota) -> u64 {
+    match quota.tiling() {
+        Tiling::CalendarMonths { months } => u64::MAX - u64::from(months),
+        Tiling::Epoch { .. } => quota.window_seconds(),
+    }
 }
 
 fn push_field(key: &mut Vec<u8>, bytes: &[u8]) {
@@ -111,6 +123,26 @@ mod tests {
         let c = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/a")], &own);
         let d = counter_key("d", "p", 0, &quota, &[Entry::new("path", "files/b")], &own);
         assert_ne!(c, d);
+    }
+
+    #[test]
+    fn calendar_months_are_a_window_of_their_own() {
+        let entries = [Entry::new("k", "v")];
+        let levels = [MatchedLevel::Exact];
+        let key = |quota: &Quota| counter_key("d", "p", 0, quota, &entries, &levels);
+        let thirty_days = Quota::new(9, Unit::Month);
+        let calendar = thirty_days.clone().with_calendar_months(true);
+        let quarters = calendar.clone().with_multiplier(3);
+        assert_ne!(key(&thirty_days), key(&calendar));
+        assert_ne!(key(&calendar), key(&quarters));
+        assert_ne!(key(&quarters), key(&thirty_days.clone().with_multiplier(3)));
+        // Unchanged where calendar months change nothing: a token bucket refills as before.
+        let bucket = |calendar_months| {
+            Quota::new(9, Unit::Month)
+                .with_algorithm(crate::algorithm::Algorithm::TokenBucket)
+                .with_calendar_months(calendar_months)
+        };
+        assert_eq!(key(&bucket(true)), key(&bucket(false)));
     }
 
     #[test]

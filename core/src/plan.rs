@@ -268,7 +268,8 @@ fn override_source<'a>(
     let unit = limit.unit.unwrap_or(super::unit::Unit::Second);
     let quota = Quota::new(limit.requests_per_unit, unit)
         .with_algorithm(domain.default_algorithm)
-        .with_multiplier(limit.unit_multiplier.unwrap_or(1).max(1));
+        .with_multiplier(limit.unit_multiplier.unwrap_or(1).max(1))
+        .with_calendar_months(domain.calendar_months);
     LimitSource::Override {
         path,
         quotas: vec![quota],

@@ -219,6 +219,9 @@ pub struct DomainRules {
     pub sources: Vec<String>,
     /// What `algorithm:` defaults to in this domain; also used for request-side overrides.
     pub default_algorithm: Algorithm,
+    /// Whether MONTH limits count in UTC calendar months (`--calendar-months`); also used for
+    /// request-side overrides.
+    pub calendar_months: bool,
     /// `failure_policy:` (what a request gets when the store fails); `None`: the global
     /// `--redis-failure-policy`.
     pub failure_policy: Option<crate::failure::FailurePolicy>,

@@ -73,31 +73,15 @@ pub fn rfc3339(time: std::time::SystemTime) -> String {
     let seconds = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
-    let days = seconds / 86_400;
+    let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX);
     let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = crate::calendar::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         of_day / 3600,
         of_day % 3600 / 60,
         of_day % 60
     )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
-/// Hinnant's `civil_from_days`, for non-negative days).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -170,10 +170,7 @@ async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
 /// Loads the rules locally and prints how each descriptor matches them.
 fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
     let location = location(&args.config)?;
-    let options = args.config.limits.load_options(
-        args.config.default_algorithm,
-        args.config.merge_domain_config,
-    );
+    let options = args.config.load_options();
     let sources = read_sources(&location, args.config.limits.max_config_bytes)?;
     let rules = load(&sources, &options)?;
     let descriptors = args

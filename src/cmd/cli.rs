@@ -154,8 +154,23 @@ pub struct ConfigArgs {
     /// Let several files share one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub merge_domain_config: bool,
+    /// MONTH windows of fixed and sliding windows are UTC calendar months, reset at 00:00 UTC
+    /// on the 1st, instead of 30 days (envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT).
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
+}
+
+impl ConfigArgs {
+    /// The loader's settings from these flags.
+    pub fn load_options(&self) -> LoadOptions {
+        self.limits.load_options(
+            self.default_algorithm,
+            self.merge_domain_config,
+            self.calendar_months,
+        )
+    }
 }
 
 /// How much configuration is read and loaded: beyond a cap it is refused, at start, at every
@@ -175,17 +190,19 @@ pub struct ConfigLimitArgs {
 }
 
 impl ConfigLimitArgs {
-    /// The loader's settings: these caps with `--default-algorithm` and
-    /// `--merge-domain-config`.
+    /// The loader's settings: these caps with `--default-algorithm`, `--merge-domain-config`
+    /// and `--calendar-months`.
     pub fn load_options(
         &self,
         default_algorithm: AlgorithmArg,
         merge_domains: bool,
+        calendar_months: bool,
     ) -> LoadOptions {
         LoadOptions {
             default_algorithm: default_algorithm.into(),
             merge_domains,
             max_rules: self.max_rules,
+            calendar_months,
         }
     }
 }
@@ -571,6 +588,9 @@ pub struct ValidateArgs {
     /// Let several files share one domain (MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub merge_domain_config: bool,
+    /// MONTH windows are UTC calendar months (USE_CALENDAR_MONTH_RATE_LIMIT), as `serve`.
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
 }

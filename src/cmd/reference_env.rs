@@ -148,7 +148,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("TRACING_SERVICE_INSTANCE_ID", NotSupported(TRACING)),
     ("TRACING_EXPORTER_PROTOCOL", NotSupported(TRACING)),
     ("TRACING_SAMPLING_RATE", NotSupported("OTEL_TRACES_SAMPLER_ARG")),
-    ("USE_CALENDAR_MONTH_RATE_LIMIT", NotSupported("a MONTH is 30 days")),
+    ("USE_CALENDAR_MONTH_RATE_LIMIT", Honoured),
 ];
 
 /// The response headers: `--response-headers` (`flag`), else the reference's

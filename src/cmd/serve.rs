@@ -159,10 +159,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     );
     let location = location(&args.config)?;
     let location_for_log = location.clone();
-    let options = args.config.limits.load_options(
-        args.config.default_algorithm,
-        args.config.merge_domain_config,
-    );
+    let options = args.config.load_options();
     let max_config_bytes = args.config.limits.max_config_bytes;
     let force_start = door == FrontDoor::Reference
         || std::env::var("FORCE_START_WITHOUT_INITIAL_CONFIG").is_ok_and(|v| parse_bool(&v));

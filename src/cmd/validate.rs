@@ -8,9 +8,11 @@ use crate::core::config::load;
 use crate::engine::config_source::{read_sources, ConfigLocation};
 
 pub fn main(args: ValidateArgs) -> ExitCode {
-    let options = args
-        .limits
-        .load_options(args.default_algorithm, args.merge_domain_config);
+    let options = args.limits.load_options(
+        args.default_algorithm,
+        args.merge_domain_config,
+        args.calendar_months,
+    );
     let location = ConfigLocation::Path(args.path.clone());
     let sources = match read_sources(&location, args.limits.max_config_bytes) {
         Ok(sources) => sources,

@@ -13,7 +13,7 @@ use axum::Router;
 use crate::core::adjustment::{
     adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
 };
-use crate::core::describe::rule_summary;
+use crate::core::describe::{rule_summary, window_text};
 use crate::core::rules::Rule;
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
@@ -150,9 +150,9 @@ fn effective_summary(rule: &Rule, adjustment: &Adjustment, now_unix_ms: u64) -> 
     };
     let effective = adjusted_quota(configured, adjustment.requests_per_unit);
     let mut line = format!(
-        "effective {}/{}s",
+        "effective {}/{}",
         effective.requests_per_unit,
-        effective.window_seconds()
+        window_text(&effective)
     );
     if let Some(burst) = effective.burst {
         let _ = write!(line, " burst {burst}");

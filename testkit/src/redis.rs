@@ -27,6 +27,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     port: u16,
     extra_args: Vec<String>,
+    /// Added to the server's environment (e.g. `faketime::FakeClock::env`).
+    env: Vec<(String, String)>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -39,6 +41,13 @@ impl RedisServer {
     /// Starts a server with extra `--name value` arguments.
     pub fn start_with(extra_args: &[&str]) -> Self {
         first_start(REDIS_SERVER, || Self::spawned(owned(extra_args)))
+    }
+
+    /// Starts a server with `env` added to its environment (libfaketime's, for one).
+    pub fn start_with_env(env: &[(String, String)]) -> Self {
+        first_start(REDIS_SERVER, || {
+            Self::spawned_with(Vec::new(), env.to_vec())
+        })
     }
 
     /// Starts a server that also accepts TLS on a second free port (returned), with `tls_args`
@@ -54,9 +63,14 @@ impl RedisServer {
 
     /// A server on a free port, answering PING.
     fn spawned(extra_args: Vec<String>) -> Result<Self, String> {
+        Self::spawned_with(extra_args, Vec::new())
+    }
+
+    fn spawned_with(extra_args: Vec<String>, env: Vec<(String, String)>) -> Result<Self, String> {
         let mut server = Self {
             port: free_port(),
             extra_args,
+            env,
             child: None,
             dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
         };
@@ -75,7 +89,8 @@ impl RedisServer {
             .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(self.dir.path())
-            .args(&self.extra_args);
+            .args(&self.extra_args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)));
         let child = spawn_until_pong(&mut command, self.port, &self.dir.path().join("redis.log"))?;
         self.child = Some(child);
         Ok(())

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Channel, Endpoint};
@@ -45,4 +46,21 @@ pub async fn call(
         .should_rate_limit(request)
         .await
         .map(tonic::Response::into_inner)
+}
+
+/// The overall code, and the first descriptor's `limit_remaining` and `duration_until_reset`
+/// (whole seconds) of a one-descriptor answer.
+pub fn first_outcome(response: &RateLimitResponse) -> (Code, u32, i64) {
+    let code = Code::try_from(response.overall_code)
+        .unwrap_or_else(|_| panic!("unknown code {}", response.overall_code));
+    let status = response
+        .statuses
+        .first()
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    let reset = status
+        .duration_until_reset
+        .as_ref()
+        .map(|reset| reset.seconds)
+        .unwrap_or_else(|| panic!("no duration_until_reset in {response:?}"));
+    (code, status.limit_remaining, reset)
 }

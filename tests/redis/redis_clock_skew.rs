@@ -46,34 +46,9 @@ const CALLS: usize = 2 * LIMIT as usize + 2;
 /// before and after the call, and resets are rounded up to whole seconds.
 const CLOCK_SLACK: u64 = 2;
 
-/// libfaketime's preload library: `$FLOODGATE_LIBFAKETIME`, or where Debian's `libfaketime`
-/// puts it (an architecture directory under /usr/lib).
-fn libfaketime() -> PathBuf {
-    if let Ok(path) = std::env::var("FLOODGATE_LIBFAKETIME") {
-        return PathBuf::from(path);
-    }
-    let mut candidates = vec![
-        PathBuf::from("/usr/lib/faketime"),
-        PathBuf::from("/usr/local/lib/faketime"),
-    ];
-    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
-        candidates.extend(entries.flatten().map(|entry| entry.path().join("faketime")));
-    }
-    candidates
-        .into_iter()
-        .map(|dir| dir.join("libfaketime.so.1"))
-        .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "libfaketime.so.1 not found: run scripts/install-peers.sh (Debian package \
-                 faketime) or set FLOODGATE_LIBFAKETIME"
-            )
-        })
-}
-
 /// Starts floodgate with its wall clock SKEW_SECONDS ahead of the machine's.
 fn start_skewed(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {
-    let library = libfaketime();
+    let library = floodgate_testkit::faketime::library();
     let library = library.to_string_lossy();
     let offset = format!("+{SKEW_SECONDS}");
     let env = [
@@ -145,18 +120,10 @@ async fn call(client: &mut rls::Client, key: &str) -> RateLimitResponse {
 
 /// Code, remaining and `duration_until_reset` (whole seconds) of the single descriptor.
 fn outcome(response: &RateLimitResponse, key: &str) -> (Code, u32, u64) {
-    let code = Code::try_from(response.overall_code)
-        .unwrap_or_else(|_| panic!("{key}: unknown code {}", response.overall_code));
-    let status = response
-        .statuses
-        .first()
-        .unwrap_or_else(|| panic!("{key}: no status in {response:?}"));
-    let reset = status
-        .duration_until_reset
-        .as_ref()
-        .and_then(|reset| u64::try_from(reset.seconds).ok())
-        .unwrap_or_else(|| panic!("{key}: no duration_until_reset in {response:?}"));
-    (code, status.limit_remaining, reset)
+    let (code, remaining, reset) = rls::first_outcome(response);
+    let reset = u64::try_from(reset)
+        .unwrap_or_else(|_| panic!("{key}: a negative duration_until_reset in {response:?}"));
+    (code, remaining, reset)
 }
 
 /// A skewed process on the memory store decides with its own clock: its fixed window ends SKEW

@@ -5,10 +5,13 @@
 //! shadow mode, check-only hits, refunds, oversized hits, counters repeated within a request,
 //! limits changed between requests (a reload), a clock that sometimes goes backwards, and
 //! priority classes: descriptors of different classes (shares) charging the same counters.
+//! MONTH limits in calendar months run from month ends of every length (28, 29, 30, 31 days)
+//! and the turn of a year, so both stores must place the same windows on the calendar.
 
 use std::sync::Arc;
 
 use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::calendar::month_index;
 use floodgate::core::plan::Counter;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
@@ -163,13 +166,40 @@ fn edges_of(decided: &Decided) -> Vec<Micros> {
 }
 
 /// Runs seeded sequences over `slots_of(seed)` through both stores and compares every decision.
-async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
+async fn run_differential(name: &str, slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
     let server = RedisServer::start();
-    for seed in 1..=seeds() {
+    let sequence = Sequence {
+        seeds: 1..=seeds(),
+        start_of: &|rng: &mut StdRng| START + rng.random_range(0..MICROS_PER_SECOND),
+        step_scale: None,
+        steps: STEPS,
+    };
+    run_sequences(&server, name, &sequence, slots_of).await;
+}
+
+/// Where and how a run of seeded sequences goes.
+struct Sequence<'a> {
+    seeds: std::ops::RangeInclusive<u64>,
+    /// The clock's first instant.
+    start_of: &'a dyn Fn(&mut StdRng) -> Micros,
+    /// What the clock's steps are scaled to (`random_step`'s shortest window); `None`: the
+    /// shortest window of the slots.
+    step_scale: Option<Micros>,
+    steps: usize,
+}
+
+/// Runs `sequence` over `slots_of(seed)` through both stores on `server` and compares every
+/// decision; returns how many steps moved the clock into another UTC calendar month.
+async fn run_sequences(
+    server: &RedisServer,
+    name: &str,
+    sequence: &Sequence<'_>,
+    mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>,
+) -> usize {
+    let mut month_changes = 0;
+    for seed in sequence.seeds.clone() {
         let mut rng = StdRng::seed_from_u64(seed);
-        let clock = Arc::new(ManualClock::new(
-            START + rng.random_range(0..MICROS_PER_SECOND),
-        ));
+        let clock = Arc::new(ManualClock::new((sequence.start_of)(&mut rng)));
         let memory = MemoryStore::new(1_000_000, clock.clone());
         let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
         // Every seed starts from empty counters in both stores.
@@ -180,15 +210,21 @@ async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> V
             .unwrap_or_else(|error| panic!("FLUSHALL failed: {error}"));
 
         let slots = slots_of(&mut rng);
-        let shortest_window = slots
-            .iter()
-            .map(|slot| slot.quota.window_micros())
-            .min()
-            .unwrap_or(MICROS_PER_SECOND)
+        let shortest_window = sequence
+            .step_scale
+            .unwrap_or_else(|| {
+                slots
+                    .iter()
+                    .map(|slot| slot.quota.window_micros())
+                    .min()
+                    .unwrap_or(MICROS_PER_SECOND)
+            })
             .max(4);
         let mut edges = Vec::new();
-        for step in 0..STEPS {
+        for step in 0..sequence.steps {
+            let month_before = month_index(clock.now());
             clock.advance(random_step(&mut rng, shortest_window, &edges));
+            month_changes += usize::from(month_index(clock.now()) != month_before);
             let counters = random_request(&mut rng, &slots);
             let global_shadow = rng.random_bool(0.05);
             let expected = memory
@@ -209,6 +245,7 @@ async fn run_differential(name: &str, mut slots_of: impl FnMut(&mut StdRng) -> V
         }
         assert_logs_hold_only_their_entries(&mut inspector).await;
     }
+    month_changes
 }
 
 /// Every sliding log hash holds its four header fields and exactly its entries h..t: no
@@ -328,6 +365,86 @@ async fn priority_classes_sharing_a_counter_match_memory() {
 #[tokio::test]
 async fn mixed_algorithms_in_one_request_match_memory() {
     run_differential("mixed", |rng| random_slots(rng, &Algorithm::ALL)).await;
+}
+
+/// 00:00:00 UTC on the 1st after the last day of: February 2027 (28 days), February 2028
+/// (29, a leap year), April 2027 (30), January 2027 (31) and December 2026 (the turn of a year),
+/// in seconds (`date -u -d 2027-03-01 +%s`, …).
+const MONTH_ENDS: [(&str, i64); 5] = [
+    ("2027-02 (28 days)", 1_803_859_200),
+    ("2028-02 (29 days)", 1_835_481_600),
+    ("2027-04 (30 days)", 1_809_129_600),
+    ("2027-01 (31 days)", 1_801_440_000),
+    ("2026-12 (a year's end)", 1_798_761_600),
+];
+
+/// MONTH limits in calendar months (fixed and sliding windows, one to three months, limits
+/// changed now and then), beside a token bucket and a sliding log with MONTH (30 days even
+/// under calendar months) in the same requests.
+fn calendar_slots(rng: &mut StdRng) -> Vec<Slot> {
+    let limits = [0, 1, 2, 3, 5, 10, 25];
+    let mut quota = |algorithm: Algorithm, months: u32| {
+        let limit = limits[rng.random_range(0..limits.len())];
+        let quota = Quota::new(limit, Unit::Month)
+            .with_algorithm(algorithm)
+            .with_multiplier(months)
+            .with_calendar_months(true);
+        if algorithm.accepts_burst() {
+            quota.with_burst(rng.random_range(1..=12))
+        } else {
+            quota
+        }
+    };
+    let quotas = [
+        quota(Algorithm::FixedWindow, 1),
+        quota(Algorithm::SlidingWindow, 1),
+        quota(Algorithm::FixedWindow, 2),
+        quota(Algorithm::SlidingWindow, 3),
+        quota(Algorithm::TokenBucket, 1),
+        quota(Algorithm::SlidingLog, 1),
+    ];
+    quotas
+        .into_iter()
+        .enumerate()
+        .map(|(index, quota)| Slot {
+            key: identity("calendar", "tenant", &format!("t{index}"), 0, &quota),
+            quota,
+        })
+        .collect()
+}
+
+/// Calendar months from the last hours of months of every length: both stores place windows,
+/// keys' states, resets and retries on the same 1st, across 28-, 29-, 30- and 31-day months
+/// and from December into January. Steps are scaled to a day (with jumps to within a µs of
+/// the resets and retries just answered, which are month ends), so every run crosses several.
+#[tokio::test]
+async fn calendar_months_match_memory_across_every_kind_of_month_end() {
+    const DAY: Micros = 86_400 * MICROS_PER_SECOND;
+    let server = RedisServer::start();
+    for (index, &(month, next_first)) in MONTH_ENDS.iter().enumerate() {
+        let first_seed = 1_000 * (index as u64 + 1);
+        let start_of = move |rng: &mut StdRng| {
+            next_first * MICROS_PER_SECOND - rng.random_range(0..6 * 3_600 * MICROS_PER_SECOND)
+        };
+        let sequence = Sequence {
+            seeds: first_seed..=first_seed + seeds() - 1,
+            start_of: &start_of,
+            step_scale: Some(DAY),
+            steps: STEPS / 2,
+        };
+        let month_changes = run_sequences(
+            &server,
+            &format!("calendar {month}"),
+            &sequence,
+            calendar_slots,
+        )
+        .await;
+        // Every seed starts within six hours of the month's end: each crosses it, and more.
+        assert!(
+            month_changes >= 2 * sequence.seeds.clone().count(),
+            "calendar {month}: only {month_changes} steps changed month"
+        );
+    }
 }
 
 /// Quotas right at the bounds `check_quota` allows, where Lua's doubles would first lose

@@ -1,17 +1,25 @@
 //! Fixed window, counted as envoyproxy/ratelimit counts: windows of W µs aligned to the Unix
-//! epoch, so every replica and the Redis script agree on where a window starts. All integer.
+//! epoch, so every replica and the Redis script agree on where a window starts; or, for a
+//! MONTH limit under `--calendar-months`, UTC calendar months (`window.rs`), as the reference
+//! counts with `USE_CALENDAR_MONTH_RATE_LIMIT`. All integer.
 //!
-//!   start       = now − (now mod⁺ W)     (mod⁺ Euclidean: instants before 1970 align too)
+//!   [start, end) = the window holding now: start = now − (now mod⁺ W), end = start + W
+//!                  (mod⁺ Euclidean: instants before 1970 align too); calendar months: the 1st
+//!                  at 00:00 UTC to the next 1st
 //!   count       = stored count if stored start ≥ start, else 0
-//!                 (a later stored start means the clock went back: keep that window and its
-//!                 count rather than hand out a fresh one)
+//!                 (a later stored start means the clock went back: keep that window, its end
+//!                 and its count rather than hand out a fresh one)
 //!   admit       ⇔ count + n ≤ L
 //!   remaining   = max(0, L − count)      (L may have been lowered on reload)
-//!   reset_after = start + W − now        (Envoy's `W − now % W`, before rounding to seconds)
+//!   reset_after = end − now              (Envoy's `W − now % W`, before rounding to seconds;
+//!                                         calendar months: the reference's
+//!                                         `MonthExpirationSeconds`, until the next 1st)
 //!   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
-//!   expires_at  = start + W
+//!   expires_at  = end                    (calendar months: the reference's TTL too, the rest
+//!                                         of the month)
 
 use super::counter::{decide, Counter};
+use super::window::Span;
 use super::{Evaluation, Hits, Quota, Snapshot, State};
 use crate::time::Micros;
 
@@ -25,36 +33,33 @@ pub(super) fn evaluate(
     decide(Window::at(quota, state, now), hits, reserve)
 }
 
-/// Start of the epoch-aligned window holding `now`; `window` must be positive.
-pub(super) fn epoch_window_start(now: Micros, window: Micros) -> Micros {
-    now.saturating_sub(now.rem_euclid(window.max(1)))
-}
-
 #[derive(Debug, Clone)]
 struct Window {
     limit: u64,
     now: Micros,
-    start: Micros,
-    length: Micros,
+    span: Span,
     count: u64,
 }
 
 impl Window {
     fn at(quota: &Quota, state: Option<&State>, now: Micros) -> Self {
-        let length = quota.window_micros().max(1);
-        let current_start = epoch_window_start(now, length);
-        let (start, count) = match state {
+        let tiling = quota.tiling();
+        let current = tiling.holding(now);
+        let (span, count) = match state {
             Some(&State::FixedWindow {
                 window_start,
                 count,
-            }) if window_start >= current_start => (window_start, count),
-            _ => (current_start, 0),
+            }) if window_start == current.start => (current, count),
+            Some(&State::FixedWindow {
+                window_start,
+                count,
+            }) if window_start > current.start => (tiling.holding(window_start), count),
+            _ => (current, 0),
         };
         Self {
             limit: u64::from(quota.requests_per_unit),
             now,
-            start,
-            length,
+            span,
             count,
         }
     }
@@ -66,12 +71,8 @@ impl Window {
         }
     }
 
-    fn end(&self) -> Micros {
-        self.start.saturating_add(self.length)
-    }
-
     fn reset_after(&self) -> Micros {
-        self.end().saturating_sub(self.now).max(0)
+        self.span.end.saturating_sub(self.now).max(0)
     }
 }
 
@@ -105,7 +106,7 @@ impl Counter for Window {
     }
 
     fn expires_at(&self) -> Micros {
-        self.end()
+        self.span.end
     }
 
     fn capacity(&self) -> u64 {
@@ -114,7 +115,7 @@ impl Counter for Window {
 
     fn into_state(self) -> State {
         State::FixedWindow {
-            window_start: self.start,
+            window_start: self.span.start,
             count: self.count,
         }
     }

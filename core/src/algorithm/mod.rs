@@ -12,8 +12,10 @@ mod sliding_log;
 mod sliding_window;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub use share::Share;
+pub use window::{Span, Tiling};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -64,6 +66,14 @@ impl Algorithm {
     pub fn accepts_burst(self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
+
+    /// Whether it counts in windows with edges (fixed and sliding windows), which calendar
+    /// months can place. The others have no edges to place: a sliding log looks back over a
+    /// span that slides with `now`, and the buckets refill at a rate; under
+    /// `--calendar-months` their MONTH is still 30 days (docs/algorithms.md#windows says why).
+    pub fn counts_in_windows(self) -> bool {
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+    }
 }
 
 impl fmt::Display for Algorithm {
@@ -86,6 +96,10 @@ pub struct Quota {
     /// Token bucket: capacity (default `requests_per_unit`). Leaky bucket: nginx `burst`
     /// (extra requests beyond the first; default 0).
     pub burst: Option<u32>,
+    /// A MONTH limit whose windows are UTC calendar months (`--calendar-months`,
+    /// envoyproxy/ratelimit's `USE_CALENDAR_MONTH_RATE_LIMIT`); always false for other units.
+    /// Only the windowed algorithms have windows to place ([`Quota::tiling`]).
+    pub calendar_months: bool,
 }
 
 impl Quota {
@@ -96,6 +110,7 @@ impl Quota {
             unit_multiplier: 1,
             algorithm: Algorithm::FixedWindow,
             burst: None,
+            calendar_months: false,
         }
     }
 
@@ -114,7 +129,29 @@ impl Quota {
         self
     }
 
-    /// Window length in whole seconds (unit × multiplier).
+    /// MONTH windows follow the UTC calendar when `enabled` (and the unit is MONTH); call it
+    /// after the unit is set, as `Quota::new` does.
+    pub fn with_calendar_months(mut self, enabled: bool) -> Self {
+        self.calendar_months = enabled && self.unit == Unit::Month;
+        self
+    }
+
+    /// Where a windowed algorithm's windows lie: calendar months for a MONTH limit of fixed or
+    /// sliding windows under `--calendar-months`, else `window_micros` aligned to the epoch.
+    pub fn tiling(&self) -> Tiling {
+        if self.calendar_months && self.unit == Unit::Month && self.algorithm.counts_in_windows() {
+            Tiling::CalendarMonths {
+                months: self.unit_multiplier.max(1),
+            }
+        } else {
+            Tiling::Epoch {
+                length: self.window_micros().max(1),
+            }
+        }
+    }
+
+    /// Window length in whole seconds (unit × multiplier; a MONTH is 30 days here, also under
+    /// `--calendar-months`, where [`Quota::tiling`] says where windows really lie).
     pub fn window_seconds(&self) -> u64 {
         self.unit.seconds() * u64::from(self.unit_multiplier.max(1))
     }

@@ -1,35 +1,45 @@
-//! Sliding window counter: the count of the current epoch-aligned window plus the previous
-//! window's count weighted by how much of it still overlaps the last W µs. Two integers of
-//! state instead of a log; the price is assuming the previous window's hits were spread evenly.
+//! Sliding window counter: the count of the current window plus the previous window's count
+//! weighted by how much of it still overlaps the last window's length. Two integers of state
+//! instead of a log; the price is assuming the previous window's hits were spread evenly.
+//! Windows are epoch-aligned W µs, or UTC calendar months for a MONTH limit under
+//! `--calendar-months` (`window.rs`); W is then the length of the month looked at.
 //!
-//!   start    = now − (now mod⁺ W); the stored (start, previous, current) becomes
+//!   [start, end) = the window holding now, W = end − start; [start', start) the one before it;
+//!              the stored (start, previous, current) becomes
 //!              stored start = start      → as stored
-//!              stored start = start − W  → (start, stored current, 0)
-//!              stored start > start      → as stored (the clock went back: no free capacity)
+//!              stored start = start'     → (start, stored current, 0)
+//!              stored start > start      → as stored, in the window starting there (the clock
+//!                                          went back: no free capacity)
 //!              otherwise                 → (start, 0, 0)
 //!   elapsed  = clamp(now − start, 0, W)
 //!   weight   = (W − elapsed) / W                       f64: float(W − elapsed) / float(W)
 //!   estimate = previous · weight + current             f64: float(previous) * weight + float(current)
+//!     With calendar months the weight is the part of the current month still to come, so the
+//!     counted span reaches back exactly one calendar month, as far into the previous month as
+//!     now is into this one: previous counts in full at the 1st and not at all at the next 1st,
+//!     whatever the two months' lengths, and the estimate never jumps at a boundary.
 //!   admit    ⇔ estimate + float(n) ≤ float(L)
 //!   remaining   = clamp(floor(float(L) − estimate), 0, L), estimate taken after the commit
-//!   reset_after = current > 0 ? (start + W − now) + W : previous > 0 ? start + W − now : 0
+//!   W⁺ = the length of the window after [start, end) (W for epoch windows)
+//!   reset_after = current > 0 ? (end − now) + W⁺ : previous > 0 ? end − now : 0
 //!   retry_after: the first µs at which the hits fit, while `previous` decays (or, when
 //!     current + n > L, while `current` decays as the next window's previous):
-//!       decay(count, room) = count = 0 ? 0
-//!                          : allowance ≥ W ? 0 : W − floor(allowance),
+//!       decay(count, room, W) = count = 0 ? 0
+//!                             : allowance ≥ W ? 0 : W − floor(allowance),
 //!         allowance = float(room) * float(W) / float(count)
-//!       current + n ≤ L → guess = start + decay(previous, L − current − n)
-//!       otherwise       → guess = start + W + decay(current, L − n)
+//!       current + n ≤ L → guess = start + decay(previous, L − current − n, W)
+//!       otherwise       → guess = end + decay(current, L − n, W⁺)
 //!     The guess is exact in real numbers, but the admission test runs in doubles and can
 //!     disagree right at the boundary (25 · 0.56 = 14.000000000000002), so it is nudged to the
 //!     first µs the admission test itself accepts: up to 4 times `+1 µs` while the hits do not
 //!     fit at it, then up to 4 times `−1 µs` while they fit 1 µs earlier (the test is monotone
-//!     in time, so this lands on the boundary when it is within 4 µs of the guess).
+//!     in time, so this lands on the boundary when it is within 4 µs of the guess). The test
+//!     at an instant sees the windows as they are at that instant (the window holding it).
 //!       retry_after = at − now;  n > L → reset_after;  always at least 1
-//!   expires_at = start + 2W
+//!   expires_at = end + W⁺
 
 use super::counter::{decide, Counter};
-use super::fixed_window::epoch_window_start;
+use super::window::{Span, Tiling};
 use super::{Evaluation, Hits, Quota, Snapshot, State};
 use crate::time::Micros;
 
@@ -48,37 +58,37 @@ pub(super) fn evaluate(
 
 #[derive(Debug, Clone, Copy)]
 struct Windows {
+    tiling: Tiling,
     limit: u64,
     now: Micros,
-    start: Micros,
-    length: Micros,
+    /// The current window.
+    span: Span,
     previous: u64,
     current: u64,
 }
 
 impl Windows {
     fn at(quota: &Quota, state: Option<&State>, now: Micros) -> Self {
-        let length = quota.window_micros().max(1);
-        let current_start = epoch_window_start(now, length);
-        let (start, previous, current) = match state {
+        let tiling = quota.tiling();
+        let here = tiling.holding(now);
+        let (span, previous, current) = match state {
             Some(&State::SlidingWindow {
                 window_start,
                 previous,
                 current,
             }) => carried_over(
+                tiling,
                 window_start,
-                u64::from(previous),
-                u64::from(current),
-                current_start,
-                length,
+                (u64::from(previous), u64::from(current)),
+                here,
             ),
-            _ => (current_start, 0, 0),
+            _ => (here, 0, 0),
         };
         Self {
+            tiling,
             limit: u64::from(quota.requests_per_unit),
             now,
-            start,
-            length,
+            span,
             previous,
             current,
         }
@@ -86,17 +96,16 @@ impl Windows {
 
     /// The same counter seen at another instant, with no hits in between.
     fn seen_at(&self, now: Micros) -> Self {
-        let current_start = epoch_window_start(now, self.length);
-        let (start, previous, current) = carried_over(
-            self.start,
-            self.previous,
-            self.current,
-            current_start,
-            self.length,
+        let here = self.tiling.holding(now);
+        let (span, previous, current) = carried_over(
+            self.tiling,
+            self.span.start,
+            (self.previous, self.current),
+            here,
         );
         Self {
             now,
-            start,
+            span,
             previous,
             current,
             ..*self
@@ -125,13 +134,19 @@ impl Windows {
         at
     }
 
-    fn end(&self) -> Micros {
-        self.start.saturating_add(self.length)
+    fn length(&self) -> Micros {
+        self.span.length().max(1)
+    }
+
+    /// The window after the current one.
+    fn next(&self) -> Span {
+        self.tiling.after(self.span)
     }
 
     fn previous_weight(&self) -> f64 {
-        let elapsed = self.now.saturating_sub(self.start).clamp(0, self.length);
-        (self.length - elapsed) as f64 / self.length as f64
+        let length = self.length();
+        let elapsed = self.now.saturating_sub(self.span.start).clamp(0, length);
+        (length - elapsed) as f64 / length as f64
     }
 
     fn estimate(&self) -> f64 {
@@ -139,9 +154,9 @@ impl Windows {
     }
 
     fn reset_after(&self) -> Micros {
-        let until_end = self.end().saturating_sub(self.now).max(0);
+        let until_end = self.span.end.saturating_sub(self.now).max(0);
         if self.current > 0 {
-            until_end.saturating_add(self.length)
+            until_end.saturating_add(self.next().length())
         } else if self.previous > 0 {
             until_end
         } else {
@@ -150,29 +165,32 @@ impl Windows {
     }
 }
 
-/// The stored windows as seen from the window starting at `current_start`.
+/// The stored windows (starting at `stored_start`, with `(previous, current)` hits) as seen
+/// from the window `here`.
 fn carried_over(
+    tiling: Tiling,
     stored_start: Micros,
-    previous: u64,
-    current: u64,
-    current_start: Micros,
-    length: Micros,
-) -> (Micros, u64, u64) {
-    if stored_start >= current_start {
-        (stored_start, previous, current)
-    } else if stored_start == current_start.saturating_sub(length) {
-        (current_start, current, 0)
+    (previous, current): (u64, u64),
+    here: Span,
+) -> (Span, u64, u64) {
+    if stored_start == here.start {
+        (here, previous, current)
+    } else if stored_start > here.start {
+        (tiling.holding(stored_start), previous, current)
+    } else if stored_start == tiling.before(here).start {
+        (here, current, 0)
     } else {
-        (current_start, 0, 0)
+        (here, 0, 0)
     }
 }
 
-/// Time into a window until `count` hits of the window before it, weighted by their remaining
-/// overlap, take at most `room`.
+/// Time into a window of `length` µs until `count` hits of the window before it, weighted by
+/// their remaining overlap, take at most `room`.
 fn decay_time(count: u64, room: u64, length: Micros) -> Micros {
     if count == 0 {
         return 0;
     }
+    let length = length.max(1);
     let allowance = room as f64 * length as f64 / count as f64;
     if allowance >= length as f64 {
         0
@@ -216,19 +234,22 @@ impl Counter for Windows {
             return self.reset_after();
         }
         let guess = match self.limit.checked_sub(self.current.saturating_add(hits)) {
-            Some(room) => self
-                .start
-                .saturating_add(decay_time(self.previous, room, self.length)),
-            None => {
-                self.end()
-                    .saturating_add(decay_time(self.current, self.limit - hits, self.length))
+            Some(room) => {
+                self.span
+                    .start
+                    .saturating_add(decay_time(self.previous, room, self.length()))
             }
+            None => self.span.end.saturating_add(decay_time(
+                self.current,
+                self.limit - hits,
+                self.next().length(),
+            )),
         };
         self.first_fit_near(guess, hits).saturating_sub(self.now)
     }
 
     fn expires_at(&self) -> Micros {
-        self.end().saturating_add(self.length)
+        self.next().end
     }
 
     fn capacity(&self) -> u64 {
@@ -238,7 +259,7 @@ impl Counter for Windows {
     fn into_state(self) -> State {
         // Only hits that fit are charged, so neither count passes the limit, a u32.
         State::SlidingWindow {
-            window_start: self.start,
+            window_start: self.span.start,
             previous: u32::try_from(self.previous).unwrap_or(u32::MAX),
             current: u32::try_from(self.current).unwrap_or(u32::MAX),
         }

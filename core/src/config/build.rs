@@ -120,6 +120,7 @@ impl DomainBuild {
                 name: file.domain.clone(),
                 sources: Vec::new(),
                 default_algorithm: file.default_algorithm.unwrap_or(options.default_algorithm),
+                calendar_months: options.calendar_months,
                 failure_policy: file.failure_policy,
                 root: Node::default(),
             },

@@ -63,6 +63,7 @@ pub(super) fn read_file(
         report,
         default_algorithm: options.default_algorithm,
         default_algorithm_source: "--default-algorithm",
+        calendar_months: options.calendar_months,
     };
     let spec = read_root(index, root, &mut walk);
     Some((spec, parsed.root))
@@ -136,6 +137,8 @@ pub(super) struct FileWalk<'r> {
     pub(super) default_algorithm: Algorithm,
     /// Where that default comes from, for messages.
     pub(super) default_algorithm_source: &'static str,
+    /// Whether MONTH limits count in calendar months (`LoadOptions::calendar_months`).
+    pub(super) calendar_months: bool,
 }
 
 impl FileWalk<'_> {

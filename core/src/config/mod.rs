@@ -60,6 +60,9 @@ pub struct LoadOptions {
     pub merge_domains: bool,
     /// `--max-rules`: a configuration with more rules is refused.
     pub max_rules: usize,
+    /// `--calendar-months` (`USE_CALENDAR_MONTH_RATE_LIMIT`): MONTH windows are UTC calendar
+    /// months instead of 30 days (`Quota::with_calendar_months`).
+    pub calendar_months: bool,
 }
 
 impl Default for LoadOptions {
@@ -68,6 +71,7 @@ impl Default for LoadOptions {
             default_algorithm: Algorithm::default(),
             merge_domains: false,
             max_rules: DEFAULT_MAX_RULES,
+            calendar_months: false,
         }
     }
 }

@@ -94,10 +94,23 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
         valid = false;
     }
 
+    if walk.calendar_months && unit == Some(Unit::Month) && !algorithm.counts_in_windows() {
+        walk.report.warning(
+            path,
+            format!(
+                "calendar months (--calendar-months, USE_CALENDAR_MONTH_RATE_LIMIT) place the \
+                 windows of fixed_window and sliding_window only; this {algorithm}{chosen} has \
+                 no window edges and refills over 30 days a month: use `algorithm: \
+                 fixed_window` (or sliding_window) to reset on the 1st"
+            ),
+        );
+    }
+
     let unit = unit.filter(|_| valid)?;
     let mut quota = Quota::new(requests_per_unit, unit)
         .with_algorithm(algorithm)
-        .with_multiplier(fields.unit_multiplier.unwrap_or(1));
+        .with_multiplier(fields.unit_multiplier.unwrap_or(1))
+        .with_calendar_months(walk.calendar_months);
     if let Some(burst) = fields.burst {
         quota = quota.with_burst(burst);
     }

@@ -1,7 +1,7 @@
 //! The decision script: its Lua source (`lua/`, one file per algorithm), which quotas it
 //! computes exactly, the arguments a request becomes and the reply it gives back.
 
-use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot};
+use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
 use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::Micros;
@@ -78,9 +78,13 @@ pub enum UnsupportedQuota {
 /// not at the first request.
 pub fn check_quota(quota: &Quota) -> Result<(), UnsupportedQuota> {
     let window = quota.window_micros();
-    if window > MAX_WINDOW_MICROS {
+    // Calendar months can be longer than their 30 days a month: up to 31 days each.
+    let longest = quota.tiling().longest();
+    if window > MAX_WINDOW_MICROS || longest > MAX_WINDOW_MICROS {
         return Err(UnsupportedQuota::WindowTooLong {
-            window_seconds: quota.window_seconds(),
+            window_seconds: quota
+                .window_seconds()
+                .max(longest.unsigned_abs() / 1_000_000),
         });
     }
     if matches!(
@@ -228,7 +232,7 @@ pub fn build_call(
             key_index.into(),
             Arg::Text(algorithm_name(quota.algorithm)),
             quota.requests_per_unit.into(),
-            Arg::Signed(quota.window_micros()),
+            Arg::Signed(window_arg(quota)),
             Arg::Unsigned(quota.capacity()),
             Arg::Text(hits_kind),
             Arg::Unsigned(hits),
@@ -241,6 +245,16 @@ pub fn build_call(
     Call {
         keys: identities.into_iter().map(key_of).collect(),
         args,
+    }
+}
+
+/// The window W the script is given: its length in µs (≥ 1), or, for calendar months, minus
+/// their number (`window_span` in prelude.lua tells them apart by the sign). Calendar months
+/// are computed in the script because "now" may be Redis `TIME`, read only there.
+fn window_arg(quota: &Quota) -> i64 {
+    match quota.tiling() {
+        Tiling::CalendarMonths { months } => -i64::from(months),
+        Tiling::Epoch { .. } => quota.window_micros(),
     }
 }
 
@@ -454,6 +468,36 @@ mod tests {
         // The sliding log and windows do not care about capacity.
         let big_limit = Quota::new(u32::MAX, Unit::Year).with_algorithm(Algorithm::SlidingWindow);
         assert_eq!(check_quota(&big_limit), Ok(()));
+    }
+
+    #[test]
+    fn calendar_months_are_passed_as_a_negative_window() {
+        let monthly = |algorithm| {
+            Quota::new(9, Unit::Month)
+                .with_algorithm(algorithm)
+                .with_multiplier(3)
+                .with_calendar_months(true)
+        };
+        let window_of = |quota: Quota| {
+            let counters = [counter(0, b"k", quota, Hits::Charge(1), Role::Enforced)];
+            let call = build_call(&counters, false, Now::RedisTime, |_| "k".to_owned());
+            texts(&call.args)[7].clone()
+        };
+        assert_eq!(window_of(monthly(Algorithm::FixedWindow)), "-3");
+        assert_eq!(window_of(monthly(Algorithm::SlidingWindow)), "-3");
+        // Buckets keep 30-day months, calendar months or not.
+        assert_eq!(
+            window_of(monthly(Algorithm::TokenBucket)),
+            (3 * 2_592_000_000_000_i64).to_string()
+        );
+        // 2^51 µs holds 840 months of 31 days; the 841st could pass it.
+        let months = |n| monthly(Algorithm::FixedWindow).with_multiplier(n);
+        assert_eq!(check_quota(&months(840)), Ok(()));
+        assert!(matches!(
+            check_quota(&months(841)),
+            Err(UnsupportedQuota::WindowTooLong { .. })
+        ));
+        assert!(check_quota(&months(u32::MAX)).is_err());
     }
 
     #[test]

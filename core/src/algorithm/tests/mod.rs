@@ -2,6 +2,7 @@
 //! properties over random traffic in `properties.rs`, priority classes in `priority.rs`.
 
 mod all_algorithms;
+mod calendar_months;
 mod fixed_window;
 mod fullness;
 mod gcra;
@@ -10,7 +11,7 @@ mod properties;
 mod sliding_log;
 mod sliding_window;
 
-use super::{evaluate, fullness, Algorithm, Evaluation, Fullness, Hits, Quota, State};
+use super::{evaluate, fullness, Algorithm, Evaluation, Fullness, Hits, Quota, State, Tiling};
 use crate::time::{Micros, MICROS_PER_SECOND};
 use crate::unit::Unit;
 

@@ -85,9 +85,11 @@ fn small_quota() -> impl Strategy<Value = Quota> {
             unit_multiplier: multiplier,
             algorithm,
             burst,
+            calendar_months: false,
         })
 }
 
+/// Any quota, MONTH limits with calendar months too (any number of them).
 fn wide_quota() -> impl Strategy<Value = Quota> {
     (
         proptest::sample::select(Algorithm::ALL.to_vec()),
@@ -95,14 +97,45 @@ fn wide_quota() -> impl Strategy<Value = Quota> {
         proptest::sample::select(Unit::ALL.to_vec()),
         prop_oneof![Just(0u32), 1u32..=3, Just(u32::MAX), any::<u32>()],
         proptest::option::of(prop_oneof![0u32..=20, Just(u32::MAX)]),
+        any::<bool>(),
     )
-        .prop_map(|(algorithm, limit, unit, multiplier, burst)| Quota {
-            requests_per_unit: limit,
-            unit,
-            unit_multiplier: multiplier,
-            algorithm,
-            burst,
+        .prop_map(
+            |(algorithm, limit, unit, multiplier, burst, calendar)| Quota {
+                requests_per_unit: limit,
+                unit,
+                unit_multiplier: multiplier,
+                algorithm,
+                burst,
+                calendar_months: calendar && unit == Unit::Month,
+            },
+        )
+}
+
+/// A small MONTH limit of fixed or sliding windows in calendar months (1 to 3 of them).
+fn calendar_quota() -> impl Strategy<Value = Quota> {
+    (
+        prop_oneof![Just(Algorithm::FixedWindow), Just(Algorithm::SlidingWindow)],
+        prop_oneof![1 => Just(0u32), 8 => 1u32..=8],
+        1u32..=3,
+    )
+        .prop_map(|(algorithm, limit, multiplier)| {
+            Quota::new(limit, Unit::Month)
+                .with_algorithm(algorithm)
+                .with_multiplier(multiplier)
+                .with_calendar_months(true)
         })
+}
+
+/// Near the end of a month of every length, and of a year: Feb 2027 (28 days), Feb 2028 (29),
+/// April 2027 (30), January 2027 (31), December 2026.
+fn month_end_start() -> impl Strategy<Value = Micros> {
+    use crate::calendar::dates::{FEB_2027, JAN_2027, MAR_2027, MAR_2028, MAY_2027};
+    let next_firsts = [MAR_2027, MAR_2028, MAY_2027, FEB_2027, JAN_2027];
+    (
+        proptest::sample::select(next_firsts.to_vec()),
+        -2 * 3_600 * SECOND..SECOND,
+    )
+        .prop_map(|(first, offset)| first + offset)
 }
 
 /// Where a sequence starts: anywhere within an hour after T0, so windows fall anywhere.
@@ -185,21 +218,29 @@ fn admitted_in(requests: &[Request], from: Micros, until_excluded: Micros) -> u6
         .sum()
 }
 
-fn assert_per_epoch_window(quota: &Quota, requests: &[Request]) {
-    let window = quota.window_micros();
+/// At most L admitted in each window (epoch-aligned, or calendar months).
+fn assert_per_window(quota: &Quota, requests: &[Request]) {
     for request in requests {
-        let start = window_start(request.now, window);
-        let admitted = admitted_in(requests, start, start + window);
+        let span = quota.tiling().holding(request.now);
+        let admitted = admitted_in(requests, span.start, span.end);
         assert!(
             admitted <= u64::from(quota.requests_per_unit),
-            "{admitted} admitted in the window from {start}"
+            "{admitted} admitted in the window {span:?}"
         );
     }
 }
 
-/// At most `bound` admitted in any [a, a + W).
+/// The shortest a window can be: W, or 28 days a calendar month.
+fn shortest_window(quota: &Quota) -> Micros {
+    match quota.tiling() {
+        Tiling::Epoch { length } => length,
+        Tiling::CalendarMonths { months } => 28 * 86_400 * SECOND * i64::from(months),
+    }
+}
+
+/// At most `bound` admitted in any [a, a + W), W the shortest window.
 fn assert_per_sliding_window(quota: &Quota, requests: &[Request], bound: u64) {
-    let window = quota.window_micros();
+    let window = shortest_window(quota);
     for request in requests {
         let admitted = admitted_in(requests, request.now, request.now + window);
         assert!(
@@ -249,16 +290,16 @@ fn assert_per_stored_window(quota: &Quota, requests: &[Request]) {
 }
 
 fn window_start_of(quota: &Quota, now: Micros) -> Micros {
-    window_start(now, quota.window_micros())
+    quota.tiling().holding(now).start
 }
 
 fn assert_bounded_by_definition(quota: &Quota, requests: &[Request]) {
     let limit = u64::from(quota.requests_per_unit);
     match quota.algorithm {
-        Algorithm::FixedWindow => assert_per_epoch_window(quota, requests),
+        Algorithm::FixedWindow => assert_per_window(quota, requests),
         Algorithm::SlidingLog => assert_per_sliding_window(quota, requests, limit),
         Algorithm::SlidingWindow => {
-            assert_per_epoch_window(quota, requests);
+            assert_per_window(quota, requests);
             assert_per_sliding_window(quota, requests, 2 * limit);
         }
         Algorithm::TokenBucket | Algorithm::LeakyBucket => assert_gcra_rate(quota, requests),
@@ -499,6 +540,41 @@ proptest! {
     ) {
         for request in run(&quota, start, &steps, Clock::Forward, Store::Admitted) {
             assert_fullness_is_exact(&quota, &request);
+        }
+    }
+
+    /// Calendar months, around month ends of every length: the same properties as for epoch
+    /// windows (the steps are fractions of a 30-day month, so they cross ends of all lengths).
+    #[test]
+    fn calendar_months_keep_every_property(
+        quota in calendar_quota(),
+        start in month_end_start(),
+        steps in prop::collection::vec((advance(), any_hits()), 1..48),
+        store_everything in any::<bool>(),
+    ) {
+        let store = if store_everything { Store::Everything } else { Store::Admitted };
+        for request in run(&quota, start, &steps, Clock::BackAndForth, store) {
+            assert_well_formed(&quota, &request);
+            assert_expires(&quota, &request);
+            assert_refunds_stop_at_fresh(&quota, &request);
+            assert_no_capacity_in_the_past(&quota, &request);
+        }
+        for request in run(&quota, start, &steps, Clock::Forward, Store::Admitted) {
+            assert_retry_after_is_exact(&quota, &request);
+            assert_fullness_is_exact(&quota, &request);
+        }
+        let charges: Vec<(Advance, Hits)> = steps
+            .iter()
+            .map(|&(advance, hits)| match hits {
+                Hits::Refund(_) => (advance, Hits::CheckOnly),
+                other => (advance, other),
+            })
+            .collect();
+        let forward = run(&quota, start, &charges, Clock::Forward, store);
+        assert_bounded_by_definition(&quota, &forward);
+        if quota.algorithm == Algorithm::FixedWindow {
+            let back_and_forth = run(&quota, start, &charges, Clock::BackAndForth, store);
+            assert_per_stored_window(&quota, &back_and_forth);
         }
     }
 }

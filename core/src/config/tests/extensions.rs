@@ -36,6 +36,68 @@ fn algorithm_burst_and_multiplier_land_in_the_quota() {
     assert_eq!(quota.algorithm, Algorithm::SlidingWindow);
 }
 
+/// `--calendar-months`.
+fn calendar_months() -> LoadOptions {
+    LoadOptions {
+        calendar_months: true,
+        ..LoadOptions::default()
+    }
+}
+
+#[test]
+fn calendar_months_reach_month_limits_only() {
+    let calendar = calendar_months();
+    let month = one_limit("unit: month, requests_per_unit: 10");
+    assert!(quota_of(&month, &calendar).calendar_months);
+    assert!(!quota_of(&month, &LoadOptions::default()).calendar_months);
+    let rules = loaded_with(&month, &calendar);
+    assert!(rules.warnings().is_empty(), "{:?}", rules.warnings());
+    assert!(domain(&rules, "d").calendar_months, "for request overrides");
+    let day = one_limit("unit: day, requests_per_unit: 10");
+    assert!(!quota_of(&day, &calendar).calendar_months);
+}
+
+#[test]
+fn an_envoy_limit_override_in_months_follows_the_calendar_too() {
+    use crate::plan::{plan, PlanSettings};
+    use crate::request::{Descriptor, LimitOverride, Request};
+    let calendar = calendar_months();
+    let rules = loaded_with(&one_limit("unit: second, requests_per_unit: 1"), &calendar);
+    let mut descriptor = Descriptor::new(vec![crate::rules::Entry::new("k", "v")]);
+    descriptor.limit_override = Some(LimitOverride {
+        requests_per_unit: 5,
+        unit: Some(Unit::Month),
+        unit_multiplier: None,
+    });
+    let request = Request {
+        domain: "d".to_owned(),
+        descriptors: vec![descriptor],
+        hits_addend: 0,
+    };
+    let planned = plan(&request, rules.domain("d"), PlanSettings::default());
+    let quotas: Vec<&Quota> = planned.counters.iter().map(|c| &c.quota).collect();
+    assert_eq!(
+        quotas,
+        [&Quota::new(5, Unit::Month).with_calendar_months(true)]
+    );
+}
+
+#[test]
+fn a_monthly_bucket_under_calendar_months_is_warned_about() {
+    let calendar = calendar_months();
+    let bucket = one_limit("unit: month, requests_per_unit: 10, algorithm: token_bucket");
+    let rules = loaded_with(&bucket, &calendar);
+    let warnings = rules.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].message.contains("refills over 30 days"),
+        "{warnings:?}"
+    );
+    assert!(loaded_with(&bucket, &LoadOptions::default())
+        .warnings()
+        .is_empty());
+}
+
 #[test]
 fn the_algorithm_defaults_to_the_file_then_to_the_options() {
     let leaky = options_with_algorithm(Algorithm::LeakyBucket);

@@ -1,16 +1,17 @@
 -- Part 2: fixed window (core::algorithm::fixed_window), counted as envoyproxy/ratelimit
 -- counts: windows of W µs aligned to the Unix epoch, so every replica agrees where a window
--- starts. All integer.
+-- starts, or UTC calendar months (W < 0: −W months, see window_span in prelude.lua). All
+-- integer.
 --
---   start       = now − (now mod⁺ W)
+--   [start, stop) = the window holding now
 --   count       = stored count if stored start ≥ start, else 0
---                 (a later stored start means the clock went back: keep that window and its
---                 count rather than hand out a fresh one)
+--                 (a later stored start means the clock went back: keep that window, its end
+--                 and its count rather than hand out a fresh one)
 --   admit       ⇔ count + n ≤ L
 --   remaining   = max(0, L − count)      (L may have been lowered on reload)
---   reset_after = start + W − now
+--   reset_after = stop − now
 --   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
---   expires_at  = start + W
+--   expires_at  = stop
 --
 -- State: "F <expires_at> <window_start> <count>", { expires_at, window_start, count } here.
 
@@ -18,15 +19,19 @@
 -- the cost note in prelude.lua), each naming its arguments.
 local function define_fixed_window()
   -- The window looked at (Rust's `Window`), set by 'at'.
-  local limit, now, start, length, count
+  local limit, now, start, stop, count
 
   return function(method, a, b, c, d, e)
     if method == 'at' then
       local quota_limit, window, state, at_now = a, b, d, e
-      limit, now, length = quota_limit, at_now, math.max(window, 1)
-      start, count = epoch_window_start(now, length), 0
-      if state and state[2] >= start then
-        start, count = state[2], state[3]
+      limit, now = quota_limit, at_now
+      start, stop = window_span(now, window)
+      count = 0
+      if state and state[2] == start then
+        count = state[3]
+      elseif state and state[2] > start then
+        start, stop = window_span(state[2], window)
+        count = state[3]
       end
     elseif method == 'fits' then
       local hits = a
@@ -38,17 +43,17 @@ local function define_fixed_window()
       local hits = a
       count = math.max(count - hits, 0)
     elseif method == 'snapshot' then
-      return math.max(limit - count, 0), math.max(start + length - now, 0)
+      return math.max(limit - count, 0), math.max(stop - now, 0)
     elseif method == 'retry_after' then -- reset_after
-      return math.max(start + length - now, 0)
+      return math.max(stop - now, 0)
     elseif method == 'state' then
       -- Into the table `into` when given.
       local into = a
       if into then
-        into[1], into[2], into[3] = start + length, start, count
+        into[1], into[2], into[3] = stop, start, count
         return into
       end
-      return { start + length, start, count }
+      return { stop, start, count }
     elseif method == 'load' then
       local key, load_now = a, b
       return load_state(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)

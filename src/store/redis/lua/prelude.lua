@@ -19,12 +19,44 @@
 -- written with one string.format, and library functions are called as math.max rather than
 -- through local aliases (each alias a function uses is one more upvalue per call).
 
--- Start of the epoch-aligned window holding `now` (core::algorithm::fixed_window): now minus
--- now mod⁺ W, Euclidean like Rust's rem_euclid. Exact for |now| < 2^53: the rounding of
--- now / W is below 1/W, so floor(now / W) never lands on the wrong integer.
-local function epoch_window_start(now, window)
-  window = math.max(window, 1)
-  return now - (now - math.floor(now / window) * window)
+-- 00:00:00 UTC on the 1st of month `index`, counted from January 1970 (core::calendar::
+-- month_start): Hinnant's days_from_civil, counted from March of year 0 so February comes
+-- last; every intermediate is a small integer (exact in doubles).
+local function month_start(index)
+  local from_march_zero = index + 23638 -- 1970 · 12 − 2
+  local march_year = math.floor(from_march_zero / 12)
+  local march_month = from_march_zero - march_year * 12
+  local era = math.floor(march_year / 400)
+  local year_of_era = march_year - era * 400
+  local day_of_era = year_of_era * 365 + math.floor(year_of_era / 4)
+    - math.floor(year_of_era / 100) + math.floor((153 * march_month + 2) / 5)
+  return (era * 146097 + day_of_era - 719468) * 86400000000
+end
+
+-- The window holding `now` (core::algorithm::window): its start and end. W > 0: windows of W µs
+-- aligned to the epoch, start = now − (now mod⁺ W), Euclidean like Rust's rem_euclid; exact
+-- for |now| < 2^53, where the rounding of now / W is below 1/W, so floor(now / W) never lands
+-- on the wrong integer. W < 0: −W UTC calendar months counted from January 1970; the month of
+-- `now` by Hinnant's civil_from_days (core::calendar::month_index), whose day count is exact
+-- by the same argument.
+local function window_span(now, window)
+  if window >= 0 then
+    window = math.max(window, 1)
+    local start = now - (now - math.floor(now / window) * window)
+    return start, start + window
+  end
+  local months = -window
+  local from_march_zero = math.floor(now / 86400000000) + 719468
+  local era = math.floor(from_march_zero / 146097)
+  local day_of_era = from_march_zero - era * 146097
+  local year_of_era = math.floor((day_of_era - math.floor(day_of_era / 1460)
+    + math.floor(day_of_era / 36524) - math.floor(day_of_era / 146096)) / 365)
+  local day_of_year = day_of_era
+    - (365 * year_of_era + math.floor(year_of_era / 4) - math.floor(year_of_era / 100))
+  local march_month = math.floor((5 * day_of_year + 2) / 153)
+  local index = (era * 400 + year_of_era) * 12 + march_month - 23638
+  local first = index - index % months
+  return month_start(first), month_start(first + months)
 end
 
 -- Stored counters. Most kinds keep a key as one string, "<tag> <expires_at> <state fields…>",

@@ -1,0 +1,109 @@
+//! libfaketime (Debian's `faketime`, installed by `scripts/install-peers.sh`) for processes under
+//! test: where its preload library is, and a wall clock a test sets while they run.
+//!
+//! [`FakeClock`] keeps the fake time in a file (`FAKETIME_TIMESTAMP_FILE`) that libfaketime reads
+//! at every clock call (`FAKETIME_NO_CACHE`), so one test moves the clocks of floodgate and
+//! redis-server together, between calls, without restarting them. A frozen instant
+//! (`"2028-02-29 23:59:58"`, UTC) makes every answer exact: no wall time passes between two
+//! calls, so nothing depends on how fast the machine is. The monotonic clock stays real
+//! (`FAKETIME_DONT_FAKE_MONOTONIC`): tokio's and Redis's timers keep running.
+//!
+//! Debian's redis-server allocates with jemalloc, which reads the clock while libfaketime is
+//! still initializing and then cannot start (libfaketime's issue #130, unfixed). glibc's
+//! `libc_malloc_debug.so.0`, preloaded first, serves `malloc` to the whole process from glibc,
+//! so jemalloc is not initialized inside libfaketime's initialization; redis-server then runs
+//! (its jemalloc statistics still answer). floodgate needs no such help, and gets it harmlessly.
+
+use std::path::{Path, PathBuf};
+
+/// libfaketime's preload library: `$FLOODGATE_LIBFAKETIME`, or where Debian's `libfaketime`
+/// puts it (an architecture directory under /usr/lib).
+pub fn library() -> PathBuf {
+    let mut dirs = vec![
+        PathBuf::from("/usr/lib/faketime"),
+        PathBuf::from("/usr/local/lib/faketime"),
+    ];
+    dirs.extend(architecture_dirs().map(|dir| dir.join("faketime")));
+    find_library(
+        "FLOODGATE_LIBFAKETIME",
+        "libfaketime.so.1",
+        dirs,
+        "run scripts/install-peers.sh (Debian package faketime)",
+    )
+}
+
+/// glibc's `libc_malloc_debug.so.0` (glibc 2.34 and later): `$FLOODGATE_LIBC_MALLOC_DEBUG`, or
+/// next to libc.
+fn glibc_malloc() -> PathBuf {
+    let mut dirs = vec![PathBuf::from("/lib"), PathBuf::from("/usr/lib")];
+    dirs.extend(architecture_dirs());
+    find_library(
+        "FLOODGATE_LIBC_MALLOC_DEBUG",
+        "libc_malloc_debug.so.0",
+        dirs,
+        "it comes with glibc 2.34 or later",
+    )
+}
+
+/// `$variable` when set, else `file` in the first of `dirs` that holds it.
+fn find_library(variable: &str, file: &str, dirs: Vec<PathBuf>, hint: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(variable) {
+        return PathBuf::from(path);
+    }
+    dirs.into_iter()
+        .map(|dir| dir.join(file))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{file} not found ({hint}): set {variable} to its path"))
+}
+
+/// /usr/lib's architecture directories (`x86_64-linux-gnu`, …).
+fn architecture_dirs() -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.join("libc.so.6").is_file() || path.join("faketime").is_dir())
+}
+
+/// A wall clock shared by every process started with [`FakeClock::env`].
+pub struct FakeClock {
+    file: PathBuf,
+}
+
+impl FakeClock {
+    /// A clock in `dir`, frozen at `utc` (`YYYY-MM-DD hh:mm:ss`, UTC).
+    pub fn frozen_at(dir: &Path, utc: &str) -> Self {
+        let clock = Self {
+            file: dir.join("faketime.rc"),
+        };
+        clock.freeze_at(utc);
+        clock
+    }
+
+    /// Stops every process's clock at `utc` (`YYYY-MM-DD hh:mm:ss`, UTC) from their next clock
+    /// call on. The file is replaced whole (a rename), so no reader sees half of it.
+    pub fn freeze_at(&self, utc: &str) {
+        let next = self.file.with_extension("next");
+        std::fs::write(&next, format!("{utc}\n"))
+            .unwrap_or_else(|error| panic!("write {}: {error}", next.display()));
+        std::fs::rename(&next, &self.file)
+            .unwrap_or_else(|error| panic!("rename to {}: {error}", self.file.display()));
+    }
+
+    /// The environment that puts a process on this clock. The file's times are read in the
+    /// process's time zone, hence `TZ=UTC`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let preload = format!("{} {}", glibc_malloc().display(), library().display());
+        vec![
+            ("LD_PRELOAD".to_owned(), preload),
+            (
+                "FAKETIME_TIMESTAMP_FILE".to_owned(),
+                self.file.display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+            ("TZ".to_owned(), "UTC".to_owned()),
+        ]
+    }
+}
