@@ -5,6 +5,7 @@
 
 pub mod adaptive;
 pub mod envoy;
+pub mod faketime;
 pub mod generated_rules;
 pub mod http;
 pub mod nginx;

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::testca::Pair;
 
 /// How long one call may take before the test fails instead of hanging.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,4 +47,28 @@ pub async fn call(
         .should_rate_limit(request)
         .await
         .map(tonic::Response::into_inner)
+}
+
+/// A TLS channel to 127.0.0.1:`port` that trusts `ca_pem` for the name `localhost`, presenting
+/// `identity` (a client certificate) when given; why not, when the handshake or connection fails.
+pub async fn tls_channel(
+    port: u16,
+    ca_pem: &str,
+    identity: Option<&Pair>,
+) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    if let Some(pair) = identity {
+        tls = tls.identity(Identity::from_pem(&pair.cert, &pair.key));
+    }
+    Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .map_err(|error| error.to_string())?
+        .tls_config(tls)
+        .map_err(|error| error.to_string())?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|error| format!("{error:?}"))
 }

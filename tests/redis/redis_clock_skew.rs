@@ -20,6 +20,7 @@ use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitResponse;
 
 use floodgate_testkit as common;
+use floodgate_testkit::faketime::libfaketime;
 use floodgate_testkit::redis::{every_algorithm_rules, store_flags, RedisServer};
 use floodgate_testkit::rls;
 use floodgate_testkit::{subdir, Floodgate};
@@ -45,31 +46,6 @@ const CALLS: usize = 2 * LIMIT as usize + 2;
 /// Seconds of tolerance when a reset is compared with the local clock: the clock is read just
 /// before and after the call, and resets are rounded up to whole seconds.
 const CLOCK_SLACK: u64 = 2;
-
-/// libfaketime's preload library: `$FLOODGATE_LIBFAKETIME`, or where Debian's `libfaketime`
-/// puts it (an architecture directory under /usr/lib).
-fn libfaketime() -> PathBuf {
-    if let Ok(path) = std::env::var("FLOODGATE_LIBFAKETIME") {
-        return PathBuf::from(path);
-    }
-    let mut candidates = vec![
-        PathBuf::from("/usr/lib/faketime"),
-        PathBuf::from("/usr/local/lib/faketime"),
-    ];
-    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
-        candidates.extend(entries.flatten().map(|entry| entry.path().join("faketime")));
-    }
-    candidates
-        .into_iter()
-        .map(|dir| dir.join("libfaketime.so.1"))
-        .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "libfaketime.so.1 not found: run scripts/install-peers.sh (Debian package \
-                 faketime) or set FLOODGATE_LIBFAKETIME"
-            )
-        })
-}
 
 /// Starts floodgate with its wall clock SKEW_SECONDS ahead of the machine's.
 fn start_skewed(config: &Path, extra: &[&str], log_dir: &Path) -> Floodgate {

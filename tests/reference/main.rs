@@ -1,2 +1,7 @@
 //! envoyproxy/ratelimit's own test suite, ported case by case as behaviour
 //! (docs/reference-suite.md lists every case and where it is held).
+
+mod harness;
+mod integration_suite;
+mod readme_suite;
+mod scripts_suite;
