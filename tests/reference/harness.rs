@@ -105,7 +105,7 @@ pub struct Reference {
 }
 
 /// The reference's integration settings (its `defaultSettings()`): the runtime tree, TCP
-/// sockets, no statsd; then `env`. Ready once its gRPC and debug ports accept.
+/// sockets, no statsd, a Redis deadline; then `env`. Ready once its gRPC and debug ports accept.
 pub fn start(entry: Entry, tree: &RuntimeTree, name: &str, env: &[(&str, &str)]) -> Reference {
     let (process, ports) = spawn_on_ports(entry, tree, name, env);
     let reference = Reference {
@@ -136,6 +136,9 @@ fn spawn_on_ports(
         .env("RUNTIME_APPDIRECTORY", "config")
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("USE_STATSD", "false")
+        // The reference's default REDIS_TIMEOUT is 10 s; floodgate's own 25 ms is too short for a
+        // debug build on a busy 2-core machine.
+        .env("REDIS_TIMEOUT", "2s")
         .env("LOG_LEVEL", "debug")
         .envs(env.iter().copied());
     (
