@@ -13,7 +13,9 @@ use floodgate::proto::rate_limit_response::{Code, DescriptorStatus};
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
 use floodgate_testkit::prom::{scrape, Scrape};
 use floodgate_testkit::rls::{self, Client};
-use floodgate_testkit::{floodgate_bin, free_port, repo_file, subdir, wait_for_port, Running};
+use floodgate_testkit::{
+    floodgate_bin, free_port, repo_file, serve_command, subdir, wait_for_port, Running,
+};
 
 /// How long a started floodgate may take to listen (a debug build on a busy 2-core machine;
 /// a Redis Cluster or Sentinel is found first).
@@ -150,43 +152,29 @@ fn spawn_on_ports(
 /// The command for `entry` with the environment emptied (the reference's variables only, none
 /// inherited from the test's) and the listeners on free loopback ports (gRPC, HTTP, debug).
 fn command(entry: Entry, tree: &RuntimeTree, name: &str) -> (Command, (u16, u16, u16)) {
-    let ports = (free_port(), free_port(), free_port());
-    let program = match entry {
-        Entry::Serve => floodgate_bin(),
+    let (mut command, ports) = match entry {
+        Entry::Serve => serve_command(),
         Entry::Ratelimit => {
             let link = tree.log_dir(name).join("ratelimit");
             if !link.exists() {
                 std::os::unix::fs::symlink(floodgate_bin(), &link)
                     .unwrap_or_else(|error| panic!("cannot link {}: {error}", link.display()));
             }
-            link
+            (Command::new(link), (free_port(), free_port(), free_port()))
         }
     };
-    let mut command = Command::new(program);
     command.env_clear();
     if let Some(path) = std::env::var_os("PATH") {
         command.env("PATH", path);
     }
-    match entry {
-        Entry::Serve => {
-            command
-                .arg("serve")
-                .arg("--grpc-addr")
-                .arg(format!("127.0.0.1:{}", ports.0))
-                .arg("--http-addr")
-                .arg(format!("127.0.0.1:{}", ports.1))
-                .arg("--metrics-addr")
-                .arg(format!("127.0.0.1:{}", ports.2));
-        }
-        Entry::Ratelimit => {
-            command
-                .env("GRPC_HOST", "127.0.0.1")
-                .env("GRPC_PORT", ports.0.to_string())
-                .env("HOST", "127.0.0.1")
-                .env("PORT", ports.1.to_string())
-                .env("DEBUG_HOST", "127.0.0.1")
-                .env("DEBUG_PORT", ports.2.to_string());
-        }
+    if entry == Entry::Ratelimit {
+        command
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", ports.0.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", ports.1.to_string())
+            .env("DEBUG_HOST", "127.0.0.1")
+            .env("DEBUG_PORT", ports.2.to_string());
     }
     (command, ports)
 }
@@ -345,4 +333,20 @@ pub fn fresh_value() -> String {
         .unwrap_or_default()
         .as_nanos();
     format!("{nanos}-{}", TAKEN.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Returns once the wall clock is at least `SEQUENCE_ROOM` away from the next minute, waiting
+/// for that minute to begin if it is not: a sequence that must fall inside one per-minute window
+/// (the reference's tests hope it does) then cannot be cut by a window turning over. Redis
+/// decides with the machine's clock too (`TIME`), so this holds for both stores.
+pub async fn clear_of_a_minute_boundary() {
+    const SEQUENCE_ROOM: Duration = Duration::from_secs(10);
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into_minute = Duration::from_millis((since_epoch.as_millis() % 60_000) as u64);
+    let left = Duration::from_secs(60).saturating_sub(into_minute);
+    if left < SEQUENCE_ROOM {
+        tokio::time::sleep(left + Duration::from_millis(100)).await;
+    }
 }

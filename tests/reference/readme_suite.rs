@@ -8,8 +8,8 @@ use floodgate::proto::rate_limit_response::rate_limit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 
 use crate::harness::{
-    assert_response, call, counted, limited, request, start, Entry, Expected, Reference,
-    RuntimeTree, NO_LIMIT,
+    assert_response, call, clear_of_a_minute_boundary, counted, limited, request, start, Entry,
+    Expected, Reference, RuntimeTree, NO_LIMIT,
 };
 
 /// floodgate on the memory store with `rules` (one file) and `env`.
@@ -684,6 +684,7 @@ async fn example_11_share_threshold() {
     // `api` is not floodgate's label yet).
     let (server, _tree) = serve("example11_metrics", EXAMPLE_11_METRICS, &[]);
     let mut client = server.client().await;
+    clear_of_a_minute_boundary().await;
     for (route, left) in [("api/v1", 59), ("api/v2", 58)] {
         let response = call(
             &mut client,

@@ -17,8 +17,8 @@ use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::prom::Scrape;
 
 use crate::harness::{
-    assert_response, call, counted, fresh_value, limited, request, reset_seconds, Reference,
-    NO_LIMIT,
+    assert_response, call, clear_of_a_minute_boundary, counted, fresh_value, limited, request,
+    reset_seconds, Reference, NO_LIMIT,
 };
 
 /// The reference's `getCacheKey`: its rows with a local cache use the fixtures' `*_local` keys.
@@ -62,7 +62,9 @@ pub async fn run(server: &Reference, keys: Keys, context: &str) {
         &format!("{context}: basic key1"),
     );
 
-    // A fresh value, 25 calls against 20 per minute.
+    // A fresh value, 25 calls against 20 per minute; then the two-descriptor step, whose key2 is
+    // per minute too. Both within one minute.
+    clear_of_a_minute_boundary().await;
     let value = fresh_value();
     for call_index in 0..25u32 {
         let response = call(
