@@ -74,9 +74,14 @@ async fn basic_reload_config() {
     assert_response(&response, Code::Ok, &[NO_LIMIT], context);
 
     let before = loads(&server);
+    // The reference copies the file in place; a copy can be read half-written (an empty file is
+    // a configuration without the domain, and loads), so the copy is made beside the config
+    // directory and renamed into it, as an editor or `mv` does.
     let copied = tree.config_dir().join("reload.yaml");
-    std::fs::copy(tree.subdirectory().join("reload.yaml"), &copied)
+    let staged = tree.subdirectory().join("reload.yaml.copy");
+    std::fs::copy(tree.subdirectory().join("reload.yaml"), &staged)
         .unwrap_or_else(|error| panic!("copy reload.yaml: {error}"));
+    std::fs::rename(&staged, &copied).unwrap_or_else(|error| panic!("rename: {error}"));
     let after = wait_for_reload(&server, before, "reload.yaml copied in");
     let response = call(&mut client, key1()).await;
     assert_response(
