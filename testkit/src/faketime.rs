@@ -1,9 +1,11 @@
 //! libfaketime (Debian's `faketime`, installed by `scripts/install-peers.sh`) for processes under
-//! test: where its preload library is, and a wall clock a test sets while they run.
+//! test: where its preload library is, and wall clocks a test sets while they run: frozen at an
+//! instant ([`FakeClock`]) or real time moved forward by whole seconds ([`MovableClock`]), so a
+//! test crosses a month end or a window boundary without waiting for it.
 //!
-//! [`FakeClock`] keeps the fake time in a file (`FAKETIME_TIMESTAMP_FILE`) that libfaketime reads
-//! at every clock call (`FAKETIME_NO_CACHE`), so one test moves the clocks of floodgate and
-//! redis-server together, between calls, without restarting them. A frozen instant
+//! Both keep the fake time in a file (`FAKETIME_TIMESTAMP_FILE`) that libfaketime reads at every
+//! clock call (`FAKETIME_NO_CACHE`), so one test moves the clocks of floodgate and redis-server
+//! together, between calls, without restarting them. A frozen instant
 //! (`"2028-02-29 23:59:58"`, UTC) makes every answer exact: no wall time passes between two
 //! calls, so nothing depends on how fast the machine is. The monotonic clock stays real
 //! (`FAKETIME_DONT_FAKE_MONOTONIC`): tokio's and Redis's timers keep running.
@@ -15,6 +17,7 @@
 //! (its jemalloc statistics still answer). floodgate needs no such help, and gets it harmlessly.
 
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// libfaketime's preload library: `$FLOODGATE_LIBFAKETIME`, or where Debian's `libfaketime`
 /// puts it (an architecture directory under /usr/lib).
@@ -66,6 +69,12 @@ fn architecture_dirs() -> impl Iterator<Item = PathBuf> {
         .filter(|path| path.join("libc.so.6").is_file() || path.join("faketime").is_dir())
 }
 
+/// `LD_PRELOAD` for a process on a fake clock: glibc's allocator first (for redis-server), then
+/// libfaketime.
+fn preload() -> String {
+    format!("{} {}", glibc_malloc().display(), library().display())
+}
+
 /// A wall clock shared by every process started with [`FakeClock::env`].
 pub struct FakeClock {
     file: PathBuf,
@@ -94,9 +103,8 @@ impl FakeClock {
     /// The environment that puts a process on this clock. The file's times are read in the
     /// process's time zone, hence `TZ=UTC`.
     pub fn env(&self) -> Vec<(String, String)> {
-        let preload = format!("{} {}", glibc_malloc().display(), library().display());
         vec![
-            ("LD_PRELOAD".to_owned(), preload),
+            ("LD_PRELOAD".to_owned(), preload()),
             (
                 "FAKETIME_TIMESTAMP_FILE".to_owned(),
                 self.file.display().to_string(),
@@ -104,6 +112,61 @@ impl FakeClock {
             ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
             ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
             ("TZ".to_owned(), "UTC".to_owned()),
+        ]
+    }
+}
+
+/// A wall clock shared by the processes started with [`MovableClock::env`]: real time plus an
+/// offset in whole seconds, kept in a file that libfaketime reads at every clock reading, so
+/// [`MovableClock::advance`] moves every such process at once.
+pub struct MovableClock {
+    file: PathBuf,
+    offset_seconds: u64,
+}
+
+impl MovableClock {
+    /// A clock in `dir` whose time is `second_of_minute` seconds into a minute now, so that a
+    /// test has the rest of that minute before a per-minute window turns over by itself.
+    pub fn at_second_of_minute(dir: &Path, second_of_minute: u64) -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let offset_seconds = (second_of_minute + 60 - now % 60) % 60;
+        let clock = Self {
+            file: dir.join("faketime"),
+            offset_seconds,
+        };
+        clock.write();
+        clock
+    }
+
+    /// Moves the clock `seconds` forward for every process that uses it.
+    pub fn advance(&mut self, seconds: u64) {
+        self.offset_seconds += seconds;
+        self.write();
+    }
+
+    fn write(&self) {
+        // A rename, so that a process never reads a half-written offset.
+        let temporary = self.file.with_extension("tmp");
+        std::fs::write(&temporary, format!("+{}\n", self.offset_seconds))
+            .unwrap_or_else(|error| panic!("write {}: {error}", temporary.display()));
+        std::fs::rename(&temporary, &self.file)
+            .unwrap_or_else(|error| panic!("rename to {}: {error}", self.file.display()));
+    }
+
+    /// The environment that puts a process on this clock.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".to_owned(), preload()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".to_owned(),
+                self.file.display().to_string(),
+            ),
+            // Read the file at every clock reading: an advance is seen at once.
+            ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
         ]
     }
 }

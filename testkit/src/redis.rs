@@ -29,6 +29,8 @@ pub struct RedisServer {
     extra_args: Vec<String>,
     /// Added to the server's environment (e.g. `faketime::FakeClock::env`).
     env: Vec<(String, String)>,
+    /// The `--requirepass` password, which `query_text` then gives redis-cli.
+    password: Option<String>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -50,6 +52,13 @@ impl RedisServer {
         })
     }
 
+    /// Starts a server that asks clients for `password` (`--requirepass`), with `extra_args`.
+    pub fn start_with_password(password: &str, extra_args: &[&str]) -> Self {
+        let mut args = vec!["--requirepass", password];
+        args.extend_from_slice(extra_args);
+        Self::start_with(&args)
+    }
+
     /// Starts a server that also accepts TLS on a second free port (returned), with `tls_args`
     /// (`--tls-cert-file`, …) added; `port()` stays plain, for readiness and `inspector()`.
     pub fn start_tls(tls_args: &[&str]) -> (Self, u16) {
@@ -67,10 +76,15 @@ impl RedisServer {
     }
 
     fn spawned_with(extra_args: Vec<String>, env: Vec<(String, String)>) -> Result<Self, String> {
+        let password = extra_args
+            .windows(2)
+            .find(|pair| pair[0] == "--requirepass")
+            .map(|pair| pair[1].clone());
         let mut server = Self {
             port: free_port(),
             extra_args,
             env,
+            password,
             child: None,
             dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
         };
@@ -100,6 +114,7 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's URL, without credentials (a password is for the client to add).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
@@ -368,17 +383,23 @@ impl RedisCluster {
     /// Starts `masters` nodes (3 or more: `redis-cli` refuses fewer) and waits until every
     /// node reports `cluster_state:ok` and knows every other.
     pub fn start(masters: usize) -> Self {
-        Self::start_nodes(masters, None)
+        Self::start_nodes(masters, None, None)
+    }
+
+    /// `start`, every node asking clients for `password` (`--requirepass`, as
+    /// envoyproxy/ratelimit's own test cluster does).
+    pub fn start_with_password(masters: usize, password: &str) -> Self {
+        Self::start_nodes(masters, None, Some(password))
     }
 
     /// `start`, every node also serving TLS (and the cluster bus over TLS) with `tls_args`
     /// (`--tls-cert-file`, …, as `RedisServer::start_tls`); the plain ports stay, for
     /// `redis-cli --cluster create` and inspection.
     pub fn start_tls(masters: usize, tls_args: &[&str]) -> Self {
-        Self::start_nodes(masters, Some(tls_args))
+        Self::start_nodes(masters, Some(tls_args), None)
     }
 
-    fn start_nodes(masters: usize, tls_args: Option<&[&str]>) -> Self {
+    fn start_nodes(masters: usize, tls_args: Option<&[&str]>, password: Option<&str>) -> Self {
         let mut nodes = Vec::with_capacity(masters);
         let mut tls_ports = Vec::new();
         for _ in 0..masters {
@@ -392,6 +413,9 @@ impl RedisCluster {
                 "--cluster-port",
                 &bus_port,
             ];
+            if let Some(password) = password {
+                args.extend_from_slice(&["--requirepass", password]);
+            }
             match tls_args {
                 None => nodes.push(RedisServer::start_with(&args)),
                 Some(tls_args) => {
@@ -417,6 +441,9 @@ impl RedisCluster {
                 tls_ports.clone()
             }
         };
+        if let Some(password) = password {
+            create.args(["-a", password, "--no-auth-warning"]);
+        }
         create.args(["--cluster", "create"]);
         for port in ports {
             create.arg(format!("127.0.0.1:{port}"));
@@ -507,12 +534,12 @@ impl RedisCluster {
 impl RedisServer {
     /// One command through `redis-cli`, its output as text (`None` if redis-cli failed).
     pub fn query_text(&self, args: &[&str]) -> Option<String> {
-        let output = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .ok()?;
+        let mut command = Command::new("redis-cli");
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(password) = &self.password {
+            command.args(["-a", password, "--no-auth-warning"]);
+        }
+        let output = command.args(args).stdin(Stdio::null()).output().ok()?;
         output
             .status
             .success()
@@ -569,21 +596,38 @@ impl SentinelServer {
     /// Watches the master `name` at 127.0.0.1:`master_port` alone (quorum 1), calling it down
     /// after `down_after_ms` without an answer.
     pub fn start(name: &str, master_port: u16, down_after_ms: u64) -> Self {
+        Self::start_with_auth(name, master_port, down_after_ms, None)
+    }
+
+    /// `start`, for a master that asks for `master_password` (`sentinel auth-pass`, as
+    /// envoyproxy/ratelimit's own test sentinels are configured).
+    pub fn start_with_auth(
+        name: &str,
+        master_port: u16,
+        down_after_ms: u64,
+        master_password: Option<&str>,
+    ) -> Self {
         first_start("a sentinel", || {
             let mut sentinel = Self {
                 port: free_port(),
                 child: None,
                 dir: tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}")),
             };
-            sentinel.spawn(name, master_port, down_after_ms)?;
+            sentinel.spawn(name, master_port, down_after_ms, master_password)?;
             Ok(sentinel)
         })
     }
 
-    fn spawn(&mut self, name: &str, master_port: u16, down_after_ms: u64) -> Result<(), String> {
+    fn spawn(
+        &mut self,
+        name: &str,
+        master_port: u16,
+        down_after_ms: u64,
+        master_password: Option<&str>,
+    ) -> Result<(), String> {
         // Sentinel rewrites its configuration file: it must be a writable file of its own.
         let config = self.dir.path().join("sentinel.conf");
-        let text = format!(
+        let mut text = format!(
             "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
              sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
              sentinel down-after-milliseconds {name} {down_after_ms}\n\
@@ -593,6 +637,9 @@ impl SentinelServer {
             dir = self.dir.path().display(),
             failover_ms = down_after_ms * 5,
         );
+        if let Some(password) = master_password {
+            text.push_str(&format!("sentinel auth-pass {name} {password}\n"));
+        }
         std::fs::write(&config, text).map_err(|error| format!("cannot write config: {error}"))?;
         let mut command = Command::new(REDIS_SERVER);
         command.arg(&config).arg("--sentinel");

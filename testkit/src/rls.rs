@@ -5,7 +5,9 @@ use std::time::Duration;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::testca::Pair;
 
 /// How long one call may take before the test fails instead of hanging.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,4 +65,28 @@ pub fn first_outcome(response: &RateLimitResponse) -> (Code, u32, i64) {
         .map(|reset| reset.seconds)
         .unwrap_or_else(|| panic!("no duration_until_reset in {response:?}"));
     (code, status.limit_remaining, reset)
+}
+
+/// A TLS channel to 127.0.0.1:`port` that trusts `ca_pem` for the name `localhost`, presenting
+/// `identity` (a client certificate) when given; why not, when the handshake or connection fails.
+pub async fn tls_channel(
+    port: u16,
+    ca_pem: &str,
+    identity: Option<&Pair>,
+) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    if let Some(pair) = identity {
+        tls = tls.identity(Identity::from_pem(&pair.cert, &pair.key));
+    }
+    Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .map_err(|error| error.to_string())?
+        .tls_config(tls)
+        .map_err(|error| error.to_string())?
+        .connect_timeout(CALL_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|error| format!("{error:?}"))
 }

@@ -3,7 +3,11 @@
 
 mod calendar_suite;
 mod config_suite;
+mod harness;
+mod integration_suite;
 mod metadata_suite;
+mod readme_suite;
+mod scripts_suite;
 mod server_suite;
 mod service_suite;
 mod serving;

@@ -10,7 +10,7 @@ use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit as common;
 use floodgate_testkit::ops::{self, descriptor, request, Server};
 use floodgate_testkit::testca::{Pair, TestCa};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 
 const RULES: &str =
     "domain: t\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
@@ -62,21 +62,7 @@ impl Files {
 
 /// A TLS channel to the server trusting `ca`, optionally with a client certificate.
 async fn channel(server: &Server, ca: &TestCa, identity: Option<&Pair>) -> Result<Channel, String> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca.pem()))
-        .domain_name("localhost");
-    if let Some(pair) = identity {
-        tls = tls.identity(Identity::from_pem(&pair.cert, &pair.key));
-    }
-    Endpoint::from_shared(format!("https://127.0.0.1:{}", server.grpc_port))
-        .map_err(|error| error.to_string())?
-        .tls_config(tls)
-        .map_err(|error| error.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|error| format!("{error:?}"))
+    floodgate_testkit::rls::tls_channel(server.grpc_port, &ca.pem(), identity).await
 }
 
 async fn call(channel: Channel) -> Result<(), String> {

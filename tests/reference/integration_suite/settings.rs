@@ -1,0 +1,152 @@
+//! The reference's tests of single settings: `TestBasicConfig_ExtraTags` (statsd tags, which
+//! floodgate has no statsd sink for: the stats are asserted in floodgate's Prometheus names and
+//! the variable is said to be ignored), the Memcached tests (`TestBasicConfigMemcache`,
+//! `TestConfigMemcacheWithMaxIdleConns`, `TestMultiNodeMemcache`: no Memcached store, so
+//! `BACKEND_TYPE=memcache` refuses to start), and over the same fixtures the request fields and
+//! settings its integration tests only pass through: a request's `hits_addend`, the near-limit
+//! stat (`NEAR_LIMIT_RATIO`) and the `LIMIT_*` response headers (the README's "Custom headers").
+
+use std::time::Duration;
+
+use floodgate::proto::rate_limit_response::rate_limit::Unit;
+use floodgate::proto::rate_limit_response::Code;
+use floodgate_testkit::free_port;
+use floodgate_testkit::redis::RedisServer;
+
+use super::redis_setups::address;
+use crate::harness::{
+    assert_response, call, counted, fresh_value, limited, request, start, Entry, RuntimeTree,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_config_extra_tags() {
+    let redis = RedisServer::start();
+    let tree = RuntimeTree::integration(&["basic.yaml", "another.yaml"]);
+    let server = start(
+        Entry::Ratelimit,
+        &tree,
+        "ExtraTags",
+        &[
+            ("REDIS_URL", &address(redis.port())),
+            ("EXTRA_TAGS", "foo:bar,a:b"),
+        ],
+    );
+    let mut client = server.client().await;
+    call(&mut client, request("basic", &[&[("key1", "foo")]], 1)).await;
+    let scrape = server.metrics();
+    assert_eq!(
+        counted(
+            &scrape,
+            "floodgate_requests_allowed_total",
+            &[("domain", "basic"), ("rule", "basic.key1")]
+        ),
+        1.0,
+        "key1 total_hits\n{}",
+        scrape.text
+    );
+    assert_eq!(
+        scrape.value("floodgate_config_load_success_total", &[]),
+        1.0,
+        "config_load_success"
+    );
+    let log = server.process.log_text();
+    assert!(
+        log.contains("EXTRA_TAGS is set, but floodgate does not support it"),
+        "{log}"
+    );
+}
+
+#[test]
+fn memcache_refuses_to_start() {
+    let tree = RuntimeTree::integration(&["basic.yaml", "another.yaml"]);
+    let memcache = [("127.0.0.1", free_port()), ("127.0.0.1", free_port())]
+        .map(|(host, port)| format!("{host}:{port}"))
+        .join(",");
+    for (name, env) in [
+        ("Memcache", vec![]),
+        (
+            "MemcacheWithSpecifiedMaxIdleConns",
+            vec![("MEMCACHE_MAX_IDLE_CONNS", "100")],
+        ),
+    ] {
+        let mut env = env;
+        env.extend([
+            ("BACKEND_TYPE", "memcache"),
+            ("MEMCACHE_HOST_PORT", memcache.as_str()),
+        ]);
+        let mut process = crate::harness::spawn(Entry::Ratelimit, &tree, name, &env);
+        let status = process
+            .exit_within(Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{name}: still running:\n{}", process.log_text()));
+        let log = process.log_text();
+        assert_eq!(status.code(), Some(64), "{name}: {log}");
+        assert!(log.contains("no Memcached store"), "{name}: {log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_addend_near_limit_and_limit_headers() {
+    let tree = RuntimeTree::integration(&["basic.yaml", "another.yaml"]);
+    let server = start(
+        Entry::Serve,
+        &tree,
+        "LimitHeaders",
+        &[
+            ("BACKEND_TYPE", "memory"),
+            ("NEAR_LIMIT_RATIO", "0.8"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", "X-Limit"),
+            ("LIMIT_REMAINING_HEADER", "X-Remaining"),
+            ("LIMIT_RESET_HEADER", "X-Reset"),
+        ],
+    );
+    let mut client = server.client().await;
+    let value = fresh_value();
+    // key3: 10 per hour. Nine hits in one call.
+    let response = call(&mut client, request("another", &[&[("key3", &value)]], 9)).await;
+    assert_response(
+        &response,
+        Code::Ok,
+        &[limited(Code::Ok, 10, Unit::Hour, 1)],
+        "hits_addend 9",
+    );
+    let header = |name: &str| {
+        response
+            .response_headers_to_add
+            .iter()
+            .find(|header| header.key.eq_ignore_ascii_case(name))
+            .map(|header| header.value.clone())
+    };
+    assert_eq!(header("X-Limit").as_deref(), Some("10"), "{response:?}");
+    assert_eq!(header("X-Remaining").as_deref(), Some("1"), "{response:?}");
+    let reset: i64 = header("X-Reset")
+        .and_then(|reset| reset.parse().ok())
+        .unwrap_or_else(|| panic!("no X-Reset: {response:?}"));
+    assert!((1..=3_600).contains(&reset), "{response:?}");
+
+    // near_limit: the threshold is floor(10 × 0.8) = 8; of the nine hits, the ninth is past it.
+    let near_limit = || {
+        counted(
+            &server.metrics(),
+            "floodgate_near_limit_total",
+            &[("domain", "another"), ("rule", "another.key3")],
+        )
+    };
+    assert_eq!(near_limit(), 1.0);
+
+    // Two more do not fit: OVER_LIMIT, nothing charged, the last one still fits.
+    let response = call(&mut client, request("another", &[&[("key3", &value)]], 2)).await;
+    assert_response(
+        &response,
+        Code::OverLimit,
+        &[limited(Code::OverLimit, 10, Unit::Hour, 0)],
+        "hits_addend 2 over the limit",
+    );
+    let response = call(&mut client, request("another", &[&[("key3", &value)]], 1)).await;
+    assert_response(
+        &response,
+        Code::Ok,
+        &[limited(Code::Ok, 10, Unit::Hour, 0)],
+        "the last hit",
+    );
+}
