@@ -4,6 +4,7 @@
 pub mod adjustment;
 pub mod aimd;
 pub mod algorithm;
+pub mod charging;
 pub mod config;
 pub mod describe;
 pub mod explain;

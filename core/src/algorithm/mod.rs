@@ -64,6 +64,13 @@ impl Algorithm {
     pub fn accepts_burst(self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
+
+    /// Whether the algorithm is a count of hits that can hold refused ones too, as
+    /// envoyproxy/ratelimit's `INCRBY` counts every hit: the fixed and sliding windows. A bucket
+    /// or a log holds admitted hits only ([`Refused`]).
+    pub fn counts_every_hit(self) -> bool {
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+    }
 }
 
 impl fmt::Display for Algorithm {
@@ -147,6 +154,23 @@ pub enum Hits {
     /// Give `n` units back (`is_negative_hits`), never beyond a fresh counter.
     Refund(u64),
 }
+
+/// What a refused charge leaves in the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Refused {
+    /// Nothing: the counter stays as it was (floodgate's all-or-nothing).
+    #[default]
+    TakeNothing,
+    /// The hits, counted although refused, as envoyproxy/ratelimit counts them, by an algorithm
+    /// that [counts every hit](Algorithm::counts_every_hit); the others take nothing still. A
+    /// count holds at most [`MAX_RECORDED_COUNT`].
+    Recorded,
+}
+
+/// The most hits a fixed or sliding window counts: over every limit (a limit is a `u32`), so
+/// no decision depends on counting further, and a sliding window's state keeps `u32` counts.
+/// Only recorded refused hits get there; admitted ones stop at the limit.
+pub const MAX_RECORDED_COUNT: u64 = u32::MAX as u64;
 
 /// The stored state of one counter. The variant always matches the quota's algorithm; a state
 /// of another variant (the rule's algorithm changed on reload) is treated as absent.
@@ -257,9 +281,25 @@ pub fn evaluate_reserving(
     hits: Hits,
     reserve: u64,
 ) -> Evaluation {
+    evaluate_counter(quota, state, now, (hits, reserve), Refused::TakeNothing)
+}
+
+/// Evaluates `hits` with `reserve` (see [`evaluate_reserving`]), a refused charge leaving what
+/// `refused` says: with [`Refused::Recorded`], a counting algorithm's `next_state` holds the
+/// refused hits, `committed` is the counter with them and `retry_after` is asked of it, while
+/// `uncommitted` is the counter the refusal was judged against.
+pub fn evaluate_counter(
+    quota: &Quota,
+    state: Option<&State>,
+    now: Micros,
+    (hits, reserve): (Hits, u64),
+    refused: Refused,
+) -> Evaluation {
     match quota.algorithm {
-        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits, reserve),
-        Algorithm::SlidingWindow => sliding_window::evaluate(quota, state, now, hits, reserve),
+        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits, reserve, refused),
+        Algorithm::SlidingWindow => {
+            sliding_window::evaluate(quota, state, now, hits, reserve, refused)
+        }
         Algorithm::SlidingLog => sliding_log::evaluate(quota, state, now, hits, reserve),
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             gcra::evaluate(quota, state, now, hits, reserve)
