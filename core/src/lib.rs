@@ -5,6 +5,7 @@ pub mod adjustment;
 pub mod aimd;
 pub mod algorithm;
 pub mod calendar;
+pub mod charging;
 pub mod config;
 pub mod describe;
 pub mod dynamic_metadata;

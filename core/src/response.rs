@@ -21,10 +21,14 @@ use super::verdict::Role;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CounterOutcome {
     pub admitted: bool,
-    /// Budget and reset as they stand after the store acted (charged when the request passed).
+    /// Budget and reset after the charge when the counter admitted and was charged, else as
+    /// the counter stood when judged (`core::charging`).
     pub snapshot: Snapshot,
     /// When not admitted: time until the hits could fit.
     pub retry_after: Micros,
+    /// Whether the store kept what the hits did to the counter: charged (refused hits
+    /// recorded, with `--charge every-descriptor`) or refunded.
+    pub charged: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +282,7 @@ fn limited_status(
 pub struct Decided {
     /// One per counter, in the order given.
     pub outcomes: Vec<CounterOutcome>,
-    /// The request's verdict (`core::verdict::request_over_limit`); nothing was charged if true.
+    /// The request's verdict (`core::verdict::request_over_limit`); all or nothing, nothing
+    /// was charged if true (`core::charging`).
     pub over_limit: bool,
 }

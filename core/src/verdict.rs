@@ -1,6 +1,8 @@
-//! Whether a request as a whole is over its limits, from what each counter said. The stores
-//! call this between evaluating every counter and charging any: a request that is over charges
-//! nothing (all-or-nothing), one that passes charges every counter that admitted it.
+//! Whether a request as a whole is over its limits, from what each counter said. The core's
+//! charging (`core::charging`) asks this between evaluating every counter and charging any: by
+//! default a request that is over charges nothing (all-or-nothing), one that passes charges
+//! every counter that admitted it; with `--charge every-descriptor` each descriptor is judged so
+//! on its own.
 //!
 //! The Redis scripts carry the same rule in Lua; keep them in step.
 

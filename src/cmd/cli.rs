@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::algorithm::Algorithm;
+use crate::core::charging::Charging;
 use crate::core::config::{LoadOptions, DEFAULT_MAX_RULES};
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
@@ -116,6 +117,24 @@ impl From<HeaderModeArg> for HeaderMode {
             HeaderModeArg::Ratelimit => HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
             HeaderModeArg::Draft03 => HeaderMode::Draft03,
             HeaderModeArg::Ietf => HeaderMode::Ietf,
+        }
+    }
+}
+
+/// `--charge`: which counters a request charges (`core::charging`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChargeArg {
+    /// A rejected request charges nothing; one that passes charges every descriptor.
+    AllOrNothing,
+    /// Every descriptor is charged by its own verdict (envoyproxy/ratelimit's default).
+    EveryDescriptor,
+}
+
+impl From<ChargeArg> for Charging {
+    fn from(arg: ChargeArg) -> Self {
+        match arg {
+            ChargeArg::AllOrNothing => Charging::AllOrNothing,
+            ChargeArg::EveryDescriptor => Charging::EveryDescriptor,
         }
     }
 }
@@ -330,6 +349,12 @@ pub struct ServeArgs {
     /// Treat every limited descriptor as a quota (QUOTA_MODE).
     #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub quota_mode: bool,
+    /// Which counters a request charges: all-or-nothing (a rejected request charges none) or
+    /// every-descriptor (each descriptor by its own verdict, refused hits counted by the
+    /// windows, as envoyproxy/ratelimit does) [default: all-or-nothing, or every-descriptor
+    /// when STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false is set].
+    #[arg(long, env = "FLOODGATE_CHARGE", value_enum)]
+    pub charge: Option<ChargeArg>,
     /// Rate-limit headers for the proxy to return [default: none, or ratelimit when
     /// LIMIT_RESPONSE_HEADERS_ENABLED=true].
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_enum)]

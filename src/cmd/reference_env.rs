@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::cmd::config_location::parse_bool;
+use crate::core::charging::Charging;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
 use crate::store::redis::StartupRetry;
 
@@ -90,7 +91,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("NEAR_LIMIT_RATIO", Honoured),
     ("CACHE_KEY_PREFIX", Honoured),
     ("BACKEND_TYPE", Honoured),
-    ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", NotSupported("a rejected request charges nothing already (all or nothing)")),
+    ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Honoured),
     ("LIMIT_RESPONSE_HEADERS_ENABLED", Honoured),
     ("LIMIT_LIMIT_HEADER", Honoured),
     ("LIMIT_REMAINING_HEADER", Honoured),
@@ -198,6 +199,42 @@ fn header_name(
         ));
     }
     Ok(Box::leak(name.into_boxed_str()))
+}
+
+/// Which counters a request charges: `--charge` (`flag`), else the reference's
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when it is set — `false`, the reference's own
+/// default, charges every descriptor as the reference does; `true` is all or nothing, the
+/// closest floodgate has to checking before incrementing — else all or nothing. Unset (or
+/// empty), the reference's default is not taken: floodgate's all-or-nothing is a deliberate
+/// difference, for `floodgate serve` and the `ratelimit` front door alike.
+pub fn charging(
+    flag: Option<Charging>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Charging, String> {
+    if let Some(charging) = flag {
+        return Ok(charging);
+    }
+    let variable = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
+    match env(variable).filter(|text| !text.trim().is_empty()) {
+        None => Ok(Charging::AllOrNothing),
+        Some(text) => match go_bool(text.trim()) {
+            Some(true) => Ok(Charging::AllOrNothing),
+            Some(false) => Ok(Charging::EveryDescriptor),
+            None => Err(format!(
+                "{variable}={text:?} is not a boolean: write true or false as envoyproxy/ratelimit \
+                 reads it, or use --charge all-or-nothing|every-descriptor"
+            )),
+        },
+    }
+}
+
+/// Go's `strconv.ParseBool`, which the reference's settings use for booleans.
+fn go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// floodgate's own prefix of Redis keys when neither `--redis-prefix` nor `CACHE_KEY_PREFIX` says.
@@ -398,6 +435,46 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count, "a variable is listed twice");
+    }
+
+    #[test]
+    fn charging_is_all_or_nothing_unless_the_flag_or_the_reference_variable_says() {
+        let stop = |value: &'static str| {
+            move |name: &str| {
+                (name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT").then(|| value.to_owned())
+            }
+        };
+        assert_eq!(charging(None, |_| None), Ok(Charging::AllOrNothing));
+        assert_eq!(charging(None, stop("")), Ok(Charging::AllOrNothing));
+        for value in ["false", "False", "0", "f"] {
+            assert_eq!(
+                charging(None, stop(value)),
+                Ok(Charging::EveryDescriptor),
+                "{value}"
+            );
+        }
+        for value in ["true", "TRUE", "1", " t "] {
+            assert_eq!(
+                charging(None, stop(value)),
+                Ok(Charging::AllOrNothing),
+                "{value}"
+            );
+        }
+        assert_eq!(
+            charging(Some(Charging::AllOrNothing), stop("false")),
+            Ok(Charging::AllOrNothing)
+        );
+        assert_eq!(
+            charging(Some(Charging::EveryDescriptor), |_| None),
+            Ok(Charging::EveryDescriptor)
+        );
+        let refused = charging(None, stop("yes"));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|message| message.contains("--charge")),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
 use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
 use crate::cmd::front_door::{choose_store, FrontDoor};
+use crate::core::charging::Charging;
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
 use crate::core::plan::PlanSettings;
@@ -206,6 +207,17 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         |name| std::env::var(name).ok(),
     )
     .map_err(AppError::Usage)?;
+    let charging = crate::cmd::reference_env::charging(args.charge.map(Charging::from), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(AppError::Usage)?;
+    if charging == Charging::EveryDescriptor {
+        tracing::info!(
+            "every descriptor is charged by its own verdict, refused hits counted by the \
+             windows, as envoyproxy/ratelimit charges (--charge every-descriptor, or \
+             STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false)"
+        );
+    }
     let settings = LimiterSettings {
         bounds: RequestBounds {
             max_descriptors: args.max_descriptors,
@@ -289,7 +301,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     tracing::info!(store = ?store.kind, "store chosen by {}", store.reason);
     match store.kind {
         StoreKind::Memory => {
-            let store = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
+            let store =
+                observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)).charging(charging));
             crate::telemetry::metrics::store_state("memory", true);
             let limiter = Arc::new(awaiting(
                 Limiter::new(rules, store, settings)
@@ -327,6 +340,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
                 pool_size: args.redis_connection.redis_pool_size,
                 tls: args.redis_connection.tls_options(),
+                charging,
                 ..RedisOptions::new(args.redis_url.clone())
             };
             let retry =
@@ -352,7 +366,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             tracing::info!(redis = %store.server(), "connected to Redis");
             // Always there (it costs nothing until used): a reload may give a domain
             // `failure_policy: local`. Bounded by --max-keys like the memory store.
-            let local_fallback = observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)));
+            let local_fallback =
+                observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)).charging(charging));
             let limiter = Arc::new(awaiting(
                 Limiter::new(rules, store, settings)
                     .with_telemetry(args.telemetry.decision_telemetry())

@@ -1,6 +1,7 @@
 //! The embedded in-memory store: counters in a sharded hash map, one lock per shard. A request
 //! locks only the shards its counters live in, in ascending order (so two requests can never
-//! wait on each other in a cycle), evaluates, and charges all or none before unlocking.
+//! wait on each other in a cycle), evaluates, and charges what the core settles (all or none by
+//! default, `core::charging`) before unlocking.
 //!
 //! `--max-keys` bounds the counters held. A request that needs more room first frees it
 //! (`shard.rs` says in which order): in its own shards, then in the others, never forgetting an
@@ -21,12 +22,10 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use self::shard::{Freed, Shard, Slot, SlotKey};
 use super::{Decided, Store, StoreError};
-use crate::core::algorithm::{evaluate_reserving, Evaluation, Hits};
+use crate::core::charging::{settle, Charging};
 use crate::core::failure::LogPace;
 use crate::core::plan::Counter;
-use crate::core::response::CounterOutcome;
 use crate::core::time::{Clock, Micros};
-use crate::core::verdict::{request_over_limit, Vote};
 
 /// Enough shards that two cores rarely meet on one lock, few enough to sweep quickly.
 const SHARDS: usize = 128;
@@ -48,6 +47,8 @@ pub struct MemoryStore {
     observer: Option<Arc<dyn EvictionObserver>>,
     /// Paces the log line of a store full of exhausted counters (it refuses every new one).
     full_log: Mutex<LogPace>,
+    /// Which counters a request charges (`core::charging`).
+    charging: Charging,
 }
 
 /// Who hears of the counters the store had to forget, and of the requests it refused because
@@ -70,7 +71,14 @@ impl MemoryStore {
             clock,
             observer: None,
             full_log: Mutex::new(LogPace::new(FULL_LOG_INTERVAL_MS)),
+            charging: Charging::AllOrNothing,
         }
+    }
+
+    /// The store, charging requests as `charging` says (all or nothing unless told).
+    pub fn charging(mut self, charging: Charging) -> Self {
+        self.charging = charging;
+        self
     }
 
     /// The store, telling `observer` of its evictions and refusals.
@@ -132,79 +140,38 @@ impl MemoryStore {
             .collect();
         let mut locked = self.lock_shards(&keys);
 
-        let mut evaluations: Vec<Evaluation> = Vec::with_capacity(counters.len());
-        for (index, (counter, (key, shard))) in counters.iter().zip(&keys).enumerate() {
-            // A counter named twice in one request sees what the earlier mention would charge.
-            let earlier = keys[..index]
-                .iter()
-                .zip(&evaluations)
-                .rev()
-                .find(|((other, _), evaluation)| other == key && evaluation.admitted)
-                .map(|(_, evaluation)| &evaluation.next_state);
-            let stored = earlier.or_else(|| {
-                locked
-                    .get(*shard)
-                    .and_then(|guard| guard.get(key))
-                    .filter(|slot| slot.expires_at > now)
-                    .map(|slot| &slot.state)
-            });
-            let reserve = counter.quota.reserve(counter.share);
-            evaluations.push(evaluate_reserving(
-                &counter.quota,
-                stored,
-                now,
-                counter.hits,
-                reserve,
-            ));
-        }
+        let settled = settle(counters, self.charging, global_shadow, now, |index| {
+            let (key, shard) = keys.get(index)?;
+            locked
+                .get(*shard)
+                .and_then(|guard| guard.get(key))
+                .filter(|slot| slot.expires_at > now)
+                .map(|slot| &slot.state)
+        });
 
-        let votes: Vec<Vote> = counters
-            .iter()
-            .zip(&evaluations)
-            .map(|(counter, evaluation)| Vote {
-                descriptor: counter.descriptor,
-                role: counter.role,
-                admitted: evaluation.admitted,
-            })
-            .collect();
-        let over_limit = request_over_limit(&votes, global_shadow);
-        let charges = |(counter, evaluation): (&Counter, &Evaluation)| {
-            !over_limit && evaluation.admitted && counter.hits != Hits::CheckOnly
-        };
-
-        let new_keys = self.new_keys(
-            &locked,
-            &keys,
-            counters.iter().zip(&evaluations).map(charges),
-        );
+        let new_keys = self.new_keys(&locked, &keys, settled.kept.iter().copied());
         if !new_keys.is_empty() {
             self.make_room_for(&mut locked, &keys, new_keys.len(), now)?;
         }
 
-        let mut outcomes = Vec::with_capacity(counters.len());
-        for ((counter, (key, shard)), evaluation) in counters.iter().zip(&keys).zip(evaluations) {
-            let charge = charges((counter, &evaluation));
-            let snapshot = if charge {
-                evaluation.committed
-            } else {
-                evaluation.uncommitted
-            };
-            outcomes.push(CounterOutcome {
-                admitted: evaluation.admitted,
-                snapshot,
-                retry_after: evaluation.retry_after,
-            });
-            if charge {
-                if let Some(guard) = locked.get_mut(*shard) {
-                    let slot = Slot::new(
-                        evaluation.next_state,
-                        evaluation.expires_at,
-                        evaluation.fullness,
-                        now,
-                    );
-                    if guard.put(*key, slot) {
-                        self.held.fetch_add(1, Ordering::Relaxed);
-                    }
+        let outcomes = settled.outcomes().collect();
+        let over_limit = settled.over_limit;
+        let kept = settled.kept.iter().copied();
+        for ((key, shard), (evaluation, kept)) in
+            keys.iter().zip(settled.evaluations.into_iter().zip(kept))
+        {
+            if !kept {
+                continue;
+            }
+            if let Some(guard) = locked.get_mut(*shard) {
+                let slot = Slot::new(
+                    evaluation.next_state,
+                    evaluation.expires_at,
+                    evaluation.fullness,
+                    now,
+                );
+                if guard.put(*key, slot) {
+                    self.held.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -400,7 +367,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, Quota, Share};
+    use crate::core::algorithm::{Algorithm, Hits, Quota, Share};
     use crate::core::time::{ManualClock, MICROS_PER_SECOND};
     use crate::core::unit::Unit;
     use crate::core::verdict::Role;
@@ -524,6 +491,25 @@ mod tests {
         }
         let alone = decide(&store, &[fresh]);
         assert_eq!(alone.outcomes[0].snapshot.remaining, 4);
+    }
+
+    #[test]
+    fn every_descriptor_charges_the_fresh_one_and_counts_the_refused_hit() {
+        let (store, _) = store(100);
+        let store = store.charging(Charging::EveryDescriptor);
+        let exhausted = counter(0, "a", 1, Hits::Charge(1));
+        assert!(!decide(&store, std::slice::from_ref(&exhausted)).over_limit);
+        let fresh = counter(1, "b", 5, Hits::Charge(1));
+        for charged in 1..=3 {
+            let decided = decide(&store, &[fresh.clone(), exhausted.clone()]);
+            assert!(decided.over_limit);
+            assert!(decided.outcomes.iter().all(|outcome| outcome.charged));
+            assert_eq!(decided.outcomes[0].snapshot.remaining, 5 - charged);
+        }
+        // "a" counted 1 + 3 hits: 3 given back still leave it full.
+        let refund = counter(0, "a", 1, Hits::Refund(3));
+        decide(&store, std::slice::from_ref(&refund));
+        assert!(decide(&store, &[exhausted]).over_limit);
     }
 
     #[test]

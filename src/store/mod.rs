@@ -1,5 +1,6 @@
 //! Where counters live. A store evaluates every counter of one request, asks the core whether
-//! the request is over its limits, and charges all of its counters or none, atomically.
+//! the request is over its limits and which counters it charges (all or none by default,
+//! `core::charging`), and charges them, atomically.
 
 pub mod memory;
 pub mod redis;
@@ -34,8 +35,9 @@ pub enum StoreError {
 
 /// A place that keeps counters.
 pub trait Store: Send + Sync + 'static {
-    /// Evaluates `counters` together and charges them all or none (`global_shadow`: the request
-    /// is never over; see `core::verdict`).
+    /// Evaluates `counters` together and charges them as the store's charging mode says (all
+    /// or none unless told; `global_shadow`: the request is never over; see `core::verdict` and
+    /// `core::charging`).
     fn decide(
         &self,
         counters: &[Counter],

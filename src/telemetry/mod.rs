@@ -21,6 +21,12 @@ pub use traces::{TraceError, TraceOptions, TracingGuard};
 /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` default.
 pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 
+/// Every metric of this process as the debug port's `/metrics` serves it: what a limiter run in
+/// process (a test's) has counted.
+pub fn metrics_text() -> Result<String, String> {
+    metrics::render().map_err(|error| error.to_string())
+}
+
 /// How decisions are reported (`serve` flags).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecisionTelemetry {

@@ -30,13 +30,7 @@ fn reference_layout(dir: &Path) {
 
 /// `floodgate check` against `grpc_port`: its exit code.
 fn check(grpc_port: u16, client: &str) -> Option<i32> {
-    Command::new(floodgate_bin())
-        .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
-        .args(["--domain", "edge", &format!("client={client}")])
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
-        .status
-        .code()
+    check_clients(grpc_port, &[client])
 }
 
 #[test]
@@ -278,4 +272,109 @@ fn the_reference_key_prefix_keeps_deployments_on_one_redis_apart() {
         keys.lines().all(|key| key.starts_with("team-a_")),
         "every key starts with CACHE_KEY_PREFIX:\n{keys}"
     );
+}
+
+/// `floodgate check` against `grpc_port` with one descriptor per client: its exit code.
+fn check_clients(grpc_port: u16, clients: &[&str]) -> Option<i32> {
+    Command::new(floodgate_bin())
+        .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
+        .args(["--domain", "edge"])
+        .args(clients.iter().map(|client| format!("client={client}")))
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
+        .status
+        .code()
+}
+
+/// Both doors charge all or nothing by default; `--charge every-descriptor` or the reference's
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false` charges as the reference (`true` is all or
+/// nothing). A request naming an exhausted client and a fresh one is rejected either way; only
+/// every-descriptor charges the fresh one, which then has nothing left (1 an hour).
+#[test]
+fn charging_is_all_or_nothing_unless_the_flag_or_the_reference_variable_says() {
+    let dir = tempdir();
+    reference_layout(dir.path());
+    let config = dir.path().join("config").join("config.yaml");
+    let doors = [
+        Door::serve("serve", &[], false),
+        Door::serve("serve_flag", &["--charge", "every-descriptor"], true),
+        Door::reference("ratelimit", None, false),
+        Door::reference("ratelimit_stop_false", Some("false"), true),
+        Door::reference("ratelimit_stop_true", Some("true"), false),
+    ];
+    for door in doors {
+        let Door {
+            name,
+            as_reference,
+            flags,
+            stop,
+            every_descriptor,
+        } = door;
+        let home = subdir(dir.path(), name);
+        let (mut command, grpc) = if as_reference {
+            let config_dir = subdir(&home, "config");
+            std::fs::copy(&config, config_dir.join("config.yaml"))
+                .unwrap_or_else(|error| panic!("copy config: {error}"));
+            let (command, (grpc, _, _)) = ratelimit_command(&home);
+            (command, grpc)
+        } else {
+            let (mut command, (grpc, _, _)) = serve_command();
+            command.arg("--config").arg(&config);
+            (command, grpc)
+        };
+        command
+            .args(flags)
+            .env("BACKEND_TYPE", "memory")
+            .env_remove("FLOODGATE_STORE")
+            .env_remove("FLOODGATE_CHARGE")
+            .env_remove("REDIS_URL");
+        match stop {
+            Some(value) => command.env("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", value),
+            None => command.env_remove("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+        };
+        let _server = Running::spawn(name, &mut command, &home);
+        wait_for_port(grpc, Duration::from_secs(10), name);
+        assert_eq!(check_clients(grpc, &["spent"]), Some(0), "{name}");
+        assert_eq!(check_clients(grpc, &["fresh", "spent"]), Some(2), "{name}");
+        let fresh = check_clients(grpc, &["fresh"]);
+        let expected = if every_descriptor { 2 } else { 0 };
+        assert_eq!(
+            fresh,
+            Some(expected),
+            "{name}: was the fresh client charged?"
+        );
+    }
+}
+
+/// How one server of the charging test is started, and whether it charges every descriptor.
+struct Door {
+    name: &'static str,
+    /// Started as `ratelimit` (else `floodgate serve`).
+    as_reference: bool,
+    flags: &'static [&'static str],
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, when set.
+    stop: Option<&'static str>,
+    every_descriptor: bool,
+}
+
+impl Door {
+    fn serve(name: &'static str, flags: &'static [&'static str], every_descriptor: bool) -> Self {
+        Self {
+            name,
+            as_reference: false,
+            flags,
+            stop: None,
+            every_descriptor,
+        }
+    }
+
+    fn reference(name: &'static str, stop: Option<&'static str>, every_descriptor: bool) -> Self {
+        Self {
+            name,
+            as_reference: true,
+            flags: &[],
+            stop,
+            every_descriptor,
+        }
+    }
 }

@@ -1,22 +1,25 @@
-//! The Redis store decides exactly as the memory store: for every algorithm, seeded random
-//! request sequences run against `MemoryStore` and `RedisStore` with one manual clock, and every
-//! decision (admitted, remaining, reset_after, retry_after, verdict) must be identical. The
-//! sequences mix multi-descriptor requests (all or nothing), quota and shadow roles, global
-//! shadow mode, check-only hits, refunds, oversized hits, counters repeated within a request,
-//! limits changed between requests (a reload), a clock that sometimes goes backwards, and
-//! priority classes: descriptors of different classes (shares) charging the same counters.
-//! MONTH limits in calendar months run from month ends of every length (28, 29, 30, 31 days)
-//! and the turn of a year, so both stores must place the same windows on the calendar.
+//! The Redis store decides exactly as the memory store: for every algorithm and both charging
+//! modes (all or nothing, every descriptor), seeded random request sequences run against
+//! `MemoryStore` and `RedisStore` with one manual clock, and every decision (admitted,
+//! remaining, reset_after, retry_after, charged, verdict) must be identical. The sequences mix
+//! multi-descriptor requests, quota and shadow roles, global shadow mode, check-only hits,
+//! refunds, oversized hits, counters repeated within a request, limits changed between requests
+//! (a reload), a clock that sometimes goes backwards, and priority classes: descriptors of
+//! different classes (shares) charging the same counters. MONTH limits in calendar months run
+//! from month ends of every length (28, 29, 30, 31 days) and the turn of a year, so both stores
+//! must place the same windows on the calendar.
 
 use std::sync::Arc;
 
 use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
 use floodgate::core::calendar::month_index;
+use floodgate::core::charging::Charging;
 use floodgate::core::plan::Counter;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
 use floodgate::store::memory::MemoryStore;
+use floodgate::store::redis::RedisStore;
 use floodgate::store::{Decided, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -165,7 +168,45 @@ fn edges_of(decided: &Decided) -> Vec<Micros> {
         .collect()
 }
 
-/// Runs seeded sequences over `slots_of(seed)` through both stores and compares every decision.
+/// The two stores on `server`, charging as `charging` says, deciding with `clock`.
+async fn stores(
+    server: &RedisServer,
+    clock: &Arc<ManualClock>,
+    charging: Charging,
+) -> (MemoryStore, RedisStore) {
+    let memory = MemoryStore::new(1_000_000, clock.clone()).charging(charging);
+    let mut options = server.options(Some(clock.clone() as Arc<dyn Clock>));
+    options.charging = charging;
+    let redis = RedisStore::connect(&options)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect the store: {error}"));
+    (memory, redis)
+}
+
+/// `counters` decided by both stores, which must agree: what they decided. `what` names the
+/// step in a failure.
+async fn decided_alike(
+    (memory, redis): (&MemoryStore, &RedisStore),
+    counters: &[Counter],
+    global_shadow: bool,
+    what: &str,
+) -> Decided {
+    let expected = memory
+        .decide_now(counters, global_shadow)
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    let got = redis
+        .decide(counters, global_shadow)
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert_eq!(
+        got, expected,
+        "{what}: redis (left) and memory (right) disagree on {counters:#?}"
+    );
+    expected
+}
+
+/// Runs seeded sequences over `slots_of(seed)` through both stores, in both charging modes,
+/// and compares every decision.
 async fn run_differential(name: &str, slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>) {
     let server = RedisServer::start();
     let sequence = Sequence {
@@ -188,8 +229,9 @@ struct Sequence<'a> {
     steps: usize,
 }
 
-/// Runs `sequence` over `slots_of(seed)` through both stores on `server` and compares every
-/// decision; returns how many steps moved the clock into another UTC calendar month.
+/// Runs `sequence` over `slots_of(seed)` through both stores on `server`, in both charging
+/// modes, and compares every decision; returns how many steps moved the clock into another UTC
+/// calendar month.
 async fn run_sequences(
     server: &RedisServer,
     name: &str,
@@ -197,11 +239,14 @@ async fn run_sequences(
     mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>,
 ) -> usize {
     let mut month_changes = 0;
-    for seed in sequence.seeds.clone() {
+    let runs = sequence
+        .seeds
+        .clone()
+        .flat_map(|seed| Charging::ALL.map(|mode| (seed, mode)));
+    for (seed, charging) in runs {
         let mut rng = StdRng::seed_from_u64(seed);
         let clock = Arc::new(ManualClock::new((sequence.start_of)(&mut rng)));
-        let memory = MemoryStore::new(1_000_000, clock.clone());
-        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        let (memory, redis) = stores(server, &clock, charging).await;
         // Every seed starts from empty counters in both stores.
         let mut inspector = server.inspector().await;
         let _: () = redis::cmd("FLUSHALL")
@@ -227,20 +272,11 @@ async fn run_sequences(
             month_changes += usize::from(month_index(clock.now()) != month_before);
             let counters = random_request(&mut rng, &slots);
             let global_shadow = rng.random_bool(0.05);
-            let expected = memory
-                .decide_now(&counters, global_shadow)
-                .unwrap_or_else(|error| panic!("{error}"));
-            let got = redis
-                .decide(&counters, global_shadow)
-                .await
-                .unwrap_or_else(|error| panic!("{name} seed {seed} step {step}: {error}"));
-            assert_eq!(
-                got,
-                expected,
-                "{name} seed {seed} step {step} at {} (global_shadow {global_shadow}): redis \
-                 (left) and memory (right) disagree on {counters:#?}",
+            let what = format!(
+                "{name} {charging} seed {seed} step {step} at {} (global_shadow {global_shadow})",
                 clock.now()
             );
+            let expected = decided_alike((&memory, &redis), &counters, global_shadow, &what).await;
             edges = edges_of(&expected);
         }
         assert_logs_hold_only_their_entries(&mut inspector).await;
@@ -485,17 +521,22 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
         );
     }
     let server = RedisServer::start();
-    for seed in 1..=seeds() {
+    for (seed, charging) in (1..=seeds()).flat_map(|seed| Charging::ALL.map(|mode| (seed, mode))) {
         let mut rng = StdRng::seed_from_u64(100 + seed);
         let clock = Arc::new(ManualClock::new(START));
-        let memory = MemoryStore::new(1_000_000, clock.clone());
-        let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+        let (memory, redis) = stores(&server, &clock, charging).await;
         let slots: Vec<(Vec<u8>, Quota)> = quotas
             .iter()
             .enumerate()
             .map(|(index, quota)| {
                 (
-                    identity("bounds", "k", &format!("{seed}-{index}"), 0, quota),
+                    identity(
+                        "bounds",
+                        "k",
+                        &format!("{charging}-{seed}-{index}"),
+                        0,
+                        quota,
+                    ),
                     quota.clone(),
                 )
             })
@@ -529,20 +570,11 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
                 _ => Hits::Refund(u64::MAX),
             };
             let counters = [counter(0, key, quota, hits, Role::Enforced)];
-            let expected = memory
-                .decide_now(&counters, false)
-                .unwrap_or_else(|error| panic!("{error}"));
-            let got = redis
-                .decide(&counters, false)
-                .await
-                .unwrap_or_else(|error| panic!("bounds seed {seed} step {step}: {error}"));
-            assert_eq!(
-                got,
-                expected,
-                "bounds seed {seed} step {step} at {}: redis (left) and memory (right) disagree \
-                 on {counters:#?}",
+            let what = format!(
+                "bounds {charging} seed {seed} step {step} at {}",
                 clock.now()
             );
+            let expected = decided_alike((&memory, &redis), &counters, false, &what).await;
             edges = edges_of(&expected);
         }
     }
@@ -568,14 +600,8 @@ async fn sliding_log_beyond_its_entry_cap_matches_memory() {
             _ => Hits::CheckOnly,
         };
         let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
-        let expected = memory
-            .decide_now(&counters, false)
-            .unwrap_or_else(|error| panic!("{error}"));
-        let got = redis
-            .decide(&counters, false)
-            .await
-            .unwrap_or_else(|error| panic!("cap step {step}: {error}"));
-        assert_eq!(got, expected, "cap step {step} at {}", clock.now());
+        let what = format!("cap step {step} at {}", clock.now());
+        let expected = decided_alike((&memory, &redis), &counters, false, &what).await;
         longest = longest.max(10_050 - expected.outcomes[0].snapshot.remaining);
     }
     // Every entry holds one hit here, so more hits than the cap means more entries than it.
@@ -583,4 +609,69 @@ async fn sliding_log_beyond_its_entry_cap_matches_memory() {
         longest > 10_000,
         "the log never outgrew its cap: {longest} hits"
     );
+}
+
+/// Requests that name an exhausted descriptor beside a fresh one, asking more hits than are
+/// left, for every algorithm and both charging modes: both stores agree at every step, and
+/// the modes differ as they should — all or nothing charges neither descriptor of a rejected
+/// request; every descriptor charges the fresh one, and counts the refused hits in a window.
+#[tokio::test]
+async fn an_exhausted_and_a_fresh_descriptor_match_memory_in_both_modes() {
+    let server = RedisServer::start();
+    for algorithm in Algorithm::ALL {
+        for charging in Charging::ALL {
+            let clock = Arc::new(ManualClock::new(START));
+            let (memory, redis) = stores(&server, &clock, charging).await;
+            let quota = Quota::new(4, Unit::Minute).with_algorithm(algorithm);
+            let quota = if algorithm.accepts_burst() {
+                quota.with_burst(4)
+            } else {
+                quota
+            };
+            let name =
+                |slot: &str| identity("mix", slot, &format!("{algorithm}-{charging}"), 0, &quota);
+            let (exhausted, fresh) = (name("exhausted"), name("fresh"));
+            let decide = |counters: Vec<Counter>| {
+                let (stores, clock) = ((&memory, &redis), &clock);
+                async move {
+                    let what = format!("{algorithm} {charging} at {}", clock.now());
+                    decided_alike(stores, &counters, false, &what).await
+                }
+            };
+            let alone = decide(vec![counter(
+                0,
+                &exhausted,
+                &quota,
+                Hits::Charge(4),
+                Role::Enforced,
+            )])
+            .await;
+            assert!(!alone.over_limit, "{algorithm}: 4 fit a fresh counter of 4");
+            for step in 0..6 {
+                // Hits beyond what is left: 3 on the fresh one (4 left, then 1 or none), 2 on
+                // the exhausted one.
+                let mixed = decide(vec![
+                    counter(0, &fresh, &quota, Hits::Charge(3), Role::Enforced),
+                    counter(1, &exhausted, &quota, Hits::Charge(2), Role::Enforced),
+                ])
+                .await;
+                assert!(mixed.over_limit, "{algorithm} {charging} step {step}");
+                let charged: Vec<bool> = mixed.outcomes.iter().map(|o| o.charged).collect();
+                let expected = match charging {
+                    Charging::AllOrNothing => [false, false],
+                    Charging::EveryDescriptor => [
+                        mixed.outcomes[0].admitted || algorithm.counts_in_windows(),
+                        algorithm.counts_in_windows(),
+                    ],
+                };
+                assert_eq!(charged, expected, "{algorithm} {charging} step {step}");
+                clock.advance(pause_after(step));
+            }
+        }
+    }
+}
+
+/// A few ms between the steps of the mixed test: buckets refill a little, windows do not turn.
+fn pause_after(step: usize) -> Micros {
+    Micros::try_from(step).unwrap_or(0) * 1_000 + 7
 }

@@ -4,6 +4,9 @@
 //!
 //!   Charge(n) that fits → admitted, next = charged(n), retry 0
 //!   Charge(n) otherwise → rejected, next = current, retry = max(1, retry_after(n))
+//!     …when refused hits are recorded (`Refused::Recorded`: a counting algorithm in the
+//!     reference's charging mode, `core::charging`): rejected, next = charged(n), and the
+//!     retry is asked of that next counter, max(1, next.retry_after(n))
 //!   CheckOnly           → admitted ⇔ fits(1), next = current, retry as for Charge(1)
 //!   Refund(n)           → admitted, next = refunded(n), retry 0
 //!
@@ -16,7 +19,7 @@
 //! "fits" asks fits(n + reserve) and the retry asks retry_after(n + reserve); what is charged
 //! is still n, and a refund ignores it.
 
-use super::{Evaluation, Fullness, Hits, Snapshot, State};
+use super::{Evaluation, Fullness, Hits, Refused, Snapshot, State};
 use crate::time::Micros;
 
 /// One counter as seen at one instant: already normalized (stale windows, expired entries and
@@ -30,7 +33,8 @@ pub(super) trait Counter: Sized {
         let _ = snapshot;
         self.fits(1)
     }
-    /// The counter after taking `hits`; called only when they fit.
+    /// The counter after taking `hits`; called when they fit, and for a counting algorithm
+    /// (fixed and sliding window) also when they do not but are recorded anyway.
     fn charged(&self, hits: u64) -> Self;
     /// The counter after giving `hits` back, never beyond a fresh counter.
     fn refunded(&self, hits: u64) -> Self;
@@ -44,11 +48,23 @@ pub(super) trait Counter: Sized {
     fn into_state(self) -> State;
 }
 
-pub(super) fn decide(counter: impl Counter, hits: Hits, reserve: u64) -> Evaluation {
+pub(super) fn decide(
+    counter: impl Counter,
+    hits: Hits,
+    reserve: u64,
+    refused: Refused,
+) -> Evaluation {
     match hits {
         Hits::Charge(n) if counter.fits(n.saturating_add(reserve)) => {
             let next = counter.charged(n);
             commit(counter.snapshot(), next)
+        }
+        Hits::Charge(n) if refused == Refused::Recorded => {
+            let needed = n.saturating_add(reserve);
+            let before = counter.snapshot();
+            let next = counter.charged(n);
+            let retry_after = next.retry_after(needed);
+            recorded(before, next, (needed, retry_after))
         }
         Hits::Charge(n) => {
             let needed = n.saturating_add(reserve);
@@ -78,6 +94,23 @@ fn commit(before: Snapshot, next: impl Counter) -> Evaluation {
         uncommitted: before,
         retry_after: 0,
         fullness: fullness(&next, &committed, None),
+        expires_at: next.expires_at(),
+        next_state: next.into_state(),
+    }
+}
+
+/// Refused hits recorded all the same: `next` holds them, and `retry` (the hits asked for, with
+/// the reserve, and when they fit) is asked of `next`.
+fn recorded(before: Snapshot, next: impl Counter, retry: (u64, Micros)) -> Evaluation {
+    let committed = next.snapshot();
+    let (needed, retry_after) = retry;
+    let known = (needed == 1).then_some(retry_after);
+    Evaluation {
+        admitted: false,
+        committed,
+        uncommitted: before,
+        retry_after: retry_after.max(1),
+        fullness: fullness(&next, &committed, known),
         expires_at: next.expires_at(),
         next_state: next.into_state(),
     }

@@ -10,6 +10,8 @@
 //!                 (a later stored start means the clock went back: keep that window, its end
 //!                 and its count rather than hand out a fresh one)
 //!   admit       ⇔ count + n ≤ L
+//!   charge      : count' = min(count + n, MAX_RECORDED_COUNT)   (only recorded refused hits
+//!                 reach the cap: `Refused::Recorded`)
 //!   remaining   = max(0, L − count)      (L may have been lowered on reload)
 //!   reset_after = end − now              (Envoy's `W − now % W`, before rounding to seconds;
 //!                                         calendar months: the reference's
@@ -20,7 +22,7 @@
 
 use super::counter::{decide, Counter};
 use super::window::Span;
-use super::{Evaluation, Hits, Quota, Snapshot, State};
+use super::{Evaluation, Hits, Quota, Refused, Snapshot, State, MAX_RECORDED_COUNT};
 use crate::time::Micros;
 
 pub(super) fn evaluate(
@@ -29,8 +31,9 @@ pub(super) fn evaluate(
     now: Micros,
     hits: Hits,
     reserve: u64,
+    refused: Refused,
 ) -> Evaluation {
-    decide(Window::at(quota, state, now), hits, reserve)
+    decide(Window::at(quota, state, now), hits, reserve, refused)
 }
 
 #[derive(Debug, Clone)]
@@ -86,8 +89,9 @@ impl Counter for Window {
         snapshot.remaining > 0
     }
 
+    /// Refused hits recorded may pass the limit: the count stops at MAX_RECORDED_COUNT.
     fn charged(&self, hits: u64) -> Self {
-        self.with_count(self.count.saturating_add(hits))
+        self.with_count(self.count.saturating_add(hits).min(MAX_RECORDED_COUNT))
     }
 
     fn refunded(&self, hits: u64) -> Self {

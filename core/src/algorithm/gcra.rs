@@ -21,7 +21,7 @@
 //!   L = 0 or C = 0: nothing ever fits; remaining 0, reset_after 0, retry_after W.
 
 use super::counter::{decide, Counter};
-use super::{Evaluation, Hits, Quota, Snapshot, State};
+use super::{Evaluation, Hits, Quota, Refused, Snapshot, State};
 use crate::time::Micros;
 
 pub(super) fn evaluate(
@@ -31,8 +31,9 @@ pub(super) fn evaluate(
     hits: Hits,
     reserve: u64,
 ) -> Evaluation {
+    // A bucket's debt is what admitted hits cost: a refused hit takes nothing from it.
     match Bucket::at(quota, state, now) {
-        Some(bucket) => decide(bucket, hits, reserve),
+        Some(bucket) => decide(bucket, hits, reserve, Refused::TakeNothing),
         None => decide(
             Closed {
                 now,
@@ -40,6 +41,7 @@ pub(super) fn evaluate(
             },
             hits,
             reserve,
+            Refused::TakeNothing,
         ),
     }
 }

@@ -67,10 +67,12 @@ impl Algorithm {
         matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
 
-    /// Whether it counts in windows with edges (fixed and sliding windows), which calendar
-    /// months can place. The others have no edges to place: a sliding log looks back over a
-    /// span that slides with `now`, and the buckets refill at a rate; under
-    /// `--calendar-months` their MONTH is still 30 days (docs/algorithms.md#windows says why).
+    /// Whether it counts hits in windows with edges (fixed and sliding windows): calendar months
+    /// can place those edges, and the count can hold refused hits too, as envoyproxy/ratelimit's
+    /// `INCRBY` counts every hit. The others have no edges to place (a sliding log looks back over
+    /// a span that slides with `now`, the buckets refill at a rate; under `--calendar-months`
+    /// their MONTH is still 30 days, docs/algorithms.md#windows says why) and hold admitted hits
+    /// only ([`Refused`]).
     pub fn counts_in_windows(self) -> bool {
         matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
     }
@@ -185,6 +187,23 @@ pub enum Hits {
     Refund(u64),
 }
 
+/// What a refused charge leaves in the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Refused {
+    /// Nothing: the counter stays as it was (floodgate's all-or-nothing).
+    #[default]
+    TakeNothing,
+    /// The hits, counted although refused, as envoyproxy/ratelimit counts them, by an algorithm
+    /// that [counts hits in windows](Algorithm::counts_in_windows); the others take nothing still. A
+    /// count holds at most [`MAX_RECORDED_COUNT`].
+    Recorded,
+}
+
+/// The most hits a fixed or sliding window counts: over every limit (a limit is a `u32`), so
+/// no decision depends on counting further, and a sliding window's state keeps `u32` counts.
+/// Only recorded refused hits get there; admitted ones stop at the limit.
+pub const MAX_RECORDED_COUNT: u64 = u32::MAX as u64;
+
 /// The stored state of one counter. The variant always matches the quota's algorithm; a state
 /// of another variant (the rule's algorithm changed on reload) is treated as absent.
 #[derive(Debug, Clone, PartialEq)]
@@ -294,9 +313,25 @@ pub fn evaluate_reserving(
     hits: Hits,
     reserve: u64,
 ) -> Evaluation {
+    evaluate_counter(quota, state, now, (hits, reserve), Refused::TakeNothing)
+}
+
+/// Evaluates `hits` with `reserve` (see [`evaluate_reserving`]), a refused charge leaving what
+/// `refused` says: with [`Refused::Recorded`], a counting algorithm's `next_state` holds the
+/// refused hits, `committed` is the counter with them and `retry_after` is asked of it, while
+/// `uncommitted` is the counter the refusal was judged against.
+pub fn evaluate_counter(
+    quota: &Quota,
+    state: Option<&State>,
+    now: Micros,
+    (hits, reserve): (Hits, u64),
+    refused: Refused,
+) -> Evaluation {
     match quota.algorithm {
-        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits, reserve),
-        Algorithm::SlidingWindow => sliding_window::evaluate(quota, state, now, hits, reserve),
+        Algorithm::FixedWindow => fixed_window::evaluate(quota, state, now, hits, reserve, refused),
+        Algorithm::SlidingWindow => {
+            sliding_window::evaluate(quota, state, now, hits, reserve, refused)
+        }
         Algorithm::SlidingLog => sliding_log::evaluate(quota, state, now, hits, reserve),
         Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             gcra::evaluate(quota, state, now, hits, reserve)

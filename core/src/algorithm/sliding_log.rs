@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 
 use super::counter::{decide, Counter};
-use super::{Evaluation, Hits, Quota, Snapshot, State, SLIDING_LOG_MAX_LIMIT};
+use super::{Evaluation, Hits, Quota, Refused, Snapshot, State, SLIDING_LOG_MAX_LIMIT};
 use crate::time::Micros;
 
 /// Entries kept at most; every entry holds at least one hit, so a valid limit never reaches it.
@@ -33,7 +33,13 @@ pub(super) fn evaluate(
     hits: Hits,
     reserve: u64,
 ) -> Evaluation {
-    decide(Log::at(quota, state, now), hits, reserve)
+    // A log holds admitted hits only: a refused one has no place in it.
+    decide(
+        Log::at(quota, state, now),
+        hits,
+        reserve,
+        Refused::TakeNothing,
+    )
 }
 
 #[derive(Debug, Clone)]

@@ -19,6 +19,8 @@
 //!     now is into this one: previous counts in full at the 1st and not at all at the next 1st,
 //!     whatever the two months' lengths, and the estimate never jumps at a boundary.
 //!   admit    ⇔ estimate + float(n) ≤ float(L)
+//!   charge   : current' = min(current + n, MAX_RECORDED_COUNT)  (only recorded refused hits
+//!              reach the cap: `Refused::Recorded`)
 //!   remaining   = clamp(floor(float(L) − estimate), 0, L), estimate taken after the commit
 //!   W⁺ = the length of the window after [start, end) (W for epoch windows)
 //!   reset_after = current > 0 ? (end − now) + W⁺ : previous > 0 ? end − now : 0
@@ -40,7 +42,7 @@
 
 use super::counter::{decide, Counter};
 use super::window::{Span, Tiling};
-use super::{Evaluation, Hits, Quota, Snapshot, State};
+use super::{Evaluation, Hits, Quota, Refused, Snapshot, State, MAX_RECORDED_COUNT};
 use crate::time::Micros;
 
 /// How far (in µs, each way) a retry guess is nudged to agree with the admission test.
@@ -52,8 +54,9 @@ pub(super) fn evaluate(
     now: Micros,
     hits: Hits,
     reserve: u64,
+    refused: Refused,
 ) -> Evaluation {
-    decide(Windows::at(quota, state, now), hits, reserve)
+    decide(Windows::at(quota, state, now), hits, reserve, refused)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -204,9 +207,10 @@ impl Counter for Windows {
         self.estimate() + hits as f64 <= self.limit as f64
     }
 
+    /// Refused hits recorded may pass the limit: the count stops at MAX_RECORDED_COUNT.
     fn charged(&self, hits: u64) -> Self {
         Self {
-            current: self.current.saturating_add(hits),
+            current: self.current.saturating_add(hits).min(MAX_RECORDED_COUNT),
             ..*self
         }
     }
@@ -257,7 +261,8 @@ impl Counter for Windows {
     }
 
     fn into_state(self) -> State {
-        // Only hits that fit are charged, so neither count passes the limit, a u32.
+        // Hits that fit stay within the limit, a u32, and recorded ones stop at
+        // MAX_RECORDED_COUNT = u32::MAX: neither count is ever cut here.
         State::SlidingWindow {
             window_start: self.span.start,
             previous: u32::try_from(self.previous).unwrap_or(u32::MAX),

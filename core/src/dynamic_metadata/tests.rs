@@ -97,6 +97,7 @@ fn answer(
                     reset_after: 0,
                 },
                 retry_after: if admitted { 0 } else { 1_000_000 },
+                charged: admitted,
             }
         })
         .collect();

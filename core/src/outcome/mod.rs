@@ -155,8 +155,9 @@ pub fn descriptor_near_limit(
                 return None;
             };
             let capacity = counter.quota.capacity();
-            let charged = !decided.over_limit && outcome.admitted;
-            // The snapshot is after charging when charged, before otherwise (all-or-nothing).
+            let charged = outcome.charged && outcome.admitted;
+            // The snapshot is after the charge when admitted and charged, before otherwise
+            // (`core::charging::outcome`).
             let used = capacity.saturating_sub(outcome.snapshot.remaining);
             let before = if charged {
                 used.saturating_sub(hits)

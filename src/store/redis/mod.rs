@@ -114,7 +114,7 @@ use self::cluster::ClusterLink;
 pub use self::connection::MAX_POOL_SIZE;
 use self::connection::{misconfigured, unavailable, Connection, BACKEND};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
-use self::script::{build_call, parse_reply, Now};
+use self::script::{build_call, parse_reply, Now, Settling};
 pub use self::script::{
     check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
     MAX_WINDOW_MICROS,
@@ -125,6 +125,7 @@ pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
 use crate::core::adjustment::adjusted_quota;
+use crate::core::charging::Charging;
 use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::plan::Counter;
 use crate::core::rules::RuleSet;
@@ -182,6 +183,8 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// TLS (`rediss://`, or `tls.enabled` for a bare `host:port`) and its files.
     pub tls: TlsOptions,
+    /// Which counters a request charges (`core::charging`; `--charge`).
+    pub charging: Charging,
 }
 
 /// How a [`RedisOptions::url`] reaches Redis (envoyproxy/ratelimit's `REDIS_TYPE`).
@@ -212,6 +215,7 @@ impl RedisOptions {
             sentinel_auth: None,
             pool_size: DEFAULT_POOL_SIZE,
             tls: TlsOptions::default(),
+            charging: Charging::AllOrNothing,
         }
     }
 
@@ -277,6 +281,7 @@ impl fmt::Debug for RedisOptions {
             .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|_| "***"))
             .field("pool_size", &self.pool_size)
             .field("tls", &self.tls)
+            .field("charging", &self.charging)
             .finish()
     }
 }
@@ -320,7 +325,11 @@ pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
 /// The `EVALSHA` keys and arguments this store sends for `counters` with `layout`'s keys, on
 /// Redis time: what `examples/redis_script.rs` prints for `scripts/bench-redis.sh`.
 pub fn script_call(counters: &[Counter], global_shadow: bool, layout: &KeyLayout) -> Call {
-    build_call(counters, global_shadow, Now::RedisTime, |counter| {
+    let settling = Settling {
+        charging: Charging::AllOrNothing,
+        global_shadow,
+    };
+    build_call(counters, settling, Now::RedisTime, |counter| {
         layout.key_of(counter)
     })
 }
@@ -340,6 +349,7 @@ pub struct RedisStore {
     keys: KeyLayout,
     timeout: Duration,
     test_clock: Option<Arc<dyn Clock>>,
+    charging: Charging,
     /// Held only to read or update the state, never across a call.
     breaker: Mutex<Breaker>,
     /// The origin of the breaker's milliseconds.
@@ -373,6 +383,7 @@ impl RedisStore {
             keys,
             timeout: options.timeout,
             test_clock: options.test_clock.clone(),
+            charging: options.charging,
             breaker: Mutex::new(Breaker::new(
                 options.breaker_threshold,
                 u64::try_from(options.probe_interval.as_millis()).unwrap_or(u64::MAX),
@@ -553,9 +564,11 @@ impl RedisStore {
         global_shadow: bool,
         now: Now,
     ) -> Result<Decided, StoreError> {
-        let call = build_call(counters, global_shadow, now, |counter| {
-            self.keys.key_of(counter)
-        });
+        let settling = Settling {
+            charging: self.charging,
+            global_shadow,
+        };
+        let call = build_call(counters, settling, now, |counter| self.keys.key_of(counter));
         let reply = match &self.link {
             Link::Server(connection) => {
                 connection.invoke(&self.script, &call, self.timeout).await?

@@ -2,6 +2,7 @@
 //! computes exactly, the arguments a request becomes and the reply it gives back.
 
 use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
+use crate::core::charging::Charging;
 use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::Micros;
@@ -26,8 +27,11 @@ pub const SOURCE: &str = concat!(
 /// ARGV values per counter (`COUNTER_FIELDS` in decide.lua).
 const COUNTER_FIELDS: usize = 10;
 
-/// ARGV values before the counters.
-const HEADER_FIELDS: usize = 4;
+/// ARGV values before the counters (`HEADER_FIELDS` in decide.lua).
+const HEADER_FIELDS: usize = 5;
+
+/// Reply values per counter (`REPLY_FIELDS` in decide.lua).
+const REPLY_FIELDS: usize = 5;
 
 /// Lua numbers are doubles: integers are exact up to 2^53.
 const LUA_EXACT_LIMIT: u128 = 1 << 53;
@@ -191,10 +195,18 @@ pub enum Now {
     Given { now: Micros, extra_ttl_ms: u64 },
 }
 
+/// How the script settles a request (`core::charging`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settling {
+    pub charging: Charging,
+    /// `--shadow-mode`: the request is never over.
+    pub global_shadow: bool,
+}
+
 /// Builds the call for `counters`; `key_of` gives a counter's Redis key.
 pub fn build_call(
     counters: &[Counter],
-    global_shadow: bool,
+    settling: Settling,
     now: Now,
     key_of: impl Fn(&Counter) -> String,
 ) -> Call {
@@ -217,10 +229,11 @@ pub fn build_call(
         Now::Given { now, extra_ttl_ms } => (Arg::Signed(now), extra_ttl_ms),
     };
     let mut args = Vec::with_capacity(HEADER_FIELDS + COUNTER_FIELDS * counters.len());
-    args.push(Arg::Text(if global_shadow { "1" } else { "0" }));
+    args.push(Arg::Text(if settling.global_shadow { "1" } else { "0" }));
     args.push(now_arg);
     args.push(Arg::Unsigned(extra_ttl_ms));
     args.push(counters.len().into());
+    args.push(Arg::Text(settling.charging.name()));
     for (counter, key_index) in counters.iter().zip(key_indexes) {
         let quota = &counter.quota;
         let (hits_kind, hits) = match counter.hits {
@@ -293,11 +306,11 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
         counters,
     };
     let (&over_limit, per_counter) = reply.split_first().ok_or_else(wrong_length)?;
-    if per_counter.len() != 4 * counters {
+    if per_counter.len() != REPLY_FIELDS * counters {
         return Err(wrong_length());
     }
     let outcomes = per_counter
-        .chunks_exact(4)
+        .chunks_exact(REPLY_FIELDS)
         .map(|fields| {
             Ok(CounterOutcome {
                 admitted: flag(fields[0], "admitted (0 or 1)")?,
@@ -309,6 +322,7 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
                     reset_after: non_negative(fields[2], "reset_after (≥ 0)")?,
                 },
                 retry_after: non_negative(fields[3], "retry_after (≥ 0)")?,
+                charged: flag(fields[4], "charged (0 or 1)")?,
             })
         })
         .collect::<Result<Vec<_>, BadReply>>()?;
@@ -363,15 +377,50 @@ mod tests {
             counter(1, b"a", quota.clone(), Hits::CheckOnly, Role::Quota),
             counter(2, b"b", quota.clone(), Hits::Refund(3), Role::Shadow),
         ];
-        let call = build_call(&counters, true, Now::RedisTime, |counter| {
+        let settling = Settling {
+            charging: Charging::EveryDescriptor,
+            global_shadow: true,
+        };
+        let call = build_call(&counters, settling, Now::RedisTime, |counter| {
             String::from_utf8_lossy(&counter.key).into_owned()
         });
         assert_eq!(call.keys, ["b", "a"]);
         let expected: Vec<&str> = vec![
-            "1", "", "0", "3", //
-            "1", "gcra", "5", "60000000", "1", "charge", "2", "0", "enforced", "0", //
-            "2", "gcra", "5", "60000000", "1", "check", "0", "1", "quota", "0", //
-            "1", "gcra", "5", "60000000", "1", "refund", "3", "2", "shadow", "0",
+            "1",
+            "",
+            "0",
+            "3",
+            "every-descriptor", //
+            "1",
+            "gcra",
+            "5",
+            "60000000",
+            "1",
+            "charge",
+            "2",
+            "0",
+            "enforced",
+            "0", //
+            "2",
+            "gcra",
+            "5",
+            "60000000",
+            "1",
+            "check",
+            "0",
+            "1",
+            "quota",
+            "0", //
+            "1",
+            "gcra",
+            "5",
+            "60000000",
+            "1",
+            "refund",
+            "3",
+            "2",
+            "shadow",
+            "0",
         ];
         assert_eq!(texts(&call.args), expected);
     }
@@ -387,11 +436,15 @@ mod tests {
             Role::Enforced,
         );
         low.share = half;
-        let call = build_call(&[low.clone()], false, Now::RedisTime, |_| "k".to_owned());
+        let call = build_call(&[low.clone()], Settling::default(), Now::RedisTime, |_| {
+            "k".to_owned()
+        });
         // floor(7 × 50 %) = 3 usable, 4 reserved.
         assert_eq!(texts(&call.args).last().map(String::as_str), Some("4"));
         low.quota.requests_per_unit = 100;
-        let call = build_call(&[low], false, Now::RedisTime, |_| "k".to_owned());
+        let call = build_call(&[low], Settling::default(), Now::RedisTime, |_| {
+            "k".to_owned()
+        });
         assert_eq!(texts(&call.args).last().map(String::as_str), Some("50"));
     }
 
@@ -408,13 +461,16 @@ mod tests {
             now: -5,
             extra_ttl_ms: 600_000,
         };
-        let call = build_call(&counters, false, now, |_| "key".to_owned());
-        assert_eq!(&texts(&call.args)[..5], ["0", "-5", "600000", "1", "1"]);
+        let call = build_call(&counters, Settling::default(), now, |_| "key".to_owned());
+        assert_eq!(
+            &texts(&call.args)[..6],
+            ["0", "-5", "600000", "1", "all-or-nothing", "1"]
+        );
     }
 
     #[test]
     fn replies_are_read_and_checked() {
-        let decided = parse_reply(&[1, 0, 0, 5, 7, 1, 3, 9, 0], 2).expect("a valid reply");
+        let decided = parse_reply(&[1, 0, 0, 5, 7, 1, 1, 3, 9, 0, 0], 2).expect("a valid reply");
         assert!(decided.over_limit);
         assert_eq!(
             decided.outcomes[0],
@@ -424,10 +480,11 @@ mod tests {
                     remaining: 0,
                     reset_after: 5
                 },
-                retry_after: 7
+                retry_after: 7,
+                charged: true,
             }
         );
-        assert!(decided.outcomes[1].admitted);
+        assert!(decided.outcomes[1].admitted && !decided.outcomes[1].charged);
         assert_eq!(
             parse_reply(&[0, 1], 1),
             Err(BadReply::WrongLength {
@@ -447,8 +504,12 @@ mod tests {
             Err(BadReply::OutOfRange { value: 2, .. })
         ));
         assert!(matches!(
-            parse_reply(&[0, 1, -1, 0, 0], 1),
+            parse_reply(&[0, 1, -1, 0, 0, 0], 1),
             Err(BadReply::OutOfRange { value: -1, .. })
+        ));
+        assert!(matches!(
+            parse_reply(&[0, 1, 0, 0, 0, 2], 1),
+            Err(BadReply::OutOfRange { value: 2, .. })
         ));
     }
 
@@ -480,8 +541,10 @@ mod tests {
         };
         let window_of = |quota: Quota| {
             let counters = [counter(0, b"k", quota, Hits::Charge(1), Role::Enforced)];
-            let call = build_call(&counters, false, Now::RedisTime, |_| "k".to_owned());
-            texts(&call.args)[7].clone()
+            let call = build_call(&counters, Settling::default(), Now::RedisTime, |_| {
+                "k".to_owned()
+            });
+            texts(&call.args)[8].clone()
         };
         assert_eq!(window_of(monthly(Algorithm::FixedWindow)), "-3");
         assert_eq!(window_of(monthly(Algorithm::SlidingWindow)), "-3");
@@ -549,6 +612,15 @@ mod tests {
         ] {
             assert!(SOURCE.contains(part), "missing {part}");
         }
-        assert!(SOURCE.contains(&format!("local COUNTER_FIELDS = {COUNTER_FIELDS}")));
+        for (name, value) in [
+            ("HEADER_FIELDS", HEADER_FIELDS),
+            ("COUNTER_FIELDS", COUNTER_FIELDS),
+            ("REPLY_FIELDS", REPLY_FIELDS),
+        ] {
+            assert!(
+                SOURCE.contains(&format!("local {name} = {value}")),
+                "decide.lua's {name} is not {value}"
+            );
+        }
     }
 }

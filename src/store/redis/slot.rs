@@ -8,7 +8,9 @@
 //! its limits when any group is — the same verdict one call would reach, because an enforced
 //! descriptor rejects on its own and every quota-mode counter is in the domain's slot, so one
 //! group sees them all (`keys.rs`). What differs is the charging: a group that admitted has
-//! charged while another rejected (an over-count, never an under-count).
+//! charged while another rejected (an over-count, never an under-count). With `--charge
+//! every-descriptor` nothing differs: each descriptor is settled on its own anyway, and all the
+//! limits of one descriptor share its slot.
 
 use redis::cluster_routing::Slot;
 
@@ -130,6 +132,7 @@ mod tests {
                 reset_after: 0,
             },
             retry_after: 0,
+            charged: true,
         }
     }
 

@@ -1,22 +1,26 @@
--- Part 6: one request, decided atomically (src/store/memory.rs does the same in Rust):
--- evaluate every counter (a counter named twice sees what its earlier mention would charge),
--- compute the verdict (core::verdict), then charge every admitted counter or none.
+-- Part 6: one request, decided atomically (core::charging::settle does the same in Rust, for
+-- the memory store): evaluate every counter (a counter named twice sees what its earlier
+-- mention would leave), settle the request in units — the whole request (all or nothing), or
+-- each descriptor with --charge every-descriptor — and write what the units keep.
 --
 -- KEYS: the request's distinct counter keys.
 -- ARGV: global_shadow ('1' or '0'), now ('' to read Redis TIME; a test clock's µs otherwise),
 --       extra TTL in ms (0 unless a test clock runs: Redis expires keys on its own clock),
---       the number of counters, then per counter COUNTER_FIELDS values:
---       key index (into KEYS), algorithm, limit L, window W µs, capacity C, hits kind
---       ('charge', 'check' or 'refund'), hits amount, descriptor index, role
+--       the number of counters, the charging mode ('all-or-nothing' or 'every-descriptor'),
+--       then per counter COUNTER_FIELDS values:
+--       key index (into KEYS), algorithm, limit L, window W µs (−N: N calendar months),
+--       capacity C, hits kind ('charge', 'check' or 'refund'), hits amount, descriptor index, role
 --       ('enforced', 'quota' or 'shadow'), reserve (units a priority class must leave
 --       unused, core::algorithm::share; 0 without classes).
--- Reply: { over_limit, then per counter: admitted, remaining, reset_after µs, retry_after µs },
---        integers only (0/1 for booleans).
+-- Reply: { over_limit, then per counter: admitted, remaining, reset_after µs, retry_after µs,
+--        charged }, integers only (0/1 for booleans).
 --
 -- Counters are read from ARGV where they are needed rather than gathered into tables, and the
 -- reply is filled as counters are evaluated (see the cost note in prelude.lua).
 
+local HEADER_FIELDS = 5
 local COUNTER_FIELDS = 10
+local REPLY_FIELDS = 5
 
 -- Before Redis 5 a script that reads TIME may only write with effects replication.
 if redis.replicate_commands then
@@ -31,25 +35,112 @@ if now == nil then
 end
 local extra_ttl_ms = tonumber(ARGV[3])
 local counter_count = tonumber(ARGV[4])
+local every_descriptor = ARGV[5] == 'every-descriptor'
 
 -- Algorithm name → the algorithm (see prelude.lua). Redis runs a script's whole top level at
 -- every call, so each is defined when a request first needs it.
 local counter_kinds = {}
--- Counter i answers in reply[4i − 2 .. 4i + 1]: admitted, the snapshot as committed, retry.
--- (Made at its full size for the common single counter: a table that grows is made again at
--- each doubling.)
-local reply = counter_count == 1 and { 0, 0, 0, 0, 0 } or { 0 }
+-- Counter i answers in reply[5i − 3 .. 5i + 1]: admitted, the snapshot as committed, retry,
+-- charged. (Made at its full size for the common single counter: a table that grows is made
+-- again at each doubling.)
+local reply = counter_count == 1 and { 0, 0, 0, 0, 0, 0 } or { 0 }
 -- Counter i's snapshot if nothing is charged, at [2i − 1] and [2i], for those it would change.
 local uncommitted = {}
--- Key → the state its next mention starts from: the last admitted mention's next state, or
--- what is stored (false: nothing). Each key is read at most once. (A key always belongs to one
--- algorithm: the counter identity it is derived from names it.)
+-- Key → the state its next mention starts from: within a unit, the last mention's next state
+-- that the unit keeps if it passes; else the last kept one, or what is stored (false:
+-- nothing). Each key is read at most once. (A key always belongs to one algorithm: the counter
+-- identity it is derived from names it.)
 local states = {}
--- Key → the state its last charge or refund leaves: what is written if the request commits.
+-- Counter i → the state it leaves, when it changes its counter (admitted or recorded, not a
+-- check): what its key holds if it is kept. (The same limit may be named with another size,
+-- after a reload: a bucket's state is written in terms of the limit that made it, so a check
+-- under another limit would write it otherwise.)
+local next_states = {}
+-- Key → the state its last kept mention leaves: what is written.
 local commits = {}
+-- Every descriptor only (all or nothing has one unit, which may change any table and is never
+-- given up, so it makes neither table):
+-- key → what Redis holds (false: nothing), which a given-up unit goes back to;
+local loaded = every_descriptor and {} or nil
+-- key → the first counter of the unit whose table states[key] is: only that unit may change
+-- the table in place (a table of an earlier unit may be what a commit or a given-up unit goes
+-- back to).
+local made_in = every_descriptor and {} or nil
 
+-- Whether the counters first..last, whose descriptors come together, are over their limits
+-- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
+-- descriptor index is compared as the string script.rs writes, one per integer.)
+local function over_limit_of(first, last)
+  if global_shadow then
+    return false
+  end
+  local enforced_over = false
+  local quota_descriptors, quota_descriptors_over = 0, 0
+  local index = first
+  while index <= last do
+    local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
+    local descriptor, role = ARGV[base + 8], ARGV[base + 9]
+    local over = false
+    repeat
+      over = over or reply[REPLY_FIELDS * index - 3] == 0
+      index = index + 1
+    until index > last or ARGV[HEADER_FIELDS + (index - 1) * COUNTER_FIELDS + 8] ~= descriptor
+    if role == 'enforced' then
+      enforced_over = enforced_over or over
+    elseif role == 'quota' then
+      quota_descriptors = quota_descriptors + 1
+      if over then
+        quota_descriptors_over = quota_descriptors_over + 1
+      end
+    end
+  end
+  return enforced_over
+    or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
+end
+
+-- Whether counter `index` records its hits whatever its verdict (core::charging::records):
+-- a charge on an algorithm that counts every hit, with --charge every-descriptor.
+local function records(index)
+  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
+  local name = ARGV[base + 2]
+  return every_descriptor and ARGV[base + 6] == 'charge'
+    and (name == 'fixed_window' or name == 'sliding_window')
+end
+
+-- Settles the unit of counters first..last: which keep their new state (not a check, and
+-- admitted in a unit that passes, or recorded), what their keys go back to when not.
+local function settle_unit(first, last)
+  local unit_over = over_limit_of(first, last)
+  for index = first, last do
+    local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
+    local at = REPLY_FIELDS * index - 3
+    local admitted = reply[at] == 1
+    local kept = ARGV[base + 6] ~= 'check' and ((admitted and not unit_over) or records(index))
+    if kept then
+      commits[tonumber(ARGV[base + 1])] = next_states[index]
+      reply[at + 4] = 1
+    end
+    -- Shown after the charge only when admitted and kept.
+    if not (kept and admitted) and uncommitted[2 * index - 1] ~= nil then
+      reply[at + 1], reply[at + 2] = uncommitted[2 * index - 1], uncommitted[2 * index]
+    end
+  end
+  if not every_descriptor then
+    return -- the only unit: nothing starts from its states
+  end
+  for index = first, last do
+    local key = tonumber(ARGV[HEADER_FIELDS + (index - 1) * COUNTER_FIELDS + 1])
+    if made_in[key] == first and commits[key] ~= states[key] then
+      -- Given up: later units start from the last kept state, or from what Redis holds.
+      states[key] = commits[key] or loaded[key]
+      made_in[key] = nil
+    end
+  end
+end
+
+local unit_first = 1
 for index = 1, counter_count do
-  local base = 4 + (index - 1) * COUNTER_FIELDS
+  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
   local key = tonumber(ARGV[base + 1])
   local name = ARGV[base + 2]
   local kind = counter_kinds[name]
@@ -71,70 +162,56 @@ for index = 1, counter_count do
   if state == nil then
     state = kind('load', KEYS[key], now) or false
     states[key] = state
+    if loaded then
+      loaded[key] = state
+    end
+  end
+  local recorded = records(index)
+  -- May this counter change its key's table in place? Always when all or nothing; a recorded
+  -- count is always kept; otherwise only a table this unit made.
+  local own = not every_descriptor or recorded or made_in[key] == unit_first
+  if state and not own and name == 'sliding_log' then
+    -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
+    state = kind('copy', state)
   end
   kind('at', tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
     state or nil, now)
   local hits_kind = ARGV[base + 6]
   local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-    evaluate_counter(kind, hits_kind, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 10]))
-  local at = 4 * index - 2
+    evaluate_counter(kind, hits_kind, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 10]),
+      recorded)
+  local at = REPLY_FIELDS * index - 3
   reply[at] = admitted and 1 or 0
   reply[at + 1] = remaining
   reply[at + 2] = reset_after
   reply[at + 3] = retry_after
-  -- A later mention of this key sees what this one would charge (that state is used even if
-  -- it has already expired, as in memory).
+  reply[at + 4] = 0
+  -- A later mention of this key in the unit sees what this one would leave (that state is
+  -- used even if it has already expired, as in memory).
   if admitted and hits_kind == 'check' then
     -- A new table: the last commit's state must stay as it is.
     states[key] = kind('state')
-  elseif admitted then
-    -- The key's state has served its mentions so far: its table can take the next one.
-    local next_state = kind('state', state or nil)
-    states[key] = next_state
-    commits[key] = next_state
+    if made_in then
+      made_in[key] = unit_first
+    end
+  elseif admitted or recorded then
+    -- A table this counter may change serves as the next state's (the log is its own).
+    local next_state = kind('state', own and state or nil)
+    states[key], next_states[index] = next_state, next_state
+    if made_in then
+      made_in[key] = unit_first
+    end
     uncommitted[2 * index - 1], uncommitted[2 * index] = before_remaining, before_reset_after
   end
+  local last_of_unit = index == counter_count
+    or (every_descriptor and ARGV[base + COUNTER_FIELDS + 8] ~= ARGV[base + 8])
+  if last_of_unit then
+    settle_unit(unit_first, index)
+    unit_first = index + 1
+  end
 end
 
--- core::verdict::over_limit_ignoring_global_shadow: counters of one descriptor come together;
--- a descriptor is over when any of its counters is. (Descriptor indexes are compared as the
--- strings script.rs writes, one per integer.)
-local over_limit = false
-if not global_shadow then
-  local enforced_over = false
-  local quota_descriptors, quota_descriptors_over = 0, 0
-  local index = 1
-  while index <= counter_count do
-    local base = 4 + (index - 1) * COUNTER_FIELDS
-    local descriptor, role = ARGV[base + 8], ARGV[base + 9]
-    local over = false
-    repeat
-      over = over or reply[4 * index - 2] == 0
-      index = index + 1
-    until index > counter_count or ARGV[4 + (index - 1) * COUNTER_FIELDS + 8] ~= descriptor
-    if role == 'enforced' then
-      enforced_over = enforced_over or over
-    elseif role == 'quota' then
-      quota_descriptors = quota_descriptors + 1
-      if over then
-        quota_descriptors_over = quota_descriptors_over + 1
-      end
-    end
-  end
-  over_limit = enforced_over
-    or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
-end
-
-if over_limit then
-  -- Nothing is charged: every counter shows itself as it is.
-  reply[1] = 1
-  for index = 1, counter_count do
-    if uncommitted[2 * index - 1] ~= nil then
-      reply[4 * index - 1], reply[4 * index] = uncommitted[2 * index - 1], uncommitted[2 * index]
-    end
-  end
-  return reply
-end
+reply[1] = over_limit_of(1, counter_count) and 1 or 0
 
 -- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
 -- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
@@ -142,7 +219,7 @@ end
 -- except under a test clock, which keeps it for extra_ttl_ms as the memory store keeps it,
 -- so both agree even when the test's clock goes back.
 for index = 1, counter_count do
-  local base = 4 + (index - 1) * COUNTER_FIELDS
+  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
   local key = tonumber(ARGV[base + 1])
   local state = commits[key]
   if state then

@@ -8,6 +8,7 @@
 --                 (a later stored start means the clock went back: keep that window, its end
 --                 and its count rather than hand out a fresh one)
 --   admit       ⇔ count + n ≤ L
+--   charge      : count' = min(count + n, 2^32 − 1)   (only recorded refused hits reach it)
 --   remaining   = max(0, L − count)      (L may have been lowered on reload)
 --   reset_after = stop − now
 --   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
@@ -37,8 +38,9 @@ local function define_fixed_window()
       local hits = a
       return count + hits <= limit
     elseif method == 'charge' then
+      -- Refused hits recorded may pass the limit: core::algorithm::MAX_RECORDED_COUNT.
       local hits = a
-      count = count + hits
+      count = math.min(count + hits, 4294967295)
     elseif method == 'refund' then
       local hits = a
       count = math.max(count - hits, 0)

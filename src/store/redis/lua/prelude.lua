@@ -100,13 +100,15 @@ end
 -- is needed only for its snapshot, taken first).
 --   charge n that fits → admitted, next = charged(n), retry 0
 --   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
+--     …when `record` (refused hits recorded, core::charging): rejected, next = charged(n),
+--     retry = max(1, retry_after(n)) asked of the next counter
 --   check              → admitted ⇔ fits(1), next = current, retry as for charge 1
 --   refund n           → admitted, next = refunded(n), retry 0
 -- A priority class's reserve (core::algorithm::share) joins the hits in fits and retry_after
 -- only: fits(n + reserve), retry_after(n + reserve); n is what is charged, refunds ignore it.
 -- Returns admitted, the snapshot if committed (remaining, reset_after), the snapshot if not,
 -- and retry_after.
-local function evaluate_counter(kind, hits_kind, hits, reserve)
+local function evaluate_counter(kind, hits_kind, hits, reserve, record)
   local change, asked
   if hits_kind == 'charge' then
     change, asked = 'charge', hits + reserve
@@ -119,6 +121,12 @@ local function evaluate_counter(kind, hits_kind, hits, reserve)
   end
   local remaining, reset_after = kind('snapshot')
   if asked and not kind('fits', asked) then
+    if record and change == 'charge' then
+      kind('charge', hits)
+      local next_remaining, next_reset_after = kind('snapshot')
+      return false, next_remaining, next_reset_after, remaining, reset_after,
+        math.max(kind('retry_after', asked), 1)
+    end
     return false, remaining, reset_after, remaining, reset_after,
       math.max(kind('retry_after', asked), 1)
   end

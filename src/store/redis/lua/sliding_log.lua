@@ -24,7 +24,8 @@
 --
 -- In the script a key's log is one table, which evaluations change in place (the core's copy
 -- would cost Redis as much as the decision): decide.lua hands each mention of a key the log its
--- last admitted mention left, and nothing reaches Redis unless the request commits. An
+-- last admitted mention left, and nothing reaches Redis unless the request commits (with
+-- --charge every-descriptor, a descriptor that may be given up changes a 'copy'). An
 -- evaluation that is not admitted changes nothing but what 'at' does (drop expired entries,
 -- fold beyond the cap), which gives the same log when done again at the same instant (a key
 -- has one window).
@@ -167,6 +168,29 @@ local function define_sliding_log()
       local newest = newest_time()
       log[1] = newest and newest + length or now
       return log
+    elseif method == 'copy' then
+      -- The log `state` as a new table, for a change that may be given up (decide.lua).
+      local state = a
+      local copy = {
+        state[1],
+        key = state.key,
+        head = state.head,
+        tail = state.tail,
+        used = state.used,
+        time = {},
+        count = {},
+        changed = {},
+      }
+      for index, time in pairs(state.time) do
+        copy.time[index] = time
+      end
+      for index, count in pairs(state.count) do
+        copy.count[index] = count
+      end
+      for index, changed in pairs(state.changed) do
+        copy.changed[index] = changed
+      end
+      return copy
     elseif method == 'load' then
       local key, load_now = a, b
       local meta = redis.call('HMGET', key, 'e', 'u', 'h', 't')

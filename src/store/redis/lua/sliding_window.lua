@@ -16,6 +16,7 @@
 --   weight   = (W − elapsed) / W
 --   estimate = previous · weight + current
 --   admit    ⇔ estimate + n ≤ L
+--   charge   : current' = min(current + n, 2^32 − 1)   (only recorded refused hits reach it)
 --   remaining   = clamp(floor(L − estimate), 0, L), estimate taken after the commit
 --   W⁺ = the length of the window after [start, stop)
 --   reset_after = current > 0 ? (stop − now) + W⁺ : previous > 0 ? stop − now : 0
@@ -120,8 +121,9 @@ local function define_sliding_window()
       local hits = a
       return estimate_of(now, start, stop, previous, current) + hits <= limit
     elseif method == 'charge' then
+      -- Refused hits recorded may pass the limit: core::algorithm::MAX_RECORDED_COUNT.
       local hits = a
-      current = current + hits
+      current = math.min(current + hits, 4294967295)
     elseif method == 'refund' then
       local hits = a
       local from_current = math.min(hits, current)

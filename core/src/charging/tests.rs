@@ -1,0 +1,310 @@
+//! The two charging modes on worked requests, with a tiny store: a map of key → state that
+//! keeps what `settle` says is kept.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::algorithm::{Algorithm, Quota, Share, MAX_RECORDED_COUNT};
+use crate::time::MICROS_PER_SECOND;
+use crate::unit::Unit;
+use crate::verdict::Role;
+
+const NOW: Micros = 1_700_000_000 * MICROS_PER_SECOND;
+
+fn counter(descriptor: usize, key: &str, quota: &Quota, hits: Hits, role: Role) -> Counter {
+    Counter {
+        descriptor,
+        key: key.as_bytes().to_vec(),
+        quota: quota.clone(),
+        hits,
+        role,
+        share: Share::FULL,
+    }
+}
+
+fn charge(descriptor: usize, key: &str, quota: &Quota, hits: u64) -> Counter {
+    counter(descriptor, key, quota, Hits::Charge(hits), Role::Enforced)
+}
+
+fn window(limit: u32) -> Quota {
+    Quota::new(limit, Unit::Minute)
+}
+
+fn bucket(limit: u32) -> Quota {
+    Quota::new(limit, Unit::Minute).with_algorithm(Algorithm::TokenBucket)
+}
+
+/// Counters by key, as a store keeps them.
+#[derive(Default)]
+struct Store {
+    states: HashMap<Vec<u8>, State>,
+}
+
+impl Store {
+    fn decide(
+        &mut self,
+        counters: &[Counter],
+        charging: Charging,
+    ) -> (Settled, Vec<CounterOutcome>) {
+        let settled = settle(counters, charging, false, NOW, |index| {
+            counters
+                .get(index)
+                .and_then(|counter| self.states.get(&counter.key))
+        });
+        for (index, counter) in counters.iter().enumerate() {
+            if settled.kept[index] {
+                self.states.insert(
+                    counter.key.clone(),
+                    settled.evaluations[index].next_state.clone(),
+                );
+            }
+        }
+        let outcomes = settled.outcomes().collect();
+        (settled, outcomes)
+    }
+
+    /// What one more hit on `key` alone would find left.
+    fn remaining(&self, key: &str, quota: &Quota) -> u64 {
+        let state = self.states.get(key.as_bytes());
+        evaluate_counter(
+            quota,
+            state,
+            NOW,
+            (Hits::CheckOnly, 0),
+            Refused::TakeNothing,
+        )
+        .committed
+        .remaining
+    }
+
+    fn count(&self, key: &str) -> Option<u64> {
+        match self.states.get(key.as_bytes()) {
+            Some(State::FixedWindow { count, .. }) => Some(*count),
+            Some(State::SlidingWindow { current, .. }) => Some(u64::from(*current)),
+            _ => None,
+        }
+    }
+}
+
+/// `key` charged `hits` times alone, admitted each time.
+fn fill(store: &mut Store, key: &str, quota: &Quota, hits: u64) {
+    for _ in 0..hits {
+        let (settled, _) = store.decide(&[charge(0, key, quota, 1)], Charging::AllOrNothing);
+        assert!(!settled.over_limit, "filling {key}");
+    }
+}
+
+#[test]
+fn names_are_the_flags_values() {
+    for mode in Charging::ALL {
+        assert_eq!(Charging::parse(mode.name()), Some(mode));
+    }
+    assert_eq!(Charging::default(), Charging::AllOrNothing);
+    assert_eq!(Charging::parse("every"), None);
+}
+
+#[test]
+fn all_or_nothing_charges_nothing_of_a_rejected_request() {
+    for quota in [window(3), bucket(3)] {
+        let mut store = Store::default();
+        fill(&mut store, "full", &quota, 3);
+        let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
+        let (settled, outcomes) = store.decide(&request, Charging::AllOrNothing);
+        assert!(settled.over_limit);
+        assert_eq!(settled.kept, [false, false]);
+        assert!(outcomes[0].admitted && !outcomes[0].charged);
+        assert_eq!(outcomes[0].snapshot.remaining, 3, "shown as it was");
+        assert_eq!(store.remaining("fresh", &quota), 3);
+        assert_eq!(store.remaining("full", &quota), 0);
+    }
+}
+
+#[test]
+fn every_descriptor_charges_the_fresh_one_and_counts_the_refused_hit_of_a_window() {
+    let quota = window(3);
+    let mut store = Store::default();
+    fill(&mut store, "full", &quota, 3);
+    let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert!(settled.over_limit, "the request is still rejected");
+    assert_eq!(settled.kept, [true, true]);
+    assert_eq!(outcomes[0].snapshot.remaining, 2, "after its charge");
+    assert!(!outcomes[1].admitted && outcomes[1].charged);
+    // As the reference's INCRBY: 3 + 1.
+    assert_eq!(store.count("full"), Some(4));
+    assert_eq!(store.count("fresh"), Some(1));
+}
+
+#[test]
+fn every_descriptor_takes_nothing_from_a_bucket_for_a_refused_hit() {
+    let quota = bucket(3);
+    let mut store = Store::default();
+    fill(&mut store, "full", &quota, 3);
+    let full_before = store.states.get("full".as_bytes()).cloned();
+    let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert!(settled.over_limit);
+    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(store.remaining("fresh", &quota), 2);
+    assert_eq!(store.states.get("full".as_bytes()).cloned(), full_before);
+    assert!(outcomes[1].retry_after > 0);
+}
+
+#[test]
+fn hits_beyond_what_is_left_are_all_counted_by_a_window_and_none_by_a_bucket() {
+    let mut store = Store::default();
+    let (windowed, bucketed) = (window(10), bucket(10));
+    fill(&mut store, "w", &windowed, 8);
+    fill(&mut store, "b", &bucketed, 8);
+    let request = [charge(0, "w", &windowed, 5), charge(1, "b", &bucketed, 5)];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert!(!outcomes[0].admitted && !outcomes[1].admitted);
+    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(store.count("w"), Some(13));
+    assert_eq!(store.remaining("b", &bucketed), 2);
+    // Shown as judged: 2 were left when 5 were asked.
+    assert_eq!(outcomes[0].snapshot.remaining, 2);
+}
+
+#[test]
+fn a_descriptor_is_settled_as_if_it_were_the_only_one() {
+    // One descriptor, two limits: the window refuses, so the bucket (which admitted) takes
+    // nothing, while the window counts the refused hit.
+    let (windowed, bucketed) = (window(2), bucket(5));
+    let mut store = Store::default();
+    fill(&mut store, "w", &windowed, 2);
+    let request = [charge(0, "b", &bucketed, 1), charge(0, "w", &windowed, 1)];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert!(outcomes[0].admitted && !outcomes[1].admitted);
+    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(store.remaining("b", &bucketed), 5);
+    assert_eq!(store.count("w"), Some(3));
+}
+
+#[test]
+fn shadow_and_quota_descriptors_settle_as_they_would_alone() {
+    let quota = bucket(1);
+    let mut store = Store::default();
+    fill(&mut store, "full", &quota, 1);
+    // A shadow descriptor never rejects: its admitted counter is charged, its refused one not.
+    let shadow = [
+        counter(0, "s", &quota, Hits::Charge(1), Role::Shadow),
+        counter(0, "full", &quota, Hits::Charge(1), Role::Shadow),
+    ];
+    let (settled, _) = store.decide(&shadow, Charging::EveryDescriptor);
+    assert!(!settled.over_limit);
+    assert_eq!(settled.kept, [true, false]);
+    // A quota descriptor alone rejects when it is over: nothing of it is kept.
+    let quota_mode = [
+        counter(0, "q", &quota, Hits::Charge(1), Role::Quota),
+        counter(0, "full", &quota, Hits::Charge(1), Role::Quota),
+    ];
+    let (settled, _) = store.decide(&quota_mode, Charging::EveryDescriptor);
+    assert!(settled.over_limit);
+    assert_eq!(settled.kept, [false, false]);
+}
+
+#[test]
+fn a_later_descriptor_sees_what_an_earlier_one_kept_not_what_it_gave_up() {
+    let (bucketed, tight) = (bucket(5), bucket(1));
+    let mut store = Store::default();
+    fill(&mut store, "tight", &tight, 1);
+    let request = [
+        // Kept: "b" has 4 left for the next mention.
+        charge(0, "b", &bucketed, 1),
+        // Over because of "tight": its charge of "b" is given up.
+        charge(1, "b", &bucketed, 1),
+        charge(1, "tight", &tight, 1),
+        // Sees the 4 the first descriptor left.
+        charge(2, "b", &bucketed, 1),
+    ];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert_eq!(settled.kept, [true, false, false, true]);
+    assert_eq!(
+        outcomes[1].snapshot.remaining, 4,
+        "given up: shown as judged"
+    );
+    assert_eq!(outcomes[3].snapshot.remaining, 3);
+    assert_eq!(store.remaining("b", &bucketed), 3);
+}
+
+#[test]
+fn within_a_descriptor_a_key_named_twice_sees_its_earlier_mention() {
+    let quota = bucket(3);
+    for charging in Charging::ALL {
+        let mut store = Store::default();
+        let request = [charge(0, "b", &quota, 2), charge(0, "b", &quota, 2)];
+        let (settled, outcomes) = store.decide(&request, charging);
+        assert!(outcomes[0].admitted && !outcomes[1].admitted, "{charging}");
+        assert_eq!(settled.kept, [false, false], "{charging}");
+        assert_eq!(store.remaining("b", &quota), 3, "{charging}");
+    }
+}
+
+#[test]
+fn checks_are_never_charged_and_refunds_always_are_in_every_descriptor() {
+    let quota = window(2);
+    let mut store = Store::default();
+    fill(&mut store, "w", &quota, 2);
+    let request = [
+        counter(0, "w", &quota, Hits::CheckOnly, Role::Enforced),
+        counter(1, "r", &quota, Hits::Refund(1), Role::Enforced),
+    ];
+    let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
+    assert!(settled.over_limit);
+    assert_eq!(settled.kept, [false, true]);
+    assert!(!outcomes[0].charged && outcomes[1].charged);
+    assert_eq!(store.count("w"), Some(2));
+}
+
+#[test]
+fn a_sliding_window_counts_refused_hits_like_a_fixed_one() {
+    let quota = window(2).with_algorithm(Algorithm::SlidingWindow);
+    let mut store = Store::default();
+    fill(&mut store, "s", &quota, 2);
+    let before = store.decide(&[charge(0, "s", &quota, 1)], Charging::EveryDescriptor);
+    assert!(before.0.over_limit);
+    assert_eq!(store.count("s"), Some(3));
+    // The refused hit is counted: it is waited for too, later than without it.
+    let without = evaluate_counter(
+        &quota,
+        Some(&State::SlidingWindow {
+            window_start: NOW - NOW.rem_euclid(60 * MICROS_PER_SECOND),
+            previous: 0,
+            current: 2,
+        }),
+        NOW,
+        (Hits::Charge(1), 0),
+        Refused::TakeNothing,
+    );
+    assert!(before.1[0].retry_after > without.retry_after);
+}
+
+#[test]
+fn recorded_counts_stop_at_the_cap() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let quota = window(10).with_algorithm(algorithm);
+        let mut store = Store::default();
+        for _ in 0..2 {
+            store.decide(
+                &[charge(0, "k", &quota, u64::MAX)],
+                Charging::EveryDescriptor,
+            );
+        }
+        assert_eq!(store.count("k"), Some(MAX_RECORDED_COUNT), "{algorithm}");
+        assert_eq!(store.remaining("k", &quota), 0, "{algorithm}");
+    }
+}
+
+#[test]
+fn the_two_modes_agree_on_requests_that_pass() {
+    let quota = window(5);
+    let request = [charge(0, "a", &quota, 2), charge(1, "b", &quota, 3)];
+    let mut stores = [Store::default(), Store::default()];
+    let answers: Vec<_> = Charging::ALL
+        .iter()
+        .zip(&mut stores)
+        .map(|(charging, store)| store.decide(&request, *charging))
+        .collect();
+    assert_eq!(answers[0], answers[1]);
+}
