@@ -291,8 +291,8 @@ mod tests {
             let info = url.into_connection_info().expect("a valid URL");
             match check_seed(&info, url, tls) {
                 Ok(()) => String::new(),
-                Err(StoreError::Unavailable { reason, .. }) => reason,
-                Err(other) => panic!("expected Unavailable, got {other}"),
+                Err(StoreError::Misconfigured { reason, .. }) => reason,
+                Err(other) => panic!("expected Misconfigured, got {other}"),
             }
         };
         let plain = TlsOptions::default();

@@ -769,7 +769,7 @@ mod tests {
         let mut options = RedisOptions::new("redis://user:hunter22@");
         options.connect_timeout = Duration::from_millis(100);
         let result = Connection::open(&options).await;
-        let Err(StoreError::Unavailable { reason, .. }) = result else {
+        let Err(StoreError::Misconfigured { reason, .. }) = result else {
             panic!("an invalid URL must be refused");
         };
         assert!(!reason.contains("hunter22"), "{reason}");

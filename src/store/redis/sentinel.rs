@@ -189,8 +189,8 @@ mod tests {
     fn refused(spec: &str) -> String {
         match Sentinels::parse(spec, None, false) {
             Ok(_) => panic!("{spec} should have been refused"),
-            Err(StoreError::Unavailable { reason, .. }) => reason,
-            Err(other) => panic!("expected Unavailable, got {other}"),
+            Err(StoreError::Misconfigured { reason, .. }) => reason,
+            Err(other) => panic!("expected Misconfigured, got {other}"),
         }
     }
 

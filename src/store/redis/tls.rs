@@ -257,8 +257,8 @@ mod tests {
     fn reason(result: Result<Option<TlsCertificates>, StoreError>) -> String {
         match result {
             Ok(_) => panic!("the settings should have been refused"),
-            Err(StoreError::Unavailable { reason, .. }) => reason,
-            Err(other) => panic!("expected Unavailable, got {other}"),
+            Err(StoreError::Misconfigured { reason, .. }) => reason,
+            Err(other) => panic!("expected Misconfigured, got {other}"),
         }
     }
 
