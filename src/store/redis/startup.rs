@@ -85,7 +85,7 @@ impl RedisStore {
             let wait = retry.delay(attempt, &mut rand::rng());
             tracing::warn!(
                 attempt = attempt + 1,
-                "{last}; retrying in {wait:?} ({elapsed:?} since start; REDIS_STARTUP_* say \
+                "{last}; retrying in {wait:.1?} ({elapsed:.1?} since start; REDIS_STARTUP_* say \
                  how long, as in envoyproxy/ratelimit)"
             );
             tokio::select! {
