@@ -22,8 +22,11 @@ use floodgate_testkit::http::{get, HttpResponse};
 
 use crate::harness::{counted, fixture_text, start, Entry, Reference, RuntimeTree};
 
-/// The body of the reference's mock upstream.
+/// The body of the reference's mock upstream (`examples/envoy/mock.yaml`, port 9999).
 const UPSTREAM_BODY: &str = "Hello World from Service 1";
+
+/// The body of its second upstream (port 10001), the multiservice cluster's `service_2`.
+const SERVICE_2_BODY: &str = "Hello World from Service 2";
 
 /// Where the clock starts in its minute: room for every script before the minute turns.
 const START_SECOND: u64 = 3;
@@ -80,10 +83,22 @@ impl Stack {
 
     /// The script's `curl -f` succeeding: the upstream's 200.
     fn assert_ok(&self, path: &str, headers: &[(&str, &str)], step: &str) -> HttpResponse {
+        self.assert_served_by(path, headers, UPSTREAM_BODY, step)
+    }
+
+    /// The script's `curl -f … | grep "{body}"` succeeding: a 200 from the upstream whose
+    /// body is `body`.
+    fn assert_served_by(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+        step: &str,
+    ) -> HttpResponse {
         let response = self.get(path, headers);
         assert!(
-            response.status == 200 && response.body.contains(UPSTREAM_BODY),
-            "{step}: should pass: {response:?}\nfloodgate:\n{}",
+            response.status == 200 && response.body.contains(body),
+            "{step}: should pass, served by {body:?}: {response:?}\nfloodgate:\n{}",
             self.reference.process.log_text()
         );
         response
@@ -129,13 +144,14 @@ impl Stack {
 /// Envoy on the test's bootstrap, its ports moved to free ones and its rate-limit cluster
 /// pointed at `rls_port`.
 fn start_envoy(rls_port: u16, dir: &std::path::Path) -> Envoy {
-    let (proxy, mock, admin) = (free_port(), free_port(), free_port());
+    let (proxy, mock, mock_2, admin) = (free_port(), free_port(), free_port(), free_port());
     let bootstrap = fixture_text("tests/reference/scripts_proxy.yaml")
         .replace("port_value: 8888", &format!("port_value: {proxy}"))
         .replace("port_value: 9999", &format!("port_value: {mock}"))
+        .replace("port_value: 10001", &format!("port_value: {mock_2}"))
         .replace("port_value: 8001", &format!("port_value: {admin}"))
         .replace("port_value: 8081", &format!("port_value: {rls_port}"));
-    Envoy::start(&bootstrap, "proxy.yaml", dir, &[proxy, mock])
+    Envoy::start(&bootstrap, "proxy.yaml", dir, &[proxy, mock, mock_2])
 }
 
 #[test]
@@ -320,4 +336,66 @@ fn token_quota() {
     // The script sleeps 60 s here.
     stack.clock.advance(60);
     stack.assert_ok("/tokenquota", &[("request-no", "5")], "a minute later");
+}
+
+/// /multiservice-tokenquota checks (service: service_1) and (service: service_2), both
+/// `quota_mode`, with `hits_addend: 0` on the request, and when the stream is done charges 1 to
+/// (service: <the `envoy.cluster.locality` name of the endpoint that served it>); service_1 has 1
+/// per minute, service_2 has 2. floodgate's answer carries the `metadata:` of the rules that
+/// passed, first value winning (`service_with_quota: {name: …}`); Envoy copies that name into
+/// `x-envoy-service-with-quota`, then into `envoy.lb`, and the subset load balancer sends the
+/// request to that service. So each request's upstream shows which rules floodgate passed: were
+/// no metadata returned, Envoy's fallback (any endpoint, round robin) would alternate between
+/// the two services, which no step below allows.
+///
+/// The reference serves 1–2 by service 1, 3–5 by service 2, rejects 6, and a minute later
+/// serves 7 by service 1. floodgate answers a check OVER_LIMIT when one more hit would not fit
+/// (docs/migrating-from-envoy-ratelimit.md, "What answers differently"), where the reference
+/// waits until the count is beyond the limit, so each service passes one request fewer:
+///
+/// 1. service_1 0/1, service_2 0/2: both pass, service_1's name comes first: service 1 (as the
+///    script); charged service_1 1/1.
+/// 2. service_1 1/1 is full, so it is over and gives no metadata; service_2 passes: service 2
+///    (the script: service 1, as the reference lets service_1 pass at 1/1 and charges it 2/1);
+///    charged service_2 1/2.
+/// 3. service_1 over, service_2 1/2 passes: service 2 (as the script); charged service_2 2/2.
+/// 4. both quota descriptors over, so the request is: 429 (the script: service 2, the
+///    reference passing service_2 at 2/2). No endpoint served it, so Envoy sends no charge.
+/// 5. the same: 429 (the script: service 2, service_2 at 3/2 is beyond the limit only after).
+/// 6. the same: 429 (as the script).
+/// 7. a minute later both are fresh: service 1 (as the script).
+#[test]
+fn multiservice_token_quota() {
+    let mut stack = Stack::start("multiservice-tokenquota");
+    let path = "/multiservice-tokenquota";
+    let served = [UPSTREAM_BODY, SERVICE_2_BODY, SERVICE_2_BODY];
+    let mut calls = 0.0;
+    for (request, body) in (1..).zip(served) {
+        let number = format!("{request}");
+        stack.assert_served_by(
+            path,
+            &[("request-no", &number)],
+            body,
+            &format!("request {request}"),
+        );
+        // Its check, then its charge when the stream is done.
+        calls += 2.0;
+        stack.wait_for_calls(calls);
+    }
+    for request in 4..=6 {
+        let number = format!("{request}");
+        stack.assert_limited(
+            path,
+            &[("request-no", &number)],
+            &format!("request {request}"),
+        );
+    }
+    // The script sleeps 60 s here.
+    stack.clock.advance(60);
+    stack.assert_served_by(
+        path,
+        &[("request-no", "7")],
+        UPSTREAM_BODY,
+        "a minute later",
+    );
 }
