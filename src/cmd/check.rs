@@ -135,12 +135,18 @@ async fn ask(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
     };
     let response = client.should_rate_limit(request).await?.into_inner();
     for (index, (text, status)) in args.descriptors.iter().zip(&response.statuses).enumerate() {
-        println!("descriptor {index} [{text}]: {}", describe_status(status));
+        crate::cmd::output::print_line(format_args!(
+            "descriptor {index} [{text}]: {}",
+            describe_status(status)
+        ));
     }
     let over_limit = response.overall_code == rate_limit_response::Code::OverLimit as i32;
-    println!("overall: {}", if over_limit { "OVER_LIMIT" } else { "OK" });
+    crate::cmd::output::print_line(format_args!(
+        "overall: {}",
+        if over_limit { "OVER_LIMIT" } else { "OK" }
+    ));
     for header in &response.response_headers_to_add {
-        println!("header {}: {}", header.key, header.value);
+        crate::cmd::output::print_line(format_args!("header {}: {}", header.key, header.value));
     }
     Ok(if over_limit {
         CheckOutcome::OverLimit
@@ -159,7 +165,7 @@ async fn health(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
         .await?
         .into_inner();
     let status = ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown);
-    println!("{}", status.as_str_name());
+    crate::cmd::output::print_line(format_args!("{}", status.as_str_name()));
     Ok(if status == ServingStatus::Serving {
         CheckOutcome::Ok
     } else {
@@ -187,13 +193,16 @@ fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let domain = args.domain.as_deref().unwrap_or_default();
-    println!(
+    crate::cmd::output::print_line(format_args!(
         "explained offline from the rules in {} (no server was asked: a running floodgate \
          answers from the rules it has loaded, which may be another version)",
         crate::engine::config_source::location_path(&location).display()
-    );
+    ));
     let explanation = crate::core::explain::explain(&rules, domain, &descriptors);
-    print!("{}", crate::cmd::explain_text::render(&explanation));
+    crate::cmd::output::print(format_args!(
+        "{}",
+        crate::cmd::explain_text::render(&explanation)
+    ));
     Ok(CheckOutcome::Ok)
 }
 

@@ -171,7 +171,7 @@ pub struct ConfigArgs {
     )]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub merge_domain_config: bool,
     /// MONTH windows of fixed and sliding windows are UTC calendar months, reset at 00:00 UTC
     /// on the 1st, instead of 30 days (envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT).
@@ -344,10 +344,10 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOODGATE_MAX_KEYS", default_value_t = 1_000_000)]
     pub max_keys: usize,
     /// Answer OK to everything while still counting and reporting (SHADOW_MODE).
-    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub shadow_mode: bool,
     /// Treat every limited descriptor as a quota (QUOTA_MODE).
-    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub quota_mode: bool,
     /// Which counters a request charges: all-or-nothing (a rejected request charges none) or
     /// every-descriptor (each descriptor by its own verdict, refused hits counted by the
@@ -362,7 +362,7 @@ pub struct ServeArgs {
     /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
     /// and the `metadata:` of the rules whose descriptors passed [default: off, or
     /// RESPONSE_DYNAMIC_METADATA].
-    #[arg(long, env = "FLOODGATE_RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "FLOODGATE_RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub response_dynamic_metadata: Option<bool>,
     /// Most descriptors one request may carry.
     #[arg(long, env = "FLOODGATE_MAX_DESCRIPTORS", default_value_t = 64)]
@@ -428,7 +428,7 @@ pub struct ServeArgs {
 pub struct RedisConnectionArgs {
     /// TLS to a Redis given as a bare host:port (envoyproxy/ratelimit's REDIS_TLS); a
     /// rediss:// URL needs no flag. With --redis-type sentinel: TLS to the sentinels and master.
-    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub redis_tls: bool,
     // The files are strings, not paths: envoyproxy/ratelimit deployments often set these
     // variables empty, which means "none" (a path may not be empty).
@@ -443,7 +443,7 @@ pub struct RedisConnectionArgs {
     #[arg(long, env = "REDIS_TLS_CLIENT_KEY", value_name = "FILE")]
     pub redis_tls_key: Option<String>,
     /// Accept a Redis certificate issued for another host name (the chain is still verified).
-    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub redis_tls_skip_hostname_verification: bool,
     /// Password, or user:password, for the sentinels (--redis-type sentinel) when their
     /// addresses carry none (envoyproxy/ratelimit's REDIS_SENTINEL_AUTH).
@@ -570,7 +570,7 @@ pub struct TelemetryArgs {
     pub trace_sample_ratio: f64,
     /// Put descriptor values into spans as they are; by default they are hashed, since they
     /// often identify people (client ids, addresses).
-    #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub trace_descriptor_values: bool,
 }
 
@@ -611,7 +611,7 @@ pub struct ValidateArgs {
     #[arg(long, value_enum, default_value = "fixed-window")]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (MERGE_DOMAIN_CONFIG).
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub merge_domain_config: bool,
     /// MONTH windows are UTC calendar months (USE_CALENDAR_MONTH_RATE_LIMIT), as `serve`.
     #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]

@@ -9,6 +9,7 @@ pub mod cli;
 pub(crate) mod config_location;
 pub(crate) mod explain_text;
 pub mod front_door;
+pub mod output;
 pub mod reference_env;
 pub mod runtime;
 pub mod serve;

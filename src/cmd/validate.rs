@@ -31,14 +31,24 @@ pub fn main(args: ValidateArgs) -> ExitCode {
     }
     match load(&sources, &options) {
         Ok(rules) => {
-            println!("{}: configuration ok", args.path.display());
+            crate::cmd::output::print_line(format_args!(
+                "{}: configuration ok",
+                args.path.display()
+            ));
             for warning in rules.warnings() {
-                println!("warning: {warning}");
+                crate::cmd::output::print_line(format_args!("warning: {warning}"));
             }
             for domain in rules.domains() {
-                println!("domain {} ({}):", domain.name, domain.sources.join(", "));
+                crate::cmd::output::print_line(format_args!(
+                    "domain {} ({}):",
+                    domain.name,
+                    domain.sources.join(", ")
+                ));
                 for rule in domain.rules() {
-                    println!("  {}", crate::core::describe::rule_summary(rule));
+                    crate::cmd::output::print_line(format_args!(
+                        "  {}",
+                        crate::core::describe::rule_summary(rule)
+                    ));
                 }
             }
             ExitCode::SUCCESS

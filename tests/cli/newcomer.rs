@@ -180,3 +180,35 @@ fn a_second_instance_on_busy_ports_names_the_listener_and_the_flag() {
         "{said}"
     );
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_as_a_shell_expects() {
+    // The reader goes away before floodgate writes (as `| head -1` does after a line).
+    let mut child = Command::new(floodgate_bin())
+        .arg("validate")
+        .arg(floodgate_testkit::repo_file("config"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run floodgate: {error}"));
+    drop(child.stdout.take());
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|error| panic!("floodgate validate: {error}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // 128 + SIGPIPE, as a shell reports a process its closed pipe stopped.
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+}
+
+#[test]
+fn a_switch_before_a_path_does_not_take_the_path_as_its_value() {
+    let config = floodgate_testkit::repo_file("config");
+    let config = config.to_string_lossy();
+    for switch in ["--merge-domain-config", "--calendar-months"] {
+        let output = floodgate(&["validate", switch, &config]);
+        assert!(output.status.success(), "{switch}: {}", text(&output));
+        let output = floodgate(&["validate", &format!("{switch}=false"), &config]);
+        assert!(output.status.success(), "{switch}=false: {}", text(&output));
+    }
+}
