@@ -4,6 +4,7 @@
 //! ([`near_limit`]) and `detailed_metric`'s label. Telemetry counts these; it never classifies.
 
 pub mod near_limit;
+pub mod reference_counts;
 pub mod stats_key;
 
 use crate::algorithm::{Algorithm, Hits};
