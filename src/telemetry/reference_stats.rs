@@ -442,6 +442,79 @@ mod tests {
         assert_eq!(labels("d.k_a:b"), ["d", "k_a_b", ""]);
     }
 
+    fn rules(yaml: &str) -> RuleSet {
+        let file = crate::core::config::SourceFile {
+            name: "inline".to_owned(),
+            text: yaml.to_owned(),
+        };
+        crate::core::config::load(&[file], &crate::core::config::LoadOptions::default())
+            .unwrap_or_else(|errors| panic!("{errors}"))
+    }
+
+    /// Admits `key` as `rules`' rule `path` would, and counts one hit there.
+    fn hit(stats: &ReferenceStats, rules: &RuleSet, path: &str, key: &str) {
+        let Some(rule) = rules
+            .domain("d")
+            .and_then(|domain| domain.rule_by_path(path))
+        else {
+            panic!("{path} should be a rule");
+        };
+        let made = if key == path {
+            stats
+                .keys
+                .configured("d", path, rule.index, || stats.mapped_series(key))
+        } else {
+            stats
+                .keys
+                .spare("d", key, Some(path), || stats.mapped_series(key))
+        };
+        let series = match made {
+            Ok(Some(series)) => series,
+            _ => stats
+                .folded_series("d")
+                .unwrap_or_else(|| panic!("an overflow series")),
+        };
+        series.add(&ReferenceCounts {
+            total_hits: 1,
+            ..ReferenceCounts::default()
+        });
+    }
+
+    #[test]
+    fn keys_past_the_budget_fold_and_a_reload_releases_the_keys_of_rules_gone() {
+        let both = rules(
+            "domain: d\ndescriptors:\n  - key: a\n    value_to_metric: true\n    \
+             rate_limit: {unit: hour, requests_per_unit: 9}\n  - key: b\n    \
+             rate_limit: {unit: hour, requests_per_unit: 9}\n",
+        );
+        let stats = ReferenceStats::new(3).unwrap_or_else(|error| panic!("{error}"));
+        stats.follow_rules(&both);
+        hit(&stats, &both, "d.b", "d.b");
+        // Two rules leave one place for keys with values.
+        hit(&stats, &both, "d.a", "d.a_1");
+        hit(&stats, &both, "d.a", "d.a_2");
+        let text = stats.render().unwrap_or_default();
+        let total = |key1: &str| {
+            format!(
+                "ratelimit_service_rate_limit_total_hits{{domain=\"d\",key1=\"{key1}\",key2=\"\"}} 1"
+            )
+        };
+        for key1 in ["b", "a_1", "other"] {
+            assert!(text.contains(&total(key1)), "{key1} in\n{text}");
+        }
+        assert!(!text.contains("a_2"), "{text}");
+
+        // `d.a` is gone: its keys leave the scrape, and their place is free again.
+        let only_b = rules(
+            "domain: d\ndescriptors:\n  - key: b\n    \
+             rate_limit: {unit: hour, requests_per_unit: 9}\n",
+        );
+        stats.follow_rules(&only_b);
+        let text = stats.render().unwrap_or_default();
+        assert!(!text.contains("a_1"), "{text}");
+        assert!(text.contains(&total("b")), "{text}");
+    }
+
     #[test]
     fn the_families_render_with_the_mappings_names() {
         let stats = ReferenceStats::new(4).unwrap_or_else(|error| panic!("{error}"));
