@@ -278,6 +278,10 @@ pub struct ServeArgs {
     /// The path --use-prometheus serves (envoyproxy/ratelimit's PROMETHEUS_PATH).
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics", value_parser = parse_http_path)]
     pub prometheus_path: String,
+    /// --use-prometheus's response_time histogram observes milliseconds, its name unchanged
+    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
+    #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub prometheus_response_time_as_milliseconds: bool,
     /// Serve the debug pages (`/rlconfig`, which lists every rule and its values) on this
     /// address instead of the metrics port, so `/metrics` can be exposed to scrapers without
     /// them [default: on the metrics port, as envoyproxy/ratelimit has them].

@@ -80,7 +80,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("PROMETHEUS_ADDR", Honoured),
     ("PROMETHEUS_PATH", Honoured),
     ("PROMETHEUS_MAPPER_YAML", NotSupported("USE_PROMETHEUS serves the reference's default mapping only; no custom statsd_exporter mapping yet")),
-    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", NotSupported("latencies are in seconds, as Prometheus recommends")),
+    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Honoured),
     ("RUNTIME_ROOT", Honoured),
     ("RUNTIME_SUBDIRECTORY", Honoured),
     ("RUNTIME_APPDIRECTORY", Honoured),

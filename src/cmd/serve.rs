@@ -164,7 +164,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     );
     if args.use_prometheus {
         // Before the first load, which the reference's config_load_* count.
-        crate::telemetry::reference_stats::enable();
+        crate::telemetry::reference_stats::enable(args.prometheus_response_time_as_milliseconds);
     }
     let location = location(&args.config)?;
     let location_for_log = location.clone();

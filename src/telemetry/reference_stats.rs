@@ -99,6 +99,9 @@ pub struct ReferenceStats {
     should_rate_limit_error: IntCounterVec,
     total_requests: IntCounter,
     response_time: Histogram,
+    /// Observe milliseconds (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`), as the reference's
+    /// mapping without its `scale: 0.001` does; the name stays `…_seconds`.
+    response_time_as_milliseconds: bool,
     keys: LabelBudget<Arc<KeySeries>>,
     /// Each mapped series with how many admitted keys count in it: removed from the registry
     /// when the last goes.
@@ -125,7 +128,7 @@ const STATS: [&str; 5] = [
 
 impl ReferenceStats {
     /// A fresh registry admitting at most `max_keys` stats keys.
-    pub fn new(max_keys: usize) -> Result<Self, MetricsError> {
+    pub fn new(max_keys: usize, response_time_as_milliseconds: bool) -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let family = |stat: &str| -> Result<IntCounterVec, MetricsError> {
             let vec = IntCounterVec::new(
@@ -187,6 +190,7 @@ impl ReferenceStats {
             total_requests: total_requests_vec
                 .get_metric_with_label_values(&[SHOULD_RATE_LIMIT])?,
             response_time: response_time_vec.get_metric_with_label_values(&[SHOULD_RATE_LIMIT])?,
+            response_time_as_milliseconds,
             registry,
             families,
             config_load_success,
@@ -214,7 +218,12 @@ impl ReferenceStats {
     /// One ShouldRateLimit gRPC call answered (or failed) after `seconds`.
     pub fn grpc_call(&self, seconds: f64) {
         self.total_requests.inc();
-        self.response_time.observe(seconds);
+        let value = if self.response_time_as_milliseconds {
+            seconds * 1000.0
+        } else {
+            seconds
+        };
+        self.response_time.observe(value);
     }
 
     pub fn should_rate_limit_error(&self, err_type: ErrType) {
@@ -409,15 +418,17 @@ static GLOBAL: OnceLock<Option<ReferenceStats>> = OnceLock::new();
 
 /// Turns the reference's stats on for this process (`USE_PROMETHEUS`); called once at start,
 /// before the limiter is built.
-pub fn enable() -> Option<&'static ReferenceStats> {
+pub fn enable(response_time_as_milliseconds: bool) -> Option<&'static ReferenceStats> {
     GLOBAL
-        .get_or_init(|| match ReferenceStats::new(MAX_RULE_LABELS) {
-            Ok(stats) => Some(stats),
-            Err(error) => {
-                tracing::error!("envoyproxy/ratelimit's stats are off: {error}");
-                None
-            }
-        })
+        .get_or_init(
+            || match ReferenceStats::new(MAX_RULE_LABELS, response_time_as_milliseconds) {
+                Ok(stats) => Some(stats),
+                Err(error) => {
+                    tracing::error!("envoyproxy/ratelimit's stats are off: {error}");
+                    None
+                }
+            },
+        )
         .as_ref()
 }
 
@@ -487,7 +498,7 @@ mod tests {
              rate_limit: {unit: hour, requests_per_unit: 9}\n  - key: b\n    \
              rate_limit: {unit: hour, requests_per_unit: 9}\n",
         );
-        let stats = ReferenceStats::new(3).unwrap_or_else(|error| panic!("{error}"));
+        let stats = ReferenceStats::new(3, false).unwrap_or_else(|error| panic!("{error}"));
         stats.follow_rules(&both);
         hit(&stats, &both, "d.b", "d.b");
         // Two rules leave one place for keys with values.
@@ -516,8 +527,26 @@ mod tests {
     }
 
     #[test]
+    fn response_time_is_in_seconds_unless_milliseconds_are_asked_for() {
+        let sum = |as_milliseconds: bool| {
+            let stats =
+                ReferenceStats::new(1, as_milliseconds).unwrap_or_else(|error| panic!("{error}"));
+            stats.grpc_call(0.25);
+            let text = stats.render().unwrap_or_default();
+            let prefix =
+                "ratelimit_service_response_time_seconds_sum{grpc_method=\"ShouldRateLimit\"} ";
+            text.lines()
+                .find_map(|line| line.strip_prefix(prefix))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("no sum in\n{text}"))
+        };
+        assert_eq!(sum(false), "0.25");
+        assert_eq!(sum(true), "250");
+    }
+
+    #[test]
     fn the_families_render_with_the_mappings_names() {
-        let stats = ReferenceStats::new(4).unwrap_or_else(|error| panic!("{error}"));
+        let stats = ReferenceStats::new(4, false).unwrap_or_else(|error| panic!("{error}"));
         stats.config_loaded(true);
         stats.grpc_call(0.002);
         stats.should_rate_limit_error(ErrType::Store);
