@@ -26,7 +26,7 @@ pub enum Treatment {
 
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
-const STATSD: &str = "no statsd sink yet: Prometheus at /metrics on the debug port";
+const STATSD: &str = "no statsd sink yet: the reference's names on Prometheus with USE_PROMETHEUS=true, floodgate's at /metrics on the debug port";
 const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
