@@ -67,6 +67,27 @@ fn promtool_reads(text: &str) {
     );
 }
 
+/// floodgate on `rules` (written to `config`) with the reference's stats on a free port, and
+/// that port, once it listens.
+fn start(config: &std::path::Path, rules: &str, env: &[(&str, &str)]) -> (Floodgate, u16) {
+    std::fs::write(config, rules).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut all = vec![
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", addr.as_str()),
+    ];
+    all.extend_from_slice(env);
+    let dir = config.parent().unwrap_or(config);
+    let floodgate = Floodgate::start_with_env(config, &[], &all, dir);
+    common::wait_for_port(
+        port,
+        Duration::from_secs(10),
+        "the reference-stats listener",
+    );
+    (floodgate, port)
+}
+
 /// One gRPC call, counted.
 async fn call(
     client: &mut rls::Client,
@@ -81,24 +102,7 @@ async fn call(
 async fn the_reference_stats_are_served_under_its_default_mapping() {
     let dir = tempdir();
     let config = dir.path().join("shop.yaml");
-    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
-    let port = common::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let floodgate = Floodgate::start_with_env(
-        &config,
-        &[],
-        &[
-            ("USE_PROMETHEUS", "true"),
-            ("PROMETHEUS_ADDR", &addr),
-            ("PROMETHEUS_PATH", PATH),
-        ],
-        dir.path(),
-    );
-    common::wait_for_port(
-        port,
-        Duration::from_secs(10),
-        "the reference-stats listener",
-    );
+    let (floodgate, port) = start(&config, RULES, &[("PROMETHEUS_PATH", PATH)]);
     let mut client = rls::connect(&floodgate.grpc_url()).await;
     let mut calls = 0.0;
 
@@ -253,4 +257,75 @@ fn without_use_prometheus_nothing_listens_there() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "USE_PROMETHEUS is off by default"
     );
+}
+
+/// Replaces `config` whole (write, then rename), as a deploy does.
+fn replace(config: &std::path::Path, text: &str) {
+    let temporary = config.with_extension("yaml.tmp");
+    std::fs::write(&temporary, text).unwrap_or_else(|error| panic!("write: {error}"));
+    std::fs::rename(&temporary, config).unwrap_or_else(|error| panic!("rename: {error}"));
+}
+
+/// Scrapes until `ready` holds, for at most 30 s.
+fn scrape_until(port: u16, what: &str, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let scraped = scrape(port, "/metrics");
+        if ready(&scraped) {
+            return scraped;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}:\n{}",
+            scraped.text
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn reloads_count_as_the_reference_counts_them_and_release_the_keys_of_rules_gone() {
+    let dir = tempdir();
+    let config = dir.path().join("shop.yaml");
+    let both = "domain: shop\ndescriptors:\n  - key: a\n    value_to_metric: true\n    \
+                rate_limit: {unit: hour, requests_per_unit: 9}\n  - key: b\n    \
+                rate_limit: {unit: hour, requests_per_unit: 9}\n";
+    let (floodgate, port) = start(&config, both, &[]);
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let request = rls::request("shop", &[&[("a", "1")], &[("b", "x")]]);
+    rls::call(&mut client, request)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
+    let first = scrape(port, "/metrics");
+    assert_eq!(stat_in(&first, "shop", "a_1"), Some(1.0));
+    assert_eq!(stat_in(&first, "shop", "b"), Some(1.0));
+
+    // `a` goes: its key leaves the scrape; `b` keeps counting.
+    replace(
+        &config,
+        "domain: shop\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 9}\n",
+    );
+    let reloaded = scrape_until(port, "the reload counted", |scraped| {
+        scraped.get("ratelimit_service_config_load_success", &[]) == Some(2.0)
+    });
+    assert_eq!(stat_in(&reloaded, "shop", "a_1"), None, "{}", reloaded.text);
+    assert_eq!(stat_in(&reloaded, "shop", "b"), Some(1.0));
+
+    // A configuration that does not load: config_load_error, the rules stay.
+    replace(&config, "domain: shop\ndescriptors: [not a descriptor\n");
+    let refused = scrape_until(port, "the refusal counted", |scraped| {
+        scraped.get("ratelimit_service_config_load_error", &[]) == Some(1.0)
+    });
+    assert_eq!(
+        refused.value("ratelimit_service_config_load_success", &[]),
+        2.0
+    );
+}
+
+/// `total_hits` of the key `domain.key1`, if it has a series.
+fn stat_in(scrape: &Scrape, domain: &str, key1: &str) -> Option<f64> {
+    scrape.get(
+        "ratelimit_service_rate_limit_total_hits",
+        &[("domain", domain), ("key1", key1), ("key2", "")],
+    )
 }
