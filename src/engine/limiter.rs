@@ -30,7 +30,7 @@ use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL
 use crate::telemetry::record::{
     call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
 };
-use crate::telemetry::reference_stats::{self, ErrType, ReferenceStats};
+use crate::telemetry::reference_stats::{self, ErrType, ReferenceKeyTable, ReferenceStats};
 use crate::telemetry::traces::{self, hashed_value, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
 
@@ -66,6 +66,8 @@ pub enum LimitError {
 struct LiveRules {
     rules: Arc<RuleSet>,
     series: RuleSeriesTable,
+    /// The reference's stats series of each rule's own key, as `series` for floodgate's.
+    reference_keys: ReferenceKeyTable,
     /// False until a configuration loaded (a forced start without one).
     loaded: bool,
 }
@@ -165,6 +167,7 @@ impl<S: Store> Limiter<S> {
         self.live.store(Arc::new(LiveRules {
             rules: Arc::clone(&current.rules),
             series: RuleSeriesTable::build(&current.rules, None),
+            reference_keys: ReferenceKeyTable::build(&current.rules, None),
             loaded: false,
         }));
         self
@@ -372,7 +375,7 @@ impl<S: Store> Limiter<S> {
             None => call_decision(&call),
         };
         if let Some(stats) = self.reference_stats {
-            stats.record_call(&call);
+            stats.record_call(&live.reference_keys, &call);
         }
         if !span.is_disabled() {
             if let Some(index) = deciding_descriptor(&plan, &response) {
@@ -499,9 +502,11 @@ fn span_int(count: usize) -> i64 {
 
 fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
     let series = RuleSeriesTable::build(&rules, metrics);
+    let reference_keys = ReferenceKeyTable::build(&rules, reference_stats::global());
     LiveRules {
         rules: Arc::new(rules),
         series,
+        reference_keys,
         loaded: true,
     }
 }

@@ -18,6 +18,9 @@
 //! without request values under its rule's place, a key with request values (`detailed_metric`,
 //! `value_to_metric`, limit overrides) as a spare label; past the budget the hits count under
 //! the domain's overflow key `<domain>.other`, so a hostile value cannot grow the series.
+//! A rule's own key is resolved at its first decision and kept in a [`ReferenceKeyTable`]
+//! swapped with the rules, so most decisions count with no lock and no lookup; keys with
+//! request values are built per call (as floodgate's own `detailed_metric` labels are).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -235,8 +238,9 @@ impl ReferenceStats {
         }
     }
 
-    /// Adds one decided call's counts to the series of its descriptors' stats keys.
-    pub fn record_call(&self, call: &DecidedCall<'_>) {
+    /// Adds one decided call's counts to the series of its descriptors' stats keys; `table`
+    /// holds those of the keys that are their rule's path (for `call.rules`).
+    pub fn record_call(&self, table: &ReferenceKeyTable, call: &DecidedCall<'_>) {
         let statuses = call.plan.descriptors.iter().zip(&call.response.statuses);
         for (index, (descriptor_plan, _)) in statuses.enumerate() {
             let Some(counts) = reference_counts(
@@ -247,18 +251,21 @@ impl ReferenceStats {
             ) else {
                 continue;
             };
-            if let Some(series) = self.series_of(call, index, descriptor_plan) {
-                series.add(&counts);
+            match self.series_of(table, call, index, descriptor_plan) {
+                Some(SeriesRef::Table(series)) => series.add(&counts),
+                Some(SeriesRef::Made(series)) => series.add(&counts),
+                None => {}
             }
         }
     }
 
-    fn series_of(
+    fn series_of<'t>(
         &self,
+        table: &'t ReferenceKeyTable,
         call: &DecidedCall<'_>,
         index: usize,
         descriptor_plan: &DescriptorPlan<'_>,
-    ) -> Option<Arc<KeySeries>> {
+    ) -> Option<SeriesRef<'t>> {
         let domain = call.request.domain.as_str();
         let descriptor = call.request.descriptors.get(index)?;
         let DescriptorPlan::Limited { limit, .. } = descriptor_plan else {
@@ -276,14 +283,36 @@ impl ReferenceStats {
                         self.keys
                             .spare(domain, &key, Some(&rule.path), || self.mapped_series(&key))
                     }
-                    // No request value in the key: the rule's own place in the budget, found
-                    // without allocating.
-                    _ => self.keys.configured(domain, &rule.path, rule.index, || {
-                        self.mapped_series(&rule.path)
-                    }),
+                    // No request value in the key: the rule's own series, resolved at its
+                    // first decision and kept in the table (no lock, no lookup after).
+                    _ => {
+                        return table
+                            .slots
+                            .get(rule.index)?
+                            .get_or_init(|| self.rule_series(domain, rule))
+                            .as_deref()
+                            .map(SeriesRef::Table);
+                    }
                 }
             }
         };
+        self.admitted(domain, made).map(SeriesRef::Made)
+    }
+
+    /// The series of `rule`'s own key: its place in the budget, or the overflow key.
+    fn rule_series(&self, domain: &str, rule: &Rule) -> Option<Arc<KeySeries>> {
+        let made = self.keys.configured(domain, &rule.path, rule.index, || {
+            self.mapped_series(&rule.path)
+        });
+        self.admitted(domain, made)
+    }
+
+    /// An admitted key's series, the domain's overflow series when the budget had no place.
+    fn admitted(
+        &self,
+        domain: &str,
+        made: Result<Option<Arc<KeySeries>>, MetricsError>,
+    ) -> Option<Arc<KeySeries>> {
         match made {
             Ok(Some(series)) => Some(series),
             Ok(None) => self.folded_series(domain),
@@ -403,6 +432,32 @@ impl ReferenceStats {
             let _ = family.remove_label_values(&values);
         }
     }
+}
+
+/// Each rule's own-key series for one rule set, as `record::RuleSeriesTable` holds floodgate's:
+/// one slot per rule at its [`Rule::index`], filled at the rule's first decision; it lives as
+/// long as its rule set (both are swapped together).
+#[derive(Debug, Default)]
+pub struct ReferenceKeyTable {
+    /// `None` inside: the series could not be made (logged).
+    slots: Box<[OnceLock<Option<Arc<KeySeries>>>]>,
+}
+
+impl ReferenceKeyTable {
+    /// A table for `rules`; empty when the reference's stats are off.
+    pub fn build(rules: &RuleSet, stats: Option<&ReferenceStats>) -> Self {
+        let slots = match stats {
+            Some(_) => (0..rules.rule_count()).map(|_| OnceLock::new()).collect(),
+            None => Box::default(),
+        };
+        Self { slots }
+    }
+}
+
+/// A key's series: borrowed from the table for a rule's own key, owned for keys made per call.
+enum SeriesRef<'t> {
+    Table(&'t KeySeries),
+    Made(Arc<KeySeries>),
 }
 
 /// The labels the default mapping gives the stats of `key`: `domain`, `key1`, `key2` are the
