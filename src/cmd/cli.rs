@@ -266,6 +266,22 @@ pub struct ServeArgs {
     /// Metrics and debug listen address [default: 0.0.0.0:6070, or DEBUG_HOST:DEBUG_PORT].
     #[arg(long, env = "FLOODGATE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve envoyproxy/ratelimit's stats under the names of its default statsd → Prometheus
+    /// mapping (`ratelimit_service_rate_limit_total_hits{domain,key1,key2}` and the others) on
+    /// a listener of their own (envoyproxy/ratelimit's USE_PROMETHEUS).
+    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub use_prometheus: bool,
+    /// Where --use-prometheus listens, as Go's net.Listen takes it (envoyproxy/ratelimit's
+    /// PROMETHEUS_ADDR).
+    #[arg(long, env = "PROMETHEUS_ADDR", default_value = ":9090", value_parser = parse_go_listen_address)]
+    pub prometheus_addr: SocketAddr,
+    /// The path --use-prometheus serves (envoyproxy/ratelimit's PROMETHEUS_PATH).
+    #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics", value_parser = parse_http_path)]
+    pub prometheus_path: String,
+    /// --use-prometheus's response_time histogram observes milliseconds, its name unchanged
+    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
+    #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub prometheus_response_time_as_milliseconds: bool,
     /// Serve the debug pages (`/rlconfig`, which lists every rule and its values) on this
     /// address instead of the metrics port, so `/metrics` can be exposed to scrapers without
     /// them [default: on the metrics port, as envoyproxy/ratelimit has them].
@@ -698,18 +714,43 @@ fn listen_address_from(
         None => default_port,
     };
     let host = host.unwrap_or_default();
-    // As Go's net.Listen takes it: empty is every interface, an IPv6 address may come bare
-    // (`::`, Istio's sample) or bracketed, and `localhost` is loopback.
-    let ip: IpAddr = match host.trim() {
-        "" => IpAddr::from([0, 0, 0, 0]),
-        "localhost" => IpAddr::from([127, 0, 0, 1]),
+    let ip = go_host(&host).ok_or_else(|| format!("{host_var}={host:?} is not an IP address"))?;
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+/// A host as Go's net.Listen takes it: empty is every interface, an IPv6 address may come bare
+/// (`::`, Istio's sample) or bracketed, and `localhost` is loopback.
+fn go_host(host: &str) -> Option<IpAddr> {
+    match host.trim() {
+        "" => Some(IpAddr::from([0, 0, 0, 0])),
+        "localhost" => Some(IpAddr::from([127, 0, 0, 1])),
         text => text
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse()
-            .map_err(|_| format!("{host_var}={host:?} is not an IP address"))?,
+            .ok(),
+    }
+}
+
+/// `host:port` as Go's net.Listen takes it (`:9090` is every interface).
+fn parse_go_listen_address(text: &str) -> Result<SocketAddr, String> {
+    let Some((host, port)) = text.trim().rsplit_once(':') else {
+        return Err("expected host:port, as :9090 or 127.0.0.1:9090".to_owned());
     };
-    Ok(Some(SocketAddr::new(ip, port)))
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("{port:?} is not a port number (0-65535)"))?;
+    let ip = go_host(host).ok_or_else(|| format!("{host:?} is not an IP address"))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// An HTTP path to serve: it starts with `/`.
+fn parse_http_path(text: &str) -> Result<String, String> {
+    if text.starts_with('/') {
+        Ok(text.to_owned())
+    } else {
+        Err("expected a path starting with /".to_owned())
+    }
 }
 
 fn parse_failure_policy(text: &str) -> Result<FailurePolicy, String> {
@@ -732,6 +773,24 @@ mod tests {
             "PORT" => port.map(str::to_owned),
             _ => None,
         })
+    }
+
+    #[test]
+    fn prometheus_addr_is_read_as_go_listens() {
+        let parsed = |text: &str| text.parse::<SocketAddr>().ok();
+        assert_eq!(
+            parse_go_listen_address(":9090").ok(),
+            parsed("0.0.0.0:9090")
+        );
+        assert_eq!(
+            parse_go_listen_address("localhost:1").ok(),
+            parsed("127.0.0.1:1")
+        );
+        assert_eq!(parse_go_listen_address("[::1]:2").ok(), parsed("[::1]:2"));
+        assert_eq!(parse_go_listen_address(":::3").ok(), parsed("[::]:3"));
+        assert!(parse_go_listen_address("9090").is_err());
+        assert!(parse_go_listen_address("host:9090").is_err());
+        assert!(parse_http_path("metrics").is_err());
     }
 
     #[test]

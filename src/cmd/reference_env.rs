@@ -26,7 +26,7 @@ pub enum Treatment {
 
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
-const STATSD: &str = "no statsd sink yet: Prometheus at /metrics on the debug port";
+const STATSD: &str = "no statsd sink yet: the reference's names on Prometheus with USE_PROMETHEUS=true, floodgate's at /metrics on the debug port";
 const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
@@ -76,11 +76,11 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("EXTRA_TAGS", NotSupported(STATSD)),
     ("STATS_FLUSH_INTERVAL", NotSupported(STATSD)),
     ("DISABLE_STATS", NotSupported("metrics cost nothing until scraped; do not scrape /metrics")),
-    ("USE_PROMETHEUS", NotSupported("Prometheus is always on, at /metrics on the debug port (floodgate's own names)")),
-    ("PROMETHEUS_ADDR", NotSupported("/metrics is on the debug port: --metrics-addr or DEBUG_HOST/DEBUG_PORT")),
-    ("PROMETHEUS_PATH", NotSupported("the path is /metrics")),
-    ("PROMETHEUS_MAPPER_YAML", NotSupported("floodgate exports its own metric names, no statsd mapping")),
-    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", NotSupported("latencies are in seconds, as Prometheus recommends")),
+    ("USE_PROMETHEUS", Honoured),
+    ("PROMETHEUS_ADDR", Honoured),
+    ("PROMETHEUS_PATH", Honoured),
+    ("PROMETHEUS_MAPPER_YAML", NotSupported("USE_PROMETHEUS serves the reference's default mapping only; no custom statsd_exporter mapping yet")),
+    ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Honoured),
     ("RUNTIME_ROOT", Honoured),
     ("RUNTIME_SUBDIRECTORY", Honoured),
     ("RUNTIME_APPDIRECTORY", Honoured),

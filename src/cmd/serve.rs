@@ -124,6 +124,10 @@ const DEBUG_PAGES: ListenerSpec = ListenerSpec {
     name: "debug pages",
     setting: "--debug-pages-addr or FLOODGATE_DEBUG_PAGES_ADDR",
 };
+const PROMETHEUS: ListenerSpec = ListenerSpec {
+    name: "envoyproxy/ratelimit's Prometheus stats",
+    setting: "--prometheus-addr or PROMETHEUS_ADDR",
+};
 const ADMIN: ListenerSpec = ListenerSpec {
     name: "admin",
     setting: "--admin-addr or FLOODGATE_ADMIN_ADDR",
@@ -158,6 +162,10 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         |name| std::env::var(name).ok(),
         door == FrontDoor::Reference,
     );
+    if args.use_prometheus {
+        // Before the first load, which the reference's config_load_* count.
+        crate::telemetry::reference_stats::enable(args.prometheus_response_time_as_milliseconds);
+    }
     let location = location(&args.config)?;
     let location_for_log = location.clone();
     let options = args.config.load_options();
@@ -247,6 +255,12 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         debug: bind(debug_addr, &DEBUG).await?,
         debug_pages,
     };
+    let reference_metrics = if args.use_prometheus {
+        let listener = bind(args.prometheus_addr, &PROMETHEUS).await?;
+        Some((listener, args.prometheus_path.clone()))
+    } else {
+        None
+    };
     let admin = match &args.admin_token_file {
         Some(path) => Some(AdminSetup {
             token: Arc::new(crate::server::admin::AdminToken::load(path)?),
@@ -294,6 +308,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         shutdown,
         operations,
         admin,
+        reference_metrics,
         shared_overrides: None,
         hangup,
         config_gate,
@@ -402,6 +417,8 @@ struct Serving {
     operations: server::Operations,
     /// The admin API, with --admin-token-file.
     admin: Option<AdminSetup>,
+    /// The reference's stats listener and path, with --use-prometheus.
+    reference_metrics: Option<(TcpListener, String)>,
     /// Overrides shared through Redis (`--store redis`).
     shared_overrides: Option<Arc<SharedOverrides>>,
     /// SIGHUP, listened for since the start.
@@ -470,6 +487,14 @@ async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
         serving.admin.is_some(),
         serving.shutdown.clone(),
     ));
+    if let Some((listener, path)) = serving.reference_metrics {
+        let limits = serving.operations.connections;
+        let shutdown = serving.shutdown.clone();
+        tracing::info!(path = %path, "serving envoyproxy/ratelimit's stats (USE_PROMETHEUS)");
+        tokio::spawn(async move {
+            crate::server::reference_metrics::serve(listener, &path, limits, shutdown).await;
+        });
+    }
     let admin = serving.admin.map(|admin| {
         crate::server::admin::announce(admin.addr);
         let routes =
@@ -538,7 +563,10 @@ fn connection_limits(
     args: &ServeArgs,
     admin: bool,
 ) -> crate::server::connections::ConnectionLimits {
-    let listeners = 3 + u32::from(admin) + u32::from(args.debug_pages_addr.is_some());
+    let listeners = 3
+        + u32::from(admin)
+        + u32::from(args.debug_pages_addr.is_some())
+        + u32::from(args.use_prometheus);
     let mut limits = args.connections.limits();
     limits.max_connections = crate::server::connections::descriptors::fit_max_connections(
         limits.max_connections,

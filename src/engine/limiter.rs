@@ -30,6 +30,7 @@ use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL
 use crate::telemetry::record::{
     call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
 };
+use crate::telemetry::reference_stats::{self, ErrType, ReferenceKeyTable, ReferenceStats};
 use crate::telemetry::traces::{self, hashed_value, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
 
@@ -65,6 +66,8 @@ pub enum LimitError {
 struct LiveRules {
     rules: Arc<RuleSet>,
     series: RuleSeriesTable,
+    /// The reference's stats series of each rule's own key, as `series` for floodgate's.
+    reference_keys: ReferenceKeyTable,
     /// False until a configuration loaded (a forced start without one).
     loaded: bool,
 }
@@ -86,6 +89,8 @@ pub struct Limiter<S> {
     settings: LimiterSettings,
     telemetry: DecisionTelemetry,
     metrics: Option<&'static Metrics>,
+    /// envoyproxy/ratelimit's stats, with USE_PROMETHEUS.
+    reference_stats: Option<&'static ReferenceStats>,
     store_series: Option<StoreSeries>,
     /// Counters for `failure_policy: local`: decides while the shared store cannot.
     local_fallback: Option<MemoryStore>,
@@ -106,6 +111,10 @@ impl<S: Store> Limiter<S> {
         if let Some(metrics) = metrics {
             metrics.follow_rules(&rules);
         }
+        let reference_stats = reference_stats::global();
+        if let Some(stats) = reference_stats {
+            stats.follow_rules(&rules);
+        }
         let store_series = metrics.and_then(|metrics| metrics.store_series(store.backend()).ok());
         Self {
             live: ArcSwap::from_pointee(live_rules(rules, metrics)),
@@ -113,6 +122,7 @@ impl<S: Store> Limiter<S> {
             settings,
             telemetry: DecisionTelemetry::default(),
             metrics,
+            reference_stats,
             store_series,
             local_fallback: None,
             failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
@@ -157,6 +167,7 @@ impl<S: Store> Limiter<S> {
         self.live.store(Arc::new(LiveRules {
             rules: Arc::clone(&current.rules),
             series: RuleSeriesTable::build(&current.rules, None),
+            reference_keys: ReferenceKeyTable::build(&current.rules, None),
             loaded: false,
         }));
         self
@@ -176,6 +187,9 @@ impl<S: Store> Limiter<S> {
         let old = self.live.swap(live);
         if let Some(metrics) = self.metrics {
             metrics.follow_rules(&rules);
+        }
+        if let Some(stats) = self.reference_stats {
+            stats.follow_rules(&rules);
         }
         RetiredRules(old)
     }
@@ -236,6 +250,14 @@ impl<S: Store> Limiter<S> {
             Err(error) => {
                 span.record("otel.status_code", "ERROR");
                 span.record("error.message", field::display(error));
+                if let Some(stats) = self.reference_stats {
+                    stats.should_rate_limit_error(match error {
+                        LimitError::Store(_) => ErrType::Store,
+                        LimitError::InvalidRequest(_) | LimitError::NoConfiguration => {
+                            ErrType::Service
+                        }
+                    });
+                }
                 Decision::Error
             }
         };
@@ -352,6 +374,9 @@ impl<S: Store> Limiter<S> {
             Some(metrics) => record_call(metrics, &live.series, &call),
             None => call_decision(&call),
         };
+        if let Some(stats) = self.reference_stats {
+            stats.record_call(&live.reference_keys, &call);
+        }
         if !span.is_disabled() {
             if let Some(index) = deciding_descriptor(&plan, &response) {
                 if let Some(rule) = response
@@ -477,9 +502,11 @@ fn span_int(count: usize) -> i64 {
 
 fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
     let series = RuleSeriesTable::build(&rules, metrics);
+    let reference_keys = ReferenceKeyTable::build(&rules, reference_stats::global());
     LiveRules {
         rules: Arc::new(rules),
         series,
+        reference_keys,
         loaded: true,
     }
 }

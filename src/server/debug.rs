@@ -62,7 +62,12 @@ pub fn pages_index() -> Router {
 
 /// Every metric in the Prometheus text format (version 0.0.4).
 async fn prometheus_metrics() -> impl IntoResponse {
-    match crate::telemetry::metrics::render() {
+    exposition(crate::telemetry::metrics::render().map_err(|error| error.to_string()))
+}
+
+/// A rendered registry as the Prometheus text format's answer, or the error that stopped it.
+pub(super) fn exposition(rendered: Result<String, String>) -> impl IntoResponse {
+    match rendered {
         Ok(text) => (
             StatusCode::OK,
             [(

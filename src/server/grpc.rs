@@ -1,6 +1,7 @@
 //! The gRPC shell: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
@@ -14,6 +15,7 @@ use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::server::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
+use crate::telemetry::reference_stats;
 use crate::telemetry::traces::RemoteParent;
 
 pub struct RateLimitGrpc<S> {
@@ -33,6 +35,21 @@ impl<S: Store> RateLimitGrpc<S> {
 #[tonic::async_trait]
 impl<S: Store> RateLimitService for RateLimitGrpc<S> {
     async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let answer = self.answer(request).await;
+        // The reference's gRPC server stats count every call, answered or failed.
+        if let Some(stats) = reference_stats::global() {
+            stats.grpc_call(started.elapsed().as_secs_f64());
+        }
+        answer
+    }
+}
+
+impl<S: Store> RateLimitGrpc<S> {
+    async fn answer(
         &self,
         mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {

@@ -13,6 +13,7 @@ pub(crate) mod grpc_deadline;
 pub mod health;
 mod http;
 pub mod proto;
+pub(crate) mod reference_metrics;
 pub(crate) mod tls;
 
 use std::sync::Arc;

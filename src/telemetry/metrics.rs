@@ -935,12 +935,18 @@ pub fn reload_succeeded(rules: usize) {
     if let Some(metrics) = global() {
         metrics.reload_succeeded(rules);
     }
+    if let Some(stats) = super::reference_stats::global() {
+        stats.config_loaded(true);
+    }
 }
 
 /// A reload was refused; the previous rules stay in force.
 pub fn reload_failed() {
     if let Some(metrics) = global() {
         metrics.reload_failed();
+    }
+    if let Some(stats) = super::reference_stats::global() {
+        stats.config_loaded(false);
     }
 }
 

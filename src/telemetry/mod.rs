@@ -9,6 +9,7 @@ pub(crate) mod label_budget;
 pub(crate) mod metrics;
 pub(crate) mod paced_log;
 pub(crate) mod record;
+pub(crate) mod reference_stats;
 pub(crate) mod traces;
 
 use tracing_subscriber::filter::Targets;

@@ -127,6 +127,16 @@ fn parse_labels(body: &str) -> Option<BTreeMap<String, String>> {
 /// Runs `promtool check metrics` on `text` and fails the test on any problem it reports. A
 /// missing promtool fails too: CI installs it (Debian package `prometheus`).
 pub fn promtool_check(text: &str) {
+    let (status, said) = promtool_output(text);
+    assert!(
+        status.success(),
+        "promtool check metrics failed ({status}):\n{said}\n--- scrape ---\n{text}"
+    );
+}
+
+/// `promtool check metrics` on `text`: its exit status and what it said (stdout, then stderr).
+/// A missing promtool fails the test.
+pub fn promtool_output(text: &str) -> (std::process::ExitStatus, String) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -144,11 +154,10 @@ pub fn promtool_check(text: &str) {
     let output = child
         .wait_with_output()
         .unwrap_or_else(|error| panic!("promtool did not finish: {error}"));
-    assert!(
-        output.status.success(),
-        "promtool check metrics failed ({}):\n{}{}\n--- scrape ---\n{text}",
-        output.status,
+    let said = format!(
+        "{}{}",
         String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stderr)
     );
+    (output.status, said)
 }

@@ -6,6 +6,7 @@ mod health_drain;
 mod health_store;
 mod memory_eviction;
 mod metrics_prometheus;
+mod metrics_reference_names;
 mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;

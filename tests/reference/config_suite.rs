@@ -5,16 +5,15 @@
 //! `TestShareThreshold` in `share_threshold`, the other stats keys (`detailed_metric`,
 //! `value_to_metric`, wildcards) in `stats_keys`.
 //!
-//! A stats key of the reference is, in floodgate, the `rule` label of the per-rule metrics
-//! (`floodgate_requests_allowed_total{domain, rule}` and the others): [`stats_key`] builds it as
-//! telemetry does, and `stats_keys` checks it against a real `/metrics` once.
+//! A stats key of the reference (`rl.Stats.Key`) is built by floodgate's core
+//! (`core::outcome::stats_key`) for the reference's metric names; [`stats_key`] asks it.
 
 mod errors;
 mod share_threshold;
 mod stats_keys;
 
 use floodgate_core::config::{load, ConfigErrors, LoadOptions, SourceFile};
-use floodgate_core::outcome::detailed_label;
+use floodgate_core::outcome::stats_key::stats_key as reference_stats_key;
 use floodgate_core::plan::{plan, DescriptorPlan, PlanSettings};
 use floodgate_core::request::{Descriptor, LimitOverride, Request};
 use floodgate_core::rules::{Entry, Matched, MatchedLevel, Rule, RuleSet};
@@ -93,18 +92,15 @@ fn limit(rules: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> (u32, Unit) {
     }
 }
 
-/// `rl.Stats.Key`: the `rule` label floodgate's per-rule metrics give this descriptor, built as
-/// `telemetry::record` builds it: the request's values for a `detailed_metric` rule, else the
-/// rule's config path.
+/// `rl.Stats.Key`: the reference's stats key of this descriptor, as floodgate's core builds it
+/// for the reference's metric names (`core::outcome::stats_key`).
 fn stats_key(rules: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> String {
-    let found = rule(rules, domain, pairs);
-    if !found.detailed_metric {
-        return found.path.clone();
-    }
-    rules
-        .domain(domain)
-        .and_then(|domain_rules| detailed_label(domain_rules, &entries(pairs)))
-        .unwrap_or_else(|| panic!("{domain} {pairs:?}: no detailed label"))
+    let Some(matched) = found(rules, domain, pairs) else {
+        panic!("{domain} {pairs:?} should find a rule");
+    };
+    reference_stats_key(domain, &matched, &entries(pairs))
+        .as_str()
+        .to_owned()
 }
 
 /// `rl.ShareThresholdKeyPattern`: per entry, the pattern a `share_threshold` wildcard made it

@@ -1,8 +1,8 @@
 //! The examples of envoyproxy/ratelimit's README ("Configuration" → "Examples", 1 to 11, and
 //! its "Global ShadowMode"), each configuration as the README gives it, loaded by a floodgate on
 //! the memory store, and each outcome the README states asserted over gRPC. The stats keys the
-//! README names are checked where floodgate has the metric label (detailed_metric); the ones made
-//! by `value_to_metric` are not floodgate's yet (docs/reference-suite.md).
+//! README names are checked where floodgate has the metric label (detailed_metric), and those
+//! made by `value_to_metric` on the reference's own names (`USE_PROMETHEUS`).
 
 use floodgate::proto::rate_limit_response::rate_limit::Unit;
 use floodgate::proto::rate_limit_response::Code;
@@ -13,6 +13,24 @@ use crate::harness::{
 };
 
 /// floodgate on the memory store with `rules` (one file) and `env`.
+/// The reference's stats (`USE_PROMETHEUS`) on `port`: the environment for [`serve`].
+fn reference_stats_env(addr: &str) -> [(&str, &str); 2] {
+    [("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", addr)]
+}
+
+/// `ratelimit_service_rate_limit_total_hits` of the stats key `domain.key1.key2…`, scraped from
+/// the reference-stats listener on `port`.
+fn total_hits(port: u16, domain: &str, key1: &str, key2: &str) -> f64 {
+    let response = floodgate_testkit::http::get(port, "/metrics", &[])
+        .unwrap_or_else(|error| panic!("cannot scrape the reference's stats: {error}"));
+    let scrape = floodgate_testkit::prom::Scrape::parse(&response.body);
+    counted(
+        &scrape,
+        "ratelimit_service_rate_limit_total_hits",
+        &[("domain", domain), ("key1", key1), ("key2", key2)],
+    )
+}
+
 fn serve(example: &str, rules: &str, env: &[(&str, &str)]) -> (Reference, RuntimeTree) {
     let tree = RuntimeTree::with_rules(&[(format!("{example}.yaml").as_str(), rules)]);
     let mut all = vec![("BACKEND_TYPE", "memory")];
@@ -561,11 +579,15 @@ descriptors:
               requests_per_unit: 100
 ";
 
-/// The rate-limit part of Example 10; its metric keys (`example10.route_api.http_method_GET.
-/// subject_id`) are not floodgate's labels yet (docs/reference-suite.md).
+/// Example 10: the limits, and the metric keys the README gives
+/// (`example10.route_api.http_method_GET.subject_id`, …) on the reference's names, where the
+/// default mapping makes the first two levels `key1` and `key2`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_10_value_to_metric_limits() {
-    let (server, _tree) = serve("example10", EXAMPLE_10, &[]);
+    let port = floodgate_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (server, _tree) = serve("example10", EXAMPLE_10, &reference_stats_env(&addr));
+    floodgate_testkit::wait_for_port(port, std::time::Duration::from_secs(10), "stats");
     let mut client = server.client().await;
     for (route, method, subject) in [("api", "GET", "123"), ("web", "POST", "456")] {
         let response = call(
@@ -588,7 +610,24 @@ async fn example_10_value_to_metric_limits() {
             &format!("{route} {method} {subject}"),
         );
     }
-    let (server, _tree) = serve("example10_wildcard", EXAMPLE_10_WILDCARD, &[]);
+    for (key1, key2) in [
+        ("route_api", "http_method_GET"),
+        ("route_web", "http_method_POST"),
+    ] {
+        assert_eq!(
+            total_hits(port, "example10", key1, key2),
+            1.0,
+            "{key1} {key2}"
+        );
+    }
+    let port = floodgate_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (server, _tree) = serve(
+        "example10_wildcard",
+        EXAMPLE_10_WILDCARD,
+        &reference_stats_env(&addr),
+    );
+    floodgate_testkit::wait_for_port(port, std::time::Duration::from_secs(10), "stats");
     let mut client = server.client().await;
     let response = call(
         &mut client,
@@ -608,6 +647,11 @@ async fn example_10_value_to_metric_limits() {
         Code::Ok,
         &[limited(Code::Ok, 100, Unit::Minute, 99)],
         "alice readfile documents",
+    );
+    // `example10_wildcard.user_alice.action_readfile.resource`.
+    assert_eq!(
+        total_hits(port, "example10_wildcard", "user_alice", "action_readfile"),
+        1.0
     );
 }
 
@@ -680,9 +724,18 @@ async fn example_11_share_threshold() {
         "files_no_share/b.csv, its own threshold",
     );
 
-    // With value_to_metric: api/* routes share one threshold (the metric key with the prefix
-    // `api` is not floodgate's label yet).
-    let (server, _tree) = serve("example11_metrics", EXAMPLE_11_METRICS, &[]);
+    // With value_to_metric: api/* routes share one threshold. The README gives the key as
+    // `example11_metrics.route_api.method_GET`; the reference's code (share_threshold wins
+    // over value_to_metric, and `method` has no value_to_metric) and its tests make it
+    // `example11_metrics.route_api/*.method`, which floodgate follows.
+    let port = floodgate_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (server, _tree) = serve(
+        "example11_metrics",
+        EXAMPLE_11_METRICS,
+        &reference_stats_env(&addr),
+    );
+    floodgate_testkit::wait_for_port(port, std::time::Duration::from_secs(10), "stats");
     let mut client = server.client().await;
     clear_of_a_minute_boundary().await;
     for (route, left) in [("api/v1", 59), ("api/v2", 58)] {
@@ -702,6 +755,10 @@ async fn example_11_share_threshold() {
             route,
         );
     }
+    assert_eq!(
+        total_hits(port, "example11_metrics", "route_api/*", "method"),
+        2.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

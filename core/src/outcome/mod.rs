@@ -4,6 +4,8 @@
 //! ([`near_limit`]) and `detailed_metric`'s label. Telemetry counts these; it never classifies.
 
 pub mod near_limit;
+pub mod reference_counts;
+pub mod stats_key;
 
 use crate::algorithm::{Algorithm, Hits};
 use crate::plan::{DescriptorPlan, Plan};
@@ -229,12 +231,5 @@ pub fn detailed_label(
             _ => label.push_str(&entry.value),
         }
     }
-    if label.len() > MAX_DETAILED_LABEL_BYTES {
-        let mut cut = MAX_DETAILED_LABEL_BYTES;
-        while !label.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        label.truncate(cut);
-    }
-    Some(label)
+    Some(stats_key::bounded(label))
 }

@@ -2,47 +2,29 @@
 //! `TestValueToMetric_*` cases and `TestWildcardStatsBehavior` (`TestShareThreshold` is in
 //! `share_threshold`).
 //!
-//! floodgate's counterpart of a stats key is the `rule` label of its per-rule metrics, and it
-//! has one name where the reference has two (`FullKey`, used in its logs, and `Stats.Key`), so
-//! the two cannot disagree. The label is the rule's config path, or with `detailed_metric` the
-//! request's values (a `share_threshold` level shows its pattern), as the reference's.
-//! `value_to_metric` is read at every level but not applied to the label yet: where the
-//! reference's key holds a request value because of it, the cases below check the limit found
-//! and the flags, and docs/reference-suite.md says what the label lacks.
+//! floodgate builds the reference's key in its core (`core::outcome::stats_key`) for the
+//! reference's metric names (`ratelimit_service_rate_limit_*`, on `USE_PROMETHEUS`'s
+//! listener); it has one key where the reference has two (`FullKey`, used in its logs, and
+//! `Stats.Key`), so the two cannot disagree. floodgate's own `rule` label stays the config
+//! path (or with `detailed_metric` the request's values); the last case checks it against a
+//! real `/metrics`.
 
-use super::{found, inline, limit, own_counters, stats_key};
+use super::{inline, limit, own_counters, stats_key};
 use crate::serving::{counted, Served, MEMORY};
 use floodgate_core::rules::RuleSet;
 use floodgate_core::unit::Unit;
 
-/// `value_to_metric` of each configured level on the way to the rule found.
-fn value_to_metric_levels(rules: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Vec<bool> {
-    match found(rules, domain, pairs) {
-        Some(matched) => matched
-            .config_path
-            .iter()
-            .map(|level| level.value_to_metric)
-            .collect(),
-        None => panic!("{domain} {pairs:?} should find a rule"),
-    }
-}
-
-/// The rule found for `pairs` has `expected` as its limit and `value_to_metric` on the levels
-/// `flags` says: what these cases hold where the reference's key shows request values.
+/// The rule found for `pairs` has `expected` as its limit and `key` as its stats key.
 #[track_caller]
-fn assert_limit_and_flags(
+fn assert_limit_and_key(
     rules: &RuleSet,
     domain: &str,
     pairs: &[(&str, &str)],
     expected: (u32, Unit),
-    flags: &[bool],
+    key: &str,
 ) {
     assert_eq!(limit(rules, domain, pairs), expected, "{pairs:?}");
-    assert_eq!(
-        value_to_metric_levels(rules, domain, pairs),
-        flags,
-        "{pairs:?}"
-    );
+    assert_eq!(stats_key(rules, domain, pairs), key, "{pairs:?}");
 }
 
 /// `key-1` (100/min) with `key-2` (5/min) below it, each with `detailed_metric` or not.
@@ -155,20 +137,18 @@ const DRAW_GET_123: [(&str, &str); 3] = [
     ("subject_id", "123"),
 ];
 
-/// The reference's key: `domain.route_draw.http_method_GET.subject_id`.
 #[test]
 fn config_test_value_to_metric_uses_runtime_values_in_stats() {
     let rules = route_method_subject("domain", true, false);
-    assert_limit_and_flags(
+    assert_limit_and_key(
         &rules,
         "domain",
         &DRAW_GET_123,
         (60, Unit::Minute),
-        &[true, true, false],
+        "domain.route_draw.http_method_GET.subject_id",
     );
 }
 
-/// The reference's key: `d.k1_A.k2`.
 #[test]
 fn config_test_value_to_metric_default_key_includes_value_at_that_level() {
     let rules = inline(
@@ -176,10 +156,9 @@ fn config_test_value_to_metric_default_key_includes_value_at_that_level() {
          - key: k2\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
     );
     let pairs = [("k1", "A"), ("k2", "foo")];
-    assert_limit_and_flags(&rules, "d", &pairs, (1, Unit::Second), &[true, false]);
+    assert_limit_and_key(&rules, "d", &pairs, (1, Unit::Second), "d.k1_A.k2");
 }
 
-/// The reference's key: `d.k1.k2_Y.k3`.
 #[test]
 fn config_test_value_to_metric_mid_level_only() {
     let rules = inline(
@@ -188,13 +167,7 @@ fn config_test_value_to_metric_mid_level_only() {
          rate_limit: {unit: second, requests_per_unit: 1}\n",
     );
     let pairs = [("k1", "X"), ("k2", "Y"), ("k3", "Z")];
-    assert_limit_and_flags(
-        &rules,
-        "d",
-        &pairs,
-        (1, Unit::Second),
-        &[false, true, false],
-    );
+    assert_limit_and_key(&rules, "d", &pairs, (1, Unit::Second), "d.k1.k2_Y.k3");
 }
 
 #[test]
@@ -218,7 +191,6 @@ fn config_test_value_to_metric_does_not_override_detailed_metric() {
     );
 }
 
-/// The reference's keys: `test-domain.route_api.http_method_GET.subject_id` and `…_POST…`.
 #[test]
 fn config_test_value_to_metric_with_configured_values() {
     let rules = inline(
@@ -248,17 +220,16 @@ descriptors:
             ("http_method", method),
             ("subject_id", "user123"),
         ];
-        assert_limit_and_flags(
+        assert_limit_and_key(
             &rules,
             "test-domain",
             &pairs,
             (requests, Unit::Minute),
-            &[true, true, false],
+            &format!("test-domain.route_api.http_method_{method}.subject_id"),
         );
     }
 }
 
-/// The reference's keys: `domain.user_alice.action_readfile.resource`, `…bob…readdata…`.
 #[test]
 fn config_test_value_to_metric_with_wildcard() {
     let rules = inline(
@@ -286,47 +257,35 @@ descriptors:
         ("action", "readdata"),
         ("resource", "database"),
     ];
-    for pairs in [&alice, &bob] {
-        assert_limit_and_flags(
-            &rules,
-            "domain",
-            pairs,
-            (100, Unit::Minute),
-            &[true, true, false],
-        );
+    for (pairs, key) in [
+        (&alice, "domain.user_alice.action_readfile.resource"),
+        (&bob, "domain.user_bob.action_readdata.resource"),
+    ] {
+        assert_limit_and_key(&rules, "domain", pairs, (100, Unit::Minute), key);
     }
     // Without share_threshold every value of the wildcard counts apart.
     own_counters(&rules, "domain", &alice, &bob);
 }
 
-/// The reference's keys: `domain.route.http_method_GET.subject_id` and
-/// `domain.route_draw.http_method.subject_id` (an empty value adds no `_`), then with both
-/// values empty `domain.route.http_method.subject_id`, which the label is.
+/// An empty value adds no `_`.
 #[test]
 fn config_test_value_to_metric_with_empty_value() {
     let rules = route_method_subject("domain", true, false);
-    for (route, method) in [("", "GET"), ("draw", ""), ("", "")] {
+    for (route, method, key) in [
+        ("", "GET", "domain.route.http_method_GET.subject_id"),
+        ("draw", "", "domain.route_draw.http_method.subject_id"),
+        ("", "", "domain.route.http_method.subject_id"),
+    ] {
         let pairs = [
             ("route", route),
             ("http_method", method),
             ("subject_id", "123"),
         ];
-        assert_eq!(
-            limit(&rules, "domain", &pairs),
-            (60, Unit::Minute),
-            "{pairs:?}"
-        );
+        assert_limit_and_key(&rules, "domain", &pairs, (60, Unit::Minute), key);
     }
-    let both_empty = [("route", ""), ("http_method", ""), ("subject_id", "123")];
-    assert_eq!(
-        stats_key(&rules, "domain", &both_empty),
-        "domain.route.http_method.subject_id"
-    );
 }
 
-/// floodgate has one name for a rule's stats (its label), so `FullKey` and `Stats.Key` cannot
-/// differ; case 1's key holds request values through `value_to_metric`
-/// (`test-domain.route_api.http_method_GET.subject_id`).
+/// floodgate has one stats key per descriptor, so `FullKey` and `Stats.Key` cannot differ.
 #[test]
 fn config_test_value_to_metric_full_key_matches_stats_key() {
     let pairs = [
@@ -335,7 +294,13 @@ fn config_test_value_to_metric_full_key_matches_stats_key() {
         ("subject_id", "user123"),
     ];
     let flagged = route_method_subject("test-domain", true, false);
-    assert_eq!(limit(&flagged, "test-domain", &pairs), (60, Unit::Minute));
+    assert_limit_and_key(
+        &flagged,
+        "test-domain",
+        &pairs,
+        (60, Unit::Minute),
+        "test-domain.route_api.http_method_GET.subject_id",
+    );
     assert_eq!(
         stats_key(
             &route_method_subject("test-domain-2", false, false),
@@ -362,10 +327,8 @@ fn wild(value: &str, flags: &str) -> RuleSet {
     ))
 }
 
-/// Sub-tests without `value_to_metric` on the wildcard, or with share_threshold over it, keep
-/// the pattern in the key, as floodgate's label does; those where `value_to_metric` puts the
-/// request's value there (`test-domain.wild_foo1`, `test-domain.wild_foo*.other_bar.limit`,
-/// `test-domain.wild_foo123bar456`) check the rule found and the flag.
+/// Without `value_to_metric` on the wildcard, or with share_threshold over it, the key keeps
+/// the pattern; with `value_to_metric` (and no share_threshold) it has the request's value.
 #[test]
 fn config_test_wildcard_stats_behavior() {
     let foo1 = [("wild", "foo1")];
@@ -381,7 +344,13 @@ fn config_test_wildcard_stats_behavior() {
         );
     }
     let flagged = wild("foo*", "    value_to_metric: true\n");
-    assert_limit_and_flags(&flagged, "test-domain", &foo1, (20, Unit::Minute), &[true]);
+    assert_limit_and_key(
+        &flagged,
+        "test-domain",
+        &foo1,
+        (20, Unit::Minute),
+        "test-domain.wild_foo1",
+    );
 
     let other = inline(
         "domain: test-domain\ndescriptors:\n  - key: wild\n    value: \"foo*\"\n    descriptors:\n      \
@@ -389,12 +358,12 @@ fn config_test_wildcard_stats_behavior() {
          rate_limit: {unit: minute, requests_per_unit: 20}\n",
     );
     let nested = [("wild", "foo1"), ("other", "bar"), ("limit", "X")];
-    assert_limit_and_flags(
+    assert_limit_and_key(
         &other,
         "test-domain",
         &nested,
         (20, Unit::Minute),
-        &[false, true, false],
+        "test-domain.wild_foo*.other_bar.limit",
     );
 
     let middle = wild("foo*bar*", "");
@@ -406,17 +375,18 @@ fn config_test_wildcard_stats_behavior() {
     }
     let middle_flagged = wild("foo*bar*", "    value_to_metric: true\n");
     let pairs = [("wild", "foo123bar456")];
-    assert_limit_and_flags(
+    assert_limit_and_key(
         &middle_flagged,
         "test-domain",
         &pairs,
         (20, Unit::Minute),
-        &[true],
+        "test-domain.wild_foo123bar456",
     );
 }
 
-/// The stats keys above are the labels a real floodgate's `/metrics` shows, and the
-/// reference's `domain_not_found` is `floodgate_calls_total{decision="unknown"}`.
+/// Keys without request values are also the `rule` labels of floodgate's own metrics on a
+/// real `/metrics`, and the reference's `domain_not_found` is
+/// `floodgate_calls_total{decision="unknown"}`.
 #[test]
 fn config_test_stats_keys_are_the_rule_labels_of_floodgate_metrics() {
     let fixture = |name| super::fixture(name).text;
