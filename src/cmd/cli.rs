@@ -282,6 +282,33 @@ pub struct ServeArgs {
     /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
     #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub prometheus_response_time_as_milliseconds: bool,
+    /// Send envoyproxy/ratelimit's stats to statsd under its names
+    /// (`ratelimit.service.rate_limit.<key>.total_hits` and the others) every
+    /// --stats-flush-interval (envoyproxy/ratelimit's USE_STATSD) [default: on when started as
+    /// `ratelimit`, as in the reference; off for `floodgate serve`].
+    #[arg(long, env = "USE_STATSD", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub use_statsd: Option<bool>,
+    /// Send the stats as DogStatsD, EXTRA_TAGS as `|#key:value` tags (envoyproxy/ratelimit's
+    /// USE_DOG_STATSD); turns the statsd sink on.
+    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub use_dog_statsd: bool,
+    /// The statsd host (envoyproxy/ratelimit's STATSD_HOST).
+    #[arg(long, env = "STATSD_HOST", default_value = "localhost")]
+    pub statsd_host: String,
+    /// The statsd port (envoyproxy/ratelimit's STATSD_PORT).
+    #[arg(long, env = "STATSD_PORT", default_value_t = 8125)]
+    pub statsd_port: u16,
+    /// tcp or udp (lyft/gostats' STATSD_PROTOCOL, which the reference's sink reads).
+    #[arg(long, env = "STATSD_PROTOCOL", default_value = "tcp", value_parser = parse_statsd_protocol)]
+    pub statsd_protocol: crate::telemetry::statsd_options::Protocol,
+    /// Tags on every stat, `key:value,key:value` (envoyproxy/ratelimit's EXTRA_TAGS): in the name
+    /// (`.__key=value`) for statsd, as `|#key:value` for DogStatsD.
+    #[arg(long, env = "EXTRA_TAGS", default_value = "")]
+    pub extra_tags: String,
+    /// How often the stats are sent, as a Go duration (envoyproxy/ratelimit's
+    /// STATS_FLUSH_INTERVAL).
+    #[arg(long, env = "STATS_FLUSH_INTERVAL", default_value = "10s")]
+    pub stats_flush_interval: String,
     /// Serve the debug pages (`/rlconfig`, which lists every rule and its values) on this
     /// address instead of the metrics port, so `/metrics` can be exposed to scrapers without
     /// them [default: on the metrics port, as envoyproxy/ratelimit has them].
@@ -491,6 +518,10 @@ impl RedisConnectionArgs {
 
 /// A boolean as envoyproxy/ratelimit reads it (Go's `strconv.ParseBool`, any case), where an
 /// empty value, as deployments often set them, means false.
+fn parse_statsd_protocol(text: &str) -> Result<crate::telemetry::statsd_options::Protocol, String> {
+    crate::telemetry::statsd_options::Protocol::parse(text).map_err(|error| error.to_string())
+}
+
 fn parse_reference_bool(text: &str) -> Result<bool, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "" | "0" | "f" | "false" | "no" | "off" => Ok(false),

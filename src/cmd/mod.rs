@@ -13,4 +13,5 @@ pub mod output;
 pub mod reference_env;
 pub mod runtime;
 pub mod serve;
+pub(crate) mod statsd_settings;
 pub mod validate;

@@ -19,14 +19,14 @@ pub enum Treatment {
     /// Not read; the text says what to use instead.
     NotSupported(&'static str),
     /// A switch floodgate does not have, whose "off" is what floodgate does anyway: said at start
-    /// only when it is on (set to anything but empty, `0` or a false boolean, or on by the
-    /// reference's default under the `ratelimit` front door).
+    /// only when it is on (set to anything but empty, `0` or a false boolean).
     NotSupportedWhenOn(&'static str),
 }
 
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
-const STATSD: &str = "no statsd sink yet: the reference's names on Prometheus with USE_PROMETHEUS=true, floodgate's at /metrics on the debug port";
+const MOGRIFIERS: &str =
+    "DogStatsD names are sent as the reference's statsd names, with EXTRA_TAGS as tags";
 const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
@@ -68,13 +68,13 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", NotSupported(XDS)),
     ("XDS_CLIENT_BACKOFF_JITTER", NotSupported(XDS)),
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", NotSupported(XDS)),
-    ("USE_DOG_STATSD", NotSupportedWhenOn(STATSD)),
-    ("USE_DOG_STATSD_MOGRIFIERS", NotSupported(STATSD)),
-    ("USE_STATSD", NotSupportedWhenOn(STATSD)),
-    ("STATSD_HOST", NotSupported(STATSD)),
-    ("STATSD_PORT", NotSupported(STATSD)),
-    ("EXTRA_TAGS", NotSupported(STATSD)),
-    ("STATS_FLUSH_INTERVAL", NotSupported(STATSD)),
+    ("USE_DOG_STATSD", Honoured),
+    ("USE_DOG_STATSD_MOGRIFIERS", NotSupported(MOGRIFIERS)),
+    ("USE_STATSD", Honoured),
+    ("STATSD_HOST", Honoured),
+    ("STATSD_PORT", Honoured),
+    ("EXTRA_TAGS", Honoured),
+    ("STATS_FLUSH_INTERVAL", Honoured),
     ("DISABLE_STATS", NotSupported("metrics cost nothing until scraped; do not scrape /metrics")),
     ("USE_PROMETHEUS", Honoured),
     ("PROMETHEUS_ADDR", Honoured),
@@ -311,7 +311,7 @@ pub fn redis_startup_retry(env: impl Fn(&str) -> Option<String>) -> Result<Start
 
 /// Go's `time.ParseDuration` for non-negative durations: numbers (with an optional fraction),
 /// each followed by one of `ns`, `us`, `µs`, `ms`, `s`, `m`, `h` (`1m30s`, `1.5s`, `300ms`).
-fn go_duration(text: &str) -> Option<Duration> {
+pub fn go_duration(text: &str) -> Option<Duration> {
     const UNITS: [(&str, f64); 7] = [
         ("ns", 1e-9),
         ("us", 1e-6),
@@ -343,12 +343,6 @@ fn go_duration(text: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
 }
 
-/// What the reference assumes for a variable that is not set, where floodgate's `ratelimit`
-/// front door must say so: its statsd is on unless `USE_STATSD=false`.
-fn reference_default(name: &str) -> Option<&'static str> {
-    (name == "USE_STATSD").then_some("true")
-}
-
 /// Whether a switch's value turns it on: anything but empty, `0` or a false boolean (Go's
 /// `strconv.ParseBool` spellings, which the reference uses).
 fn switched_on(value: &str) -> bool {
@@ -359,12 +353,8 @@ fn switched_on(value: &str) -> bool {
 }
 
 /// The reference's variables floodgate does not read that are set here (non-empty; switches
-/// only when on), each with what to use instead. `reference_door`: started as `ratelimit`, where
-/// the reference's defaults apply to unset variables.
-pub fn unsupported_in(
-    env: impl Fn(&str) -> Option<String>,
-    reference_door: bool,
-) -> Vec<(&'static str, &'static str)> {
+/// only when on), each with what to use instead.
+pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
     REFERENCE_VARIABLES
         .iter()
         .filter_map(|(name, treatment)| match treatment {
@@ -372,11 +362,6 @@ pub fn unsupported_in(
                 .filter(|value| !value.trim().is_empty())
                 .map(|_| (*name, *instead)),
             NotSupportedWhenOn(instead) => env(name)
-                .or_else(|| {
-                    reference_door
-                        .then(|| reference_default(name).map(str::to_owned))
-                        .flatten()
-                })
                 .filter(|value| switched_on(value))
                 .map(|_| (*name, *instead)),
             Honoured => None,
@@ -411,8 +396,8 @@ pub fn redis_socket_type_mismatch(env: impl Fn(&str) -> Option<String>) -> Optio
 
 /// Says at start, once each, which of the reference's variables set here floodgate ignores, and
 /// a `REDIS_SOCKET_TYPE` that disagrees with `REDIS_URL`.
-pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>, reference_door: bool) {
-    for (name, instead) in unsupported_in(&env, reference_door) {
+pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
+    for (name, instead) in unsupported_in(&env) {
         tracing::warn!(
             variable = name,
             "{name} is set, but floodgate does not support it (envoyproxy/ratelimit's setting; \
@@ -588,16 +573,19 @@ mod tests {
     #[test]
     fn only_set_unsupported_variables_are_reported() {
         let env = |name: &str| match name {
-            "USE_STATSD" => Some("true".to_owned()),
+            "USE_DOG_STATSD_MOGRIFIERS" => Some("TAGS".to_owned()),
             "REDIS_URL" => Some("redis:6379".to_owned()),
             "LOCAL_CACHE_SIZE_IN_BYTES" => Some(String::new()),
             _ => None,
         };
-        assert_eq!(unsupported_in(env, false), [("USE_STATSD", STATSD)]);
+        assert_eq!(
+            unsupported_in(env),
+            [("USE_DOG_STATSD_MOGRIFIERS", MOGRIFIERS)]
+        );
     }
 
     #[test]
-    fn a_switch_is_reported_only_when_on_and_the_reference_door_turns_statsd_on() {
+    fn a_switch_is_reported_only_when_on() {
         let set = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| {
                 pairs
@@ -606,23 +594,17 @@ mod tests {
                     .map(|(_, value)| (*value).to_owned())
             }
         };
-        let off = set(&[
-            ("USE_STATSD", "false"),
-            ("TRACING_ENABLED", "0"),
-            ("LOCAL_CACHE_SIZE_IN_BYTES", "0"),
-        ]);
-        assert_eq!(unsupported_in(off, true), []);
+        let off = set(&[("TRACING_ENABLED", "0"), ("LOCAL_CACHE_SIZE_IN_BYTES", "0")]);
+        assert_eq!(unsupported_in(off), []);
         let on = set(&[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")]);
         assert_eq!(
-            unsupported_in(on, false)
+            unsupported_in(on)
                 .iter()
                 .map(|(name, _)| *name)
                 .collect::<Vec<_>>(),
             ["LOCAL_CACHE_SIZE_IN_BYTES"]
         );
-        // USE_STATSD unset: the reference sends statsd by default, floodgate's own door does not.
-        assert_eq!(unsupported_in(|_| None, true), [("USE_STATSD", STATSD)]);
-        assert_eq!(unsupported_in(|_| None, false), []);
+        assert_eq!(unsupported_in(|_| None), []);
     }
 
     #[test]

@@ -158,11 +158,9 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let hangup = reload::hangup_signal();
     let store =
         choose_store(args.store, door, |name| std::env::var(name).ok()).map_err(AppError::Usage)?;
-    crate::cmd::reference_env::warn_unsupported(
-        |name| std::env::var(name).ok(),
-        door == FrontDoor::Reference,
-    );
-    if args.use_prometheus {
+    crate::cmd::reference_env::warn_unsupported(|name| std::env::var(name).ok());
+    let statsd = crate::cmd::statsd_settings::statsd_options(&args, door)?;
+    if args.use_prometheus || statsd.is_some() {
         // Before the first load, which the reference's config_load_* count.
         crate::telemetry::reference_stats::enable(args.prometheus_response_time_as_milliseconds);
     }
@@ -285,6 +283,11 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     ));
     if let Some(grpc_tls) = &grpc_tls {
         tokio::spawn(tls::watch_certificates(grpc_tls.clone(), shutdown.clone()));
+    }
+    if let (Some(options), Some(stats)) = (statsd, crate::telemetry::reference_stats::global()) {
+        crate::telemetry::statsd_sink::register_metrics();
+        let sink = crate::telemetry::statsd_sink::StatsdSink::new(options);
+        tokio::spawn(sink.run(stats, shutdown.clone().fired()));
     }
     let operations = server::Operations {
         health,

@@ -10,6 +10,9 @@ pub(crate) mod metrics;
 pub(crate) mod paced_log;
 pub(crate) mod record;
 pub(crate) mod reference_stats;
+pub(crate) mod statsd_lines;
+pub(crate) mod statsd_options;
+pub(crate) mod statsd_sink;
 pub(crate) mod traces;
 
 use tracing_subscriber::filter::Targets;

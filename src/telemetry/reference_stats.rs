@@ -210,6 +210,25 @@ impl ReferenceStats {
         Ok(TextEncoder::new().encode_to_string(&self.registry.gather())?)
     }
 
+    /// The counters as they are now, for the statsd sink (`telemetry::statsd_sink`).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
+    /// Whether `response_time` observes milliseconds rather than seconds.
+    pub fn response_time_as_milliseconds(&self) -> bool {
+        self.response_time_as_milliseconds
+    }
+
+    /// Adds `counts` to the series of `key`, as a decision under it would.
+    #[cfg(test)]
+    pub(crate) fn add_for_test(&self, key: &str, counts: &ReferenceCounts) {
+        let series = self
+            .mapped_series(key)
+            .unwrap_or_else(|error| panic!("{error}"));
+        series.add(counts);
+    }
+
     pub fn config_loaded(&self, ok: bool) {
         if ok {
             self.config_load_success.inc();
