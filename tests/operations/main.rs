@@ -10,4 +10,5 @@ mod metrics_reference_names;
 mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;
+mod statsd_reference_names;
 mod tracing_otlp;
