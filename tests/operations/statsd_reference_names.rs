@@ -41,14 +41,18 @@ fn statsd_script() -> PathBuf {
     script
 }
 
-/// The statsd daemon on a free loopback TCP port, logging what it receives, and that port.
-fn start_statsd(dir: &Path) -> (Running, u16) {
+/// The statsd daemon on a free loopback port (`server`: `tcp` or `udp`), logging what it
+/// receives, and that port.
+fn start_statsd(dir: &Path, server: &str) -> (Running, u16) {
     let port = common::free_port();
+    // Its management interface too, off its default 8126 that another test's statsd may hold.
+    let management = common::free_port();
     let config = dir.join("statsd-config.js");
     std::fs::write(
         &config,
         format!(
-            "{{ servers: [{{ server: \"./servers/tcp\", address: \"127.0.0.1\", port: {port} }}], \
+            "{{ servers: [{{ server: \"./servers/{server}\", address: \"127.0.0.1\", port: {port} }}], \
+             mgmt_address: \"127.0.0.1\", mgmt_port: {management}, \
              dumpMessages: true, backends: [], flushInterval: 3600000 }}\n"
         ),
     )
@@ -60,11 +64,13 @@ fn start_statsd(dir: &Path) -> (Running, u16) {
         .arg(&config)
         .current_dir(script.parent().unwrap_or(dir));
     let statsd = Running::spawn("statsd", &mut command, dir);
-    common::wait_for_port(port, Duration::from_secs(10), "statsd");
+    let log = statsd.log_once_it_says("server is up", Duration::from_secs(10));
+    assert!(log.contains("server is up"), "statsd did not start:\n{log}");
     (statsd, port)
 }
 
-/// Each counter statsd received (`DEBUG: name:value|c` in its log), summed by name.
+/// Each counter statsd received (`DEBUG: name:value|c[|#tags]` in its log), summed by name
+/// (with `|#tags` after it when tagged).
 fn received_counters(log: &str) -> HashMap<String, u64> {
     let mut sums = HashMap::new();
     for line in log.lines() {
@@ -74,39 +80,41 @@ fn received_counters(log: &str) -> HashMap<String, u64> {
         let Some((name, rest)) = message.split_once(':') else {
             continue;
         };
-        let Some(value) = rest.strip_suffix("|c") else {
+        let mut parts = rest.split('|');
+        let (Some(value), Some("c")) = (parts.next(), parts.next()) else {
             continue;
         };
+        let key = match parts.next() {
+            Some(tags) => format!("{name}|{tags}"),
+            None => name.to_owned(),
+        };
         if let Ok(value) = value.parse::<u64>() {
-            *sums.entry(name.to_owned()).or_insert(0) += value;
+            *sums.entry(key).or_insert(0) += value;
         }
     }
     sums
 }
 
-fn start_floodgate(dir: &Path, statsd_port: u16) -> Floodgate {
+/// floodgate sending to statsd at `statsd_port` every 100 ms, with `env` besides.
+fn start_floodgate(dir: &Path, statsd_port: u16, env: &[(&str, &str)]) -> Floodgate {
     let config = dir.join("store.yaml");
     std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
     let port = statsd_port.to_string();
-    Floodgate::start_with_env(
-        &config,
-        &[],
-        &[
-            ("USE_STATSD", "true"),
-            ("STATSD_HOST", "127.0.0.1"),
-            ("STATSD_PORT", port.as_str()),
-            ("STATSD_PROTOCOL", "tcp"),
-            ("STATS_FLUSH_INTERVAL", "100ms"),
-        ],
-        dir,
-    )
+    let mut all = vec![
+        ("USE_STATSD", "true"),
+        ("STATSD_HOST", "127.0.0.1"),
+        ("STATSD_PORT", port.as_str()),
+        ("STATS_FLUSH_INTERVAL", "100ms"),
+    ];
+    all.extend_from_slice(env);
+    Floodgate::start_with_env(&config, &[], &all, dir)
 }
 
 #[tokio::test]
 async fn the_reference_stats_reach_statsd_under_its_names() {
     let dir = tempdir();
-    let (mut statsd, statsd_port) = start_statsd(dir.path());
-    let floodgate = start_floodgate(dir.path(), statsd_port);
+    let (mut statsd, statsd_port) = start_statsd(dir.path(), "tcp");
+    let floodgate = start_floodgate(dir.path(), statsd_port, &[("STATSD_PROTOCOL", "tcp")]);
     let mut client = rls::connect(&floodgate.grpc_url()).await;
 
     // 5 per hour, near from 4 (80 %): 2 + 2 within (OK); 2 more refused with 4 used (1 over,
@@ -183,7 +191,7 @@ fn send_errors(floodgate: &Floodgate) -> f64 {
 async fn with_statsd_down_floodgate_keeps_deciding_and_counts_the_failed_sends() {
     let dir = tempdir();
     // Nothing listens there: every connect is refused.
-    let floodgate = start_floodgate(dir.path(), common::free_port());
+    let floodgate = start_floodgate(dir.path(), common::free_port(), &[]);
     let mut client = rls::connect(&floodgate.grpc_url()).await;
     let member: &[(&str, &str)] = &[("plan", "gold"), ("member", "bob")];
 
@@ -210,4 +218,81 @@ async fn with_statsd_down_floodgate_keeps_deciding_and_counts_the_failed_sends()
         1,
         "one log line a minute, however many flushes fail:\n{log}"
     );
+}
+
+/// Waits (bounded) until statsd has received `want` for `name`; what it received.
+fn wait_for_counter(statsd: &Running, name: &str, want: u64) -> HashMap<String, u64> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let received = received_counters(&statsd.log_text());
+        if received.get(name) == Some(&want) {
+            return received;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "statsd did not receive {name}:{want}:\n{}",
+            statsd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test]
+async fn dogstatsd_over_udp_carries_the_extra_tags_as_tags() {
+    let dir = tempdir();
+    let (mut statsd, statsd_port) = start_statsd(dir.path(), "udp");
+    let floodgate = start_floodgate(
+        dir.path(),
+        statsd_port,
+        &[
+            ("USE_STATSD", "false"),
+            ("USE_DOG_STATSD", "true"),
+            ("STATSD_PROTOCOL", "udp"),
+            ("EXTRA_TAGS", "zone:eu,app:edge"),
+        ],
+    );
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let mut request = rls::request("store", &[&[("plan", "gold"), ("member", "cy")]]);
+    request.hits_addend = 3;
+    let response = rls::call(&mut client, request).await;
+    assert_eq!(response.map(|answer| answer.overall_code).ok(), Some(1));
+
+    let tags = "|#app:edge,zone:eu";
+    let total = format!("{PREFIX}plan_gold.member.total_hits{tags}");
+    let received = wait_for_counter(&statsd, &total, 3);
+    let log = statsd.log_text();
+    assert_eq!(
+        received.get(&format!("{PREFIX}plan_gold.member.within_limit{tags}")),
+        Some(&3),
+        "{log}"
+    );
+    assert_eq!(
+        received.get(&format!("ratelimit.service.config_load_success{tags}")),
+        Some(&1),
+        "{log}"
+    );
+    assert!(
+        !log.contains(".__app="),
+        "DogStatsD keeps the names bare:\n{log}"
+    );
+    statsd.terminate(Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn plain_statsd_puts_the_extra_tags_into_the_names_as_gostats_does() {
+    let dir = tempdir();
+    let (mut statsd, statsd_port) = start_statsd(dir.path(), "tcp");
+    let floodgate = start_floodgate(dir.path(), statsd_port, &[("EXTRA_TAGS", "app:edge")]);
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let response = rls::call(&mut client, rls::request("store", &[&[("trial", "t")]])).await;
+    assert_eq!(response.map(|answer| answer.overall_code).ok(), Some(1));
+
+    let received = wait_for_counter(&statsd, &format!("{PREFIX}trial.total_hits.__app=edge"), 1);
+    assert_eq!(
+        received.get("ratelimit_server.ShouldRateLimit.total_requests.__app=edge"),
+        Some(&1),
+        "{}",
+        statsd.log_text()
+    );
+    statsd.terminate(Duration::from_secs(5));
 }
