@@ -1,12 +1,14 @@
-//! The reference's tests of single settings: `TestBasicConfig_ExtraTags` (statsd tags, which
-//! floodgate has no statsd sink for: the stats are asserted in floodgate's Prometheus names and
-//! the variable is said to be ignored), the Memcached tests (`TestBasicConfigMemcache`,
+//! The reference's tests of single settings: `TestBasicConfig_ExtraTags` (statsd tags: the
+//! stats are asserted as a statsd listener receives them, tagged as gostats tags them, and in
+//! floodgate's Prometheus names), the Memcached tests (`TestBasicConfigMemcache`,
 //! `TestConfigMemcacheWithMaxIdleConns`, `TestMultiNodeMemcache`: no Memcached store, so
 //! `BACKEND_TYPE=memcache` refuses to start), and over the same fixtures the request fields and
 //! settings its integration tests only pass through: a request's `hits_addend`, the near-limit
 //! stat (`NEAR_LIMIT_RATIO`) and the `LIMIT_*` response headers (the README's "Custom headers").
 
-use std::time::Duration;
+use std::io::Read as _;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
 
 use floodgate::proto::rate_limit_response::rate_limit::Unit;
 use floodgate::proto::rate_limit_response::Code;
@@ -22,6 +24,14 @@ use crate::harness::{
 async fn basic_config_extra_tags() {
     let redis = RedisServer::start();
     let tree = RuntimeTree::integration(&["basic.yaml", "another.yaml"]);
+    // A statsd that only listens, to read what the reference's runner store would hold.
+    let statsd = TcpListener::bind(("127.0.0.1", 0))
+        .unwrap_or_else(|error| panic!("cannot listen for statsd: {error}"));
+    let statsd_port = statsd
+        .local_addr()
+        .unwrap_or_else(|error| panic!("{error}"))
+        .port()
+        .to_string();
     let server = start(
         Entry::Ratelimit,
         &tree,
@@ -29,6 +39,10 @@ async fn basic_config_extra_tags() {
         &[
             ("REDIS_URL", &address(redis.port())),
             ("EXTRA_TAGS", "foo:bar,a:b"),
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &statsd_port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
         ],
     );
     let mut client = server.client().await;
@@ -49,11 +63,53 @@ async fn basic_config_extra_tags() {
         1.0,
         "config_load_success"
     );
+    // The reference's NewCounterWithTags(name, ExtraTags): the tags in the name, by key.
+    let received = statsd_lines_until(
+        &statsd,
+        &[
+            "ratelimit.service.rate_limit.basic.key1.total_hits.__a=b.__foo=bar:1|c",
+            "ratelimit.service.config_load_success.__a=b.__foo=bar:1|c",
+        ],
+    );
     let log = server.process.log_text();
     assert!(
-        log.contains("EXTRA_TAGS is set, but floodgate does not support it"),
-        "{log}"
+        !log.contains("EXTRA_TAGS is set, but floodgate does not support it"),
+        "{log}\n--- statsd ---\n{received}"
     );
+}
+
+/// What the first connection to `listener` sends, once it holds every one of `lines` (bounded).
+fn statsd_lines_until(listener: &TcpListener, lines: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    listener
+        .set_nonblocking(true)
+        .unwrap_or_else(|error| panic!("{error}"));
+    let mut stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(error) => panic!("floodgate did not connect to statsd: {error}"),
+        }
+    };
+    stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(Duration::from_millis(200))))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let mut received = String::new();
+    let mut buffer = [0u8; 4096];
+    while !lines
+        .iter()
+        .all(|line| received.lines().any(|got| got == *line))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "statsd did not receive {lines:?}:\n{received}"
+        );
+        if let Ok(read) = stream.read(&mut buffer) {
+            received.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    }
+    received
 }
 
 #[test]
