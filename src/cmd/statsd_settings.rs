@@ -36,3 +36,64 @@ pub fn statsd_options(
         flush_interval,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Line {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn options(flags: &[&str], door: FrontDoor) -> Option<StatsdOptions> {
+        let line = Line::try_parse_from(std::iter::once("floodgate").chain(flags.iter().copied()))
+            .unwrap_or_else(|error| panic!("{error}"));
+        statsd_options(&line.serve, door).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    #[test]
+    fn on_by_default_as_ratelimit_off_for_serve_unless_asked_for() {
+        // The process's own USE_STATSD / USE_DOG_STATSD would decide instead of the defaults.
+        if std::env::var_os("USE_STATSD").is_some() || std::env::var_os("USE_DOG_STATSD").is_some()
+        {
+            return;
+        }
+        let reference = options(&[], FrontDoor::Reference);
+        assert_eq!(
+            reference.map(|options| (options.host, options.port, options.flush_interval)),
+            Some((
+                "localhost".to_owned(),
+                8125,
+                std::time::Duration::from_secs(10)
+            ))
+        );
+        assert_eq!(options(&[], FrontDoor::Floodgate), None);
+        assert_eq!(options(&["--use-statsd=false"], FrontDoor::Reference), None);
+        let dog = options(
+            &[
+                "--use-dog-statsd",
+                "--extra-tags=b:2,a:1",
+                "--stats-flush-interval=1m30s",
+            ],
+            FrontDoor::Floodgate,
+        );
+        assert_eq!(
+            dog.map(|options| (options.dog, options.extra_tags, options.flush_interval)),
+            Some((
+                true,
+                vec![
+                    ("a".to_owned(), "1".to_owned()),
+                    ("b".to_owned(), "2".to_owned())
+                ],
+                std::time::Duration::from_secs(90)
+            ))
+        );
+        let line = Line::try_parse_from(["floodgate", "--stats-flush-interval=soon"])
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert!(statsd_options(&line.serve, FrontDoor::Reference).is_err());
+    }
+}

@@ -2,8 +2,9 @@
 //! them (`src/stats/prom/default_mapper.yaml`), for the dashboards and alerts built on the
 //! reference: `ratelimit_service_rate_limit_<stat>{domain, key1, key2}`, the config loads,
 //! `should_rate_limit` errors, and per gRPC method the requests and their response time.
-//! Served on a listener of their own (`USE_PROMETHEUS`); floodgate's `floodgate_*` metrics
-//! stay on the debug listener.
+//! Served on a listener of their own (`USE_PROMETHEUS`) and sent to statsd under the
+//! reference's statsd names (`USE_STATSD`, `telemetry::statsd_sink`, which reads these same
+//! counters); floodgate's `floodgate_*` metrics stay on the debug listener.
 //!
 //! The core decides what is counted (`core::outcome::reference_counts`) and under which key
 //! (`core::outcome::stats_key`); this module maps the key to its labels as the mapping does
@@ -490,7 +491,7 @@ pub fn mapped_labels(key: &str) -> Labels {
 
 static GLOBAL: OnceLock<Option<ReferenceStats>> = OnceLock::new();
 
-/// Turns the reference's stats on for this process (`USE_PROMETHEUS`); called once at start,
+/// Turns the reference's stats on for this process (`USE_PROMETHEUS`, `USE_STATSD`); called once at start,
 /// before the limiter is built.
 pub fn enable(response_time_as_milliseconds: bool) -> Option<&'static ReferenceStats> {
     GLOBAL
