@@ -491,8 +491,8 @@ pub fn mapped_labels(key: &str) -> Labels {
 
 static GLOBAL: OnceLock<Option<ReferenceStats>> = OnceLock::new();
 
-/// Turns the reference's stats on for this process (`USE_PROMETHEUS`, `USE_STATSD`); called once at start,
-/// before the limiter is built.
+/// Turns the reference's stats on for this process (`USE_PROMETHEUS`, `USE_STATSD`); called
+/// once at start, before the limiter is built.
 pub fn enable(response_time_as_milliseconds: bool) -> Option<&'static ReferenceStats> {
     GLOBAL
         .get_or_init(
