@@ -93,26 +93,15 @@ impl FakeClock {
     /// Stops every process's clock at `utc` (`YYYY-MM-DD hh:mm:ss`, UTC) from their next clock
     /// call on. The file is replaced whole (a rename), so no reader sees half of it.
     pub fn freeze_at(&self, utc: &str) {
-        let next = self.file.with_extension("next");
-        std::fs::write(&next, format!("{utc}\n"))
-            .unwrap_or_else(|error| panic!("write {}: {error}", next.display()));
-        std::fs::rename(&next, &self.file)
-            .unwrap_or_else(|error| panic!("rename to {}: {error}", self.file.display()));
+        replace_file(&self.file, &format!("{utc}\n"));
     }
 
     /// The environment that puts a process on this clock. The file's times are read in the
     /// process's time zone, hence `TZ=UTC`.
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("LD_PRELOAD".to_owned(), preload()),
-            (
-                "FAKETIME_TIMESTAMP_FILE".to_owned(),
-                self.file.display().to_string(),
-            ),
-            ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
-            ("TZ".to_owned(), "UTC".to_owned()),
-        ]
+        let mut env = clock_env(&self.file);
+        env.push(("TZ".to_owned(), "UTC".to_owned()));
+        env
     }
 }
 
@@ -148,25 +137,33 @@ impl MovableClock {
     }
 
     fn write(&self) {
-        // A rename, so that a process never reads a half-written offset.
-        let temporary = self.file.with_extension("tmp");
-        std::fs::write(&temporary, format!("+{}\n", self.offset_seconds))
-            .unwrap_or_else(|error| panic!("write {}: {error}", temporary.display()));
-        std::fs::rename(&temporary, &self.file)
-            .unwrap_or_else(|error| panic!("rename to {}: {error}", self.file.display()));
+        replace_file(&self.file, &format!("+{}\n", self.offset_seconds));
     }
 
     /// The environment that puts a process on this clock.
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("LD_PRELOAD".to_owned(), preload()),
-            (
-                "FAKETIME_TIMESTAMP_FILE".to_owned(),
-                self.file.display().to_string(),
-            ),
-            // Read the file at every clock reading: an advance is seen at once.
-            ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
-        ]
+        clock_env(&self.file)
     }
+}
+
+/// Replaces `file` whole (a rename), so that no process on the clock reads half of it.
+fn replace_file(file: &Path, text: &str) {
+    let next = file.with_extension("next");
+    std::fs::write(&next, text).unwrap_or_else(|error| panic!("write {}: {error}", next.display()));
+    std::fs::rename(&next, file)
+        .unwrap_or_else(|error| panic!("rename to {}: {error}", file.display()));
+}
+
+/// The environment of a process whose wall clock is what `file` says, re-read at every clock
+/// reading (a change is seen at once), its monotonic clock real.
+fn clock_env(file: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".to_owned(), preload()),
+        (
+            "FAKETIME_TIMESTAMP_FILE".to_owned(),
+            file.display().to_string(),
+        ),
+        ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+    ]
 }

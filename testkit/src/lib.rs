@@ -290,14 +290,21 @@ pub fn ratelimit_command(dir: &Path) -> (Command, (u16, u16, u16)) {
     let mut command = Command::new(&link);
     command
         .env("RUNTIME_ROOT", dir)
-        .env("RUNTIME_SUBDIRECTORY", ".")
+        .env("RUNTIME_SUBDIRECTORY", ".");
+    reference_listeners(&mut command, ports);
+    (command, ports)
+}
+
+/// The reference's listener variables: gRPC, HTTP and debug on loopback at `ports`, in that
+/// order.
+pub fn reference_listeners(command: &mut Command, ports: (u16, u16, u16)) {
+    command
         .env("GRPC_HOST", "127.0.0.1")
         .env("GRPC_PORT", ports.0.to_string())
         .env("HOST", "127.0.0.1")
         .env("PORT", ports.1.to_string())
         .env("DEBUG_HOST", "127.0.0.1")
         .env("DEBUG_PORT", ports.2.to_string());
-    (command, ports)
 }
 
 impl Floodgate {

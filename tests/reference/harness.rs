@@ -168,13 +168,7 @@ fn command(entry: Entry, tree: &RuntimeTree, name: &str) -> (Command, (u16, u16,
         command.env("PATH", path);
     }
     if entry == Entry::Ratelimit {
-        command
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", ports.0.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", ports.1.to_string())
-            .env("DEBUG_HOST", "127.0.0.1")
-            .env("DEBUG_PORT", ports.2.to_string());
+        floodgate_testkit::reference_listeners(&mut command, ports);
     }
     (command, ports)
 }
