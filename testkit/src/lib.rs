@@ -12,6 +12,7 @@ pub mod nginx;
 pub mod ops;
 pub mod otlp;
 pub mod prom;
+pub mod prometheus;
 pub mod redis;
 pub mod rls;
 pub mod testca;

@@ -1,5 +1,5 @@
-//! Running floodgate: admin overrides, health and drain, metrics, OTLP tracing, reloads, and memory
-//! (rules and eviction).
+//! Running floodgate: admin overrides, health and drain, metrics (and Envoy Gateway's dashboard),
+//! OTLP tracing, reloads, and memory (rules and eviction).
 
 mod admin_overrides;
 mod health_drain;
@@ -7,6 +7,7 @@ mod health_store;
 mod memory_eviction;
 mod metrics_prometheus;
 mod metrics_reference_names;
+mod prometheus_dashboard;
 mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;

@@ -5,7 +5,6 @@
 //! holds; once both are healthy it climbs back. Decisions follow the effective limit.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +18,9 @@ use floodgate_testkit::adaptive::{
     LABELS, RULE,
 };
 use floodgate_testkit::prom::{self, scrape};
+use floodgate_testkit::prometheus::{self, ScrapeJob};
 use floodgate_testkit::rls;
-use floodgate_testkit::{free_port, tempdir, wait_for_port, Floodgate, Running};
+use floodgate_testkit::{tempdir, Floodgate, Running};
 
 /// Falling from 200 to 50 takes 13 steps of one second; Prometheus needs a few to start.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(40);
@@ -89,29 +89,14 @@ async fn serve_target(upstream: Upstream) -> u16 {
 
 /// Prometheus on a free port, scraping `target_port` every second.
 fn start_prometheus(dir: &Path, target_port: u16) -> (Running, u16) {
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: upstream\n    static_configs:\n\
-             \x20     - targets: ['127.0.0.1:{target_port}']\n"
-        ),
+    prometheus::start(
+        dir,
+        &[ScrapeJob {
+            name: "upstream",
+            port: target_port,
+            labels: &[],
+        }],
     )
-    .unwrap_or_else(|error| panic!("write prometheus.yml: {error}"));
-    let port = free_port();
-    let mut command = Command::new("prometheus");
-    command
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn");
-    let process = Running::spawn("prometheus", &mut command, dir);
-    wait_for_port(port, Duration::from_secs(20), "prometheus");
-    (process, port)
 }
 
 fn rules(prometheus_port: u16) -> String {
