@@ -278,8 +278,13 @@ pub struct ServeArgs {
     /// The path --use-prometheus serves (envoyproxy/ratelimit's PROMETHEUS_PATH).
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics", value_parser = parse_http_path)]
     pub prometheus_path: String,
-    /// --use-prometheus's response_time histogram observes milliseconds, its name unchanged
-    /// (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
+    /// A statsd_exporter mapping file giving the names and labels --use-prometheus serves
+    /// the reference's stats under (envoyproxy/ratelimit's PROMETHEUS_MAPPER_YAML) [default:
+    /// the reference's default mapping].
+    #[arg(long, env = "PROMETHEUS_MAPPER_YAML")]
+    pub prometheus_mapper_yaml: Option<std::path::PathBuf>,
+    /// --use-prometheus's response_time histogram observes milliseconds, its name unchanged,
+    /// under the default mapping (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
     #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub prometheus_response_time_as_milliseconds: bool,
     /// Send envoyproxy/ratelimit's stats to statsd under its names

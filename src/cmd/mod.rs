@@ -10,6 +10,7 @@ pub(crate) mod config_location;
 pub(crate) mod explain_text;
 pub mod front_door;
 pub mod output;
+pub(crate) mod prometheus_settings;
 pub mod reference_env;
 pub mod runtime;
 pub mod serve;

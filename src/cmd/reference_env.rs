@@ -79,7 +79,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("USE_PROMETHEUS", Honoured),
     ("PROMETHEUS_ADDR", Honoured),
     ("PROMETHEUS_PATH", Honoured),
-    ("PROMETHEUS_MAPPER_YAML", NotSupported("USE_PROMETHEUS serves the reference's default mapping only; no custom statsd_exporter mapping yet")),
+    ("PROMETHEUS_MAPPER_YAML", Honoured),
     ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Honoured),
     ("RUNTIME_ROOT", Honoured),
     ("RUNTIME_SUBDIRECTORY", Honoured),

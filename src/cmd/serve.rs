@@ -162,7 +162,9 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let statsd = crate::cmd::statsd_settings::statsd_options(&args, door)?;
     if args.use_prometheus || statsd.is_some() {
         // Before the first load, which the reference's config_load_* count.
-        crate::telemetry::reference_stats::enable(args.prometheus_response_time_as_milliseconds);
+        crate::telemetry::reference_stats::enable(super::prometheus_settings::prometheus_mapper(
+            &args,
+        )?);
     }
     let location = location(&args.config)?;
     let location_for_log = location.clone();

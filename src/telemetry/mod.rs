@@ -9,9 +9,9 @@ pub(crate) mod label_budget;
 pub(crate) mod metrics;
 pub(crate) mod paced_log;
 pub(crate) mod record;
+pub(crate) mod reference_exposition;
 pub(crate) mod reference_stats;
 pub(crate) mod statsd_lines;
-#[allow(dead_code)] // wired in by the Prometheus listener
 pub(crate) mod statsd_mapping;
 pub(crate) mod statsd_options;
 pub(crate) mod statsd_sink;

@@ -1,19 +1,15 @@
-//! envoyproxy/ratelimit's stats under the names its default statsd → Prometheus mapping gives
-//! them (`src/stats/prom/default_mapper.yaml`), for the dashboards and alerts built on the
-//! reference: `ratelimit_service_rate_limit_<stat>{domain, key1, key2}`, the config loads,
-//! `should_rate_limit` errors, and per gRPC method the requests and their response time.
-//! Served on a listener of their own (`USE_PROMETHEUS`) and sent to statsd under the
-//! reference's statsd names (`USE_STATSD`, `telemetry::statsd_sink`, which reads these same
-//! counters); floodgate's `floodgate_*` metrics stay on the debug listener.
+//! envoyproxy/ratelimit's stats, kept under the reference's statsd names
+//! (`ratelimit.service.rate_limit.<key>.<stat>`, `ratelimit.service.config_load_success`, …)
+//! for the dashboards and alerts built on the reference. Two sinks read them: the Prometheus
+//! listener (`USE_PROMETHEUS`), which maps each name through a statsd_exporter mapping
+//! (`PROMETHEUS_MAPPER_YAML`, else the reference's default; `telemetry::reference_exposition`),
+//! and statsd (`USE_STATSD`, `telemetry::statsd_sink`), which sends the names as they are.
+//! floodgate's `floodgate_*` metrics stay on the debug listener.
 //!
 //! The core decides what is counted (`core::outcome::reference_counts`) and under which key
-//! (`core::outcome::stats_key`); this module maps the key to its labels as the mapping does
-//! and adds. Off (nothing made, nothing counted) unless [`enable`] was called.
-//!
-//! The mapping splits the sanitized key `<domain>.<key1>[.<key2>…]` at its dots: the first
-//! three pieces are the labels and the rest is dropped, so keys that share them share a series.
-//! A key of two pieces has no `key2` under the mapping; here it is `key2=""`, which Prometheus
-//! stores and queries as no label at all.
+//! (`core::outcome::stats_key`); this module adds. Each stat is mapped once, when its key is
+//! first admitted, so a scrape only adds up. Off (nothing made, nothing counted) unless
+//! [`enable`] was called.
 //!
 //! Keys are admitted through a [`LabelBudget`] as floodgate's own rule labels are: a key
 //! without request values under its rule's place, a key with request values (`detailed_metric`,
@@ -24,16 +20,16 @@
 //! request values are built per call (as floodgate's own `detailed_metric` labels are).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
-};
 
 use super::label_budget::{Holder, LabelBudget};
 use super::metrics::{MetricsError, FOLDED_RULE_LABEL, MAX_RULE_LABELS};
 use super::record::DecidedCall;
+use super::reference_exposition::{Exposition, MappedTimer};
+use super::statsd_mapping::{Mapped, MetricMapper, StatKind};
 use crate::core::outcome::reference_counts::{reference_counts, ReferenceCounts};
 use crate::core::outcome::stats_key::{
     override_stats_key, sanitize_stat_name, stats_key, StatsKey,
@@ -41,8 +37,10 @@ use crate::core::outcome::stats_key::{
 use crate::core::plan::{DescriptorPlan, LimitSource};
 use crate::core::rules::{Rule, RuleSet};
 
-/// The gRPC method the reference's server stats name (`ratelimit_server.<method>.*`).
-pub const SHOULD_RATE_LIMIT: &str = "ShouldRateLimit";
+const CONFIG_LOAD_SUCCESS: &str = "ratelimit.service.config_load_success";
+const CONFIG_LOAD_ERROR: &str = "ratelimit.service.config_load_error";
+const TOTAL_REQUESTS: &str = "ratelimit_server.ShouldRateLimit.total_requests";
+const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
 /// Why a ShouldRateLimit call failed, as the reference names it
 /// (`ratelimit.service.call.should_rate_limit.<err_type>`).
@@ -63,55 +61,104 @@ impl ErrType {
     }
 }
 
-/// `domain`, `key1`, `key2` of one mapped series.
-type Labels = [Box<str>; 3];
+/// The per-key stats, in the order of [`ReferenceCounts`]' fields.
+pub const KEY_STATS: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
 
-/// The five counters of one mapped series `{domain, key1, key2}`.
+/// One counter under its statsd name, with what the mapping makes of it.
 #[derive(Debug)]
-pub struct KeySeries {
-    labels: Labels,
-    total_hits: IntCounter,
-    over_limit: IntCounter,
-    near_limit: IntCounter,
-    within_limit: IntCounter,
-    shadow_mode: IntCounter,
+pub struct NamedCounter {
+    pub statsd_name: Box<str>,
+    pub mapped: Mapped,
+    value: AtomicU64,
 }
 
-impl KeySeries {
-    fn add(&self, counts: &ReferenceCounts) {
-        for (counter, value) in [
-            (&self.total_hits, counts.total_hits),
-            (&self.over_limit, counts.over_limit),
-            (&self.near_limit, counts.near_limit),
-            (&self.within_limit, counts.within_limit),
-            (&self.shadow_mode, counts.shadow_mode),
-        ] {
-            if value > 0 {
-                counter.inc_by(value);
-            }
+impl NamedCounter {
+    fn new(statsd_name: String, mapper: &MetricMapper) -> Self {
+        let mapped = mapper.map(&statsd_name, StatKind::Counter);
+        Self {
+            statsd_name: statsd_name.into_boxed_str(),
+            mapped,
+            value: AtomicU64::new(0),
         }
+    }
+
+    fn add(&self, value: u64) {
+        if value > 0 {
+            self.value.fetch_add(value, Ordering::Relaxed);
+        }
+    }
+
+    pub fn value(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
     }
 }
 
-/// The reference's stats and the registry they are served from.
+/// The five counters of one stats key.
+#[derive(Debug)]
+pub struct KeySeries {
+    key: Box<str>,
+    counters: [NamedCounter; 5],
+}
+
+impl KeySeries {
+    fn new(key: &str, mapper: &MetricMapper) -> Self {
+        let key = sanitize_stat_name(key);
+        let counter = |stat: &str| {
+            NamedCounter::new(format!("ratelimit.service.rate_limit.{key}.{stat}"), mapper)
+        };
+        Self {
+            counters: KEY_STATS.map(counter),
+            key: key.into_boxed_str(),
+        }
+    }
+
+    fn add(&self, counts: &ReferenceCounts) {
+        let values = [
+            counts.total_hits,
+            counts.over_limit,
+            counts.near_limit,
+            counts.within_limit,
+            counts.shadow_mode,
+        ];
+        for (counter, value) in self.counters.iter().zip(values) {
+            counter.add(value);
+        }
+    }
+
+    pub fn counters(&self) -> &[NamedCounter; 5] {
+        &self.counters
+    }
+}
+
+/// What statsd is sent at a flush: every counter's total so far and the response time's.
+#[derive(Debug, Default)]
+pub struct StatsdSnapshot {
+    pub counters: Vec<(Box<str>, u64)>,
+    /// `ratelimit_server.ShouldRateLimit.response_time`: calls and the sum of their durations
+    /// in milliseconds, as lyft/gostats times them.
+    pub response_time_calls: u64,
+    pub response_time_milliseconds: f64,
+}
+
+/// The reference's stats.
 pub struct ReferenceStats {
-    registry: Registry,
-    /// `total_hits`, `over_limit`, `near_limit`, `within_limit`, `shadow_mode`.
-    families: [IntCounterVec; 5],
-    config_load_success: IntCounter,
-    config_load_error: IntCounter,
-    should_rate_limit_error: IntCounterVec,
-    total_requests: IntCounter,
-    response_time: Histogram,
-    /// Observe milliseconds (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`), as the reference's
-    /// mapping without its `scale: 0.001` does; the name stays `…_seconds`.
-    response_time_as_milliseconds: bool,
+    config_load_success: NamedCounter,
+    config_load_error: NamedCounter,
+    should_rate_limit_errors: [NamedCounter; 2],
+    total_requests: NamedCounter,
+    response_time: MappedTimer,
     keys: LabelBudget<Arc<KeySeries>>,
-    /// Each mapped series with how many admitted keys count in it: removed from the registry
-    /// when the last goes.
-    mapped: Mutex<HashMap<Labels, (usize, Arc<KeySeries>)>>,
+    /// Every admitted key's series, for the sinks to read.
+    live: Mutex<HashMap<Box<str>, Arc<KeySeries>>>,
     /// Each domain's overflow series (`<domain>.other`).
     folded: RwLock<HashMap<Box<str>, Arc<KeySeries>>>,
+    mapper: MetricMapper,
 }
 
 impl std::fmt::Debug for ReferenceStats {
@@ -122,103 +169,77 @@ impl std::fmt::Debug for ReferenceStats {
     }
 }
 
-const STATS: [&str; 5] = [
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "shadow_mode",
-];
-
 impl ReferenceStats {
-    /// A fresh registry admitting at most `max_keys` stats keys.
-    pub fn new(max_keys: usize, response_time_as_milliseconds: bool) -> Result<Self, MetricsError> {
-        let registry = Registry::new();
-        let family = |stat: &str| -> Result<IntCounterVec, MetricsError> {
-            let vec = IntCounterVec::new(
-                Opts::new(
-                    format!("ratelimit_service_rate_limit_{stat}"),
-                    format!("envoyproxy/ratelimit's {stat}, in hits, by stats key."),
-                ),
-                &["domain", "key1", "key2"],
-            )?;
-            registry.register(Box::new(vec.clone()))?;
-            Ok(vec)
+    /// Fresh stats admitting at most `max_keys` stats keys, mapped for Prometheus by `mapper`.
+    pub fn new(max_keys: usize, mapper: MetricMapper) -> Result<Self, MetricsError> {
+        let counter = |name: &str| NamedCounter::new(name.to_owned(), &mapper);
+        let error = |err_type: ErrType| {
+            counter(&format!(
+                "ratelimit.service.call.should_rate_limit.{}",
+                err_type.label()
+            ))
         };
-        let families = [
-            family(STATS[0])?,
-            family(STATS[1])?,
-            family(STATS[2])?,
-            family(STATS[3])?,
-            family(STATS[4])?,
-        ];
-        let counter = |name: &str, help: &str| -> Result<IntCounter, MetricsError> {
-            let counter = IntCounter::new(name, help)?;
-            registry.register(Box::new(counter.clone()))?;
-            Ok(counter)
-        };
-        let config_load_success = counter(
-            "ratelimit_service_config_load_success",
-            "Configurations loaded and swapped in.",
-        )?;
-        let config_load_error = counter(
-            "ratelimit_service_config_load_error",
-            "Configurations refused; the previous one stays in force.",
-        )?;
-        let should_rate_limit_error = IntCounterVec::new(
-            Opts::new(
-                "ratelimit_service_should_rate_limit_error",
-                "ShouldRateLimit calls that failed, by envoyproxy/ratelimit's error type.",
-            ),
-            &["err_type"],
-        )?;
-        registry.register(Box::new(should_rate_limit_error.clone()))?;
-        let total_requests_vec = IntCounterVec::new(
-            Opts::new("ratelimit_service_total_requests", "gRPC calls by method."),
-            &["grpc_method"],
-        )?;
-        registry.register(Box::new(total_requests_vec.clone()))?;
-        let response_time_vec = HistogramVec::new(
-            HistogramOpts::new(
-                "ratelimit_service_response_time_seconds",
-                "gRPC call duration by method, in seconds.",
-            ),
-            &["grpc_method"],
-        )?;
-        registry.register(Box::new(response_time_vec.clone()))?;
-        // Both errors are shown from the start, as the reference makes them at start.
-        for err_type in [ErrType::Store, ErrType::Service] {
-            should_rate_limit_error.get_metric_with_label_values(&[err_type.label()])?;
-        }
         Ok(Self {
-            total_requests: total_requests_vec
-                .get_metric_with_label_values(&[SHOULD_RATE_LIMIT])?,
-            response_time: response_time_vec.get_metric_with_label_values(&[SHOULD_RATE_LIMIT])?,
-            response_time_as_milliseconds,
-            registry,
-            families,
-            config_load_success,
-            config_load_error,
-            should_rate_limit_error,
+            config_load_success: counter(CONFIG_LOAD_SUCCESS),
+            config_load_error: counter(CONFIG_LOAD_ERROR),
+            should_rate_limit_errors: [error(ErrType::Store), error(ErrType::Service)],
+            total_requests: counter(TOTAL_REQUESTS),
+            response_time: MappedTimer::new(RESPONSE_TIME, &mapper)?,
             keys: LabelBudget::new(max_keys),
-            mapped: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
             folded: RwLock::new(HashMap::new()),
+            mapper,
         })
     }
 
-    /// The text for the reference-names listener.
+    /// The Prometheus text for the reference-names listener.
     pub fn render(&self) -> Result<String, MetricsError> {
-        Ok(TextEncoder::new().encode_to_string(&self.registry.gather())?)
+        let mut exposition = Exposition::default();
+        for counter in self.fixed_counters() {
+            exposition.counter(counter);
+        }
+        for series in self.all_series() {
+            for counter in series.counters() {
+                exposition.counter(counter);
+            }
+        }
+        exposition.timer(&self.response_time);
+        exposition.render()
     }
 
-    /// The counters as they are now, for the statsd sink (`telemetry::statsd_sink`).
-    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
-        self.registry.gather()
+    /// Every counter's total under its statsd name, for the statsd sink.
+    pub fn statsd_snapshot(&self) -> StatsdSnapshot {
+        let mut counters: Vec<(Box<str>, u64)> = self
+            .fixed_counters()
+            .map(|counter| (counter.statsd_name.clone(), counter.value()))
+            .collect();
+        for series in self.all_series() {
+            for counter in series.counters() {
+                counters.push((counter.statsd_name.clone(), counter.value()));
+            }
+        }
+        let (calls, milliseconds) = self.response_time.totals();
+        StatsdSnapshot {
+            counters,
+            response_time_calls: calls,
+            response_time_milliseconds: milliseconds,
+        }
     }
 
-    /// Whether `response_time` observes milliseconds rather than seconds.
-    pub fn response_time_as_milliseconds(&self) -> bool {
-        self.response_time_as_milliseconds
+    fn fixed_counters(&self) -> impl Iterator<Item = &NamedCounter> {
+        [
+            &self.config_load_success,
+            &self.config_load_error,
+            &self.total_requests,
+        ]
+        .into_iter()
+        .chain(&self.should_rate_limit_errors)
+    }
+
+    fn all_series(&self) -> Vec<Arc<KeySeries>> {
+        let mut all: Vec<Arc<KeySeries>> = self.live.lock().values().cloned().collect();
+        all.extend(self.folded.read().values().cloned());
+        all
     }
 
     /// Adds `counts` to the series of `key`, as a decision under it would.
@@ -232,29 +253,23 @@ impl ReferenceStats {
 
     pub fn config_loaded(&self, ok: bool) {
         if ok {
-            self.config_load_success.inc();
+            self.config_load_success.add(1);
         } else {
-            self.config_load_error.inc();
+            self.config_load_error.add(1);
         }
     }
 
     /// One ShouldRateLimit gRPC call answered (or failed) after `seconds`.
     pub fn grpc_call(&self, seconds: f64) {
-        self.total_requests.inc();
-        let value = if self.response_time_as_milliseconds {
-            seconds * 1000.0
-        } else {
-            seconds
-        };
-        self.response_time.observe(value);
+        self.total_requests.add(1);
+        self.response_time.observe_milliseconds(seconds * 1000.0);
     }
 
     pub fn should_rate_limit_error(&self, err_type: ErrType) {
-        if let Ok(counter) = self
-            .should_rate_limit_error
-            .get_metric_with_label_values(&[err_type.label()])
-        {
-            counter.inc();
+        let [store, service] = &self.should_rate_limit_errors;
+        match err_type {
+            ErrType::Store => store.add(1),
+            ErrType::Service => service.add(1),
         }
     }
 
@@ -361,31 +376,13 @@ impl ReferenceStats {
         Some(stats_key(&domain_rules.name, &matched, &descriptor.entries))
     }
 
-    /// The series of `key` as the default mapping labels it, shared with the other keys that
-    /// map to the same labels.
+    /// The series of `key`, made and listed for the sinks (the budget admits each key once).
     fn mapped_series(&self, key: &str) -> Result<Arc<KeySeries>, MetricsError> {
-        let labels = mapped_labels(key);
-        let mut mapped = self.mapped.lock();
-        if let Some((users, series)) = mapped.get_mut(&labels) {
-            *users += 1;
-            return Ok(Arc::clone(series));
-        }
-        let series = Arc::new(self.new_series(labels.clone())?);
-        mapped.insert(labels, (1, Arc::clone(&series)));
+        let series = Arc::new(KeySeries::new(key, &self.mapper));
+        self.live
+            .lock()
+            .insert(series.key.clone(), Arc::clone(&series));
         Ok(series)
-    }
-
-    fn new_series(&self, labels: Labels) -> Result<KeySeries, MetricsError> {
-        let values = [&*labels[0], &*labels[1], &*labels[2]];
-        let [total_hits, over_limit, near_limit, within_limit, shadow_mode] = &self.families;
-        Ok(KeySeries {
-            total_hits: total_hits.get_metric_with_label_values(&values)?,
-            over_limit: over_limit.get_metric_with_label_values(&values)?,
-            near_limit: near_limit.get_metric_with_label_values(&values)?,
-            within_limit: within_limit.get_metric_with_label_values(&values)?,
-            shadow_mode: shadow_mode.get_metric_with_label_values(&values)?,
-            labels,
-        })
     }
 
     fn folded_series(&self, domain: &str) -> Option<Arc<KeySeries>> {
@@ -397,18 +394,14 @@ impl ReferenceStats {
             return Some(Arc::clone(series));
         }
         let key = format!("{domain}.{FOLDED_RULE_LABEL}");
-        let series = self
-            .new_series(mapped_labels(&key))
-            .inspect_err(|error| tracing::warn!("no reference stats overflow series: {error}"))
-            .ok()?;
-        let series = Arc::new(series);
+        let series = Arc::new(KeySeries::new(&key, &self.mapper));
         folded.insert(Box::from(domain), Arc::clone(&series));
         Some(series)
     }
 
     /// Makes the admitted keys follow `rules`, the rule set now in force, as floodgate's own
     /// rule labels do (`Metrics::follow_rules`): keys of rules that are gone are released and
-    /// their series removed once no other key counts in them.
+    /// leave the sinks.
     pub fn follow_rules(&self, rules: &RuleSet) {
         let in_force = |domain: &str, path: &str| {
             rules
@@ -424,33 +417,20 @@ impl ReferenceStats {
                 Holder::Spare { owner: None } => rules.domain(domain).is_some(),
             },
         );
-        let mut mapped = self.mapped.lock();
+        let mut live = self.live.lock();
         for series in released {
-            let Some((users, _)) = mapped.get_mut(&series.labels) else {
-                continue;
-            };
-            *users -= 1;
-            if *users == 0 {
-                mapped.remove(&series.labels);
-                self.forget(&series.labels);
+            // Only this very series: a key admitted again meanwhile has a new one.
+            if live
+                .get(&series.key)
+                .is_some_and(|listed| Arc::ptr_eq(listed, &series))
+            {
+                live.remove(&series.key);
             }
         }
-        drop(mapped);
-        self.folded.write().retain(|domain, series| {
-            let keep = rules.domain(domain).is_some();
-            if !keep {
-                self.forget(&series.labels);
-            }
-            keep
-        });
-    }
-
-    fn forget(&self, labels: &Labels) {
-        let values = [&*labels[0], &*labels[1], &*labels[2]];
-        for family in &self.families {
-            // Absent already is fine: nothing to remove.
-            let _ = family.remove_label_values(&values);
-        }
+        drop(live);
+        self.folded
+            .write()
+            .retain(|domain, _| rules.domain(domain).is_some());
     }
 }
 
@@ -480,30 +460,19 @@ enum SeriesRef<'t> {
     Made(Arc<KeySeries>),
 }
 
-/// The labels the default mapping gives the stats of `key`: `domain`, `key1`, `key2` are the
-/// first three dot-separated pieces of the sanitized key (`key2` empty for a key of two).
-pub fn mapped_labels(key: &str) -> Labels {
-    let sanitized = sanitize_stat_name(key);
-    let mut pieces = sanitized.split('.');
-    let mut next = || Box::from(pieces.next().unwrap_or(""));
-    [next(), next(), next()]
-}
-
 static GLOBAL: OnceLock<Option<ReferenceStats>> = OnceLock::new();
 
-/// Turns the reference's stats on for this process (`USE_PROMETHEUS`, `USE_STATSD`); called
-/// once at start, before the limiter is built.
-pub fn enable(response_time_as_milliseconds: bool) -> Option<&'static ReferenceStats> {
+/// Turns the reference's stats on for this process (`USE_PROMETHEUS`, `USE_STATSD`), mapped for
+/// Prometheus by `mapper`; called once at start, before the limiter is built.
+pub fn enable(mapper: MetricMapper) -> Option<&'static ReferenceStats> {
     GLOBAL
-        .get_or_init(
-            || match ReferenceStats::new(MAX_RULE_LABELS, response_time_as_milliseconds) {
-                Ok(stats) => Some(stats),
-                Err(error) => {
-                    tracing::error!("envoyproxy/ratelimit's stats are off: {error}");
-                    None
-                }
-            },
-        )
+        .get_or_init(move || match ReferenceStats::new(MAX_RULE_LABELS, mapper) {
+            Ok(stats) => Some(stats),
+            Err(error) => {
+                tracing::error!("envoyproxy/ratelimit's stats are off: {error}");
+                None
+            }
+        })
         .as_ref()
 }
 
@@ -516,16 +485,9 @@ pub fn global() -> Option<&'static ReferenceStats> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn labels_are_the_first_three_pieces_of_the_sanitized_key() {
-        let labels = |key: &str| mapped_labels(key).map(String::from);
-        assert_eq!(labels("d.k_v"), ["d", "k_v", ""]);
-        assert_eq!(labels("d.a_1.b_2.c_3"), ["d", "a_1", "b_2"]);
-        assert_eq!(
-            labels("d.remote_address_10.0.0.1.path"),
-            ["d", "remote_address_10_0_0_1", "path"]
-        );
-        assert_eq!(labels("d.k_a:b"), ["d", "k_a_b", ""]);
+    fn reference_stats(max_keys: usize, as_milliseconds: bool) -> ReferenceStats {
+        ReferenceStats::new(max_keys, MetricMapper::reference_default(as_milliseconds))
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     fn rules(yaml: &str) -> RuleSet {
@@ -573,7 +535,7 @@ mod tests {
              rate_limit: {unit: hour, requests_per_unit: 9}\n  - key: b\n    \
              rate_limit: {unit: hour, requests_per_unit: 9}\n",
         );
-        let stats = ReferenceStats::new(3, false).unwrap_or_else(|error| panic!("{error}"));
+        let stats = reference_stats(3, false);
         stats.follow_rules(&both);
         hit(&stats, &both, "d.b", "d.b");
         // Two rules leave one place for keys with values.
@@ -581,9 +543,7 @@ mod tests {
         hit(&stats, &both, "d.a", "d.a_2");
         let text = stats.render().unwrap_or_default();
         let total = |key1: &str| {
-            format!(
-                "ratelimit_service_rate_limit_total_hits{{domain=\"d\",key1=\"{key1}\",key2=\"\"}} 1"
-            )
+            format!("ratelimit_service_rate_limit_total_hits{{domain=\"d\",key1=\"{key1}\"}} 1")
         };
         for key1 in ["b", "a_1", "other"] {
             assert!(text.contains(&total(key1)), "{key1} in\n{text}");
@@ -599,13 +559,23 @@ mod tests {
         let text = stats.render().unwrap_or_default();
         assert!(!text.contains("a_1"), "{text}");
         assert!(text.contains(&total("b")), "{text}");
+        let sent = stats.statsd_snapshot();
+        assert!(
+            sent.counters.iter().any(|(name, value)| &**name
+                == "ratelimit.service.rate_limit.d.b.total_hits"
+                && *value == 1),
+            "{sent:?}"
+        );
+        assert!(
+            !sent.counters.iter().any(|(name, _)| name.contains("a_1")),
+            "{sent:?}"
+        );
     }
 
     #[test]
     fn response_time_is_in_seconds_unless_milliseconds_are_asked_for() {
         let sum = |as_milliseconds: bool| {
-            let stats =
-                ReferenceStats::new(1, as_milliseconds).unwrap_or_else(|error| panic!("{error}"));
+            let stats = reference_stats(1, as_milliseconds);
             stats.grpc_call(0.25);
             let text = stats.render().unwrap_or_default();
             let prefix =
@@ -621,18 +591,32 @@ mod tests {
 
     #[test]
     fn the_families_render_with_the_mappings_names() {
-        let stats = ReferenceStats::new(4, false).unwrap_or_else(|error| panic!("{error}"));
+        let stats = reference_stats(4, false);
         stats.config_loaded(true);
         stats.grpc_call(0.002);
         stats.should_rate_limit_error(ErrType::Store);
-        let series = stats
-            .mapped_series("d.k_v")
-            .unwrap_or_else(|error| panic!("{error}"));
-        series.add(&ReferenceCounts {
-            total_hits: 3,
-            within_limit: 3,
-            ..ReferenceCounts::default()
-        });
+        stats.add_for_test(
+            "d.k_v",
+            &ReferenceCounts {
+                total_hits: 3,
+                within_limit: 3,
+                ..ReferenceCounts::default()
+            },
+        );
+        stats.add_for_test(
+            "d.a_1.b_2.c_3",
+            &ReferenceCounts {
+                total_hits: 1,
+                ..ReferenceCounts::default()
+            },
+        );
+        stats.add_for_test(
+            "d.a_1.b_2.c_4",
+            &ReferenceCounts {
+                total_hits: 2,
+                ..ReferenceCounts::default()
+            },
+        );
         let text = stats.render().unwrap_or_default();
         for line in [
             "ratelimit_service_config_load_success 1",
@@ -641,12 +625,51 @@ mod tests {
             "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 0",
             "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 1",
             "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 1",
-            "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_v\",key2=\"\"} 3",
-            "ratelimit_service_rate_limit_within_limit{domain=\"d\",key1=\"k_v\",key2=\"\"} 3",
+            "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_v\"} 3",
+            "ratelimit_service_rate_limit_within_limit{domain=\"d\",key1=\"k_v\"} 3",
+            // Deeper keys that share their first three pieces share a series, added up.
+            "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"a_1\",key2=\"b_2\"} 3",
             "# TYPE ratelimit_service_rate_limit_over_limit counter",
             "# TYPE ratelimit_service_response_time_seconds histogram",
+            "# TYPE process_resident_memory_bytes gauge",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_custom_mapping_names_labels_and_drops() {
+        let mapping = "mappings:\n  \
+            - match: \"ratelimit.service.rate_limit.*.*.over_limit\"\n    \
+              name: \"refused_hits\"\n    labels: {tenant: \"$2\"}\n  \
+            - match: \"ratelimit.service.rate_limit.*.*.*\"\n    action: drop\n";
+        let mapper =
+            MetricMapper::from_yaml(mapping, "test.yaml").unwrap_or_else(|error| panic!("{error}"));
+        let stats = ReferenceStats::new(4, mapper).unwrap_or_else(|error| panic!("{error}"));
+        stats.add_for_test(
+            "d.acme",
+            &ReferenceCounts {
+                total_hits: 5,
+                over_limit: 2,
+                ..ReferenceCounts::default()
+            },
+        );
+        stats.config_loaded(true);
+        let text = stats.render().unwrap_or_default();
+        assert!(text.contains("refused_hits{tenant=\"acme\"} 2"), "{text}");
+        assert!(!text.contains("total_hits"), "{text}");
+        // Unmapped: the statsd name, escaped, as statsd_exporter exports it.
+        assert!(
+            text.contains("ratelimit_service_config_load_success 1"),
+            "{text}"
+        );
+        // statsd gets every stat under its own name whatever the mapping.
+        let sent = stats.statsd_snapshot();
+        assert!(
+            sent.counters.iter().any(|(name, value)| &**name
+                == "ratelimit.service.rate_limit.d.acme.total_hits"
+                && *value == 5),
+            "{sent:?}"
+        );
     }
 }

@@ -5,20 +5,18 @@
 //! what was counted since the last one, counters as `name:value|c` (only those that moved, as
 //! lyft/gostats does) and the response time as `|ms`.
 //!
-//! They are read from the counters [`super::reference_stats`] keeps for the Prometheus
-//! listener, so the decision path counts once, in memory, for both. The key is rebuilt from
-//! the series' `domain`, `key1`, `key2`: keys of more than three pieces are sent under their
-//! first three, as the Prometheus mapping labels them.
+//! They are read from the counters [`super::reference_stats`] keeps under these names for
+//! both sinks, so the decision path counts once, in memory; statsd gets every name whole, whatever
+//! the Prometheus mapping makes of it.
 //!
 //! The response time is sent once per flush as the mean of the calls since the last, with the
 //! sample rate `@1/calls`, so that statsd counts every call.
 
 use std::collections::HashMap;
 
-use prometheus::proto::{Metric, MetricFamily};
+use super::reference_stats::StatsdSnapshot;
 
-const RATE_LIMIT_PREFIX: &str = "ratelimit_service_rate_limit_";
-const RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
+const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
 /// How lines are tagged: `EXTRA_TAGS`, as DogStatsD tags or in the name.
 #[derive(Debug, Clone, Default)]
@@ -62,59 +60,43 @@ impl Tagging {
 #[derive(Debug, Default)]
 pub struct Deltas {
     /// Each counter's value (by its statsd name) at the last flush.
-    counters: HashMap<String, u64>,
-    /// The response time's call count and sum at the last flush.
+    counters: HashMap<Box<str>, u64>,
+    /// The response time's call count and sum (milliseconds) at the last flush.
     response_time: (u64, f64),
 }
 
 impl Deltas {
-    /// The lines for what `families` (the reference's registry, gathered) counted since the
-    /// last call; `milliseconds`: the response time is observed in milliseconds already.
-    pub fn lines(
-        &mut self,
-        families: &[MetricFamily],
-        tagging: &Tagging,
-        milliseconds: bool,
-    ) -> Vec<String> {
+    /// The lines for what `snapshot` (the reference's stats now) counted since the last call.
+    pub fn lines(&mut self, snapshot: &StatsdSnapshot, tagging: &Tagging) -> Vec<String> {
         let suffix = tagging.suffix();
         let mut lines = Vec::new();
-        for family in families {
-            let family_name = family.name();
-            for metric in family.get_metric() {
-                if family_name == RESPONSE_TIME {
-                    if let Some(line) = self.response_time(metric, tagging, milliseconds) {
-                        lines.push(format!("{line}{suffix}"));
-                    }
-                    continue;
-                }
-                let Some(name) = counter_name(family_name, metric) else {
-                    continue;
-                };
-                let value = counter_value(metric);
-                let last = self.counters.insert(name.clone(), value).unwrap_or(0);
-                // A series removed and made again starts over from zero.
-                let delta = if value >= last { value - last } else { value };
-                if delta > 0 {
-                    lines.push(format!("{}:{delta}|c{suffix}", tagging.name(&name)));
-                }
+        let mut seen = HashMap::with_capacity(snapshot.counters.len());
+        for (name, value) in &snapshot.counters {
+            let last = self.counters.get(name).copied().unwrap_or(0);
+            // A series removed and made again starts over from zero.
+            let delta = if *value >= last { value - last } else { *value };
+            if delta > 0 {
+                lines.push(format!("{}:{delta}|c{suffix}", tagging.name(name)));
             }
+            seen.insert(name.clone(), *value);
+        }
+        // Names gone (their rule removed) are forgotten, so a key made again starts from zero.
+        self.counters = seen;
+        if let Some(line) = self.response_time(snapshot, tagging) {
+            lines.push(format!("{line}{suffix}"));
         }
         lines
     }
 
-    fn response_time(
-        &mut self,
-        metric: &Metric,
-        tagging: &Tagging,
-        milliseconds: bool,
-    ) -> Option<String> {
-        let histogram = metric.get_histogram();
-        let (count, sum) = (histogram.get_sample_count(), histogram.get_sample_sum());
+    fn response_time(&mut self, snapshot: &StatsdSnapshot, tagging: &Tagging) -> Option<String> {
+        let (count, sum) = (
+            snapshot.response_time_calls,
+            snapshot.response_time_milliseconds,
+        );
         let (last_count, last_sum) = std::mem::replace(&mut self.response_time, (count, sum));
         let calls = count.checked_sub(last_count).filter(|calls| *calls > 0)?;
-        let scale = if milliseconds { 1.0 } else { 1000.0 };
-        let mean = (sum - last_sum) * scale / calls as f64;
-        let name = tagging.name("ratelimit_server.ShouldRateLimit.response_time");
+        let mean = (sum - last_sum) / calls as f64;
+        let name = tagging.name(RESPONSE_TIME);
         Some(if calls == 1 {
             format!("{name}:{mean:.3}|ms")
         } else {
@@ -123,64 +105,16 @@ impl Deltas {
     }
 }
 
-fn label<'m>(metric: &'m Metric, name: &str) -> &'m str {
-    metric
-        .get_label()
-        .iter()
-        .find(|pair| pair.name() == name)
-        .map(|pair| pair.value())
-        .unwrap_or("")
-}
-
-fn counter_value(metric: &Metric) -> u64 {
-    // Whole hits: the counters only ever add integers.
-    metric.get_counter().get_value().max(0.0) as u64
-}
-
-/// The reference's statsd name of one counter series of its Prometheus families.
-fn counter_name(family: &str, metric: &Metric) -> Option<String> {
-    if let Some(stat) = family.strip_prefix(RATE_LIMIT_PREFIX) {
-        let mut name = format!(
-            "ratelimit.service.rate_limit.{}.{}",
-            label(metric, "domain"),
-            label(metric, "key1")
-        );
-        let key2 = label(metric, "key2");
-        if !key2.is_empty() {
-            name.push('.');
-            name.push_str(key2);
-        }
-        name.push('.');
-        name.push_str(stat);
-        return Some(name);
-    }
-    match family {
-        "ratelimit_service_config_load_success" => {
-            Some("ratelimit.service.config_load_success".to_owned())
-        }
-        "ratelimit_service_config_load_error" => {
-            Some("ratelimit.service.config_load_error".to_owned())
-        }
-        "ratelimit_service_should_rate_limit_error" => Some(format!(
-            "ratelimit.service.call.should_rate_limit.{}",
-            label(metric, "err_type")
-        )),
-        "ratelimit_service_total_requests" => Some(format!(
-            "ratelimit_server.{}.total_requests",
-            label(metric, "grpc_method")
-        )),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::outcome::reference_counts::ReferenceCounts;
     use crate::telemetry::reference_stats::ReferenceStats;
+    use crate::telemetry::statsd_mapping::MetricMapper;
 
     fn stats() -> ReferenceStats {
-        ReferenceStats::new(4, false).unwrap_or_else(|error| panic!("{error}"))
+        ReferenceStats::new(4, MetricMapper::reference_default(false))
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     #[test]
@@ -199,7 +133,7 @@ mod tests {
         );
         let mut deltas = Deltas::default();
         let tagging = Tagging::default();
-        let lines = deltas.lines(&stats.gather(), &tagging, false);
+        let lines = deltas.lines(&stats.statsd_snapshot(), &tagging);
         for line in [
             "ratelimit.service.config_load_success:1|c",
             "ratelimit_server.ShouldRateLimit.total_requests:2|c",
@@ -222,7 +156,8 @@ mod tests {
                 ..ReferenceCounts::default()
             },
         );
-        let lines = deltas.lines(&stats.gather(), &tagging, false);
+        let mut lines = deltas.lines(&stats.statsd_snapshot(), &tagging);
+        lines.sort();
         assert_eq!(
             lines,
             [
@@ -230,7 +165,7 @@ mod tests {
                 "ratelimit.service.rate_limit.d.k_v.total_hits:2|c",
             ]
         );
-        assert!(deltas.lines(&stats.gather(), &tagging, false).is_empty());
+        assert!(deltas.lines(&stats.statsd_snapshot(), &tagging).is_empty());
     }
 
     #[test]
@@ -250,11 +185,11 @@ mod tests {
             extra_tags,
         };
         assert_eq!(
-            Deltas::default().lines(&stats.gather(), &plain, false),
+            Deltas::default().lines(&stats.statsd_snapshot(), &plain),
             ["ratelimit.service.config_load_error.__app=edge.__zone=eu:1|c"]
         );
         assert_eq!(
-            Deltas::default().lines(&stats.gather(), &dog, false),
+            Deltas::default().lines(&stats.statsd_snapshot(), &dog),
             ["ratelimit.service.config_load_error:1|c|#app:edge,zone:eu"]
         );
     }

@@ -94,11 +94,7 @@ impl StatsdSink {
     }
 
     async fn flush(&mut self, stats: &ReferenceStats) {
-        let lines = self.deltas.lines(
-            &stats.gather(),
-            &self.tagging,
-            stats.response_time_as_milliseconds(),
-        );
+        let lines = self.deltas.lines(&stats.statsd_snapshot(), &self.tagging);
         if lines.is_empty() {
             return;
         }

@@ -44,8 +44,15 @@ fn scrape(port: u16, path: &str) -> Scrape {
     Scrape::parse(&response.body)
 }
 
-/// `ratelimit_service_rate_limit_<stat>{domain, key1, key2}`.
+/// `ratelimit_service_rate_limit_<stat>{domain, key1, key2}`; a key of two pieces has no
+/// `key2` under the mapping (`key2` empty here).
 fn stat(scrape: &Scrape, stat: &str, key1: &str, key2: &str) -> f64 {
+    if key2.is_empty() {
+        return scrape.value(
+            &format!("ratelimit_service_rate_limit_{stat}"),
+            &[("domain", "shop"), ("key1", key1)],
+        );
+    }
     scrape.value(
         &format!("ratelimit_service_rate_limit_{stat}"),
         &[("domain", "shop"), ("key1", key1), ("key2", key2)],
@@ -326,6 +333,156 @@ async fn reloads_count_as_the_reference_counts_them_and_release_the_keys_of_rule
 fn stat_in(scrape: &Scrape, domain: &str, key1: &str) -> Option<f64> {
     scrape.get(
         "ratelimit_service_rate_limit_total_hits",
-        &[("domain", domain), ("key1", key1), ("key2", "")],
+        &[("domain", domain), ("key1", key1)],
     )
+}
+
+/// A mapping of one's own (`PROMETHEUS_MAPPER_YAML`): its names and labels, its drops, the
+/// stats it does not take served under their statsd names escaped.
+const CUSTOM_MAPPING: &str = r#"
+mappings:
+  - match: "ratelimit.service.rate_limit.*.*.*.total_hits"
+    name: "shop_hits"
+    labels:
+      rule: "$2"
+      detail: "$3"
+  - match: "ratelimit.service.rate_limit.*.*.total_hits"
+    name: "shop_hits"
+    labels:
+      rule: "$2"
+      detail: "none"
+  - match: "ratelimit\\.service\\.rate_limit\\..*"
+    match_type: regex
+    action: drop
+  - match: "ratelimit_server.*.response_time"
+    name: "shop_call_milliseconds"
+    timer_type: histogram
+    histogram_options:
+      buckets: [1, 1000]
+    labels:
+      method: "$1"
+"#;
+
+#[tokio::test]
+async fn a_mapping_file_of_ones_own_names_labels_and_drops() {
+    let dir = tempdir();
+    let config = dir.path().join("shop.yaml");
+    let mapping = dir.path().join("mapping.yaml");
+    std::fs::write(&mapping, CUSTOM_MAPPING).unwrap_or_else(|error| panic!("write: {error}"));
+    let mapping_path = mapping.display().to_string();
+    let (floodgate, port) = start(
+        &config,
+        RULES,
+        &[("PROMETHEUS_MAPPER_YAML", mapping_path.as_str())],
+    );
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let mut calls = 0.0;
+    for _ in 0..3 {
+        let request = rls::request("shop", &[&[("user", "alice")]]);
+        let _ = call(&mut client, &mut calls, request).await;
+    }
+    let checkout: &[(&str, &str)] = &[("service", "checkout"), ("customer", "c1")];
+    let _ = call(&mut client, &mut calls, rls::request("shop", &[checkout])).await;
+
+    let scraped = scrape_until(port, "the custom mapping's series", |scraped| {
+        scraped.get("shop_hits", &[("rule", "user_alice"), ("detail", "none")]) == Some(3.0)
+    });
+    assert_eq!(
+        scraped.value(
+            "shop_hits",
+            &[("rule", "service_checkout"), ("detail", "customer")]
+        ),
+        1.0
+    );
+    let text = &scraped.text;
+    assert!(
+        !text.contains("ratelimit_service_rate_limit_"),
+        "the rest of the per-key stats are dropped:\n{text}"
+    );
+    // Left unmapped by this file: the statsd name, escaped, as statsd_exporter serves it.
+    assert_eq!(
+        scraped.value("ratelimit_service_config_load_success", &[]),
+        1.0
+    );
+    assert_eq!(
+        scraped.value(
+            "shop_call_milliseconds_count",
+            &[("method", "ShouldRateLimit")]
+        ),
+        calls
+    );
+    assert!(
+        text.contains("shop_call_milliseconds_bucket{method=\"ShouldRateLimit\",le=\"1000\"}"),
+        "the mapping's buckets, in milliseconds (no scale):\n{text}"
+    );
+    assert!(
+        scraped.value("process_resident_memory_bytes", &[]) > 0.0,
+        "{text}"
+    );
+}
+
+#[test]
+fn a_mapping_file_that_is_wrong_stops_the_start_and_says_where() {
+    let dir = tempdir();
+    let config = dir.path().join("shop.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let mapping = dir.path().join("mapping.yaml");
+    std::fs::write(
+        &mapping,
+        "mappings:\n  - match: \"ratelimit.*.x\"\n    name: \"ok\"\n  - match: \"a.*\"\n    \
+         name: \"bad\"\n    labels:\n      \"not a label\": \"$1\"\n",
+    )
+    .unwrap_or_else(|error| panic!("write: {error}"));
+    let mapping_path = mapping.display().to_string();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let (mut command, _) = common::serve_command();
+    command.arg("--config").arg(&config).envs([
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", addr.as_str()),
+        ("PROMETHEUS_MAPPER_YAML", mapping_path.as_str()),
+    ]);
+    let mut floodgate = common::Running::spawn("floodgate", &mut command, dir.path());
+    let status = floodgate.exit_within(Duration::from_secs(20));
+    let log = floodgate.log_text();
+    assert!(
+        status.is_some_and(|status| !status.success()),
+        "a wrong mapping file refuses the start ({status:?}):\n{log}"
+    );
+    for said in [mapping_path.as_str(), "mapping 2", "a.*", "not a label"] {
+        assert!(log.contains(said), "{said} in\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn a_mapping_file_that_is_not_there_leaves_the_default_mapping() {
+    let dir = tempdir();
+    let config = dir.path().join("shop.yaml");
+    let missing = dir.path().join("statsd-exporter/conf.yaml");
+    let missing_path = missing.display().to_string();
+    let (floodgate, port) = start(
+        &config,
+        RULES,
+        &[("PROMETHEUS_MAPPER_YAML", missing_path.as_str())],
+    );
+    let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let mut calls = 0.0;
+    let _ = call(
+        &mut client,
+        &mut calls,
+        rls::request("shop", &[&[("user", "bob")]]),
+    )
+    .await;
+    let scraped = scrape_until(port, "the default mapping's series", |scraped| {
+        scraped
+            .get(
+                "ratelimit_service_rate_limit_total_hits",
+                &[("domain", "shop"), ("key1", "user_bob")],
+            )
+            .is_some()
+    });
+    assert!(scraped
+        .text
+        .contains("# TYPE ratelimit_service_response_time_seconds histogram"));
+    let log = floodgate.process.log_text();
+    assert!(log.contains("names no file"), "{log}");
 }

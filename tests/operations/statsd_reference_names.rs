@@ -27,6 +27,14 @@ descriptors:
     descriptors:
       - key: member
         rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: region
+    value: eu
+    descriptors:
+      - key: shop
+        value: berlin
+        descriptors:
+          - key: member
+            rate_limit: {unit: hour, requests_per_unit: 5}
 "#;
 
 const PREFIX: &str = "ratelimit.service.rate_limit.store.";
@@ -132,11 +140,16 @@ async fn the_reference_stats_reach_statsd_under_its_names() {
         assert_eq!(response.map(|answer| answer.overall_code).ok(), Some(1));
     }
 
+    // A key of four pieces reaches statsd whole (the Prometheus mapping keeps three).
+    let deep: &[(&str, &str)] = &[("region", "eu"), ("shop", "berlin"), ("member", "ada")];
+    let response = rls::call(&mut client, rls::request("store", &[deep])).await;
+    assert_eq!(response.map(|answer| answer.overall_code).ok(), Some(1));
+
     let member_total = format!("{PREFIX}plan_gold.member.total_hits");
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut received = received_counters(&statsd.log_text());
     while received.get(&member_total) != Some(&7)
-        || received.get("ratelimit_server.ShouldRateLimit.total_requests") != Some(&6)
+        || received.get("ratelimit_server.ShouldRateLimit.total_requests") != Some(&7)
     {
         assert!(
             Instant::now() < deadline,
@@ -156,6 +169,8 @@ async fn the_reference_stats_reach_statsd_under_its_names() {
         ("trial.within_limit", 1),
         ("trial.over_limit", 1),
         ("trial.shadow_mode", 1),
+        ("region_eu.shop_berlin.member.total_hits", 1),
+        ("region_eu.shop_berlin.member.within_limit", 1),
     ] {
         assert_eq!(
             received.get(&format!("{PREFIX}{name}")),
