@@ -15,6 +15,7 @@ pub mod prom;
 pub mod redis;
 pub mod rls;
 pub mod testca;
+pub mod xds;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
