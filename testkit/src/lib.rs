@@ -16,6 +16,7 @@ pub mod prometheus;
 pub mod redis;
 pub mod rls;
 pub mod testca;
+pub mod xds;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
