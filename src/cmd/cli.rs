@@ -297,6 +297,11 @@ pub struct ServeArgs {
     /// USE_DOG_STATSD); turns the statsd sink on.
     #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
     pub use_dog_statsd: bool,
+    /// DogStatsD mogrifiers, comma-separated names, each defined by
+    /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS (envoyproxy/ratelimit's
+    /// USE_DOG_STATSD_MOGRIFIERS).
+    #[arg(long, env = "USE_DOG_STATSD_MOGRIFIERS", default_value = "")]
+    pub use_dog_statsd_mogrifiers: String,
     /// The statsd host (envoyproxy/ratelimit's STATSD_HOST).
     #[arg(long, env = "STATSD_HOST", default_value = "localhost")]
     pub statsd_host: String,

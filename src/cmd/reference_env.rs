@@ -25,8 +25,6 @@ pub enum Treatment {
 
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
-const MOGRIFIERS: &str =
-    "DogStatsD names are sent as the reference's statsd names, with EXTRA_TAGS as tags";
 const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
@@ -69,7 +67,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("XDS_CLIENT_BACKOFF_JITTER", NotSupported(XDS)),
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", NotSupported(XDS)),
     ("USE_DOG_STATSD", Honoured),
-    ("USE_DOG_STATSD_MOGRIFIERS", NotSupported(MOGRIFIERS)),
+    ("USE_DOG_STATSD_MOGRIFIERS", Honoured),
     ("USE_STATSD", Honoured),
     ("STATSD_HOST", Honoured),
     ("STATSD_PORT", Honoured),
@@ -573,15 +571,13 @@ mod tests {
     #[test]
     fn only_set_unsupported_variables_are_reported() {
         let env = |name: &str| match name {
-            "USE_DOG_STATSD_MOGRIFIERS" => Some("TAGS".to_owned()),
+            "DISABLE_STATS" => Some("true".to_owned()),
             "REDIS_URL" => Some("redis:6379".to_owned()),
             "LOCAL_CACHE_SIZE_IN_BYTES" => Some(String::new()),
             _ => None,
         };
-        assert_eq!(
-            unsupported_in(env),
-            [("USE_DOG_STATSD_MOGRIFIERS", MOGRIFIERS)]
-        );
+        let reported: Vec<&str> = unsupported_in(env).iter().map(|(name, _)| *name).collect();
+        assert_eq!(reported, ["DISABLE_STATS"]);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::cli::ServeArgs;
 use super::front_door::FrontDoor;
 use super::reference_env::go_duration;
 use super::serve::AppError;
+use crate::telemetry::statsd_mogrifiers::Mogrifiers;
 use crate::telemetry::statsd_options::{parse_extra_tags, StatsdOptions};
 
 /// The statsd sink's settings, `None` when it is off.
@@ -27,12 +28,20 @@ pub fn statsd_options(
                 args.stats_flush_interval
             ))
         })?;
+    let mogrifiers = Mogrifiers::from_env(&args.use_dog_statsd_mogrifiers, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|error| AppError::Usage(error.to_string()))?;
+    if !args.use_dog_statsd && !mogrifiers.is_empty() {
+        tracing::warn!("USE_DOG_STATSD_MOGRIFIERS applies to DogStatsD only (USE_DOG_STATSD=true)");
+    }
     Ok(Some(StatsdOptions {
         host: args.statsd_host.clone(),
         port: args.statsd_port,
         protocol: args.statsd_protocol,
         dog: args.use_dog_statsd,
         extra_tags,
+        mogrifiers,
         flush_interval,
     }))
 }

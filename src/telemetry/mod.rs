@@ -13,6 +13,7 @@ pub(crate) mod reference_exposition;
 pub(crate) mod reference_stats;
 pub(crate) mod statsd_lines;
 pub(crate) mod statsd_mapping;
+pub(crate) mod statsd_mogrifiers;
 pub(crate) mod statsd_options;
 pub(crate) mod statsd_sink;
 pub(crate) mod traces;

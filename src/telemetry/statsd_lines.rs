@@ -15,44 +15,52 @@
 use std::collections::HashMap;
 
 use super::reference_stats::StatsdSnapshot;
+use super::statsd_mogrifiers::Mogrifiers;
 
 const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
-/// How lines are tagged: `EXTRA_TAGS`, as DogStatsD tags or in the name.
+/// How lines are tagged: `EXTRA_TAGS`, as DogStatsD tags or in the name; for DogStatsD the
+/// mogrifiers (`USE_DOG_STATSD_MOGRIFIERS`) may turn a name into another name and tags.
 #[derive(Debug, Clone, Default)]
 pub struct Tagging {
     pub dog: bool,
     pub extra_tags: Vec<(String, String)>,
+    pub mogrifiers: Mogrifiers,
 }
 
 impl Tagging {
-    /// `name` with the tags as gostats puts them into it (`.__key=value`), or unchanged for
-    /// DogStatsD.
-    fn name(&self, name: &str) -> String {
-        if self.dog {
-            return name.to_owned();
+    /// One line: `name` and `body` (`3|c`, `2.500|ms`), tagged. Plain statsd carries the tags in
+    /// the name as gostats puts them there (`.__key=value`); DogStatsD sends the name (as the
+    /// first matching mogrifier makes it) and the tags after `|#`, `EXTRA_TAGS` first, as the
+    /// reference's DogStatsD sink orders them.
+    fn line(&self, name: &str, body: &str) -> String {
+        if !self.dog {
+            let mut out = name.to_owned();
+            for (key, value) in &self.extra_tags {
+                out.push_str(".__");
+                out.push_str(key);
+                out.push('=');
+                out.push_str(value);
+            }
+            return format!("{out}:{body}");
         }
-        let mut out = name.to_owned();
-        for (key, value) in &self.extra_tags {
-            out.push_str(".__");
-            out.push_str(key);
-            out.push('=');
-            out.push_str(value);
-        }
-        out
-    }
-
-    /// The DogStatsD tag section (`|#key:value,…`), empty for plain statsd.
-    fn suffix(&self) -> String {
-        if !self.dog || self.extra_tags.is_empty() {
-            return String::new();
-        }
-        let tags: Vec<String> = self
+        let mut tags: Vec<String> = self
             .extra_tags
             .iter()
             .map(|(key, value)| format!("{key}:{value}"))
             .collect();
-        format!("|#{}", tags.join(","))
+        let name = match self.mogrifiers.mogrify(name) {
+            Some((mogrified, more)) => {
+                tags.extend(more);
+                mogrified
+            }
+            None => name.to_owned(),
+        };
+        if tags.is_empty() {
+            format!("{name}:{body}")
+        } else {
+            format!("{name}:{body}|#{}", tags.join(","))
+        }
     }
 }
 
@@ -68,7 +76,6 @@ pub struct Deltas {
 impl Deltas {
     /// The lines for what `snapshot` (the reference's stats now) counted since the last call.
     pub fn lines(&mut self, snapshot: &StatsdSnapshot, tagging: &Tagging) -> Vec<String> {
-        let suffix = tagging.suffix();
         let mut lines = Vec::new();
         let mut seen = HashMap::with_capacity(snapshot.counters.len());
         for (name, value) in &snapshot.counters {
@@ -76,14 +83,14 @@ impl Deltas {
             // A series removed and made again starts over from zero.
             let delta = if *value >= last { value - last } else { *value };
             if delta > 0 {
-                lines.push(format!("{}:{delta}|c{suffix}", tagging.name(name)));
+                lines.push(tagging.line(name, &format!("{delta}|c")));
             }
             seen.insert(name.clone(), *value);
         }
         // Names gone (their rule removed) are forgotten, so a key made again starts from zero.
         self.counters = seen;
         if let Some(line) = self.response_time(snapshot, tagging) {
-            lines.push(format!("{line}{suffix}"));
+            lines.push(line);
         }
         lines
     }
@@ -96,12 +103,12 @@ impl Deltas {
         let (last_count, last_sum) = std::mem::replace(&mut self.response_time, (count, sum));
         let calls = count.checked_sub(last_count).filter(|calls| *calls > 0)?;
         let mean = (sum - last_sum) / calls as f64;
-        let name = tagging.name(RESPONSE_TIME);
-        Some(if calls == 1 {
-            format!("{name}:{mean:.3}|ms")
+        let body = if calls == 1 {
+            format!("{mean:.3}|ms")
         } else {
-            format!("{name}:{mean:.3}|ms|@{}", 1.0 / calls as f64)
-        })
+            format!("{mean:.3}|ms|@{}", 1.0 / calls as f64)
+        };
+        Some(tagging.line(RESPONSE_TIME, &body))
     }
 }
 
@@ -169,6 +176,46 @@ mod tests {
     }
 
     #[test]
+    fn dogstatsd_mogrifiers_turn_the_key_into_tags_after_the_extra_tags() {
+        let stats = stats();
+        stats.add_for_test(
+            "edge.user_bob",
+            &ReferenceCounts {
+                total_hits: 2,
+                ..ReferenceCounts::default()
+            },
+        );
+        let variables = [
+            (
+                "DOG_STATSD_MOGRIFIER_HITS_PATTERN",
+                r"^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$",
+            ),
+            (
+                "DOG_STATSD_MOGRIFIER_HITS_NAME",
+                "ratelimit.service.rate_limit.$3",
+            ),
+            ("DOG_STATSD_MOGRIFIER_HITS_TAGS", "domain:$1,descriptor:$2"),
+        ];
+        let lookup = |name: &str| {
+            variables
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        };
+        let mogrifiers =
+            Mogrifiers::from_env("HITS", lookup).unwrap_or_else(|error| panic!("{error}"));
+        let dog = Tagging {
+            dog: true,
+            extra_tags: vec![("app".to_owned(), "edge".to_owned())],
+            mogrifiers,
+        };
+        assert_eq!(
+            Deltas::default().lines(&stats.statsd_snapshot(), &dog),
+            ["ratelimit.service.rate_limit.total_hits:2|c|#app:edge,domain:edge,descriptor:user_bob"]
+        );
+    }
+
+    #[test]
     fn extra_tags_go_into_the_name_or_after_a_hash_for_dogstatsd() {
         let stats = stats();
         stats.config_loaded(false);
@@ -179,10 +226,12 @@ mod tests {
         let plain = Tagging {
             dog: false,
             extra_tags: extra_tags.clone(),
+            mogrifiers: Mogrifiers::default(),
         };
         let dog = Tagging {
             dog: true,
             extra_tags,
+            mogrifiers: Mogrifiers::default(),
         };
         assert_eq!(
             Deltas::default().lines(&stats.statsd_snapshot(), &plain),

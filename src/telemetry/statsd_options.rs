@@ -1,8 +1,11 @@
 //! envoyproxy/ratelimit's statsd settings (`USE_STATSD`, `STATSD_HOST`, `STATSD_PORT`,
-//! lyft/gostats' `STATSD_PROTOCOL`, `EXTRA_TAGS`, `USE_DOG_STATSD`, `STATS_FLUSH_INTERVAL`),
+//! lyft/gostats' `STATSD_PROTOCOL`, `EXTRA_TAGS`, `USE_DOG_STATSD` and its mogrifiers,
+//! `STATS_FLUSH_INTERVAL`),
 //! read as the reference reads them.
 
 use std::time::Duration;
+
+use super::statsd_mogrifiers::Mogrifiers;
 
 /// How the lines travel (lyft/gostats' `STATSD_PROTOCOL`, `tcp` by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub struct StatsdOptions {
     pub dog: bool,
     /// `EXTRA_TAGS`, sorted by key as gostats serializes them.
     pub extra_tags: Vec<(String, String)>,
+    /// `USE_DOG_STATSD_MOGRIFIERS` (DogStatsD only).
+    pub mogrifiers: Mogrifiers,
     pub flush_interval: Duration,
 }
 

@@ -58,6 +58,7 @@ impl StatsdSink {
         let tagging = Tagging {
             dog: options.dog,
             extra_tags: options.extra_tags.clone(),
+            mogrifiers: options.mogrifiers.clone(),
         };
         Self {
             options,

@@ -264,9 +264,22 @@ async fn dogstatsd_over_udp_carries_the_extra_tags_as_tags() {
             ("USE_DOG_STATSD", "true"),
             ("STATSD_PROTOCOL", "udp"),
             ("EXTRA_TAGS", "zone:eu,app:edge"),
+            // The reference README's mogrifier: a shadow-mode key's stats as one tagged metric.
+            ("USE_DOG_STATSD_MOGRIFIERS", "TRIAL"),
+            (
+                "DOG_STATSD_MOGRIFIER_TRIAL_PATTERN",
+                r"^ratelimit\.service\.rate_limit\.([^.]+)\.(trial)\.([^.]+)$",
+            ),
+            (
+                "DOG_STATSD_MOGRIFIER_TRIAL_NAME",
+                "ratelimit.service.rate_limit.$3",
+            ),
+            ("DOG_STATSD_MOGRIFIER_TRIAL_TAGS", "domain:$1,descriptor:$2"),
         ],
     );
     let mut client = rls::connect(&floodgate.grpc_url()).await;
+    let response = rls::call(&mut client, rls::request("store", &[&[("trial", "t")]])).await;
+    assert_eq!(response.map(|answer| answer.overall_code).ok(), Some(1));
     let mut request = rls::request("store", &[&[("plan", "gold"), ("member", "cy")]]);
     request.hits_addend = 3;
     let response = rls::call(&mut client, request).await;
@@ -289,6 +302,17 @@ async fn dogstatsd_over_udp_carries_the_extra_tags_as_tags() {
     assert!(
         !log.contains(".__app="),
         "DogStatsD keeps the names bare:\n{log}"
+    );
+    assert_eq!(
+        received.get(
+            "ratelimit.service.rate_limit.total_hits|#app:edge,zone:eu,domain:store,descriptor:trial"
+        ),
+        Some(&1),
+        "the mogrifier's name and tags, after EXTRA_TAGS:\n{log}"
+    );
+    assert!(
+        !log.contains("store.trial."),
+        "a mogrified name is not sent as well:\n{log}"
     );
     statsd.terminate(Duration::from_secs(5));
 }
