@@ -42,7 +42,7 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     command
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
-        .env("USE_DOG_STATSD_MOGRIFIERS", "TAGS")
+        .env("EXPIRATION_JITTER_MAX_SECONDS", "300")
         .env("REDIS_PERSECOND", "true")
         .env_remove("BACKEND_TYPE")
         .env_remove("FLOODGATE_STORE");
@@ -56,7 +56,7 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     assert_eq!(check(grpc, "ada"), Some(0));
     assert_eq!(check(grpc, "ada"), Some(2), "the limit of 1 per hour");
     // The reference's settings floodgate does not read are said, once each, not refused.
-    for variable in ["USE_DOG_STATSD_MOGRIFIERS", "REDIS_PERSECOND"] {
+    for variable in ["EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PERSECOND"] {
         let said = format!("{variable} is set, but floodgate does not support it");
         assert_eq!(log.matches(&said).count(), 1, "{variable}:\n{log}");
     }
