@@ -85,7 +85,21 @@ for version in $K8S_VERSIONS; do
     cat "$OUT/schema-$version.log" >&2
     die "kubernetes-validate -k $version reported a problem (above)"
   fi
-  step "kubernetes-validate --strict -k $version: every object passes"
+  # A kind without a schema is only a warning to kubernetes-validate, so a misspelt apiVersion
+  # would pass unchecked: only the custom resources named here may lack one.
+  unknown="$(grep -oE "Couldn't find schema for kind [^ ]+ with api version [^ ]+" "$OUT/schema-$version.log" |
+    awk '{print $6 " " $10}' | sort -u || true)"
+  while read -r kind api; do
+    [ -n "$kind" ] || continue
+    case "$kind $api" in
+      # overlays/under-envoy-gateway: the CRDs are Envoy Gateway's and Gateway API's, which
+      # kubernetes-validate does not carry; tests/repository/deploy_under_envoy_gateway.rs
+      # checks these objects' fields against Envoy Gateway's API instead.
+      "BackendTrafficPolicy gateway.envoyproxy.io/v1alpha1" | "HTTPRoute gateway.networking.k8s.io/v1") ;;
+      *) die "kubernetes-validate -k $version has no schema for kind $kind, apiVersion $api: a misspelt apiVersion, or a custom resource to name in this script with how it is checked" ;;
+    esac
+  done <<<"$unknown"
+  step "kubernetes-validate --strict -k $version: every object passes${unknown:+ (no schema, checked by tests/repository/deploy_under_envoy_gateway.rs: $(echo "$unknown" | awk '{print $1}' | paste -sd, -))}"
 done
 
 # 3. The example Envoy's bootstrap, taken from the rendered ConfigMap, through Envoy 1.40's

@@ -38,6 +38,10 @@ fn kubectl() -> PathBuf {
 /// sample's names and command, so `deploy_istio_sample` checks it instead of the tests here.
 pub(crate) const ISTIO_SAMPLE: &str = "istio-ratelimit-sample";
 
+/// The overlay that makes Envoy Gateway deploy floodgate: Envoy Gateway renders the Deployment
+/// itself, so there is none here to check; `deploy_under_envoy_gateway` checks the overlay.
+pub(crate) const UNDER_ENVOY_GATEWAY: &str = "under-envoy-gateway";
+
 /// Every overlay directory name under deploy/kubernetes/overlays that runs `floodgate serve`.
 fn overlays() -> Vec<String> {
     let dir = repo_file("deploy/kubernetes/overlays");
@@ -46,7 +50,7 @@ fn overlays() -> Vec<String> {
         .filter_map(Result::ok)
         .filter(|entry| entry.path().join("kustomization.yaml").exists())
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name != ISTIO_SAMPLE)
+        .filter(|name| name != ISTIO_SAMPLE && name != UNDER_ENVOY_GATEWAY)
         .collect();
     names.sort();
     assert!(
@@ -77,6 +81,16 @@ pub(crate) fn render(overlay: &str) -> Vec<Value> {
                 .unwrap_or_else(|error| panic!("{overlay}: bad YAML from kustomize: {error}"))
         })
         .filter(|document| !document.is_null())
+        .collect()
+}
+
+/// The ports a Service listens on, as text (to compare with the port of an address).
+pub(crate) fn service_ports(service: &Value) -> Vec<String> {
+    service["spec"]["ports"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["port"].as_u64().map(|p| p.to_string()))
         .collect()
 }
 
@@ -124,7 +138,7 @@ pub(crate) fn strings(value: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn help(subcommand: &str) -> String {
+pub(crate) fn help(subcommand: &str) -> String {
     let output = Command::new(floodgate_bin())
         .args([subcommand, "--help"])
         .output()
@@ -247,7 +261,7 @@ fn assert_no_problems(problems: &[String]) {
 
 /// Which of `names` occur as bytes in the floodgate binary (variables read with std::env, or by
 /// a library such as the OpenTelemetry SDK, are string literals there).
-fn names_in_binary(names: &BTreeSet<String>) -> BTreeSet<String> {
+pub(crate) fn names_in_binary(names: &BTreeSet<String>) -> BTreeSet<String> {
     if names.is_empty() {
         return BTreeSet::new();
     }
@@ -469,13 +483,7 @@ fn services_the_overlays_point_floodgate_at_exist() {
             let service = find(&documents, "Service", host).unwrap_or_else(|| {
                 panic!("{overlay}: {variable}={value} names Service {host}, which is not rendered")
             });
-            let ports: Vec<String> = service["spec"]["ports"]
-                .as_sequence()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|p| p["port"].as_u64().map(|p| p.to_string()))
-                .collect();
+            let ports = service_ports(service);
             assert!(
                 ports.iter().any(|p| p == port),
                 "{overlay}: {variable}={value}: Service {host} has ports {ports:?}"
