@@ -23,6 +23,7 @@ mod status;
 mod tests;
 mod trim;
 pub mod watch;
+mod xds;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use sha2::{Digest as _, Sha256};
 pub use status::ReloadStatus;
 pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
+pub use xds::{load_xds_resources, XdsReloader};
 
 use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
 use crate::core::rules::RuleSet;

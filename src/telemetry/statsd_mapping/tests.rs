@@ -1,4 +1,3 @@
-
 use super::*;
 
 const ORIGIN: &str = "/etc/ratelimit/mapper.yaml";
