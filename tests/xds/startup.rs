@@ -49,6 +49,20 @@ async fn forced_to_start_it_serves_health_and_fails_calls_until_the_first_snapsh
             .wait_for_request(STEP, |seen| seen.is_ack_of("v1"))
             .await;
         assert_eq!(decided(&url, "edge", "client", "a").await, (Code::Ok, 0));
+
+        // SIGHUP reloads files; over xDS it means nothing, and must not end the process.
+        let hangup = Command::new("kill")
+            .arg("-HUP")
+            .arg(floodgate.process.pid().to_string())
+            .status();
+        assert!(hangup.is_ok_and(|status| status.success()));
+        let mut floodgate = floodgate;
+        let exited = floodgate.process.exit_within(Duration::from_millis(300));
+        assert!(exited.is_none(), "{}", floodgate.log());
+        assert_eq!(
+            decided(&url, "edge", "client", "a").await.0,
+            Code::OverLimit
+        );
     })
     .await;
 }

@@ -274,11 +274,7 @@ pub async fn load_first_or_wait(
             };
             let status = match &first {
                 Ok(rules) => Arc::new(ReloadStatus::new(rules)),
-                Err(error) => {
-                    let status = Arc::new(ReloadStatus::new(&RuleSet::default()));
-                    status.record_failure(error.to_string());
-                    status
-                }
+                Err(error) => Arc::new(ReloadStatus::first_load_failed(error.to_string())),
             };
             let mut reloader = ConfigReloader::new(location, options, &sources, status)
                 .with_max_config_bytes(max_config_bytes);

@@ -90,6 +90,24 @@ impl ReloadStatus {
         }
     }
 
+    /// The status of a process whose first load of files failed (`message`): version 1 of no
+    /// rules, the failure recorded, no source version live.
+    pub fn first_load_failed(message: String) -> Self {
+        let status = Self {
+            state: Mutex::new(StatusSnapshot {
+                origin: ConfigOrigin::Files,
+                version: 1,
+                loaded_at: SystemTime::now(),
+                domains: 0,
+                rules: 0,
+                failures: 0,
+                last_error: None,
+            }),
+        };
+        status.record_failure(message);
+        status
+    }
+
     /// The status of rules that come from the xDS management server at `server`, before the
     /// first snapshot: version 0, no rules.
     pub fn awaiting_xds(server: String) -> Self {

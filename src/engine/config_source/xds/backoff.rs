@@ -80,7 +80,9 @@ pub fn for_attempt(settings: &BackoffSettings, attempt: f64, random: f64) -> Dur
 /// `interval` ±50 %: go-grpc-middleware's `JitterUp(interval, 0.5)`; `random` in [0, 1).
 pub fn connect_retry_pause(interval: Duration, random: f64) -> Duration {
     let multiplier = 0.5 * (random * 2.0 - 1.0);
-    interval.mul_f64((1.0 + multiplier).max(0.0))
+    // Not `mul_f64`, which panics past what a duration holds (an interval of years, say).
+    Duration::try_from_secs_f64(interval.as_secs_f64() * (1.0 + multiplier).max(0.0))
+        .unwrap_or(interval)
 }
 
 #[cfg(test)]
@@ -160,5 +162,6 @@ mod tests {
         );
         assert_eq!(connect_retry_pause(interval, 0.5), interval);
         assert!(connect_retry_pause(interval, 0.999_999) < Duration::from_millis(4_500));
+        assert_eq!(connect_retry_pause(Duration::MAX, 0.9), Duration::MAX);
     }
 }

@@ -76,6 +76,13 @@ impl XdsClient {
                                 resources: response.resources,
                             }
                         }
+                        Next::Ignore { type_url } => {
+                            tracing::warn!(
+                                type_url,
+                                "xDS: a response of a type floodgate did not subscribe to; \
+                                 ignored"
+                            );
+                        }
                         Next::Ack(request) => {
                             tracing::debug!(
                                 version = %response.version_info,

@@ -39,6 +39,9 @@ const MAX_NACK_MESSAGE_BYTES: usize = 16 * 1024;
 /// What the client does with a response.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
+    /// A response of a type floodgate did not subscribe to: left unanswered, nothing changes
+    /// (loading it as an empty `RateLimitConfig` snapshot would drop every rule).
+    Ignore { type_url: String },
     /// New resources: decode and load them, then call `accepted` or `rejected`.
     Load,
     /// The resources in force: send this ACK at once.
@@ -130,6 +133,11 @@ impl Exchange {
 
     /// What to do with `response`.
     pub fn on_response(&mut self, response: &DiscoveryResponse) -> Next {
+        if !response.type_url.is_empty() && response.type_url != RATE_LIMIT_CONFIG_TYPE {
+            return Next::Ignore {
+                type_url: response.type_url.clone(),
+            };
+        }
         let received = Received {
             version: response.version_info.clone(),
             nonce: response.nonce.clone(),
@@ -146,7 +154,7 @@ impl Exchange {
         });
         if let Some(rejection) = repeated {
             let after = rejection.pause;
-            rejection.pause = (after * 2).min(self.max_repeat_pause);
+            rejection.pause = after.saturating_mul(2).min(self.max_repeat_pause);
             let status = invalid_argument(&rejection.message);
             let version = rejection.version.clone();
             return Next::NackAgain {
@@ -370,6 +378,24 @@ mod tests {
         }
         // Same version, other bytes: loaded.
         assert_eq!(exchange.on_response(&response("v1", "2", b"b")), Next::Load);
+    }
+
+    #[test]
+    fn a_response_of_another_type_changes_nothing() {
+        let mut exchange = exchange();
+        exchange.stream_opened();
+        exchange.on_response(&response("v1", "1", b"a"));
+        ack_or_panic(exchange.accepted());
+        let cluster = DiscoveryResponse {
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".to_owned(),
+            ..response("c1", "2", b"")
+        };
+        assert!(matches!(
+            exchange.on_response(&cluster),
+            Next::Ignore { .. }
+        ));
+        assert_eq!(exchange.accepted_version(), "v1");
+        assert!(exchange.accepted().is_none());
     }
 
     #[test]
