@@ -9,7 +9,7 @@ use std::time::Duration;
 use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{RateLimitDescriptor, RateLimitPolicy};
 use floodgate::proto::rate_limit_response::Code;
-use floodgate_testkit::xds::{ReceivedRequest, XdsServer, RATE_LIMIT_CONFIG_TYPE};
+use floodgate_testkit::xds::{NackPolicy, ReceivedRequest, XdsServer, RATE_LIMIT_CONFIG_TYPE};
 
 use crate::harness::{bounded, decided, hourly, resource, start, NODE, STEP};
 
@@ -190,6 +190,50 @@ async fn the_same_domain_twice_is_refused_unless_merge_domain_config() {
         let url = floodgate.grpc_url();
         assert_eq!(decided(&url, "edge", "a", "x").await, (Code::Ok, 0));
         assert_eq!(decided(&url, "edge", "b", "x").await, (Code::Ok, 0));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_holds_a_nacked_version_gets_one_nack_and_then_the_next_snapshot_loads() {
+    bounded(async {
+        let server = XdsServer::start(None).await;
+        server.set_nack_policy(NackPolicy::HoldUntilNewSnapshot);
+        server.set_snapshot(
+            NODE,
+            "v1",
+            vec![resource("edge", "edge", vec![hourly("k", 2)])],
+        );
+        let floodgate = start(server.port(), &[]);
+        server
+            .wait_for_request(STEP, |seen| seen.is_ack_of("v1"))
+            .await;
+        server.set_snapshot(NODE, "v2", vec![resource("edge", "", vec![hourly("k", 2)])]);
+        server
+            .wait_for_request(STEP, ReceivedRequest::is_nack)
+            .await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let nacks = server
+            .requests()
+            .iter()
+            .filter(|seen| seen.is_nack())
+            .count();
+        assert_eq!(
+            nacks, 1,
+            "nothing was sent again, so nothing is NACKed again"
+        );
+        server.set_snapshot(
+            NODE,
+            "v3",
+            vec![resource("edge", "edge", vec![hourly("k", 5)])],
+        );
+        server
+            .wait_for_request(STEP, |seen| seen.is_ack_of("v3"))
+            .await;
+        assert_eq!(
+            decided(&floodgate.grpc_url(), "edge", "k", "a").await,
+            (Code::Ok, 4)
+        );
     })
     .await;
 }
