@@ -196,3 +196,12 @@ pub async fn until(timeout: Duration, what: &str, mut condition: impl FnMut() ->
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Sets `resources` as the snapshot `version` of [`NODE`] and waits for floodgate's ACK of it
+/// (sent once the rules are in force).
+pub async fn push(server: &floodgate_testkit::xds::XdsServer, version: &str, resources: Vec<Any>) {
+    server.set_snapshot(NODE, version, resources);
+    server
+        .wait_for_request(STEP, |seen| seen.is_ack_of(version))
+        .await;
+}

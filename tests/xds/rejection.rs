@@ -11,7 +11,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{RateLimitDescriptor, Rat
 use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::xds::{NackPolicy, ReceivedRequest, XdsServer, RATE_LIMIT_CONFIG_TYPE};
 
-use crate::harness::{bounded, decided, hourly, resource, start, NODE, STEP};
+use crate::harness::{bounded, decided, hourly, push, resource, start, NODE, STEP};
 
 /// google.rpc.Code INVALID_ARGUMENT.
 const INVALID_ARGUMENT: i32 = 3;
@@ -142,14 +142,12 @@ async fn bad_snapshots_are_nacked_naming_the_resource_and_the_rules_in_force_sta
         );
 
         // A good snapshot ends it.
-        server.set_snapshot(
-            NODE,
+        push(
+            &server,
             "v4",
             vec![resource("edge", "edge", vec![hourly("client", 100)])],
-        );
-        server
-            .wait_for_request(STEP, |seen| seen.is_ack_of("v4"))
-            .await;
+        )
+        .await;
         // The rule path, algorithm and window are v1's: its three hits still count.
         assert_eq!(decided(&url, "edge", "client", "a").await, (Code::Ok, 96));
     })
@@ -222,14 +220,12 @@ async fn a_server_that_holds_a_nacked_version_gets_one_nack_and_then_the_next_sn
             nacks, 1,
             "nothing was sent again, so nothing is NACKed again"
         );
-        server.set_snapshot(
-            NODE,
+        push(
+            &server,
             "v3",
             vec![resource("edge", "edge", vec![hourly("k", 5)])],
-        );
-        server
-            .wait_for_request(STEP, |seen| seen.is_ack_of("v3"))
-            .await;
+        )
+        .await;
         assert_eq!(
             decided(&floodgate.grpc_url(), "edge", "k", "a").await,
             (Code::Ok, 4)

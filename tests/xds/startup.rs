@@ -12,7 +12,8 @@ use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::xds::XdsServer;
 
 use crate::harness::{
-    bounded, decide, decided, hourly, resource, spawn, start, until, xds_environment, NODE, STEP,
+    bounded, decide, decided, hourly, push, resource, spawn, start, until, xds_environment, NODE,
+    STEP,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,14 +41,12 @@ async fn forced_to_start_it_serves_health_and_fails_calls_until_the_first_snapsh
         );
         assert!(page.contains("no snapshot accepted yet"), "{page}");
 
-        server.set_snapshot(
-            NODE,
+        push(
+            &server,
             "v1",
             vec![resource("edge", "edge", vec![hourly("client", 1)])],
-        );
-        server
-            .wait_for_request(STEP, |seen| seen.is_ack_of("v1"))
-            .await;
+        )
+        .await;
         assert_eq!(decided(&url, "edge", "client", "a").await, (Code::Ok, 0));
 
         // SIGHUP reloads files; over xDS it means nothing, and must not end the process.
@@ -80,23 +79,18 @@ async fn with_healthy_with_at_least_one_config_loaded_health_waits_for_a_domain(
         );
         server.wait_for_request(STEP, |seen| seen.stream == 1).await;
         assert_eq!(floodgate.healthcheck(), 500);
-        server.set_snapshot(NODE, "v1", vec![]);
-        server
-            .wait_for_request(STEP, |seen| seen.is_ack_of("v1"))
-            .await;
+        push(&server, "v1", vec![]).await;
         assert_eq!(
             floodgate.healthcheck(),
             500,
             "a snapshot without domains is not enough"
         );
-        server.set_snapshot(
-            NODE,
+        push(
+            &server,
             "v2",
             vec![resource("edge", "edge", vec![hourly("k", 1)])],
-        );
-        server
-            .wait_for_request(STEP, |seen| seen.is_ack_of("v2"))
-            .await;
+        )
+        .await;
         until(STEP, "SERVING", || floodgate.healthcheck() == 200).await;
     })
     .await;
