@@ -95,7 +95,7 @@ fn main() -> ExitCode {
                 }
             }
         },
-        Command::Validate(args) => floodgate::cmd::validate::main(args),
+        Command::Validate(args) => runtime.block_on(floodgate::cmd::validate::main(*args)),
         Command::Check(args) => runtime.block_on(floodgate::cmd::check::main(*args)),
     };
     // The flush blocks until the exporter's connection (a task on the runtime) has sent the

@@ -30,7 +30,7 @@ pub enum Command {
     /// Serve Envoy's RateLimitService over gRPC, plus HTTP and debug ports.
     Serve(Box<ServeArgs>),
     /// Check configuration files: print every problem (exit 1) or a summary (exit 0).
-    Validate(ValidateArgs),
+    Validate(Box<ValidateArgs>),
     /// Ask a running floodgate about one request and print each descriptor's status.
     Check(Box<CheckArgs>),
 }
@@ -156,6 +156,103 @@ impl From<DenyStatusArg> for DenyStatus {
     }
 }
 
+/// `--config-type` (envoyproxy/ratelimit's `CONFIG_TYPE`): where the rules come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConfigTypeArg {
+    /// YAML files: --config, or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+    #[value(name = "file", alias = "FILE")]
+    File,
+    /// RateLimitConfig resources pushed by an xDS management server over an ADS
+    /// state-of-the-world stream, as Envoy Gateway runs envoyproxy/ratelimit (docs/xds.md).
+    #[value(name = "grpc-xds-sotw", alias = "GRPC_XDS_SOTW")]
+    GrpcXdsSotw,
+}
+
+/// The xDS config source (`--config-type grpc-xds-sotw`), under envoyproxy/ratelimit's
+/// variables. Durations are Go durations (`10s`, `500ms`, `1m30s`); an empty variable is the
+/// default, as deployments often set them empty. Read only with `grpc-xds-sotw`.
+#[derive(Debug, Args)]
+pub struct XdsArgs {
+    /// Where the rules come from: file or grpc-xds-sotw (envoyproxy/ratelimit's CONFIG_TYPE,
+    /// whose FILE and GRPC_XDS_SOTW are taken too).
+    #[arg(
+        long,
+        env = "CONFIG_TYPE",
+        value_enum,
+        ignore_case = true,
+        default_value = "file"
+    )]
+    pub config_type: ConfigTypeArg,
+    /// The xDS management server, host:port (a gRPC target, as envoyproxy/ratelimit dials it).
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_URL",
+        default_value = "localhost:18000"
+    )]
+    pub xds_server_url: String,
+    /// The node id the management server keys its snapshots by.
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
+    pub xds_node_id: String,
+    /// node.metadata, key=value pairs separated by commas (each value a string).
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_METADATA", default_value = "")]
+    pub xds_node_metadata: String,
+    /// gRPC metadata sent on the stream, name:value pairs separated by commas (envconfig's
+    /// map syntax, as envoyproxy/ratelimit reads it).
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub xds_headers: String,
+    /// Between attempts to connect while the management server cannot be reached (±50 %).
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        default_value = "3s"
+    )]
+    pub xds_connect_retry_interval: String,
+    /// TLS to the management server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    pub xds_tls: bool,
+    /// A client certificate (PEM) for mutual TLS with the management server; needs
+    /// --xds-tls-key.
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", value_name = "FILE")]
+    pub xds_tls_cert: Option<String>,
+    /// The private key of --xds-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", value_name = "FILE")]
+    pub xds_tls_key: Option<String>,
+    /// The CA (PEM) the management server's certificate must chain to [default: the
+    /// system's roots].
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", value_name = "FILE")]
+    pub xds_tls_ca: Option<String>,
+    /// The name the management server's certificate is verified against [default: the host
+    /// of --xds-server-url].
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
+    pub xds_tls_server_name: Option<String>,
+    /// The first pause before opening a stream again after one ended.
+    #[arg(
+        long,
+        env = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        default_value = "10s"
+    )]
+    pub xds_backoff_initial: String,
+    /// The longest of those pauses (and of the pause before NACKing a snapshot sent again).
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", default_value = "60s")]
+    pub xds_backoff_max: String,
+    /// What each pause is multiplied by (envoyproxy/ratelimit passes its
+    /// XDS_CLIENT_BACKOFF_RANDOM_FACTOR to jpillora/backoff as the factor: at 1 or less every
+    /// pause is the initial interval).
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", default_value = "0.5")]
+    pub xds_backoff_factor: String,
+    /// Draw each pause at random between the initial interval and the grown one.
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value = "true")]
+    pub xds_backoff_jitter: String,
+    /// The largest xDS response accepted, in bytes [default: gRPC's 4 MiB].
+    #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value = "")]
+    pub xds_max_message_bytes: String,
+}
+
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
     /// A YAML file or a directory of them (one domain per file). Without it, the
@@ -257,6 +354,8 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub xds: XdsArgs,
     /// gRPC listen address [default: 0.0.0.0:8081, or GRPC_HOST:GRPC_PORT].
     #[arg(long, env = "FLOODGATE_GRPC_ADDR")]
     pub grpc_addr: Option<SocketAddr>,
@@ -663,8 +762,10 @@ fn parse_near_limit_ratio(text: &str) -> Result<f32, String> {
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// A YAML file or a directory of them.
-    pub path: PathBuf,
+    /// A YAML file or a directory of them. Without it, with --config-type grpc-xds-sotw
+    /// (CONFIG_TYPE=GRPC_XDS_SOTW): the first snapshot the xDS management server sends,
+    /// checked and not acknowledged.
+    pub path: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "fixed-window")]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (MERGE_DOMAIN_CONFIG).
@@ -675,6 +776,8 @@ pub struct ValidateArgs {
     pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
+    #[command(flatten)]
+    pub xds: XdsArgs,
 }
 
 #[derive(Debug, Args)]

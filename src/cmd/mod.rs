@@ -14,5 +14,7 @@ pub(crate) mod prometheus_settings;
 pub mod reference_env;
 pub mod runtime;
 pub mod serve;
+pub(crate) mod serve_source;
 pub(crate) mod statsd_settings;
 pub mod validate;
+pub(crate) mod xds_settings;

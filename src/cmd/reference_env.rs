@@ -25,7 +25,6 @@ pub enum Treatment {
 
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
-const XDS: &str = "rules come from files only (--config or RUNTIME_*)";
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
 const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
@@ -49,23 +48,23 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("GRPC_CLIENT_TLS_SAN", NotSupported("client certificates are checked against GRPC_CLIENT_TLS_CACERT only")),
     ("LOG_LEVEL", Honoured),
     ("LOG_FORMAT", Honoured),
-    ("CONFIG_TYPE", NotSupported(XDS)),
+    ("CONFIG_TYPE", Honoured),
     ("FORCE_START_WITHOUT_INITIAL_CONFIG", Honoured),
-    ("CONFIG_GRPC_XDS_NODE_ID", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_NODE_METADATA", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_SERVER_URL", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", NotSupported(XDS)),
-    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", NotSupported(XDS)),
-    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", NotSupported(XDS)),
-    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", NotSupported(XDS)),
-    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", NotSupported(XDS)),
-    ("XDS_CLIENT_BACKOFF_JITTER", NotSupported(XDS)),
-    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", NotSupported(XDS)),
+    ("CONFIG_GRPC_XDS_NODE_ID", Honoured),
+    ("CONFIG_GRPC_XDS_NODE_METADATA", Honoured),
+    ("CONFIG_GRPC_XDS_SERVER_URL", Honoured),
+    ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Honoured),
+    ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Honoured),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", Honoured),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", Honoured),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", Honoured),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", Honoured),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", Honoured),
+    ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Honoured),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Honoured),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Honoured),
+    ("XDS_CLIENT_BACKOFF_JITTER", Honoured),
+    ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Honoured),
     ("USE_DOG_STATSD", Honoured),
     ("USE_DOG_STATSD_MOGRIFIERS", Honoured),
     ("USE_STATSD", Honoured),
@@ -150,6 +149,15 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("USE_CALENDAR_MONTH_RATE_LIMIT", Honoured),
 ];
 
+/// Variables Envoy Gateway sets on the reference's container (its `ratelimit/resource.go`)
+/// that the reference itself does not read: ignored by floodgate too, and said at start so the
+/// setting is not taken for one that works.
+pub const NOT_READ_BY_THE_REFERENCE: &[(&str, &str)] = &[(
+    "GRPC_SERVER_TLS_CA_CERT",
+    "envoyproxy/ratelimit reads no such variable (Envoy Gateway sets it); client certificates \
+     are required only with GRPC_CLIENT_TLS_CACERT (or --grpc-tls-client-ca)",
+)];
+
 /// The response headers: `--response-headers` (`flag`), else the reference's
 /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the names its `LIMIT_*_HEADER` variables give, else none.
 pub fn header_mode(
@@ -227,7 +235,7 @@ pub fn charging(
 }
 
 /// Go's `strconv.ParseBool`, which the reference's settings use for booleans.
-fn go_bool(text: &str) -> Option<bool> {
+pub(crate) fn go_bool(text: &str) -> Option<bool> {
     match text {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -392,8 +400,9 @@ pub fn redis_socket_type_mismatch(env: impl Fn(&str) -> Option<String>) -> Optio
     }
 }
 
-/// Says at start, once each, which of the reference's variables set here floodgate ignores, and
-/// a `REDIS_SOCKET_TYPE` that disagrees with `REDIS_URL`.
+/// Says at start, once each, which of the reference's variables set here floodgate ignores, the
+/// variables Envoy Gateway sets that the reference does not read, and a `REDIS_SOCKET_TYPE`
+/// that disagrees with `REDIS_URL`.
 pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
     for (name, instead) in unsupported_in(&env) {
         tracing::warn!(
@@ -401,6 +410,11 @@ pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
             "{name} is set, but floodgate does not support it (envoyproxy/ratelimit's setting; \
              ignored): {instead}"
         );
+    }
+    for (name, why) in NOT_READ_BY_THE_REFERENCE {
+        if env(name).is_some_and(|value| !value.trim().is_empty()) {
+            tracing::info!(variable = *name, "{name} is set and ignored: {why}");
+        }
     }
     if let Some(mismatch) = redis_socket_type_mismatch(&env) {
         tracing::warn!(variable = "REDIS_SOCKET_TYPE", "{mismatch}");
@@ -410,6 +424,16 @@ pub fn warn_unsupported(env: impl Fn(&str) -> Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_only_envoy_gateway_sets_is_not_a_reference_variable() {
+        for (name, _) in NOT_READ_BY_THE_REFERENCE {
+            assert!(
+                REFERENCE_VARIABLES.iter().all(|(known, _)| known != name),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn each_variable_is_listed_once() {

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
-use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
+use crate::cmd::config_location::{parse_bool, NoConfiguration};
 use crate::cmd::front_door::{choose_store, FrontDoor};
+use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
 use crate::core::charging::Charging;
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
@@ -19,7 +20,7 @@ use crate::core::time::SystemClock;
 use crate::engine::limiter::{Limiter, LimiterSettings};
 use crate::engine::observers::observed;
 use crate::engine::overrides_sync::SharedOverrides;
-use crate::engine::reload::{self, ConfigReloader};
+use crate::engine::reload;
 use crate::engine::shutdown;
 use crate::engine::tasks;
 use crate::server::health::{self, Health};
@@ -63,6 +64,19 @@ pub enum AppError {
     RedisStartup(StartupError),
     #[error("admin API: {0}")]
     AdminToken(#[from] crate::server::admin::AdminTokenError),
+    #[error("TLS to the xDS management server: {0}")]
+    XdsTls(#[from] crate::engine::config_source::xds::XdsTlsError),
+}
+
+impl From<FirstRulesError> for AppError {
+    fn from(error: FirstRulesError) -> Self {
+        match error {
+            FirstRulesError::Usage(message) => Self::Usage(message),
+            FirstRulesError::NoConfiguration(error) => Self::NoConfiguration(error),
+            FirstRulesError::XdsTls(error) => Self::XdsTls(error),
+            FirstRulesError::FirstLoad(error) => error.into(),
+        }
+    }
 }
 
 impl AppError {
@@ -156,6 +170,9 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     // then a reload or a drain, not the default action (the end of the process).
     let stop_signals = shutdown::StopSignals::install();
     let hangup = reload::hangup_signal();
+    // Fired from now on, so a SIGTERM while the first xDS snapshot is awaited stops the wait.
+    let (signal_trigger, signalled) = shutdown::channel();
+    tokio::spawn(stop_signals.fire_on_signal(signal_trigger));
     let store =
         choose_store(args.store, door, |name| std::env::var(name).ok()).map_err(AppError::Usage)?;
     crate::cmd::reference_env::warn_unsupported(|name| std::env::var(name).ok());
@@ -165,50 +182,6 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         crate::telemetry::reference_stats::enable(super::prometheus_settings::prometheus_mapper(
             &args,
         )?);
-    }
-    let location = location(&args.config)?;
-    let location_for_log = location.clone();
-    let options = args.config.load_options();
-    let max_config_bytes = args.config.limits.max_config_bytes;
-    let force_start = door == FrontDoor::Reference
-        || std::env::var("FORCE_START_WITHOUT_INITIAL_CONFIG").is_ok_and(|v| parse_bool(&v));
-    let (rules, reloader, loaded) = if force_start {
-        let (first, reloader) =
-            reload::load_first_or_wait(&reload::Loader, location, options, max_config_bytes)
-                .await
-                .map_err(|gone| AppError::Loader(gone.to_string()))?;
-        match first {
-            Ok(rules) => (rules, reloader, true),
-            Err(error) => {
-                tracing::error!(
-                    "cannot load the configuration: {error}\nserving anyway, as \
-                     envoyproxy/ratelimit does: every call fails with \"no rate limit \
-                     configuration loaded\" until a reload loads one"
-                );
-                crate::telemetry::metrics::reload_failed();
-                (RuleSet::default(), reloader, false)
-            }
-        }
-    } else {
-        let (rules, reloader) =
-            reload::load_first(&reload::Loader, location, options, max_config_bytes).await?;
-        (rules, reloader, true)
-    };
-    log_warnings(&rules);
-    if loaded && rules.rule_count() == 0 {
-        // Not an error (the reference starts so too, and rules may arrive by reload), but a
-        // limiter that limits nothing must not go unnoticed.
-        tracing::warn!(
-            config = %crate::engine::config_source::location_path(&location_for_log).display(),
-            "NO RULES LOADED: the configuration holds no rate limit (no *.yaml or *.yml file, \
-             or files without descriptors); every request is answered OK until a reload brings \
-             rules. `floodgate validate` on the same path says what it found"
-        );
-    }
-    let reload_status = Arc::clone(reloader.status());
-    let grpc_tls = grpc_tls(&args.grpc_tls)?;
-    if loaded {
-        crate::telemetry::metrics::reload_succeeded(rules.rule_count());
     }
     let header_mode = crate::cmd::reference_env::header_mode(
         args.response_headers.map(HeaderMode::from),
@@ -245,6 +218,21 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
     let debug_addr = listen_address(args.metrics_addr, "DEBUG_HOST", "DEBUG_PORT", 6070)?;
+    let grpc_tls = grpc_tls(&args.grpc_tls)?;
+    // Last before the ports open: everything else on the command line was checked before a
+    // wait for the first xDS snapshot.
+    let Some(first) = crate::cmd::serve_source::first_rules(&args, door, signalled.clone()).await?
+    else {
+        tracing::info!("stopped before the first configuration arrived");
+        return Ok(());
+    };
+    let FirstRules {
+        rules,
+        follower: reloader,
+        loaded,
+    } = first;
+    log_warnings(&rules);
+    let reload_status = Arc::clone(reloader.status());
     let debug_pages = match args.debug_pages_addr {
         Some(addr) => Some(bind(addr, &DEBUG_PAGES).await?),
         None => None,
@@ -272,8 +260,6 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
 
     // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
     let (trigger, shutdown) = shutdown::channel();
-    let (signal_trigger, signalled) = shutdown::channel();
-    tokio::spawn(stop_signals.fire_on_signal(signal_trigger));
     let health = Health::not_ready();
     let config_gate = ConfigGate::from_env(|name| std::env::var(name).ok());
     config_gate.apply(&health, &rules);
@@ -462,7 +448,7 @@ struct AdminSetup {
 /// Reloads rules into `limiter` and serves it until shutdown.
 async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
     limiter: Arc<Limiter<S>>,
-    reloader: ConfigReloader,
+    reloader: RulesFollower,
     serving: Serving,
 ) -> Result<(), AppError> {
     start_reloading(
@@ -541,25 +527,24 @@ fn redis_problems(rules: &RuleSet) -> Vec<String> {
         .collect()
 }
 
-/// Swaps reloaded rule sets into `limiter` until shutdown.
+/// Swaps the rule sets the source brings into `limiter` until shutdown.
 fn start_reloading<S: Store>(
     limiter: &Arc<Limiter<S>>,
-    reloader: ConfigReloader,
+    reloader: RulesFollower,
     hangup: reload::Hangup,
     shutdown: &shutdown::Shutdown,
     health: Health,
     config_gate: ConfigGate,
 ) {
     let live = Arc::clone(limiter);
-    tokio::spawn(reload::run(
-        reloader,
+    reloader.spawn(
         move |rules| {
             config_gate.apply(&health, &rules);
             Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>
         },
         hangup,
         shutdown.clone(),
-    ));
+    );
 }
 
 /// The connection bounds of every listener, `--max-connections` fitted to RLIMIT_NOFILE for

@@ -205,14 +205,20 @@ fn reflection_services() -> Result<
 }
 
 /// Adds the live configuration version to every answer of the debug port:
-/// `floodgate-config-version`, `floodgate-config-loaded-at` and
-/// `floodgate-config-reload-failures` (`curl -i …/rlconfig`).
+/// `floodgate-config-version`, `floodgate-config-loaded-at`,
+/// `floodgate-config-reload-failures`, `floodgate-config-source` (`file` or `xds`) and
+/// `floodgate-config-source-version` (the xDS `version_info`; for files the version again)
+/// (`curl -i …/rlconfig`).
 fn with_reload_headers(routes: axum::Router, status: Arc<ReloadStatus>) -> axum::Router {
     routes.layer(axum::middleware::map_response(
         move |mut response: axum::response::Response| {
             let snapshot = status.snapshot();
             async move {
                 let headers = response.headers_mut();
+                let source_version = snapshot
+                    .origin
+                    .version_of(snapshot.version)
+                    .unwrap_or_default();
                 for (name, value) in [
                     ("floodgate-config-version", snapshot.version.to_string()),
                     ("floodgate-config-loaded-at", rfc3339(snapshot.loaded_at)),
@@ -220,6 +226,11 @@ fn with_reload_headers(routes: axum::Router, status: Arc<ReloadStatus>) -> axum:
                         "floodgate-config-reload-failures",
                         snapshot.failures.to_string(),
                     ),
+                    (
+                        "floodgate-config-source",
+                        snapshot.origin.label().to_owned(),
+                    ),
+                    ("floodgate-config-source-version", source_version),
                 ] {
                     if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
                         headers.insert(name, value);

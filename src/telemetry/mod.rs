@@ -4,6 +4,7 @@
 //! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
+pub(crate) mod config_source;
 pub(crate) mod connections;
 pub(crate) mod label_budget;
 pub(crate) mod metrics;

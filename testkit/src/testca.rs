@@ -39,7 +39,7 @@ impl TestCa {
         self.issuer.pem()
     }
 
-    fn leaf(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Pair {
+    fn leaf(&self, names: &[&str], usages: &[ExtendedKeyUsagePurpose]) -> Pair {
         let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone())
             .unwrap_or_else(|error| panic!("leaf params: {error}"));
@@ -47,7 +47,7 @@ impl TestCa {
             DnType::CommonName,
             names.first().cloned().unwrap_or_default(),
         );
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         let key = key_pair();
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -60,13 +60,28 @@ impl TestCa {
 
     /// For `localhost` and 127.0.0.1.
     pub fn server(&self) -> Pair {
-        self.leaf(
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
+        self.server_for(&["localhost", "127.0.0.1"])
+    }
+
+    /// A server certificate for `names` only (DNS names, or IP addresses).
+    pub fn server_for(&self, names: &[&str]) -> Pair {
+        self.leaf(names, &[ExtendedKeyUsagePurpose::ServerAuth])
     }
 
     pub fn client(&self, name: &str) -> Pair {
-        self.leaf(&[name], ExtendedKeyUsagePurpose::ClientAuth)
+        self.leaf(&[name], &[ExtendedKeyUsagePurpose::ClientAuth])
+    }
+
+    /// One certificate for both ends, for `localhost` and 127.0.0.1: what Envoy Gateway mounts
+    /// as the rate limit service's `tls.crt`, its gRPC server certificate and its client
+    /// certificate towards the xDS server alike.
+    pub fn server_and_client(&self) -> Pair {
+        self.leaf(
+            &["localhost", "127.0.0.1"],
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
     }
 }

@@ -23,6 +23,7 @@ mod status;
 mod tests;
 mod trim;
 pub mod watch;
+mod xds;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use sha2::{Digest as _, Sha256};
 pub use status::ReloadStatus;
 pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
+pub use xds::{load_xds_resources, XdsReloader};
 
 use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
 use crate::core::rules::RuleSet;
@@ -272,11 +274,7 @@ pub async fn load_first_or_wait(
             };
             let status = match &first {
                 Ok(rules) => Arc::new(ReloadStatus::new(rules)),
-                Err(error) => {
-                    let status = Arc::new(ReloadStatus::new(&RuleSet::default()));
-                    status.record_failure(error.to_string());
-                    status
-                }
+                Err(error) => Arc::new(ReloadStatus::first_load_failed(error.to_string())),
             };
             let mut reloader = ConfigReloader::new(location, options, &sources, status)
                 .with_max_config_bytes(max_config_bytes);

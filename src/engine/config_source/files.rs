@@ -1,5 +1,4 @@
-//! Where the configuration files come from, and reading them: the I/O shell around the pure
-//! loader (`core::config::load`).
+//! Configuration files on disk and reading them.
 //!
 //! Two layouts:
 //! * a path given on the command line: one file, or every `*.yaml` / `*.yml` directly in a
