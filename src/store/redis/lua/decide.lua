@@ -23,9 +23,10 @@
 --        reset_after µs, retry_after µs, charged; integers only (0/1 for booleans).
 --
 -- Counters are read from ARGV where they are needed rather than gathered into tables, the reply
--- is filled as counters are evaluated, and the functions below are made once per call, not per
--- request: they read the request being decided from the locals its loop sets (see the cost note
--- in prelude.lua).
+-- is filled as counters are evaluated, and the functions and tables below are made once per
+-- call, not per request: the functions read the request being decided from the locals its loop
+-- sets, and each request leaves the tables empty for the next (see the cost note in
+-- prelude.lua; in a batch a request costs Redis about half what it costs alone).
 
 local BATCH_FIELDS = 1
 local HEADER_FIELDS = 5
@@ -56,29 +57,29 @@ local argv_base, key_base, reply_base = BATCH_FIELDS + HEADER_FIELDS, 0, 0
 -- lone request of one counter: a table that grows is made again at each doubling.)
 local reply = (request_count == 1 and ARGV[BATCH_FIELDS + 4] == '1') and { 0, 0, 0, 0, 0, 0 }
   or { 0 }
--- Made anew for each request:
+-- Per request, emptied by its last loop (entries of the request's counters and keys only):
 -- counter i's snapshot if nothing is charged, at [2i − 1] and [2i], for those it would change;
-local uncommitted
+local uncommitted = {}
 -- key → the state its next mention starts from: within a unit, the last mention's next state
 -- that the unit keeps if it passes; else the last kept one, or what is stored (false:
 -- nothing). Each key is read at most once per request. (A key always belongs to one
 -- algorithm: the counter identity it is derived from names it.)
-local states
+local states = {}
 -- counter i → the state it leaves, when it changes its counter (admitted or recorded, not a
 -- check): what its key holds if it is kept. (The same limit may be named with another size,
 -- after a reload: a bucket's state is written in terms of the limit that made it, so a check
 -- under another limit would write it otherwise.)
-local next_states
+local next_states = {}
 -- key → the state its last kept mention leaves: what is written.
-local commits
+local commits = {}
 -- Every descriptor only (all or nothing has one unit, which may change any table and is never
--- given up, so it makes neither table):
+-- given up, so it uses neither table: they are nil for its requests):
 -- key → what Redis holds (false: nothing), which a given-up unit goes back to;
-local loaded
+local loaded, loaded_table = nil, {}
 -- key → the first counter of the unit whose table states[key] is: only that unit may change
 -- the table in place (a table of an earlier unit may be what a commit or a given-up unit goes
 -- back to).
-local made_in
+local made_in, made_in_table = nil, {}
 
 -- Whether the counters first..last, whose descriptors come together, are over their limits
 -- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
@@ -121,7 +122,8 @@ local function records(index)
 end
 
 -- Settles the unit of counters first..last: which keep their new state (not a check, and
--- admitted in a unit that passes, or recorded), what their keys go back to when not.
+-- admitted in a unit that passes, or recorded), what their keys go back to when not. Whether
+-- the unit is over its limits.
 local function settle_unit(first, last)
   local unit_over = over_limit_of(first, last)
   for index = first, last do
@@ -130,7 +132,7 @@ local function settle_unit(first, last)
     local admitted = reply[at] == 1
     local kept = ARGV[base + 6] ~= 'check' and ((admitted and not unit_over) or records(index))
     if kept then
-      commits[tonumber(ARGV[base + 1])] = next_states[index]
+      commits[number(ARGV[base + 1])] = next_states[index]
       reply[at + 4] = 1
     end
     -- Shown after the charge only when admitted and kept.
@@ -139,16 +141,17 @@ local function settle_unit(first, last)
     end
   end
   if not every_descriptor then
-    return -- the only unit: nothing starts from its states
+    return unit_over -- the only unit: nothing starts from its states
   end
   for index = first, last do
-    local key = tonumber(ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 1])
+    local key = number(ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 1])
     if made_in[key] == first and commits[key] ~= states[key] then
       -- Given up: later units start from the last kept state, or from what Redis holds.
       states[key] = commits[key] or loaded[key]
       made_in[key] = nil
     end
   end
+  return unit_over
 end
 
 for _ = 1, request_count do
@@ -162,22 +165,21 @@ for _ = 1, request_count do
     end
     now = redis_now
   end
-  extra_ttl_ms = tonumber(ARGV[header + 3])
-  counter_count = tonumber(ARGV[header + 4])
+  extra_ttl_ms = number(ARGV[header + 3])
+  counter_count = number(ARGV[header + 4])
   every_descriptor = ARGV[header + 5] == 'every-descriptor'
-  uncommitted, states, next_states, commits = {}, {}, {}, {}
-  loaded = every_descriptor and {} or nil
-  made_in = every_descriptor and {} or nil
+  loaded = every_descriptor and loaded_table or nil
+  made_in = every_descriptor and made_in_table or nil
   -- The request's over_limit, set once its counters are: filled now so the reply stays a
   -- sequence (Redis returns a table only up to its first hole).
   reply[reply_base + 1] = 0
   -- How many of KEYS are this request's: its highest key index.
   local key_count = 0
 
-  local unit_first = 1
+  local unit_first, last_unit_over = 1, nil
   for index = 1, counter_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
-    local key = tonumber(ARGV[base + 1])
+    local key = number(ARGV[base + 1])
     local name = ARGV[base + 2]
     local kind = counter_kinds[name]
     if kind == nil then
@@ -213,11 +215,11 @@ for _ = 1, request_count do
       -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
       state = kind('copy', state)
     end
-    kind('at', tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
+    kind('at', number(ARGV[base + 3]), number(ARGV[base + 4]), number(ARGV[base + 5]),
       state or nil, now)
     local hits_kind = ARGV[base + 6]
     local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-      evaluate_counter(kind, hits_kind, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 10]),
+      evaluate_counter(kind, hits_kind, number(ARGV[base + 7]), number(ARGV[base + 10]),
         recorded)
     local at = reply_base + REPLY_FIELDS * index - 3
     reply[at] = admitted and 1 or 0
@@ -245,21 +247,31 @@ for _ = 1, request_count do
     local last_of_unit = index == counter_count
       or (every_descriptor and ARGV[base + COUNTER_FIELDS + 8] ~= ARGV[base + 8])
     if last_of_unit then
-      settle_unit(unit_first, index)
+      last_unit_over = settle_unit(unit_first, index)
       unit_first = index + 1
     end
   end
 
-  reply[reply_base + 1] = over_limit_of(1, counter_count) and 1 or 0
+  -- All or nothing: the one unit's verdict is the request's.
+  local request_over = last_unit_over
+  if every_descriptor or request_over == nil then
+    request_over = over_limit_of(1, counter_count)
+  end
+  reply[reply_base + 1] = request_over and 1 or 0
 
   -- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
   -- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
   -- A state that means nothing already (a refund emptied the counter) is deleted instead —
   -- except under a test clock, which keeps it for extra_ttl_ms as the memory store keeps it,
-  -- so both agree even when the test's clock goes back.
+  -- so both agree even when the test's clock goes back. The tables are emptied on the way.
   for index = 1, counter_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
-    local key = tonumber(ARGV[base + 1])
+    local key = number(ARGV[base + 1])
+    states[key], next_states[index] = nil, nil
+    uncommitted[2 * index - 1], uncommitted[2 * index] = nil, nil
+    if made_in then
+      loaded[key], made_in[key] = nil, nil
+    end
     local state = commits[key]
     if state then
       commits[key] = nil -- written once, with its last commit
