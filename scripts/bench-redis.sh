@@ -138,6 +138,12 @@ script_calls() {
   redis-cli -p "$REDIS_PORT" INFO commandstats |
     awk -F'[=,:]' '/^cmdstat_evalsha:/ {printf "%d", $3}'
 }
+# The µs Redis has spent running the script so far (its own count, without reading and writing
+# the sockets).
+script_usec() {
+  redis-cli -p "$REDIS_PORT" INFO commandstats |
+    awk -F'[=,:]' '/^cmdstat_evalsha:/ {printf "%d", $5}'
+}
 # floodgate's own latency histograms (decision, and Redis round trip) as they stand.
 latency_buckets() {
   curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
@@ -145,12 +151,12 @@ latency_buckets() {
     true
 }
 # Runs "$@" and records, as NAME.cpu, the CPU redis-server and the server used meanwhile, the
-# decisions made and the script calls Redis ran; as NAME.hist0 and NAME.hist1, floodgate's
+# decisions made, the script calls Redis ran and the µs it spent in them; as NAME.hist0 and NAME.hist1, floodgate's
 # histograms before and after. The server is floodgate, the floor with FLOOR=1, or the
 # floodgate of SERVER=batch or SERVER=memory.
 with_cpu() { # NAME COMMAND…
   local name="$1" server="$FLOODGATE_PID" metrics="$METRICS_PORT" decisions=admitted
-  local redis0 server0 decided0 calls0
+  local redis0 server0 decided0 calls0 usec0
   case "${SERVER:-}" in
     batch) server="$BATCH_PID" metrics="$BATCH_METRICS_PORT" ;;
     memory) server="$MEMORY_PID" metrics="$MEMORY_METRICS_PORT" ;;
@@ -164,10 +170,12 @@ with_cpu() { # NAME COMMAND…
   server0="$(cpu_seconds "$server")"
   decided0="$("$decisions" "$metrics")"
   calls0="$(script_calls)"
+  usec0="$(script_usec)"
   latency_buckets >"$WORK/$name.hist0"
   "$@"
   echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$server") $server0" \
-    "$("$decisions" "$metrics") $decided0 $(script_calls) $calls0" >"$WORK/$name.cpu"
+    "$("$decisions" "$metrics") $decided0 $(script_calls) $calls0 $(script_usec) $usec0" \
+    >"$WORK/$name.cpu"
   latency_buckets >"$WORK/$name.hist1"
 }
 
@@ -204,13 +212,15 @@ redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 1 "${CALL[1]}:check" "${ARGS[@]}" >"$W
 
 benchmark() { # NAME PIPELINE REQUESTS
   echo "bench-redis: redis-benchmark EVALSHA, -P $2" >&2
-  local redis0 calls0
+  local redis0 calls0 usec0
   redis0="$(cpu_seconds "$REDIS_PID")"
   calls0="$(script_calls)"
+  usec0="$(script_usec)"
   redis-benchmark -p "$REDIS_PORT" -c "$CLIENTS" -n "$3" -r "$KEYS" -P "$2" --csv \
     EVALSHA "$SHA" 1 "$KEY" "${ARGS[@]}" >"$WORK/$1.csv"
-  # What the calls cost redis-server: CPU seconds and script calls, after and before.
-  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(script_calls) $calls0" >"$WORK/$1.redis"
+  # What the calls cost redis-server: CPU seconds, script calls and script µs, after and before.
+  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(script_calls) $calls0 $(script_usec) $usec0" \
+    >"$WORK/$1.redis"
   sed 's/^/    /' "$WORK/$1.csv" >&2
 }
 
@@ -313,7 +323,7 @@ kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark
 kill -0 "$FLOOR_PID" 2>/dev/null || die "noop_rls (the floor) died during the benchmark"
 kill -0 "$BATCH_PID" 2>/dev/null || die "the batching floodgate died during the benchmark"
 kill -0 "$MEMORY_PID" 2>/dev/null || die "the memory-store floodgate died during the benchmark"
-read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 _ _ <"$WORK/floor-peak.cpu"
+read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 _ _ _ _ <"$WORK/floor-peak.cpu"
 [ "$FLOOR_CALLS" -gt "$FLOOR_CALLS0" ] || die "the floor ran no script in Redis: see $WORK/floor.log"
 
 benchmark evalsha-pipelined "$PIPELINE" "$((REQUESTS * 3))"

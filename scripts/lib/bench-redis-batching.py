@@ -20,31 +20,35 @@ def report(name):
 
 
 def usage(name):
-    """(redis-server CPU s, server CPU s, decisions, script calls) of run NAME."""
+    """(redis-server CPU s, server CPU s, decisions, script calls, script s) of run NAME."""
     with open(f"{work}/{name}.cpu") as f:
-        r1, r0, s1, s0, d1, d0, c1, c0 = map(float, f.read().split())
-    return r1 - r0, s1 - s0, int(d1 - d0), int(c1 - c0)
+        r1, r0, s1, s0, d1, d0, c1, c0, u1, u0 = map(float, f.read().split())
+    return r1 - r0, s1 - s0, int(d1 - d0), int(c1 - c0), (u1 - u0) / 1e6
 
 
 def redis_benchmark_cost():
-    """redis-server CPU µs per call and the calls, over redis-benchmark's unpipelined runs."""
-    cpu, calls = 0.0, 0
+    """redis-server CPU µs per call, script µs per call and the calls, over redis-benchmark's
+    unpipelined runs."""
+    cpu = script = 0.0
+    calls = 0
     for name in ("evalsha", "evalsha-after"):
         with open(f"{work}/{name}.redis") as f:
-            r1, r0, c1, c0 = map(float, f.read().split())
-        cpu, calls = cpu + r1 - r0, calls + int(c1 - c0)
-    return cpu / calls * 1e6, calls
+            r1, r0, c1, c0, u1, u0 = map(float, f.read().split())
+        cpu, calls, script = cpu + r1 - r0, calls + int(c1 - c0), script + u1 - u0
+    return cpu / calls * 1e6, script / calls, calls
 
 
 def sums(runs):
-    """Totals over RUNS: (decisions/s of each, redis CPU s, server CPU s, decisions, calls)."""
+    """Totals over RUNS: (decisions/s of each, redis CPU s, server CPU s, decisions, calls,
+    script s)."""
     rates = [report(run)["achieved_rps"] for run in runs]
-    redis_s = server_s = 0.0
+    redis_s = server_s = script_s = 0.0
     decisions = calls = 0
     for run in runs:
-        r, s, d, c = usage(run)
-        redis_s, server_s, decisions, calls = redis_s + r, server_s + s, decisions + d, calls + c
-    return rates, redis_s, server_s, decisions, calls
+        r, s, d, c, u = usage(run)
+        redis_s, server_s, script_s = redis_s + r, server_s + s, script_s + u
+        decisions, calls = decisions + d, calls + c
+    return rates, redis_s, server_s, decisions, calls, script_s
 
 
 def total(runs, field):
@@ -56,7 +60,7 @@ def slash(values, fmt="{:,.0f}"):
     return " / ".join("–" if v is None else fmt.format(v) for v in values)
 
 
-per_call_us, benchmark_calls = redis_benchmark_cost()
+per_call_us, script_per_call_us, benchmark_calls = redis_benchmark_cost()
 modes = [
     ("memory store", ["mode-memory-1", "mode-memory-2"]),
     ("one call per decision (`--redis-batch-max 1`)", ["mode-one-1", "mode-one-2"]),
@@ -75,16 +79,18 @@ w("Three floodgates on the same redis-server, loaded one at a time by the same l
   f"{batch_max} requests, and the memory store. Each ran twice at peak, in the order one call, "
   "batches, memory, memory, batches, one call; figures are over both runs. Redis CPU is "
   "redis-server's `/proc/<pid>/stat` time over the runs divided by floodgate's admitted "
-  "decisions; script calls are `INFO commandstats` `cmdstat_evalsha` calls over the same "
-  "decisions. The redis-benchmark row is what redis-server's CPU paid per call of the same "
+  "decisions; script calls and script µs are `INFO commandstats` `cmdstat_evalsha` calls and "
+  "time (Redis's own count of the time spent in the script, without reading and writing the "
+  "sockets) over the same decisions. The redis-benchmark row is what redis-server's CPU paid per call of the same "
   f"`EVALSHA` ({benchmark_calls:,} calls, {env['BENCH_CLIENTS']} clients, no pipelining, the "
   "two runs of the first table).")
 w("")
 w("| mode | decisions/s (each run) | ÷ memory store | Redis CPU µs/decision | ÷ redis-benchmark's µs/call "
-  "| script calls/decision | floodgate CPU µs/decision | p50 µs | p99 µs | p99 ÷ one call |")
-w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+  "| script calls/decision | script µs/decision | floodgate CPU µs/decision | p50 µs | p99 µs "
+  "| p99 ÷ one call |")
+w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 for label, runs in modes:
-    rates, redis_s, server_s, decisions, calls = sums(runs)
+    rates, redis_s, server_s, decisions, calls, script_s = sums(runs)
     redis_us = redis_s / decisions * 1e6 if decisions else 0.0
     is_memory = runs is modes[0][1]
     p99 = total(runs, "p99_us")
@@ -94,9 +100,11 @@ for label, runs in modes:
       f"| {'–' if is_memory else f'{redis_us:,.1f}'} "
       f"| {'–' if is_memory else f'{redis_us / per_call_us:.2f}'} "
       f"| {'–' if is_memory else f'{calls / decisions:.3f}'} "
+      f"| {'–' if is_memory else f'{script_s / decisions * 1e6:,.1f}'} "
       f"| {server_s / decisions * 1e6:,.1f} | {slash(p50s)} | {slash(p99s)} "
       f"| {'–' if is_memory or not p99 or not one_p99 else f'{p99 / one_p99:.2f}'} |")
-w(f"| redis-benchmark `EVALSHA`, no pipelining | | | {per_call_us:,.1f} | 1.00 | 1 | | | | |")
+w(f"| redis-benchmark `EVALSHA`, no pipelining | | | {per_call_us:,.1f} | 1.00 | 1 "
+  f"| {script_per_call_us:,.1f} | | | | |")
 w("")
 
 tenth = [("one call", "tenth-one-1"), ("batches", "tenth-batch-1"), ("batches", "tenth-batch-2"),
@@ -108,7 +116,7 @@ w("| run | mode | achieved/s | p50 µs | p90 µs | p99 µs | script calls/decisi
 w("|---|---|--:|--:|--:|--:|--:|--:|")
 for index, (mode, run) in enumerate(tenth, 1):
     r = report(run)
-    _, _, decisions, calls = usage(run)
+    _, _, decisions, calls, _ = usage(run)
     w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {slash([r['p50_us']])} "
       f"| {slash([r['p90_us']])} | {slash([r['p99_us']])} "
       f"| {calls / decisions if decisions else 0:.3f} | {r['error']:,} |")

@@ -508,8 +508,8 @@ pub struct RedisConnectionArgs {
     pub redis_pool_size: usize,
     /// Requests one Redis script call may decide: those that arrive while a call is in flight
     /// on their socket (on a cluster: for their hash slot) wait for it and then share the next
-    /// call, up to this many, decided in arrival order as lone calls would be. 1: one call per
-    /// request, sent at once. See docs/redis.md.
+    /// call, up to this many, decided in arrival order as lone calls would be; a request that
+    /// finds no call in flight goes at once. 1: one call per request. See docs/redis.md.
     #[arg(long, env = "FLOODGATE_REDIS_BATCH_MAX", default_value_t = crate::store::redis::DEFAULT_BATCH_MAX, value_parser = parse_batch_max)]
     pub redis_batch_max: usize,
 }
