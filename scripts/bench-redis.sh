@@ -5,6 +5,10 @@
 # decision; the report gives floodgate's decisions/s as a ratio of it. Its latency is set
 # beside the floor of any Redis-backed ShouldRateLimit (examples/noop_rls.rs --redis-url: a
 # gRPC server that runs the same EVALSHA once per call and nothing else), loaded the same way.
+# Those runs use one script call per decision (--redis-batch-max 1). Then batching against it
+# and against the memory store, each its own floodgate on the same machine: decisions/s,
+# redis-server CPU per decision (against what redis-benchmark's unpipelined calls cost it),
+# script calls per decision and latency, at peak and at a tenth of it (runs in ABBA order).
 #
 #   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
 #
@@ -22,6 +26,7 @@
 #     (1: tokio's single-threaded scheduler, which batches writes and Redis calls; redis-server
 #     and the load generator need the other core. With one thread per core floodgate spent
 #     about twice the CPU per decision here: 30 µs against 16 µs under h2load)
+#   BENCH_BATCH_MAX    floodgate --redis-batch-max of the batching runs [64]
 #   BENCH_OUT          the report                                     [docs/benchmarks-redis.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +38,7 @@ REQUESTS="${BENCH_REQUESTS:-100000}"
 REDIS_TIMEOUT_MS="${BENCH_REDIS_TIMEOUT_MS:-100}"
 PIPELINE="${BENCH_PIPELINE:-16}"
 WORKER_THREADS="${BENCH_WORKER_THREADS:-1}"
+BATCH_MAX="${BENCH_BATCH_MAX:-64}"
 OUT="${BENCH_OUT:-docs/benchmarks-redis.md}"
 # The half-of-peak runs' cap on calls in flight (loadgen --concurrency): high enough that none
 # is shed.
@@ -47,7 +53,7 @@ for tool in python3 redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null || die "$tool is needed"
 done
 for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$REDIS_TIMEOUT_MS" \
-  "$WORKER_THREADS"; do
+  "$WORKER_THREADS" "$BATCH_MAX"; do
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 
@@ -55,7 +61,8 @@ start_workspace bench-redis
 release_build bench-redis --bin floodgate --example loadgen --example redis_script \
   --example noop_rls
 
-read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT FLOOR_PORT < <(free_ports 5)
+read -r REDIS_PORT GRPC_PORT HTTP_PORT METRICS_PORT FLOOR_PORT BATCH_GRPC_PORT BATCH_HTTP_PORT \
+  BATCH_METRICS_PORT MEMORY_GRPC_PORT MEMORY_HTTP_PORT MEMORY_METRICS_PORT < <(free_ports 11)
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$WORK" >"$WORK/redis.log" 2>&1 &
@@ -73,14 +80,28 @@ descriptors:
       - key: client_id
         rate_limit: {unit: minute, requests_per_unit: $LIMIT, algorithm: fixed_window}
 EOF
-RUST_LOG=warn "$BIN/floodgate" serve --config "$WORK/config" --store redis \
-  --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-timeout-ms "$REDIS_TIMEOUT_MS" \
-  --worker-threads "$WORKER_THREADS" \
-  --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
-  --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORK/floodgate.log" 2>&1 &
-FLOODGATE_PID=$!
-PIDS+=("$FLOODGATE_PID")
-wait_port floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
+# serve NAME GRPC HTTP METRICS FLAGS…: a floodgate on these ports, logging to NAME.log; its pid
+# in SERVED_PID once gRPC listens. Idle ones cost the others nothing.
+serve() {
+  local name="$1" grpc="$2" http="$3" metrics="$4"
+  shift 4
+  RUST_LOG=warn "$BIN/floodgate" serve --config "$WORK/config" --worker-threads "$WORKER_THREADS" \
+    --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+    --metrics-addr "127.0.0.1:$metrics" "$@" >"$WORK/$name.log" 2>&1 &
+  SERVED_PID=$!
+  PIDS+=("$SERVED_PID")
+  wait_port "$name" "$SERVED_PID" "$grpc" "$WORK/$name.log"
+}
+REDIS_FLAGS=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
+  --redis-timeout-ms "$REDIS_TIMEOUT_MS")
+# One script call per decision: the mode the sections before "Batching" measure.
+serve floodgate "$GRPC_PORT" "$HTTP_PORT" "$METRICS_PORT" "${REDIS_FLAGS[@]}" --redis-batch-max 1
+FLOODGATE_PID="$SERVED_PID"
+serve floodgate-batch "$BATCH_GRPC_PORT" "$BATCH_HTTP_PORT" "$BATCH_METRICS_PORT" \
+  "${REDIS_FLAGS[@]}" --redis-batch-max "$BATCH_MAX"
+BATCH_PID="$SERVED_PID"
+serve floodgate-memory "$MEMORY_GRPC_PORT" "$MEMORY_HTTP_PORT" "$MEMORY_METRICS_PORT" --store memory
+MEMORY_PID="$SERVED_PID"
 
 # The floor, on the same runtime as floodgate and the same redis-server (its counters have keys
 # of their own).
@@ -101,12 +122,15 @@ drive() { # SERVER PORT NAME ARGS…
 }
 loadgen() { drive floodgate "$GRPC_PORT" "$@"; }
 floor() { drive floor "$FLOOR_PORT" "$@"; }
+batched() { drive floodgate-batch "$BATCH_GRPC_PORT" "$@"; }
+memory() { drive floodgate-memory "$MEMORY_GRPC_PORT" "$@"; }
 
 # CPU seconds a process has used so far (utime + stime).
 cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
-# Decisions floodgate has admitted so far (every call is admitted: the limit is never reached).
+# Decisions a floodgate (the one on metrics port $1, by default the first) has admitted so far
+# (every call is admitted: the limit is never reached).
 admitted() {
-  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
+  curl -fsS "http://127.0.0.1:${1:-$METRICS_PORT}/metrics" |
     awk '/^floodgate_requests_allowed_total[{ ]/ {sum += $NF} END {printf "%d", sum}'
 }
 # Script calls Redis has run so far: the floor's decisions (it has no metrics of its own).
@@ -114,17 +138,29 @@ script_calls() {
   redis-cli -p "$REDIS_PORT" INFO commandstats |
     awk -F'[=,:]' '/^cmdstat_evalsha:/ {printf "%d", $3}'
 }
+# The µs Redis has spent running the script so far (its own count, without reading and writing
+# the sockets).
+script_usec() {
+  redis-cli -p "$REDIS_PORT" INFO commandstats |
+    awk -F'[=,:]' '/^cmdstat_evalsha:/ {printf "%d", $5}'
+}
 # floodgate's own latency histograms (decision, and Redis round trip) as they stand.
 latency_buckets() {
   curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
     grep -E '^floodgate_(decision_duration_seconds_bucket[{]|store_duration_seconds_bucket[{]backend="redis")' ||
     true
 }
-# Runs "$@" and records, as NAME.cpu, the CPU redis-server and the server used meanwhile and
-# the decisions made; as NAME.hist0 and NAME.hist1, floodgate's histograms before and after.
-# The server is floodgate, or the floor with FLOOR=1.
+# Runs "$@" and records, as NAME.cpu, the CPU redis-server and the server used meanwhile, the
+# decisions made, the script calls Redis ran and the µs it spent in them; as NAME.hist0 and NAME.hist1, floodgate's
+# histograms before and after. The server is floodgate, the floor with FLOOR=1, or the
+# floodgate of SERVER=batch or SERVER=memory.
 with_cpu() { # NAME COMMAND…
-  local name="$1" server="$FLOODGATE_PID" decisions=admitted redis0 server0 calls0
+  local name="$1" server="$FLOODGATE_PID" metrics="$METRICS_PORT" decisions=admitted
+  local redis0 server0 decided0 calls0 usec0
+  case "${SERVER:-}" in
+    batch) server="$BATCH_PID" metrics="$BATCH_METRICS_PORT" ;;
+    memory) server="$MEMORY_PID" metrics="$MEMORY_METRICS_PORT" ;;
+  esac
   if [ "${FLOOR:-}" = 1 ]; then
     server="$FLOOR_PID"
     decisions=script_calls
@@ -132,11 +168,14 @@ with_cpu() { # NAME COMMAND…
   shift
   redis0="$(cpu_seconds "$REDIS_PID")"
   server0="$(cpu_seconds "$server")"
-  calls0="$("$decisions")"
+  decided0="$("$decisions" "$metrics")"
+  calls0="$(script_calls)"
+  usec0="$(script_usec)"
   latency_buckets >"$WORK/$name.hist0"
   "$@"
   echo "$(cpu_seconds "$REDIS_PID") $redis0 $(cpu_seconds "$server") $server0" \
-    "$("$decisions") $calls0" >"$WORK/$name.cpu"
+    "$("$decisions" "$metrics") $decided0 $(script_calls) $calls0 $(script_usec) $usec0" \
+    >"$WORK/$name.cpu"
   latency_buckets >"$WORK/$name.hist1"
 }
 
@@ -173,8 +212,15 @@ redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 1 "${CALL[1]}:check" "${ARGS[@]}" >"$W
 
 benchmark() { # NAME PIPELINE REQUESTS
   echo "bench-redis: redis-benchmark EVALSHA, -P $2" >&2
+  local redis0 calls0 usec0
+  redis0="$(cpu_seconds "$REDIS_PID")"
+  calls0="$(script_calls)"
+  usec0="$(script_usec)"
   redis-benchmark -p "$REDIS_PORT" -c "$CLIENTS" -n "$3" -r "$KEYS" -P "$2" --csv \
     EVALSHA "$SHA" 1 "$KEY" "${ARGS[@]}" >"$WORK/$1.csv"
+  # What the calls cost redis-server: CPU seconds, script calls and script µs, after and before.
+  echo "$(cpu_seconds "$REDIS_PID") $redis0 $(script_calls) $calls0 $(script_usec) $usec0" \
+    >"$WORK/$1.redis"
   sed 's/^/    /' "$WORK/$1.csv" >&2
 }
 
@@ -227,6 +273,29 @@ else
   echo "bench-redis: h2load not found (Debian: apt-get install nghttp2-client); its row is skipped" >&2
 fi
 benchmark evalsha-after 1 "$REQUESTS"
+# Batching: the three floodgates at peak, back to back in the order one call, batches, memory,
+# memory, batches, one call, so that each mode has a run early and a run late.
+for run in one-1 batch-1 memory-1 memory-2 batch-2 one-2; do
+  mode="${run%-*}"
+  case "$mode" in
+    one) with_cpu "mode-$run" loadgen "mode-$run" --max-rate --concurrency "$CLIENTS" ;;
+    batch) SERVER=batch with_cpu "mode-$run" batched "mode-$run" --max-rate --concurrency "$CLIENTS" ;;
+    memory) SERVER=memory with_cpu "mode-$run" memory "mode-$run" --max-rate --concurrency "$CLIENTS" ;;
+  esac
+done
+# A tenth of the one-call peak, open loop, Poisson: one call, batches, batches, one call
+# (ABBA), back to back: the latency a lone request pays for batching, if any.
+TENTH="$(python3 -c "import json
+rates = [json.load(open(f'$WORK/mode-one-{n}.json'))['total']['legit']['achieved_rps'] for n in (1, 2)]
+print(max(1, int(sum(rates) / 2 / 10)))")"
+for run in one-1 batch-1 batch-2 one-2; do
+  case "${run%-*}" in
+    one) with_cpu "tenth-$run" loadgen "tenth-$run" --rate "$TENTH" --arrivals poisson \
+      --concurrency "$HALF_CAP" --warmup 0s ;;
+    batch) SERVER=batch with_cpu "tenth-$run" batched "tenth-$run" --rate "$TENTH" \
+      --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
+  esac
+done
 RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
 # Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
 # callers). The cap on calls in flight is far above what the rate needs, so no request is
@@ -252,7 +321,9 @@ for eighths in 1 2 3; do
 done
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
 kill -0 "$FLOOR_PID" 2>/dev/null || die "noop_rls (the floor) died during the benchmark"
-read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 <"$WORK/floor-peak.cpu"
+kill -0 "$BATCH_PID" 2>/dev/null || die "the batching floodgate died during the benchmark"
+kill -0 "$MEMORY_PID" 2>/dev/null || die "the memory-store floodgate died during the benchmark"
+read -r _ _ _ _ FLOOR_CALLS FLOOR_CALLS0 _ _ _ _ <"$WORK/floor-peak.cpu"
 [ "$FLOOR_CALLS" -gt "$FLOOR_CALLS0" ] || die "the floor ran no script in Redis: see $WORK/floor.log"
 
 benchmark evalsha-pipelined "$PIPELINE" "$((REQUESTS * 3))"
@@ -265,6 +336,9 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
 fi
 CPU_MODEL="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
 mkdir -p "$(dirname "$OUT")"
+BENCH_BATCH_MAX="$BATCH_MAX" BENCH_CLIENTS="$CLIENTS" BENCH_SECONDS="$SECONDS_PER_RUN" \
+  BENCH_WORKER_THREADS="$WORKER_THREADS" BENCH_TENTH="$TENTH" \
+  python3 scripts/lib/bench-redis-batching.py "$WORK" >"$WORK/batching.md"
 BENCH_WORK="$WORK" BENCH_COMMIT="$COMMIT" BENCH_CPU="${CPU_MODEL:-$(uname -m)}" \
 BENCH_NPROC="$(nproc)" BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" \
 BENCH_REDIS="$(redis-server --version | awk '{print $3}')" BENCH_CLIENTS="$CLIENTS" \
@@ -273,6 +347,7 @@ BENCH_RATE="$RATE" BENCH_HALF_CAP="$HALF_CAP" BENCH_LIMIT="$LIMIT" BENCH_H2_CONN
 BENCH_H2_STREAMS="$H2_STREAMS" BENCH_WORKER_THREADS="$WORKER_THREADS" BENCH_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
 BENCH_STEAL_S="$(awk -v t="$STEAL" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}')" \
 BENCH_BREAKER_OPENED="$(grep -c 'Redis circuit open' "$WORK/floodgate.log" || true)" \
+BENCH_BATCH_MAX="$BATCH_MAX" \
 python3 - "$OUT" <<'EOF'
 import csv, json, os, sys
 
@@ -304,7 +379,7 @@ def cpu(name):
     try:
         with open(f"{work}/{name}.cpu") as f:
             redis1, redis0, floodgate1, floodgate0, admitted1, admitted0 = map(
-                float, f.read().split())
+                float, f.read().split()[:6])
     except FileNotFoundError:
         return None
     return redis1 - redis0, floodgate1 - floodgate0, int(admitted1 - admitted0)
@@ -335,7 +410,9 @@ w("- **everything shares these CPUs**: redis-server, floodgate and loadgen (or "
 w(f"- one decision = **one round trip** to Redis: one `EVALSHA` of the store's script "
   f"(a fixed window of {int(env['BENCH_LIMIT']):,} per minute, so every call is admitted and "
   "writes its counter).")
-w(f"- floodgate: `--store redis --worker-threads {env['BENCH_WORKER_THREADS']}`, loadgen over gRPC with {env['BENCH_CLIENTS']} requests in "
+w(f"- floodgate: `--store redis --redis-batch-max 1 --worker-threads {env['BENCH_WORKER_THREADS']}` "
+  "(one script call per decision; [Batching](#batching---redis-batch-max-"
+  f"{env['BENCH_BATCH_MAX']}) compares it with batches), loadgen over gRPC with {env['BENCH_CLIENTS']} requests in "
   f"flight, `{{key}}` from {int(env['BENCH_KEYS']):,} values, {env['BENCH_SECONDS']} s per run.")
 w(f"- redis-benchmark: {env['BENCH_CLIENTS']} clients, the same script loaded with `SCRIPT "
   "LOAD`, the same keys and arguments as the store sends (`examples/redis_script.rs`), key "
@@ -531,6 +608,9 @@ w("")
 w(f"redis-benchmark's own latency (ms, at its peak): no pipelining p50 {plain['p50_latency_ms']} "
   f"p99 {plain['p99_latency_ms']}; `-P {env['BENCH_PIPELINE']}` p50 {piped['p50_latency_ms']} "
   f"p99 {piped['p99_latency_ms']}.")
+w("")
+with open(f"{work}/batching.md") as f:
+    w(f.read().rstrip("\n"))
 w("")
 w("## How steady the machine was")
 w("")

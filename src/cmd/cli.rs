@@ -605,6 +605,12 @@ pub struct RedisConnectionArgs {
     /// any number of concurrent calls; more help only when one socket is the bottleneck.
     #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 1, value_parser = parse_pool_size)]
     pub redis_pool_size: usize,
+    /// Requests one Redis script call may decide: those that arrive while a call is in flight
+    /// on their socket (on a cluster: for their hash slot) wait for it and then share the next
+    /// call, up to this many, decided in arrival order as lone calls would be; a request that
+    /// finds no call in flight goes at once. 1: one call per request. See docs/redis.md.
+    #[arg(long, env = "FLOODGATE_REDIS_BATCH_MAX", default_value_t = crate::store::redis::DEFAULT_BATCH_MAX, value_parser = parse_batch_max)]
+    pub redis_batch_max: usize,
 }
 
 impl RedisConnectionArgs {
@@ -640,10 +646,18 @@ fn parse_reference_bool(text: &str) -> Result<bool, String> {
 }
 
 fn parse_pool_size(text: &str) -> Result<usize, String> {
-    let max = crate::store::redis::MAX_POOL_SIZE;
+    parse_count(text, crate::store::redis::MAX_POOL_SIZE, "sockets")
+}
+
+fn parse_batch_max(text: &str) -> Result<usize, String> {
+    parse_count(text, crate::store::redis::MAX_BATCH, "requests")
+}
+
+/// A count of `what` from 1 to `max`.
+fn parse_count(text: &str, max: usize, what: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
-        Ok(size) if (1..=max).contains(&size) => Ok(size),
-        _ => Err(format!("expected a number of sockets from 1 to {max}")),
+        Ok(count) if (1..=max).contains(&count) => Ok(count),
+        _ => Err(format!("expected a number of {what} from 1 to {max}")),
     }
 }
 

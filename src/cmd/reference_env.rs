@@ -28,7 +28,8 @@ use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
 const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
-const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself";
+const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself, and \
+                    gathers the decisions that meet into one script call (--redis-batch-max)";
 
 /// The reference's variables, in the order of its `settings.go`.
 pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[

@@ -345,6 +345,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 hash_tag: args.redis_hash_tag.into(),
                 sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
                 pool_size: args.redis_connection.redis_pool_size,
+                batch_max: args.redis_connection.redis_batch_max,
                 tls: args.redis_connection.tls_options(),
                 charging,
                 ..RedisOptions::new(args.redis_url.clone())

@@ -16,9 +16,18 @@ use floodgate::core::rules::{Entry, MatchedLevel};
 use floodgate::core::time::Clock;
 use floodgate::core::unit::Unit;
 use floodgate::core::verdict::Role;
+use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::{RedisOptions, RedisStore, Topology};
+use floodgate::store::{Decided, Store, StoreError};
+use futures_util::future::join_all;
+use rand::rngs::StdRng;
+use rand::Rng;
 
 const REDIS_SERVER: &str = "redis-server";
+
+/// The `--redis-batch-max` values the store's tests run with where they drive it: one script
+/// call per request, and calls that carry several.
+pub const BATCH_MAXES: [usize; 2] = [1, 8];
 
 /// How long a fresh server may take to answer PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -174,6 +183,19 @@ impl RedisServer {
 
     pub async fn store(&self, clock: Option<Arc<dyn Clock>>) -> RedisStore {
         RedisStore::connect(&self.options(clock))
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect the store: {error}"))
+    }
+
+    /// A store whose script calls decide up to `batch_max` requests.
+    pub async fn batching_store(
+        &self,
+        clock: Option<Arc<dyn Clock>>,
+        batch_max: usize,
+    ) -> RedisStore {
+        let mut options = self.options(clock);
+        options.batch_max = batch_max;
+        RedisStore::connect(&options)
             .await
             .unwrap_or_else(|error| panic!("cannot connect the store: {error}"))
     }
@@ -350,6 +372,66 @@ pub fn every_algorithm_rules(domain: &str, limit: u32, unit: Unit) -> String {
         ));
     }
     rules
+}
+
+/// A step's requests, each with global shadow mode one time in twenty, for a store deciding up
+/// to `batch_max` per call: one when each is a call of its own (so seeded sequences stay what
+/// they were), else a burst of 1 to `batch_max` to make at once (`decide_together`).
+pub fn burst<T>(
+    rng: &mut StdRng,
+    batch_max: usize,
+    mut request: impl FnMut(&mut StdRng) -> T,
+) -> Vec<(T, bool)> {
+    let size = if batch_max > 1 {
+        rng.random_range(1..=batch_max)
+    } else {
+        1
+    };
+    (0..size)
+        .map(|_| (request(rng), rng.random_bool(0.05)))
+        .collect()
+}
+
+/// `requests` (counters, global shadow) made to `store` at once: polled in order, so they
+/// reach it in this order and a batching store may decide them in one call. The answers, in
+/// order.
+pub async fn decide_together(
+    store: &RedisStore,
+    requests: &[(Vec<Counter>, bool)],
+) -> Vec<Result<Decided, StoreError>> {
+    join_all(
+        requests
+            .iter()
+            .map(|(counters, global_shadow)| store.decide(counters, *global_shadow)),
+    )
+    .await
+}
+
+/// `requests` decided by `memory` one after the other, as a batch must decide them.
+pub fn decide_in_turn(memory: &MemoryStore, requests: &[(Vec<Counter>, bool)]) -> Vec<Decided> {
+    requests
+        .iter()
+        .map(|(counters, global_shadow)| {
+            memory
+                .decide_now(counters, *global_shadow)
+                .unwrap_or_else(|error| panic!("the memory store failed: {error}"))
+        })
+        .collect()
+}
+
+/// The decision script calls (`EVALSHA`) the server behind `inspector` has run so far (`INFO
+/// commandstats`).
+pub async fn script_calls(inspector: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(inspector)
+        .await
+        .unwrap_or_else(|error| panic!("INFO commandstats failed: {error}"));
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `floodgate serve` flags for the Redis store at `url`, with a deadline generous enough for

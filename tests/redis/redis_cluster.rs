@@ -15,7 +15,9 @@
 //!   and decisions on it resume when it returns.
 //! * Differential: for random request sequences on one manual clock, a cluster store with the
 //!   domain tag decides exactly as `MemoryStore` deciding each request whole, and one with the
-//!   descriptor tag exactly as `MemoryStore` deciding each slot group as its own request.
+//!   descriptor tag exactly as `MemoryStore` deciding each slot group as its own request; with
+//!   one script call per request, and with bursts of requests sharing calls per slot
+//!   (`--redis-batch-max`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -38,7 +40,9 @@ use rand::{Rng, SeedableRng};
 
 use floodgate_testkit as common;
 use floodgate_testkit::ops;
-use floodgate_testkit::redis::{counter, identity, RedisCluster};
+use floodgate_testkit::redis::{
+    burst, counter, decide_in_turn, decide_together, identity, RedisCluster, BATCH_MAXES,
+};
 use floodgate_testkit::rls;
 use floodgate_testkit::testca;
 
@@ -469,13 +473,36 @@ const DIFFERENTIAL_STEPS: usize = 250;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_decisions_equal_memory_decisions() {
     let cluster = RedisCluster::start(MASTERS);
+    for batch_max in BATCH_MAXES {
+        cluster_differential(&cluster, batch_max).await;
+    }
+}
+
+/// The differential with stores deciding up to `batch_max` requests per call: with more than
+/// one, each step is a burst of up to that many requests made at once (each slot's lane takes
+/// them in order), which the memory stores decide one after the other.
+async fn cluster_differential(cluster: &RedisCluster, batch_max: usize) {
     let mut rng = StdRng::seed_from_u64(7);
     let clock = Arc::new(ManualClock::new(START));
-    let whole_store = cluster_store(&cluster, &clock, "whole:", HashTag::Domain).await;
-    let grouped_store = cluster_store(&cluster, &clock, "grouped:", HashTag::Descriptor).await;
+    let (whole_prefix, grouped_prefix) =
+        (format!("whole{batch_max}:"), format!("grouped{batch_max}:"));
+    let store = |prefix, hash_tag| {
+        let clock = &clock;
+        async move {
+            let mut options = cluster.options(Some(clock.clone() as Arc<dyn Clock>));
+            options.key_prefix = prefix;
+            options.hash_tag = hash_tag;
+            options.batch_max = batch_max;
+            RedisStore::connect(&options)
+                .await
+                .unwrap_or_else(|error| panic!("cannot connect to the cluster: {error}"))
+        }
+    };
+    let whole_store = store(whole_prefix, HashTag::Domain).await;
+    let grouped_store = store(grouped_prefix.clone(), HashTag::Descriptor).await;
     let whole_memory = MemoryStore::new(1_000_000, clock.clone());
     let grouped_memory = MemoryStore::new(1_000_000, clock.clone());
-    let layout = descriptor_layout("grouped:");
+    let layout = descriptor_layout(&grouped_prefix);
     let specs = random_descriptors(&mut rng);
 
     let mut multi_group_requests = 0;
@@ -486,39 +513,56 @@ async fn cluster_decisions_equal_memory_decisions() {
             8 => rng.random_range(0..90 * MICROS_PER_SECOND),
             _ => -rng.random_range(0..MICROS_PER_SECOND / 4),
         });
-        let counters = random_request(&mut rng, &specs);
-        let global_shadow = rng.random_bool(0.05);
+        let requests = burst(&mut rng, batch_max, |rng| random_request(rng, &specs));
 
-        let expected = whole_memory
-            .decide_now(&counters, global_shadow)
-            .unwrap_or_else(|error| panic!("{error}"));
-        let got = whole_store
-            .decide(&counters, global_shadow)
-            .await
-            .unwrap_or_else(|error| panic!("step {step}: {error}"));
-        assert_eq!(
-            got, expected,
-            "domain tag, step {step}: cluster (left) and memory (right) disagree on \
-             {counters:#?}"
-        );
+        let expected = decide_in_turn(&whole_memory, &requests);
+        let got = decide_together(&whole_store, &requests).await;
+        assert_each_alike(got, &expected, |index| {
+            format!(
+                "domain tag, batch max {batch_max}, step {step}, request {index}: cluster \
+                 (left) and memory (right) disagree on {:#?}",
+                requests[index]
+            )
+        });
 
-        let groups = slot_groups(&counters, &layout);
-        multi_group_requests += usize::from(groups.len() > 1);
-        let expected = decide_in_groups(&grouped_memory, &counters, &groups, global_shadow);
-        let got = grouped_store
-            .decide(&counters, global_shadow)
-            .await
-            .unwrap_or_else(|error| panic!("step {step}: {error}"));
-        assert_eq!(
-            got, expected,
-            "descriptor tag, step {step}: cluster (left) and memory by slot group (right) \
-             disagree on {counters:#?} in groups {groups:?}"
-        );
+        let groups: Vec<Vec<Vec<usize>>> = requests
+            .iter()
+            .map(|(counters, _)| slot_groups(counters, &layout))
+            .collect();
+        multi_group_requests += groups.iter().filter(|groups| groups.len() > 1).count();
+        let expected: Vec<Decided> = requests
+            .iter()
+            .zip(&groups)
+            .map(|((counters, global_shadow), groups)| {
+                decide_in_groups(&grouped_memory, counters, groups, *global_shadow)
+            })
+            .collect();
+        let got = decide_together(&grouped_store, &requests).await;
+        assert_each_alike(got, &expected, |index| {
+            format!(
+                "descriptor tag, batch max {batch_max}, step {step}, request {index}: cluster \
+                 (left) and memory by slot group (right) disagree on {:#?} in groups {:?}",
+                requests[index], groups[index]
+            )
+        });
     }
     assert!(
         multi_group_requests > DIFFERENTIAL_STEPS / 4,
         "too few requests spanned several slots ({multi_group_requests}) to test grouping"
     );
+}
+
+/// Each answer `got` equal to the one `expected` at its position; `what(index)` says which.
+fn assert_each_alike(
+    got: Vec<Result<Decided, floodgate::store::StoreError>>,
+    expected: &[Decided],
+    what: impl Fn(usize) -> String,
+) {
+    assert_eq!(got.len(), expected.len(), "{}", what(0));
+    for (index, (got, expected)) in got.into_iter().zip(expected).enumerate() {
+        let got = got.unwrap_or_else(|error| panic!("{}: {error}", what(index)));
+        assert_eq!(&got, expected, "{}", what(index));
+    }
 }
 
 /// A counter of rule `edge.<key>_<value>` whose key (descriptor tag) lands on master `node`.

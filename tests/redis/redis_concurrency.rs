@@ -1,5 +1,6 @@
 //! Many concurrent requests through one RedisStore (one multiplexed connection) on one
-//! descriptor with limit N: exactly N are admitted, for every algorithm — the script is atomic.
+//! descriptor with limit N: exactly N are admitted, for every algorithm — the script is atomic;
+//! with one script call per request and with calls that carry several (`--redis-batch-max`).
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use floodgate::core::verdict::Role;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::Store;
 
-use floodgate_testkit::redis::{counter, identity, quota_admitting, RedisServer};
+use floodgate_testkit::redis::{counter, identity, quota_admitting, RedisServer, BATCH_MAXES};
 
 const LIMIT: u32 = 50;
 const TASKS: usize = 300;
@@ -43,12 +44,18 @@ async fn admitted_among_concurrent(store: Arc<RedisStore>, quota: &Quota, value:
 async fn exactly_the_limit_is_admitted_for_every_algorithm() {
     let server = RedisServer::start();
     let clock = Arc::new(ManualClock::new(1_764_000_000 * MICROS_PER_SECOND));
-    let store = Arc::new(server.store(Some(clock as Arc<dyn Clock>)).await);
-    for algorithm in Algorithm::ALL {
-        let quota = quota_admitting(algorithm, LIMIT, Unit::Minute);
-        let admitted =
-            admitted_among_concurrent(Arc::clone(&store), &quota, algorithm.name()).await;
-        assert_eq!(admitted, LIMIT as usize, "{algorithm}");
+    for batch_max in BATCH_MAXES {
+        let clock = Some(clock.clone() as Arc<dyn Clock>);
+        let store = Arc::new(server.batching_store(clock, batch_max).await);
+        for algorithm in Algorithm::ALL {
+            let quota = quota_admitting(algorithm, LIMIT, Unit::Minute);
+            let value = format!("{algorithm}-{batch_max}");
+            let admitted = admitted_among_concurrent(Arc::clone(&store), &quota, &value).await;
+            assert_eq!(
+                admitted, LIMIT as usize,
+                "{algorithm}, batch max {batch_max}"
+            );
+        }
     }
 }
 
@@ -58,16 +65,21 @@ async fn exactly_the_limit_is_admitted_for_every_algorithm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_the_limit_is_admitted_on_redis_time() {
     let server = RedisServer::start();
-    let store = Arc::new(server.store(None).await);
-    for algorithm in [
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::SlidingLog,
-    ] {
-        let quota = quota_admitting(algorithm, LIMIT, Unit::Hour);
-        let admitted =
-            admitted_among_concurrent(Arc::clone(&store), &quota, algorithm.name()).await;
-        assert_eq!(admitted, LIMIT as usize, "{algorithm}");
+    for batch_max in BATCH_MAXES {
+        let store = Arc::new(server.batching_store(None, batch_max).await);
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+            Algorithm::SlidingLog,
+        ] {
+            let quota = quota_admitting(algorithm, LIMIT, Unit::Hour);
+            let value = format!("{algorithm}-{batch_max}");
+            let admitted = admitted_among_concurrent(Arc::clone(&store), &quota, &value).await;
+            assert_eq!(
+                admitted, LIMIT as usize,
+                "{algorithm}, batch max {batch_max}"
+            );
+        }
     }
 }
 
@@ -75,12 +87,15 @@ async fn exactly_the_limit_is_admitted_on_redis_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_one_budget() {
     let server = RedisServer::start();
-    let first = Arc::new(server.store(None).await);
-    let second = Arc::new(server.store(None).await);
-    let quota = quota_admitting(Algorithm::TokenBucket, LIMIT, Unit::Hour);
-    let (a, b) = tokio::join!(
-        admitted_among_concurrent(Arc::clone(&first), &quota, "shared"),
-        admitted_among_concurrent(Arc::clone(&second), &quota, "shared"),
-    );
-    assert_eq!(a + b, LIMIT as usize, "{a} + {b}");
+    for batch_max in BATCH_MAXES {
+        let first = Arc::new(server.batching_store(None, batch_max).await);
+        let second = Arc::new(server.batching_store(None, batch_max).await);
+        let quota = quota_admitting(Algorithm::TokenBucket, LIMIT, Unit::Hour);
+        let value = format!("shared-{batch_max}");
+        let (a, b) = tokio::join!(
+            admitted_among_concurrent(Arc::clone(&first), &quota, &value),
+            admitted_among_concurrent(Arc::clone(&second), &quota, &value),
+        );
+        assert_eq!(a + b, LIMIT as usize, "{a} + {b}, batch max {batch_max}");
+    }
 }

@@ -8,6 +8,12 @@
 //! different classes (shares) charging the same counters. MONTH limits in calendar months run
 //! from month ends of every length (28, 29, 30, 31 days) and the turn of a year, so both stores
 //! must place the same windows on the calendar.
+//!
+//! Each runs twice: with one script call per request, and with calls that carry up to
+//! `BATCH_MAXES[1]` requests (`--redis-batch-max`). In the batching runs of the random
+//! sequences each step is a burst of up to that many requests made at once, which the store
+//! decides in one call; the memory store decides them one after the other in the same order,
+//! and every request's answer must still be identical.
 
 use std::sync::Arc;
 
@@ -24,7 +30,10 @@ use floodgate::store::{Decided, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use floodgate_testkit::redis::{counter, identity, scan_keys, RedisServer};
+use floodgate_testkit::redis::{
+    burst, counter, decide_in_turn, decide_together, identity, scan_keys, script_calls,
+    RedisServer, BATCH_MAXES,
+};
 
 /// Requests per seed; with the default seed count a test takes well under a few seconds.
 const STEPS: usize = 400;
@@ -168,15 +177,18 @@ fn edges_of(decided: &Decided) -> Vec<Micros> {
         .collect()
 }
 
-/// The two stores on `server`, charging as `charging` says, deciding with `clock`.
+/// The two stores on `server`, charging as `charging` says, deciding with `clock`, the Redis
+/// one deciding up to `batch_max` requests per script call.
 async fn stores(
     server: &RedisServer,
     clock: &Arc<ManualClock>,
     charging: Charging,
+    batch_max: usize,
 ) -> (MemoryStore, RedisStore) {
     let memory = MemoryStore::new(1_000_000, clock.clone()).charging(charging);
     let mut options = server.options(Some(clock.clone() as Arc<dyn Clock>));
     options.charging = charging;
+    options.batch_max = batch_max;
     let redis = RedisStore::connect(&options)
         .await
         .unwrap_or_else(|error| panic!("cannot connect the store: {error}"));
@@ -202,6 +214,31 @@ async fn decided_alike(
         got, expected,
         "{what}: redis (left) and memory (right) disagree on {counters:#?}"
     );
+    expected
+}
+
+/// `requests` (counters, global shadow) made at once to the Redis store, so that it may
+/// decide them in one call, and one after the other to the memory store: each request's
+/// answers must agree. What they decided, in order.
+async fn decided_alike_together(
+    (memory, redis): (&MemoryStore, &RedisStore),
+    requests: &[(Vec<Counter>, bool)],
+    what: &str,
+) -> Vec<Decided> {
+    let expected = decide_in_turn(memory, requests);
+    let got = decide_together(redis, requests).await;
+    for (index, ((got, expected), (counters, global_shadow))) in
+        got.into_iter().zip(&expected).zip(requests).enumerate()
+    {
+        let got = got.unwrap_or_else(|error| panic!("{what}: {error}"));
+        assert_eq!(
+            &got,
+            expected,
+            "{what}, request {index} of {} (global_shadow {global_shadow}): redis (left) and \
+             memory (right) disagree on {counters:#?}",
+            requests.len()
+        );
+    }
     expected
 }
 
@@ -239,14 +276,16 @@ async fn run_sequences(
     mut slots_of: impl FnMut(&mut StdRng) -> Vec<Slot>,
 ) -> usize {
     let mut month_changes = 0;
-    let runs = sequence
-        .seeds
-        .clone()
-        .flat_map(|seed| Charging::ALL.map(|mode| (seed, mode)));
-    for (seed, charging) in runs {
+    let runs = BATCH_MAXES.into_iter().flat_map(|batch_max| {
+        sequence
+            .seeds
+            .clone()
+            .flat_map(move |seed| Charging::ALL.map(|mode| (seed, mode, batch_max)))
+    });
+    for (seed, charging, batch_max) in runs {
         let mut rng = StdRng::seed_from_u64(seed);
         let clock = Arc::new(ManualClock::new((sequence.start_of)(&mut rng)));
-        let (memory, redis) = stores(server, &clock, charging).await;
+        let (memory, redis) = stores(server, &clock, charging, batch_max).await;
         // Every seed starts from empty counters in both stores.
         let mut inspector = server.inspector().await;
         let _: () = redis::cmd("FLUSHALL")
@@ -266,18 +305,30 @@ async fn run_sequences(
             })
             .max(4);
         let mut edges = Vec::new();
+        let (calls_before, mut requests_made) = (script_calls(&mut inspector).await, 0);
         for step in 0..sequence.steps {
             let month_before = month_index(clock.now());
             clock.advance(random_step(&mut rng, shortest_window, &edges));
             month_changes += usize::from(month_index(clock.now()) != month_before);
-            let counters = random_request(&mut rng, &slots);
-            let global_shadow = rng.random_bool(0.05);
+            let requests = burst(&mut rng, batch_max, |rng| random_request(rng, &slots));
             let what = format!(
-                "{name} {charging} seed {seed} step {step} at {} (global_shadow {global_shadow})",
+                "{name} {charging} batch max {batch_max} seed {seed} step {step} at {}",
                 clock.now()
             );
-            let expected = decided_alike((&memory, &redis), &counters, global_shadow, &what).await;
-            edges = edges_of(&expected);
+            let expected = decided_alike_together((&memory, &redis), &requests, &what).await;
+            edges = expected.iter().flat_map(edges_of).collect();
+            requests_made += requests.len();
+        }
+        // The batching runs did share calls (and the others did not).
+        let calls = usize::try_from(script_calls(&mut inspector).await - calls_before)
+            .unwrap_or(usize::MAX);
+        if batch_max == 1 {
+            assert_eq!(calls, requests_made, "{name}: one call per request");
+        } else {
+            assert!(
+                calls < requests_made,
+                "{name}: {calls} calls for {requests_made} requests"
+            );
         }
         assert_logs_hold_only_their_entries(&mut inspector).await;
     }
@@ -521,10 +572,13 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
         );
     }
     let server = RedisServer::start();
-    for (seed, charging) in (1..=seeds()).flat_map(|seed| Charging::ALL.map(|mode| (seed, mode))) {
+    let runs = BATCH_MAXES.into_iter().flat_map(|batch_max| {
+        (1..=seeds()).flat_map(move |seed| Charging::ALL.map(|mode| (seed, mode, batch_max)))
+    });
+    for (seed, charging, batch_max) in runs {
         let mut rng = StdRng::seed_from_u64(100 + seed);
         let clock = Arc::new(ManualClock::new(START));
-        let (memory, redis) = stores(&server, &clock, charging).await;
+        let (memory, redis) = stores(&server, &clock, charging, batch_max).await;
         let slots: Vec<(Vec<u8>, Quota)> = quotas
             .iter()
             .enumerate()
@@ -533,7 +587,7 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
                     identity(
                         "bounds",
                         "k",
-                        &format!("{charging}-{seed}-{index}"),
+                        &format!("{charging}-{seed}-{index}-{batch_max}"),
                         0,
                         quota,
                     ),
@@ -571,7 +625,7 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
             };
             let counters = [counter(0, key, quota, hits, Role::Enforced)];
             let what = format!(
-                "bounds {charging} seed {seed} step {step} at {}",
+                "bounds {charging} batch max {batch_max} seed {seed} step {step} at {}",
                 clock.now()
             );
             let expected = decided_alike((&memory, &redis), &counters, false, &what).await;
@@ -585,11 +639,19 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
 #[tokio::test]
 async fn sliding_log_beyond_its_entry_cap_matches_memory() {
     let server = RedisServer::start();
+    for batch_max in BATCH_MAXES {
+        sliding_log_beyond_its_entry_cap(&server, batch_max).await;
+    }
+}
+
+async fn sliding_log_beyond_its_entry_cap(server: &RedisServer, batch_max: usize) {
     let clock = Arc::new(ManualClock::new(START));
     let memory = MemoryStore::new(1_000, clock.clone());
-    let redis = server.store(Some(clock.clone() as Arc<dyn Clock>)).await;
+    let redis = server
+        .batching_store(Some(clock.clone() as Arc<dyn Clock>), batch_max)
+        .await;
     let quota = Quota::new(10_050, Unit::Hour).with_algorithm(Algorithm::SlidingLog);
-    let key = identity("cap", "k", "v", 0, &quota);
+    let key = identity("cap", "k", &format!("v{batch_max}"), 0, &quota);
     let mut rng = StdRng::seed_from_u64(7);
     let mut longest = 0;
     for step in 0..10_300 {
@@ -600,7 +662,7 @@ async fn sliding_log_beyond_its_entry_cap_matches_memory() {
             _ => Hits::CheckOnly,
         };
         let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
-        let what = format!("cap step {step} at {}", clock.now());
+        let what = format!("cap batch max {batch_max} step {step} at {}", clock.now());
         let expected = decided_alike((&memory, &redis), &counters, false, &what).await;
         longest = longest.max(10_050 - expected.outcomes[0].snapshot.remaining);
     }
@@ -618,55 +680,63 @@ async fn sliding_log_beyond_its_entry_cap_matches_memory() {
 #[tokio::test]
 async fn an_exhausted_and_a_fresh_descriptor_match_memory_in_both_modes() {
     let server = RedisServer::start();
-    for algorithm in Algorithm::ALL {
-        for charging in Charging::ALL {
-            let clock = Arc::new(ManualClock::new(START));
-            let (memory, redis) = stores(&server, &clock, charging).await;
-            let quota = Quota::new(4, Unit::Minute).with_algorithm(algorithm);
-            let quota = if algorithm.accepts_burst() {
-                quota.with_burst(4)
-            } else {
-                quota
-            };
-            let name =
-                |slot: &str| identity("mix", slot, &format!("{algorithm}-{charging}"), 0, &quota);
-            let (exhausted, fresh) = (name("exhausted"), name("fresh"));
-            let decide = |counters: Vec<Counter>| {
-                let (stores, clock) = ((&memory, &redis), &clock);
-                async move {
-                    let what = format!("{algorithm} {charging} at {}", clock.now());
-                    decided_alike(stores, &counters, false, &what).await
-                }
-            };
-            let alone = decide(vec![counter(
-                0,
-                &exhausted,
-                &quota,
-                Hits::Charge(4),
-                Role::Enforced,
-            )])
-            .await;
-            assert!(!alone.over_limit, "{algorithm}: 4 fit a fresh counter of 4");
-            for step in 0..6 {
-                // Hits beyond what is left: 3 on the fresh one (4 left, then 1 or none), 2 on
-                // the exhausted one.
-                let mixed = decide(vec![
-                    counter(0, &fresh, &quota, Hits::Charge(3), Role::Enforced),
-                    counter(1, &exhausted, &quota, Hits::Charge(2), Role::Enforced),
-                ])
-                .await;
-                assert!(mixed.over_limit, "{algorithm} {charging} step {step}");
-                let charged: Vec<bool> = mixed.outcomes.iter().map(|o| o.charged).collect();
-                let expected = match charging {
-                    Charging::AllOrNothing => [false, false],
-                    Charging::EveryDescriptor => [
-                        mixed.outcomes[0].admitted || algorithm.counts_in_windows(),
-                        algorithm.counts_in_windows(),
-                    ],
-                };
-                assert_eq!(charged, expected, "{algorithm} {charging} step {step}");
-                clock.advance(pause_after(step));
+    let runs = BATCH_MAXES.into_iter().flat_map(|batch_max| {
+        Algorithm::ALL
+            .into_iter()
+            .flat_map(move |algorithm| Charging::ALL.map(|mode| (algorithm, mode, batch_max)))
+    });
+    for (algorithm, charging, batch_max) in runs {
+        let clock = Arc::new(ManualClock::new(START));
+        let (memory, redis) = stores(&server, &clock, charging, batch_max).await;
+        let quota = Quota::new(4, Unit::Minute).with_algorithm(algorithm);
+        let quota = if algorithm.accepts_burst() {
+            quota.with_burst(4)
+        } else {
+            quota
+        };
+        let name = |slot: &str| {
+            let value = format!("{algorithm}-{charging}-{batch_max}");
+            identity("mix", slot, &value, 0, &quota)
+        };
+        let (exhausted, fresh) = (name("exhausted"), name("fresh"));
+        let decide = |counters: Vec<Counter>| {
+            let (stores, clock) = ((&memory, &redis), &clock);
+            async move {
+                let what = format!(
+                    "{algorithm} {charging} batch max {batch_max} at {}",
+                    clock.now()
+                );
+                decided_alike(stores, &counters, false, &what).await
             }
+        };
+        let alone = decide(vec![counter(
+            0,
+            &exhausted,
+            &quota,
+            Hits::Charge(4),
+            Role::Enforced,
+        )])
+        .await;
+        assert!(!alone.over_limit, "{algorithm}: 4 fit a fresh counter of 4");
+        for step in 0..6 {
+            // Hits beyond what is left: 3 on the fresh one (4 left, then 1 or none), 2 on
+            // the exhausted one.
+            let mixed = decide(vec![
+                counter(0, &fresh, &quota, Hits::Charge(3), Role::Enforced),
+                counter(1, &exhausted, &quota, Hits::Charge(2), Role::Enforced),
+            ])
+            .await;
+            assert!(mixed.over_limit, "{algorithm} {charging} step {step}");
+            let charged: Vec<bool> = mixed.outcomes.iter().map(|o| o.charged).collect();
+            let expected = match charging {
+                Charging::AllOrNothing => [false, false],
+                Charging::EveryDescriptor => [
+                    mixed.outcomes[0].admitted || algorithm.counts_in_windows(),
+                    algorithm.counts_in_windows(),
+                ],
+            };
+            assert_eq!(charged, expected, "{algorithm} {charging} step {step}");
+            clock.advance(pause_after(step));
         }
     }
 }

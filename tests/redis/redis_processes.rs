@@ -8,6 +8,9 @@
 //! Redis `TIME` inside the script. The three processes here share the machine's clock; that
 //! instances with skewed clocks agree is shown by `redis_clock_skew.rs` (one process runs
 //! minutes ahead under libfaketime).
+//!
+//! The same again with `--redis-batch-max 64`: requests that meet in a process share a script
+//! call (fewer calls than decisions, counted by Redis), and the total is still exactly LIMIT.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +18,7 @@ use floodgate::core::algorithm::Algorithm;
 use floodgate::core::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 
-use floodgate_testkit::redis::{every_algorithm_rules, store_flags, RedisServer};
+use floodgate_testkit::redis::{every_algorithm_rules, script_calls, store_flags, RedisServer};
 use floodgate_testkit::rls;
 use floodgate_testkit::{subdir, Floodgate};
 
@@ -86,25 +89,48 @@ async fn admitted_across_processes(urls: &[String], key: &str) -> (usize, usize)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_processes_admit_exactly_the_limit_for_every_algorithm() {
+    three_processes_admit_exactly_the_limit("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_batching_processes_admit_exactly_the_limit_for_every_algorithm() {
+    three_processes_admit_exactly_the_limit("64").await;
+}
+
+/// Every algorithm through three processes deciding up to `batch_max` requests per call.
+async fn three_processes_admit_exactly_the_limit(batch_max: &str) {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("shared.yaml");
     let rules = every_algorithm_rules("shared", LIMIT, UNIT);
     std::fs::write(&config, rules).unwrap_or_else(|error| panic!("cannot write rules: {error}"));
     let url = redis.url();
-    let extra = store_flags(&url, &[]);
+    let extra = store_flags(&url, &["--redis-batch-max", batch_max]);
     let processes: Vec<Floodgate> = (0..PROCESSES)
         .map(|index| Floodgate::start(&config, &extra, &subdir(dir.path(), &format!("p{index}"))))
         .collect();
     let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
 
     keep_clear_of_the_day_boundary().await;
+    let mut inspector = redis.inspector().await;
     for algorithm in Algorithm::ALL.map(Algorithm::name) {
+        let calls_before = script_calls(&mut inspector).await;
         let (admitted, over) = admitted_across_processes(&urls, algorithm).await;
         assert_eq!(
             (admitted, over),
             (LIMIT as usize, CALLS - LIMIT as usize),
-            "{algorithm}: admitted, over limit"
+            "{algorithm}, batch max {batch_max}: admitted, over limit"
         );
+        let calls = script_calls(&mut inspector).await - calls_before;
+        let decisions = CALLS as u64;
+        if batch_max == "1" {
+            assert_eq!(calls, decisions, "{algorithm}: one call per decision");
+        } else {
+            // 64 clients over three processes: requests meet in every process.
+            assert!(
+                calls < decisions,
+                "{algorithm}: {calls} script calls for {decisions} decisions"
+            );
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! A Redis that stops answering makes decisions fail with `Unavailable` within the deadline
 //! (plus a scheduling margin), never hang; the store recovers once Redis answers again. And
 //! the deadline is `--redis-timeout-ms`, whatever its value: a pause shorter than it is waited
-//! out, not cut short by a timeout of the redis crate's own.
+//! out, not cut short by a timeout of the redis crate's own. Requests waiting to share a script
+//! call (`--redis-batch-max`) keep each its own deadline, their wait included.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use floodgate::store::redis::{RedisStore, DEFAULT_TIMEOUT};
 use floodgate::store::{Store, StoreError};
 
 use floodgate_testkit as common;
-use floodgate_testkit::redis::{counter, identity, RedisServer};
+use floodgate_testkit::redis::{counter, identity, RedisServer, BATCH_MAXES};
 use floodgate_testkit::rls;
 use floodgate_testkit::Floodgate;
 
@@ -28,9 +29,10 @@ fn one_counter() -> Vec<Counter> {
     vec![counter(0, &key, &quota, Hits::Charge(1), Role::Enforced)]
 }
 
-async fn store_with_default_timeout(server: &RedisServer) -> Arc<RedisStore> {
+async fn store_with_default_timeout(server: &RedisServer, batch_max: usize) -> Arc<RedisStore> {
     let mut options = server.options(None);
     options.timeout = DEFAULT_TIMEOUT;
+    options.batch_max = batch_max;
     // The deadline alone: the circuit breaker would answer later calls without asking Redis
     // (tests/redis_failure/redis_failure.rs covers it).
     options.breaker_threshold = 0;
@@ -78,22 +80,30 @@ async fn recovers(store: &RedisStore) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_redis_times_out_and_recovers() {
-    let server = RedisServer::start();
-    let store = store_with_default_timeout(&server).await;
-    assert!(store.decide(&one_counter(), false).await.is_ok());
+    for batch_max in BATCH_MAXES {
+        let server = RedisServer::start();
+        let store = store_with_default_timeout(&server, batch_max).await;
+        assert!(store.decide(&one_counter(), false).await.is_ok());
 
-    server.pause();
-    all_fail_in_time(&store, 20).await;
-    // Calls keep failing fast while it stays stopped, queued ones included.
-    all_fail_in_time(&store, 20).await;
-    server.resume();
-    recovers(&store).await;
+        server.pause();
+        all_fail_in_time(&store, 20).await;
+        // Calls keep failing fast while it stays stopped, queued ones included.
+        all_fail_in_time(&store, 20).await;
+        server.resume();
+        recovers(&store).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_redis_times_out() {
+    for batch_max in BATCH_MAXES {
+        a_busy_redis_times_out_with(batch_max).await;
+    }
+}
+
+async fn a_busy_redis_times_out_with(batch_max: usize) {
     let server = RedisServer::start();
-    let store = store_with_default_timeout(&server).await;
+    let store = store_with_default_timeout(&server, batch_max).await;
     assert!(store.decide(&one_counter(), false).await.is_ok());
 
     let mut inspector = server.inspector().await;

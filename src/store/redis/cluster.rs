@@ -169,11 +169,16 @@ impl ClusterLink {
                 self.server,
                 scrub(&error.to_string(), &self.secrets)
             ))),
-            Err(_) => Err(unavailable(format!(
-                "Redis {} did not answer within {deadline:?}",
-                self.server
-            ))),
+            Err(_) => Err(self.late(deadline)),
         }
+    }
+
+    /// What a call gets when `deadline` passed before Redis answered.
+    pub fn late(&self, deadline: Duration) -> StoreError {
+        unavailable(format!(
+            "Redis {} did not answer within {deadline:?}",
+            self.server
+        ))
     }
 }
 

@@ -51,6 +51,7 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 pub const MAX_POOL_SIZE: usize = 256;
 
 /// The connection(s) to one Redis server, or to the master the sentinels name.
+#[derive(Clone)]
 pub(super) struct Connection {
     shared: Arc<Shared>,
 }
@@ -223,7 +224,20 @@ impl Connection {
         call: &Call,
         deadline: Duration,
     ) -> Result<Vec<i64>, StoreError> {
-        let (server, mut manager) = self.shared.pick();
+        self.invoke_on(self.shared.next_position(), script, call, deadline)
+            .await
+    }
+
+    /// The same on the pool's socket at `position` (modulo its size): a batching lane keeps
+    /// to its own socket (`batch.rs`).
+    pub async fn invoke_on(
+        &self,
+        position: usize,
+        script: &Script,
+        call: &Call,
+        deadline: Duration,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (server, mut manager) = self.shared.pick_at(position);
         let invocation = call.invocation(script);
         let result = self
             .shared
@@ -251,13 +265,32 @@ impl Connection {
         }
         result
     }
+
+    /// What a call gets when `deadline` passed before Redis answered.
+    pub fn late(&self, deadline: Duration) -> StoreError {
+        late(&self.server(), deadline)
+    }
+}
+
+fn late(server: &str, deadline: Duration) -> StoreError {
+    unavailable(format!(
+        "Redis at {server} did not answer within {deadline:?}"
+    ))
 }
 
 impl Shared {
+    fn next_position(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// The server's name and the next socket of the pool.
     fn pick(&self) -> (String, ConnectionManager) {
+        self.pick_at(self.next_position())
+    }
+
+    /// The server's name and the socket at `position` (modulo the pool's size).
+    fn pick_at(&self, position: usize) -> (String, ConnectionManager) {
         let links = self.links.load();
-        let position = self.next.fetch_add(1, Ordering::Relaxed);
         (links.server.clone(), links.pool.get(position).clone())
     }
 
@@ -273,9 +306,7 @@ impl Shared {
                 "Redis at {server} failed: {}",
                 scrub(&error.to_string(), &self.opener.secrets)
             ))),
-            Err(_) => Err(unavailable(format!(
-                "Redis at {server} did not answer within {deadline:?}"
-            ))),
+            Err(_) => Err(late(server, deadline)),
         }
     }
 
@@ -346,8 +377,9 @@ impl Drop for SearchRunning<'_> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Two plain fields: a panic elsewhere cannot leave them inconsistent.
+/// `mutex` locked, poisoned or not: what this module and `batch.rs` guard are a few plain
+/// fields that a panic elsewhere cannot leave inconsistent.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),

@@ -1,5 +1,6 @@
 //! The decision script: its Lua source (`lua/`, one file per algorithm), which quotas it
-//! computes exactly, the arguments a request becomes and the reply it gives back.
+//! computes exactly, the arguments a request becomes, how requests share one call (a batch)
+//! and the reply it gives back.
 
 use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
 use crate::core::charging::Charging;
@@ -27,8 +28,11 @@ pub const SOURCE: &str = concat!(
 /// ARGV values per counter (`COUNTER_FIELDS` in decide.lua).
 const COUNTER_FIELDS: usize = 10;
 
-/// ARGV values before the counters (`HEADER_FIELDS` in decide.lua).
+/// ARGV values before a request's counters (`HEADER_FIELDS` in decide.lua).
 const HEADER_FIELDS: usize = 5;
+
+/// ARGV values before the first request: how many there are (`BATCH_FIELDS` in decide.lua).
+const BATCH_FIELDS: usize = 1;
 
 /// Reply values per counter (`REPLY_FIELDS` in decide.lua).
 const REPLY_FIELDS: usize = 5;
@@ -118,11 +122,20 @@ pub fn check_quota(quota: &Quota) -> Result<(), UnsupportedQuota> {
     Ok(())
 }
 
-/// One script call: the distinct keys and the arguments.
+/// One script call: its keys and arguments, for one request or a batch of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub keys: Vec<String>,
     pub args: Vec<Arg>,
+}
+
+/// One request's part of a call: its distinct keys and its arguments (header, then counters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestArgs {
+    pub keys: Vec<String>,
+    pub args: Vec<Arg>,
+    /// How many counters it has: its reply holds one answer for each.
+    pub counters: usize,
 }
 
 /// One ARGV value. Numbers stay numbers until the redis crate writes them into its command
@@ -171,6 +184,33 @@ impl From<u32> for Arg {
 }
 
 impl Call {
+    /// A call deciding `request` alone.
+    pub fn single(request: RequestArgs) -> Self {
+        let mut args = Vec::with_capacity(BATCH_FIELDS + request.args.len());
+        args.push(Arg::from(1_usize));
+        args.extend(request.args);
+        Self {
+            keys: request.keys,
+            args,
+        }
+    }
+
+    /// A call deciding `requests` one after the other, in this order, each as a call of its
+    /// own would at that point (decide.lua).
+    pub fn batch<'r>(requests: impl ExactSizeIterator<Item = &'r RequestArgs> + Clone) -> Self {
+        let count = requests.len();
+        let keys_len: usize = requests.clone().map(|request| request.keys.len()).sum();
+        let args_len: usize = requests.clone().map(|request| request.args.len()).sum();
+        let mut keys = Vec::with_capacity(keys_len);
+        let mut args = Vec::with_capacity(BATCH_FIELDS + args_len);
+        args.push(Arg::from(count));
+        for request in requests {
+            keys.extend(request.keys.iter().cloned());
+            args.extend_from_slice(&request.args);
+        }
+        Self { keys, args }
+    }
+
     /// `script` with these keys and arguments, ready for `invoke_async` (`EVALSHA`, and
     /// `SCRIPT LOAD` again on `NOSCRIPT`).
     pub fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
@@ -203,13 +243,24 @@ pub struct Settling {
     pub global_shadow: bool,
 }
 
-/// Builds the call for `counters`; `key_of` gives a counter's Redis key.
+/// Builds the call for `counters` alone; `key_of` gives a counter's Redis key.
 pub fn build_call(
     counters: &[Counter],
     settling: Settling,
     now: Now,
     key_of: impl Fn(&Counter) -> String,
 ) -> Call {
+    Call::single(build_request(counters, settling, now, key_of))
+}
+
+/// Builds the part of a call that decides `counters`, alone or in a batch; `key_of` gives a
+/// counter's Redis key.
+pub fn build_request(
+    counters: &[Counter],
+    settling: Settling,
+    now: Now,
+    key_of: impl Fn(&Counter) -> String,
+) -> RequestArgs {
     // Repeated identities share one key (and one read); order of first mention.
     let mut identities: Vec<&Counter> = Vec::new();
     let mut key_indexes = Vec::with_capacity(counters.len());
@@ -255,9 +306,10 @@ pub fn build_call(
             Arg::Unsigned(quota.reserve(counter.share)),
         ]);
     }
-    Call {
+    RequestArgs {
         keys: identities.into_iter().map(key_of).collect(),
         args,
+        counters: counters.len(),
     }
 }
 
@@ -297,6 +349,40 @@ pub enum BadReply {
     WrongLength { got: usize, counters: usize },
     #[error("the decision script returned {value} where {what} was expected")]
     OutOfRange { what: &'static str, value: i64 },
+    #[error("the decision script returned {got} numbers for a batch that needs {expected}")]
+    WrongBatchLength { got: usize, expected: usize },
+}
+
+/// Reply values of a request of `counters` counters.
+fn reply_len(counters: usize) -> usize {
+    1 + REPLY_FIELDS * counters
+}
+
+/// Reads the reply of a batch whose requests have `counters[i]` counters each, in order.
+pub fn parse_replies(
+    reply: &[i64],
+    counters: impl Iterator<Item = usize> + Clone,
+) -> Result<Vec<Decided>, BadReply> {
+    let expected = counters.clone().map(reply_len).sum();
+    if reply.len() != expected {
+        return Err(BadReply::WrongBatchLength {
+            got: reply.len(),
+            expected,
+        });
+    }
+    let mut rest = reply;
+    counters
+        .map(|count| {
+            let (own, after) =
+                rest.split_at_checked(reply_len(count))
+                    .ok_or(BadReply::WrongBatchLength {
+                        got: reply.len(),
+                        expected,
+                    })?;
+            rest = after;
+            parse_reply(own, count)
+        })
+        .collect()
 }
 
 /// Reads the script's reply for `counters` counters.
@@ -306,7 +392,7 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
         counters,
     };
     let (&over_limit, per_counter) = reply.split_first().ok_or_else(wrong_length)?;
-    if per_counter.len() != REPLY_FIELDS * counters {
+    if reply.len() != reply_len(counters) {
         return Err(wrong_length());
     }
     let outcomes = per_counter
@@ -386,6 +472,7 @@ mod tests {
         });
         assert_eq!(call.keys, ["b", "a"]);
         let expected: Vec<&str> = vec![
+            "1", // one request
             "1",
             "",
             "0",
@@ -463,8 +550,8 @@ mod tests {
         };
         let call = build_call(&counters, Settling::default(), now, |_| "key".to_owned());
         assert_eq!(
-            &texts(&call.args)[..6],
-            ["0", "-5", "600000", "1", "all-or-nothing", "1"]
+            &texts(&call.args)[..7],
+            ["1", "0", "-5", "600000", "1", "all-or-nothing", "1"]
         );
     }
 
@@ -514,6 +601,46 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_puts_requests_after_one_another_behind_their_count() {
+        let quota = Quota::new(5, Unit::Minute);
+        let one = |key: &[u8], hits| {
+            let counters = [counter(0, key, quota.clone(), hits, Role::Enforced)];
+            build_request(&counters, Settling::default(), Now::RedisTime, |counter| {
+                String::from_utf8_lossy(&counter.key).into_owned()
+            })
+        };
+        let (first, second) = (one(b"a", Hits::Charge(1)), one(b"a", Hits::CheckOnly));
+        let batch = Call::batch([&first, &second].into_iter());
+        // Each request numbers its own keys from 1: the script finds them from its count.
+        assert_eq!(batch.keys, ["a", "a"]);
+        let mut expected = vec!["2".to_owned()];
+        expected.extend(texts(&first.args));
+        expected.extend(texts(&second.args));
+        assert_eq!(texts(&batch.args), expected);
+        assert_eq!(
+            Call::single(first.clone()),
+            Call::batch([&first].into_iter())
+        );
+    }
+
+    #[test]
+    fn a_batch_reply_is_split_by_request() {
+        let reply = [0, 1, 4, 9, 0, 1, 1, 0, 0, 5, 7, 0, 1, 2, 3, 0, 1];
+        let decided = parse_replies(&reply, [1, 2].into_iter()).expect("a valid reply");
+        assert_eq!(decided.len(), 2);
+        assert!(!decided[0].over_limit && decided[1].over_limit);
+        assert_eq!(decided[0].outcomes[0].snapshot.remaining, 4);
+        assert_eq!(decided[1].outcomes[1].snapshot.remaining, 2);
+        assert_eq!(
+            parse_replies(&reply[1..], [1, 2].into_iter()),
+            Err(BadReply::WrongBatchLength {
+                got: 16,
+                expected: 17
+            })
+        );
+    }
+
+    #[test]
     fn windows_up_to_the_bound_are_accepted() {
         // 2^51 µs = 2 251 799 813.685 s: 2 251 799 813 s fits, one more second does not.
         let at_bound = Quota::new(1, Unit::Second).with_multiplier(2_251_799_813);
@@ -544,7 +671,7 @@ mod tests {
             let call = build_call(&counters, Settling::default(), Now::RedisTime, |_| {
                 "k".to_owned()
             });
-            texts(&call.args)[8].clone()
+            texts(&call.args)[9].clone()
         };
         assert_eq!(window_of(monthly(Algorithm::FixedWindow)), "-3");
         assert_eq!(window_of(monthly(Algorithm::SlidingWindow)), "-3");
@@ -613,6 +740,7 @@ mod tests {
             assert!(SOURCE.contains(part), "missing {part}");
         }
         for (name, value) in [
+            ("BATCH_FIELDS", BATCH_FIELDS),
             ("HEADER_FIELDS", HEADER_FIELDS),
             ("COUNTER_FIELDS", COUNTER_FIELDS),
             ("REPLY_FIELDS", REPLY_FIELDS),

@@ -1,23 +1,34 @@
--- Part 6: one request, decided atomically (core::charging::settle does the same in Rust, for
--- the memory store): evaluate every counter (a counter named twice sees what its earlier
--- mention would leave), settle the request in units — the whole request (all or nothing), or
--- each descriptor with --charge every-descriptor — and write what the units keep.
+-- Part 6: requests decided atomically, one after the other in the order given (core::charging::
+-- settle does the same in Rust, for the memory store). Each request: evaluate every counter (a
+-- counter named twice sees what its earlier mention would leave), settle the request in units —
+-- the whole request (all or nothing), or each descriptor with --charge every-descriptor — and
+-- write what the units keep, before the next request reads anything. So a request decides here
+-- exactly as it would in a call of its own made at that point: a batch only shares the call's
+-- cost (the EVALSHA, the script's set-up, TIME) between its requests.
 --
--- KEYS: the request's distinct counter keys.
--- ARGV: global_shadow ('1' or '0'), now ('' to read Redis TIME; a test clock's µs otherwise),
---       extra TTL in ms (0 unless a test clock runs: Redis expires keys on its own clock),
---       the number of counters, the charging mode ('all-or-nothing' or 'every-descriptor'),
---       then per counter COUNTER_FIELDS values:
---       key index (into KEYS), algorithm, limit L, window W µs (−N: N calendar months),
---       capacity C, hits kind ('charge', 'check' or 'refund'), hits amount, descriptor index, role
---       ('enforced', 'quota' or 'shadow'), reserve (units a priority class must leave
---       unused, core::algorithm::share; 0 without classes).
--- Reply: { over_limit, then per counter: admitted, remaining, reset_after µs, retry_after µs,
---        charged }, integers only (0/1 for booleans).
+-- KEYS: each request's distinct counter keys, request after request.
+-- ARGV: the number of requests (BATCH_FIELDS), then per request HEADER_FIELDS values:
+--       global_shadow ('1' or '0'), now ('' to read Redis TIME, once per call; a test clock's
+--       µs otherwise), extra TTL in ms (0 unless a test clock runs: Redis expires keys on its
+--       own clock), the number of counters, the charging mode ('all-or-nothing' or
+--       'every-descriptor'),
+--       then per counter of that request COUNTER_FIELDS values:
+--       key index (into the request's own keys: 1 is its first), algorithm, limit L, window W
+--       µs (−N: N calendar months), capacity C, hits kind ('charge', 'check' or 'refund'),
+--       hits amount, descriptor index, role ('enforced', 'quota' or 'shadow'), reserve (units
+--       a priority class must leave unused, core::algorithm::share; 0 without classes).
+--       A request's keys are numbered in order of first mention, so its highest key index is
+--       how many of KEYS are its own.
+-- Reply: per request, in order: over_limit, then per counter: admitted, remaining,
+--        reset_after µs, retry_after µs, charged; integers only (0/1 for booleans).
 --
--- Counters are read from ARGV where they are needed rather than gathered into tables, and the
--- reply is filled as counters are evaluated (see the cost note in prelude.lua).
+-- Counters are read from ARGV where they are needed rather than gathered into tables, the reply
+-- is filled as counters are evaluated, and the functions and tables below are made once per
+-- call, not per request: the functions read the request being decided from the locals its loop
+-- sets, and each request leaves the tables empty for the next (see the cost note in
+-- prelude.lua; in a batch a request costs Redis about half what it costs alone).
 
+local BATCH_FIELDS = 1
 local HEADER_FIELDS = 5
 local COUNTER_FIELDS = 10
 local REPLY_FIELDS = 5
@@ -27,45 +38,48 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 
-local global_shadow = ARGV[1] == '1'
-local now = tonumber(ARGV[2])
-if now == nil then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-local extra_ttl_ms = tonumber(ARGV[3])
-local counter_count = tonumber(ARGV[4])
-local every_descriptor = ARGV[5] == 'every-descriptor'
+-- Redis TIME, read when a request first needs it: the same instant for every request of the
+-- call, which Redis runs as one atomic step.
+local redis_now
 
 -- Algorithm name → the algorithm (see prelude.lua). Redis runs a script's whole top level at
 -- every call, so each is defined when a request first needs it.
 local counter_kinds = {}
--- Counter i answers in reply[5i − 3 .. 5i + 1]: admitted, the snapshot as committed, retry,
--- charged. (Made at its full size for the common single counter: a table that grows is made
--- again at each doubling.)
-local reply = counter_count == 1 and { 0, 0, 0, 0, 0, 0 } or { 0 }
--- Counter i's snapshot if nothing is charged, at [2i − 1] and [2i], for those it would change.
+
+local request_count = tonumber(ARGV[1])
+-- The request being decided: its settings, where its counters start in ARGV (counter i's
+-- field f is ARGV[argv_base + (i − 1) · COUNTER_FIELDS + f]), where its keys start in KEYS, and
+-- where its answer starts in the reply (its over_limit is reply[reply_base + 1]).
+local global_shadow, now, extra_ttl_ms, counter_count, every_descriptor
+local argv_base, key_base, reply_base = BATCH_FIELDS + HEADER_FIELDS, 0, 0
+-- Counter i of the request answers in reply[reply_base + 5i − 3 .. reply_base + 5i + 1]:
+-- admitted, the snapshot as committed, retry, charged. (Made at its full size for the common
+-- lone request of one counter: a table that grows is made again at each doubling.)
+local reply = (request_count == 1 and ARGV[BATCH_FIELDS + 4] == '1') and { 0, 0, 0, 0, 0, 0 }
+  or { 0 }
+-- Per request, emptied by its last loop (entries of the request's counters and keys only):
+-- counter i's snapshot if nothing is charged, at [2i − 1] and [2i], for those it would change;
 local uncommitted = {}
--- Key → the state its next mention starts from: within a unit, the last mention's next state
+-- key → the state its next mention starts from: within a unit, the last mention's next state
 -- that the unit keeps if it passes; else the last kept one, or what is stored (false:
--- nothing). Each key is read at most once. (A key always belongs to one algorithm: the counter
--- identity it is derived from names it.)
+-- nothing). Each key is read at most once per request. (A key always belongs to one
+-- algorithm: the counter identity it is derived from names it.)
 local states = {}
--- Counter i → the state it leaves, when it changes its counter (admitted or recorded, not a
+-- counter i → the state it leaves, when it changes its counter (admitted or recorded, not a
 -- check): what its key holds if it is kept. (The same limit may be named with another size,
 -- after a reload: a bucket's state is written in terms of the limit that made it, so a check
 -- under another limit would write it otherwise.)
 local next_states = {}
--- Key → the state its last kept mention leaves: what is written.
+-- key → the state its last kept mention leaves: what is written.
 local commits = {}
 -- Every descriptor only (all or nothing has one unit, which may change any table and is never
--- given up, so it makes neither table):
+-- given up, so it uses neither table: they are nil for its requests):
 -- key → what Redis holds (false: nothing), which a given-up unit goes back to;
-local loaded = every_descriptor and {} or nil
+local loaded, loaded_table = nil, {}
 -- key → the first counter of the unit whose table states[key] is: only that unit may change
 -- the table in place (a table of an earlier unit may be what a commit or a given-up unit goes
 -- back to).
-local made_in = every_descriptor and {} or nil
+local made_in, made_in_table = nil, {}
 
 -- Whether the counters first..last, whose descriptors come together, are over their limits
 -- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
@@ -78,13 +92,13 @@ local function over_limit_of(first, last)
   local quota_descriptors, quota_descriptors_over = 0, 0
   local index = first
   while index <= last do
-    local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
+    local base = argv_base + (index - 1) * COUNTER_FIELDS
     local descriptor, role = ARGV[base + 8], ARGV[base + 9]
     local over = false
     repeat
-      over = over or reply[REPLY_FIELDS * index - 3] == 0
+      over = over or reply[reply_base + REPLY_FIELDS * index - 3] == 0
       index = index + 1
-    until index > last or ARGV[HEADER_FIELDS + (index - 1) * COUNTER_FIELDS + 8] ~= descriptor
+    until index > last or ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 8] ~= descriptor
     if role == 'enforced' then
       enforced_over = enforced_over or over
     elseif role == 'quota' then
@@ -101,23 +115,24 @@ end
 -- Whether counter `index` records its hits whatever its verdict (core::charging::records):
 -- a charge on an algorithm that counts every hit, with --charge every-descriptor.
 local function records(index)
-  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
+  local base = argv_base + (index - 1) * COUNTER_FIELDS
   local name = ARGV[base + 2]
   return every_descriptor and ARGV[base + 6] == 'charge'
     and (name == 'fixed_window' or name == 'sliding_window')
 end
 
 -- Settles the unit of counters first..last: which keep their new state (not a check, and
--- admitted in a unit that passes, or recorded), what their keys go back to when not.
+-- admitted in a unit that passes, or recorded), what their keys go back to when not. Whether
+-- the unit is over its limits.
 local function settle_unit(first, last)
   local unit_over = over_limit_of(first, last)
   for index = first, last do
-    local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
-    local at = REPLY_FIELDS * index - 3
+    local base = argv_base + (index - 1) * COUNTER_FIELDS
+    local at = reply_base + REPLY_FIELDS * index - 3
     local admitted = reply[at] == 1
     local kept = ARGV[base + 6] ~= 'check' and ((admitted and not unit_over) or records(index))
     if kept then
-      commits[tonumber(ARGV[base + 1])] = next_states[index]
+      commits[number(ARGV[base + 1])] = next_states[index]
       reply[at + 4] = 1
     end
     -- Shown after the charge only when admitted and kept.
@@ -126,111 +141,152 @@ local function settle_unit(first, last)
     end
   end
   if not every_descriptor then
-    return -- the only unit: nothing starts from its states
+    return unit_over -- the only unit: nothing starts from its states
   end
   for index = first, last do
-    local key = tonumber(ARGV[HEADER_FIELDS + (index - 1) * COUNTER_FIELDS + 1])
+    local key = number(ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 1])
     if made_in[key] == first and commits[key] ~= states[key] then
       -- Given up: later units start from the last kept state, or from what Redis holds.
       states[key] = commits[key] or loaded[key]
       made_in[key] = nil
     end
   end
+  return unit_over
 end
 
-local unit_first = 1
-for index = 1, counter_count do
-  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
-  local key = tonumber(ARGV[base + 1])
-  local name = ARGV[base + 2]
-  local kind = counter_kinds[name]
-  if kind == nil then
-    if name == 'fixed_window' then
-      kind = define_fixed_window()
-    elseif name == 'sliding_window' then
-      kind = define_sliding_window()
-    elseif name == 'sliding_log' then
-      kind = define_sliding_log()
-    elseif name == 'gcra' then
-      kind = define_gcra()
-    else
-      error('floodgate: unknown algorithm ' .. tostring(name))
+for _ = 1, request_count do
+  local header = argv_base - HEADER_FIELDS
+  global_shadow = ARGV[header + 1] == '1'
+  now = tonumber(ARGV[header + 2])
+  if now == nil then
+    if redis_now == nil then
+      local time = redis.call('TIME')
+      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
-    counter_kinds[name] = kind
+    now = redis_now
   end
-  local state = states[key]
-  if state == nil then
-    state = kind('load', KEYS[key], now) or false
-    states[key] = state
-    if loaded then
-      loaded[key] = state
-    end
-  end
-  local recorded = records(index)
-  -- May this counter change its key's table in place? Always when all or nothing; a recorded
-  -- count is always kept; otherwise only a table this unit made.
-  local own = not every_descriptor or recorded or made_in[key] == unit_first
-  if state and not own and name == 'sliding_log' then
-    -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
-    state = kind('copy', state)
-  end
-  kind('at', tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
-    state or nil, now)
-  local hits_kind = ARGV[base + 6]
-  local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-    evaluate_counter(kind, hits_kind, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 10]),
-      recorded)
-  local at = REPLY_FIELDS * index - 3
-  reply[at] = admitted and 1 or 0
-  reply[at + 1] = remaining
-  reply[at + 2] = reset_after
-  reply[at + 3] = retry_after
-  reply[at + 4] = 0
-  -- A later mention of this key in the unit sees what this one would leave (that state is
-  -- used even if it has already expired, as in memory).
-  if admitted and hits_kind == 'check' then
-    -- A new table: the last commit's state must stay as it is.
-    states[key] = kind('state')
-    if made_in then
-      made_in[key] = unit_first
-    end
-  elseif admitted or recorded then
-    -- A table this counter may change serves as the next state's (the log is its own).
-    local next_state = kind('state', own and state or nil)
-    states[key], next_states[index] = next_state, next_state
-    if made_in then
-      made_in[key] = unit_first
-    end
-    uncommitted[2 * index - 1], uncommitted[2 * index] = before_remaining, before_reset_after
-  end
-  local last_of_unit = index == counter_count
-    or (every_descriptor and ARGV[base + COUNTER_FIELDS + 8] ~= ARGV[base + 8])
-  if last_of_unit then
-    settle_unit(unit_first, index)
-    unit_first = index + 1
-  end
-end
+  extra_ttl_ms = number(ARGV[header + 3])
+  counter_count = number(ARGV[header + 4])
+  every_descriptor = ARGV[header + 5] == 'every-descriptor'
+  loaded = every_descriptor and loaded_table or nil
+  made_in = every_descriptor and made_in_table or nil
+  -- The request's over_limit, set once its counters are: filled now so the reply stays a
+  -- sequence (Redis returns a table only up to its first hole).
+  reply[reply_base + 1] = 0
+  -- How many of KEYS are this request's: its highest key index.
+  local key_count = 0
 
-reply[1] = over_limit_of(1, counter_count) and 1 or 0
-
--- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
--- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
--- A state that means nothing already (a refund emptied the counter) is deleted instead —
--- except under a test clock, which keeps it for extra_ttl_ms as the memory store keeps it,
--- so both agree even when the test's clock goes back.
-for index = 1, counter_count do
-  local base = HEADER_FIELDS + (index - 1) * COUNTER_FIELDS
-  local key = tonumber(ARGV[base + 1])
-  local state = commits[key]
-  if state then
-    commits[key] = nil -- written once, with its last commit
-    local ttl_ms = math.ceil((state[1] - now) / 1000) + extra_ttl_ms
-    if ttl_ms > 0 then
-      counter_kinds[ARGV[base + 2]]('write', KEYS[key], state, ttl_ms)
-    else
-      redis.call('UNLINK', KEYS[key])
+  local unit_first, last_unit_over = 1, nil
+  for index = 1, counter_count do
+    local base = argv_base + (index - 1) * COUNTER_FIELDS
+    local key = number(ARGV[base + 1])
+    local name = ARGV[base + 2]
+    local kind = counter_kinds[name]
+    if kind == nil then
+      if name == 'fixed_window' then
+        kind = define_fixed_window()
+      elseif name == 'sliding_window' then
+        kind = define_sliding_window()
+      elseif name == 'sliding_log' then
+        kind = define_sliding_log()
+      elseif name == 'gcra' then
+        kind = define_gcra()
+      else
+        error('floodgate: unknown algorithm ' .. tostring(name))
+      end
+      counter_kinds[name] = kind
+    end
+    if key > key_count then
+      key_count = key
+    end
+    local state = states[key]
+    if state == nil then
+      state = kind('load', KEYS[key_base + key], now) or false
+      states[key] = state
+      if loaded then
+        loaded[key] = state
+      end
+    end
+    local recorded = records(index)
+    -- May this counter change its key's table in place? Always when all or nothing; a
+    -- recorded count is always kept; otherwise only a table this unit made.
+    local own = not every_descriptor or recorded or made_in[key] == unit_first
+    if state and not own and name == 'sliding_log' then
+      -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
+      state = kind('copy', state)
+    end
+    kind('at', number(ARGV[base + 3]), number(ARGV[base + 4]), number(ARGV[base + 5]),
+      state or nil, now)
+    local hits_kind = ARGV[base + 6]
+    local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
+      evaluate_counter(kind, hits_kind, number(ARGV[base + 7]), number(ARGV[base + 10]),
+        recorded)
+    local at = reply_base + REPLY_FIELDS * index - 3
+    reply[at] = admitted and 1 or 0
+    reply[at + 1] = remaining
+    reply[at + 2] = reset_after
+    reply[at + 3] = retry_after
+    reply[at + 4] = 0
+    -- A later mention of this key in the unit sees what this one would leave (that state is
+    -- used even if it has already expired, as in memory).
+    if admitted and hits_kind == 'check' then
+      -- A new table: the last commit's state must stay as it is.
+      states[key] = kind('state')
+      if made_in then
+        made_in[key] = unit_first
+      end
+    elseif admitted or recorded then
+      -- A table this counter may change serves as the next state's (the log is its own).
+      local next_state = kind('state', own and state or nil)
+      states[key], next_states[index] = next_state, next_state
+      if made_in then
+        made_in[key] = unit_first
+      end
+      uncommitted[2 * index - 1], uncommitted[2 * index] = before_remaining, before_reset_after
+    end
+    local last_of_unit = index == counter_count
+      or (every_descriptor and ARGV[base + COUNTER_FIELDS + 8] ~= ARGV[base + 8])
+    if last_of_unit then
+      last_unit_over = settle_unit(unit_first, index)
+      unit_first = index + 1
     end
   end
+
+  -- All or nothing: the one unit's verdict is the request's.
+  local request_over = last_unit_over
+  if every_descriptor or request_over == nil then
+    request_over = over_limit_of(1, counter_count)
+  end
+  reply[reply_base + 1] = request_over and 1 or 0
+
+  -- Every write carries its TTL: a key lives until its state means nothing (rounded up to the
+  -- ms), so an idle counter vanishes after its window or the time its bucket takes to refill.
+  -- A state that means nothing already (a refund emptied the counter) is deleted instead —
+  -- except under a test clock, which keeps it for extra_ttl_ms as the memory store keeps it,
+  -- so both agree even when the test's clock goes back. The tables are emptied on the way.
+  for index = 1, counter_count do
+    local base = argv_base + (index - 1) * COUNTER_FIELDS
+    local key = number(ARGV[base + 1])
+    states[key], next_states[index] = nil, nil
+    uncommitted[2 * index - 1], uncommitted[2 * index] = nil, nil
+    if made_in then
+      loaded[key], made_in[key] = nil, nil
+    end
+    local state = commits[key]
+    if state then
+      commits[key] = nil -- written once, with its last commit
+      local ttl_ms = math.ceil((state[1] - now) / 1000) + extra_ttl_ms
+      if ttl_ms > 0 then
+        counter_kinds[ARGV[base + 2]]('write', KEYS[key_base + key], state, ttl_ms)
+      else
+        redis.call('UNLINK', KEYS[key_base + key])
+      end
+    end
+  end
+
+  argv_base = argv_base + counter_count * COUNTER_FIELDS + HEADER_FIELDS
+  key_base = key_base + key_count
+  reply_base = reply_base + 1 + REPLY_FIELDS * counter_count
 end
 
 return reply
