@@ -916,27 +916,13 @@ impl XdsServer {
         timeout: Duration,
         predicate: impl Fn(&ReceivedRequest) -> bool,
     ) -> ReceivedRequest {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let found = lock(&self.state)
-                .requests
-                .iter()
-                .find(|request| predicate(request))
-                .cloned();
-            if let Some(request) = found {
-                return request;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                let requests = self.requests();
-                let shown = requests.len().saturating_sub(50);
-                panic!(
-                    "no matching xDS request within {timeout:?}; {} received, the last ones: {:#?}",
-                    self.requests_total(),
-                    &requests[shown..]
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.wait_for(
+            timeout,
+            |state| &state.requests,
+            predicate,
+            || format!("xDS request; {} received", self.requests_total()),
+        )
+        .await
     }
 
     /// Like [`XdsServer::wait_for_request`], for responses sent.
@@ -945,22 +931,40 @@ impl XdsServer {
         timeout: Duration,
         predicate: impl Fn(&SentResponse) -> bool,
     ) -> SentResponse {
+        self.wait_for(
+            timeout,
+            |state| &state.responses,
+            predicate,
+            || "xDS response".to_owned(),
+        )
+        .await
+    }
+
+    /// The first item of `kept` matching `predicate`, polled until `timeout`; then a panic
+    /// naming `what` with the last 50 items kept.
+    async fn wait_for<T: Clone + std::fmt::Debug>(
+        &self,
+        timeout: Duration,
+        kept: impl Fn(&State) -> &VecDeque<T>,
+        predicate: impl Fn(&T) -> bool,
+        what: impl Fn() -> String,
+    ) -> T {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let found = lock(&self.state)
-                .responses
+            let found = kept(&lock(&self.state))
                 .iter()
-                .find(|response| predicate(response))
+                .find(|item| predicate(item))
                 .cloned();
-            if let Some(response) = found {
-                return response;
+            if let Some(item) = found {
+                return item;
             }
             if tokio::time::Instant::now() >= deadline {
-                let responses = self.responses();
-                let shown = responses.len().saturating_sub(50);
+                let items: Vec<T> = kept(&lock(&self.state)).iter().cloned().collect();
+                let shown = items.len().saturating_sub(50);
                 panic!(
-                    "no matching xDS response within {timeout:?}; the last ones sent: {:#?}",
-                    &responses[shown..]
+                    "no matching {} within {timeout:?}; the last ones: {:#?}",
+                    what(),
+                    &items[shown..]
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
