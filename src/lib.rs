@@ -8,7 +8,7 @@
 //! Arrows only go down: `cmd → server → engine → {store, telemetry} → core`.
 //!
 //! * [`cmd`]: the command line — flags, the wiring of each subcommand, text for people.
-//! * [`server`]: the wire — listeners, RLS v3 over gRPC, HTTP (`/json`, nginx's `/check`), the
+//! * [`server`]: the wire — listeners, RLS v3 and RLQS over gRPC, HTTP (`/json`, nginx's `/check`), the
 //!   admin and debug listeners, health; decodes, asks the engine, encodes. Nothing here decides.
 //! * [`engine`]: the live service — the limiter over the rules in force, adjustments, adaptive
 //!   limits, reloads, where the configuration comes from, shutdown, background tasks.

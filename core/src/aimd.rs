@@ -67,6 +67,9 @@ pub enum SignalSource {
     Prometheus { url: String, query: String },
     /// The last value POSTed to the admin API's `/v1/signals/{name}`.
     Pushed { name: String },
+    /// A concurrency rule's own leases: how long each was held, acquire to release, as this
+    /// instance saw them (`core::gradient`). No query, nothing to push.
+    Leases,
 }
 
 impl fmt::Display for SignalSource {
@@ -74,6 +77,7 @@ impl fmt::Display for SignalSource {
         match self {
             SignalSource::Prometheus { url, .. } => write!(f, "prometheus {url}"),
             SignalSource::Pushed { name } => write!(f, "pushed {name}"),
+            SignalSource::Leases => f.write_str("leases"),
         }
     }
 }
@@ -103,6 +107,27 @@ pub struct AdaptiveSettings {
     /// The latency (p95) signal.
     pub signal: SignalSource,
     pub errors: Option<ErrorCondition>,
+    /// How a step is taken.
+    pub control: Control,
+}
+
+/// The control law of an adaptive limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// [`step`]: down when the p95 is above the SLO, up when well below it.
+    Aimd,
+    /// `core::gradient` (concurrency rules): towards the limit at which leases start to
+    /// queue, measuring the unqueued latency in a probe every `probe_every` intervals.
+    Gradient { probe_every: u32 },
+}
+
+impl Control {
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Aimd => "aimd",
+            Control::Gradient { .. } => "gradient",
+        }
+    }
 }
 
 impl AdaptiveSettings {
@@ -242,6 +267,7 @@ mod tests {
                 name: "p95".to_owned(),
             },
             errors: None,
+            control: Control::Aimd,
         }
     }
 

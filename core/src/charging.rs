@@ -19,6 +19,11 @@
 //!   refused ones too); a bucket or a log takes nothing for a refused hit. A later descriptor
 //!   naming a counter sees what the earlier ones kept.
 //!
+//! In either mode a rule with `overflow: owe` ([`Overflow::Owe`]) records its refused charges
+//! too: usage reported after the response has happened, so it is counted even past the limit
+//! (and even when another descriptor refuses the request), and the counter then refuses until
+//! the overshoot has left its window.
+//!
 //! The request's own verdict is the same in both: [`request_over_limit`] over all its counters.
 //! An outcome reports the counter after its charge when it admitted and was kept, else as it
 //! was judged (a refused counter answers 0 remaining whatever it records, and near-limit counts
@@ -26,7 +31,7 @@
 
 use std::ops::Range;
 
-use crate::algorithm::{evaluate_counter, Evaluation, Hits, Refused, State};
+use crate::algorithm::{evaluate_counter, Evaluation, Hits, Overflow, Refused, State};
 use crate::plan::Counter;
 use crate::response::CounterOutcome;
 use crate::time::Micros;
@@ -57,7 +62,7 @@ impl Charging {
         Charging::ALL.into_iter().find(|mode| mode.name() == text)
     }
 
-    /// What a refused charge leaves in a counter.
+    /// What a refused charge leaves in a counter, in this mode.
     pub fn refused(self) -> Refused {
         match self {
             Charging::AllOrNothing => Refused::TakeNothing,
@@ -66,11 +71,21 @@ impl Charging {
     }
 
     /// Whether `counter`'s hits are recorded whatever its verdict: a charge on an algorithm
-    /// that counts every hit, in a mode that records refused hits.
+    /// that counts every hit, in a mode that records refused hits or on a rule that owes its
+    /// overflow ([`Overflow::Owe`]).
     pub fn records(self, counter: &Counter) -> bool {
-        self.refused() == Refused::Recorded
+        (self.refused() == Refused::Recorded || counter.quota.overflow == Overflow::Owe)
             && counter.quota.algorithm.counts_in_windows()
             && matches!(counter.hits, Hits::Charge(_))
+    }
+
+    /// What a refused charge leaves in `counter`.
+    pub fn refused_for(self, counter: &Counter) -> Refused {
+        if self.records(counter) {
+            Refused::Recorded
+        } else {
+            Refused::TakeNothing
+        }
     }
 }
 
@@ -149,7 +164,7 @@ pub fn settle<'s>(
                 state,
                 now,
                 (counter.hits, counter.quota.reserve(counter.share)),
-                charging.refused(),
+                charging.refused_for(counter),
             );
             settling.votes.push(Vote {
                 descriptor: counter.descriptor,

@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::algorithm::{Quota, Tiling};
+use crate::aimd::{Control, SignalSource};
+use crate::algorithm::{Counting, Overflow, Quota, Tiling};
 use crate::rules::Rule;
 
 /// `edge.client_id: token_bucket 10/1s burst 20 [shadow]`, then the classes sharing it and the
@@ -27,6 +28,26 @@ pub fn rule_summary(rule: &Rule) -> String {
         if let Some(burst) = quota.burst {
             let _ = write!(line, " burst {burst}");
         }
+        if quota.overflow == Overflow::Owe {
+            line.push_str(" overflow owe");
+        }
+        if let Some(counting) = quota.counting {
+            let _ = write!(line, " counting {counting}");
+            if counting == Counting::Hybrid && !crate::hybrid::supports(quota.algorithm) {
+                line.push_str(" (decided exactly: only windows are counted locally)");
+            }
+        }
+    }
+    if let Some(concurrency) = &rule.concurrency {
+        let _ = write!(
+            line,
+            " concurrency {} in flight, lease {} ttl {}ms, released by {}={}",
+            concurrency.max_in_flight,
+            concurrency.lease_key,
+            concurrency.lease_ttl / 1000,
+            concurrency.release.key,
+            concurrency.release.value
+        );
     }
     if let Some(priority) = &rule.priority {
         let _ = write!(line, " classes by {}:", priority.key);
@@ -42,13 +63,21 @@ pub fn rule_summary(rule: &Rule) -> String {
     if let Some(adaptive) = &rule.adaptive {
         let _ = write!(
             line,
-            " adaptive {}..{} every {}s, slo {}ms, {};",
+            " adaptive {}..{} every {}s, slo {}ms, {}",
             adaptive.min,
             adaptive.max,
             adaptive.interval.as_secs(),
             adaptive.slo_ms,
             adaptive.signal
         );
+        match adaptive.control {
+            Control::Gradient { probe_every } => {
+                let _ = write!(line, ", gradient probing every {probe_every} intervals");
+            }
+            Control::Aimd if adaptive.signal == SignalSource::Leases => line.push_str(", aimd"),
+            Control::Aimd => {}
+        }
+        line.push(';');
     }
     if let Some(name) = &rule.name {
         let _ = write!(line, " name={name}");
@@ -141,6 +170,59 @@ mod tests {
                  low 12.5% (default);",
                 "shop.pool_reports: fixed_window 200/1s adaptive 50..400 every 15s, slo 250ms, \
                  pushed reports_p95;",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_concurrency_rule_is_shown() {
+        let lines = summaries(
+            "domain: shop\n\
+             descriptors:\n\
+             \x20 - key: backend\n\
+             \x20   concurrency: {max_in_flight: 10, lease: request_id, ttl: 30s,\n\
+             \x20                 release: {key: phase, value: done}}\n",
+        );
+        assert_eq!(
+            lines,
+            [
+                "shop.backend: concurrency 10 in flight, lease request_id ttl 30000ms, released \
+              by phase=done"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_owed_overflow_is_shown() {
+        let lines = summaries(
+            "domain: llm\n\
+             descriptors:\n\
+             \x20 - key: user\n\
+             \x20   rate_limit: {unit: day, requests_per_unit: 100, overflow: owe}\n",
+        );
+        assert_eq!(lines, ["llm.user: fixed_window 100/86400s overflow owe"]);
+    }
+
+    #[test]
+    fn counting_is_shown_and_a_bucket_counted_hybrid_says_it_is_exact() {
+        let lines = summaries(
+            "domain: app\n\
+             descriptors:\n\
+             \x20 - key: api\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 1000, counting: hybrid}\n\
+             \x20 - key: login\n\
+             \x20   rate_limit: {unit: minute, requests_per_unit: 5, counting: exact}\n\
+             \x20 - key: upload\n\
+             \x20   rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, \
+             counting: hybrid}\n",
+        );
+        assert_eq!(
+            lines,
+            [
+                "app.api: fixed_window 1000/1s counting hybrid",
+                "app.login: fixed_window 5/60s counting exact",
+                "app.upload: token_bucket 5/1s counting hybrid (decided exactly: only windows \
+                 are counted locally)",
             ]
         );
     }

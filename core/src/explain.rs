@@ -181,8 +181,9 @@ fn explain_descriptor<'a>(
                 });
                 nodes.push(next);
             }
-            // The class entry of a rule with priority classes ends the lookup at its rule.
-            Err(_) if level + 1 == entries.len() && is_class_entry(node, entry) => {
+            // Entries the rule reads rather than levels (a priority class entry, a concurrency
+            // rule's lease and release entries) end the lookup at its rule, as in `lookup`.
+            Err(_) if node.reads_rest(entries, level) => {
                 if let Some(rule) = node.rule() {
                     explanation.verdict = Verdict::Limited(rule);
                 }
@@ -243,13 +244,6 @@ fn explain_descriptor<'a>(
         explanation.not_tried = not_tried(&explanation.levels, &nodes, entries);
     }
     explanation
-}
-
-/// Whether `entry` names a priority class of `node`'s rule (`DomainRules::lookup`).
-fn is_class_entry(node: &Node, entry: &Entry) -> bool {
-    node.rule()
-        .and_then(|rule| rule.priority.as_deref())
-        .is_some_and(|priority| priority.key == entry.key)
 }
 
 /// One level of the lookup (`Node::step`, as `DomainRules::lookup` takes it), with the

@@ -47,6 +47,34 @@ pub fn counter_key(
     key
 }
 
+/// The identity of the lease counter a concurrency rule `rule_path` keeps for the request's
+/// `entries` (the lease and release entries left out): the same length-prefixed fields, named
+/// apart from every rate counter by the algorithm field.
+pub fn lease_key(
+    domain: &str,
+    rule_path: &str,
+    entries: &[Entry],
+    levels: &[MatchedLevel<'_>],
+) -> Vec<u8> {
+    let mut key = Vec::with_capacity(64 + domain.len() + rule_path.len());
+    push_field(&mut key, domain.as_bytes());
+    push_field(&mut key, rule_path.as_bytes());
+    push_field(&mut key, b"concurrency");
+    key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (index, entry) in entries.iter().enumerate() {
+        push_field(&mut key, entry.key.as_bytes());
+        let value = match levels.get(index) {
+            Some(MatchedLevel::Wildcard {
+                pattern,
+                shared: true,
+            }) => pattern,
+            _ => entry.value.as_str(),
+        };
+        push_field(&mut key, value.as_bytes());
+    }
+    key
+}
+
 /// The window in a counter's identity: its length in seconds, or, for calendar months, a number
 /// above every length (at most 365 days × 2^32 ≈ 1.4e17 s), one per count of months. A state
 /// means nothing under another tiling (a 30-day window's start is not a month's), so switching

@@ -3,7 +3,8 @@
 
 use super::adjustment::{Adjustment, AdjustmentsAt};
 use super::algorithm::{Hits, Quota, Share};
-use super::key::counter_key;
+use super::key::{counter_key, lease_key};
+use super::lease::{adjusted_max_in_flight, reserve_at, LeaseAction, LeaseCall, MAX_LEASE_ID_LEN};
 use super::priority::ClassChoice;
 use super::request::{Descriptor, LimitOverride, Request};
 use super::rules::{DomainRules, Entry, MatchedLevel, Rule};
@@ -31,6 +32,15 @@ pub enum DescriptorPlan<'a> {
     Replaced { rule: &'a Rule },
     /// `unlimited: true`: OK with the largest remaining.
     Unlimited { rule: &'a Rule },
+    /// A concurrency rule decides it with the lease call `lease` (an index into
+    /// `Plan::leases`); `None` when the descriptor carries no usable lease id (no lease entry,
+    /// or one empty or longer than `lease::MAX_LEASE_ID_LEN`): refused, as nothing could
+    /// release it.
+    Concurrency {
+        rule: &'a Rule,
+        lease: Option<usize>,
+        class: Option<ClassChoice<'a>>,
+    },
     /// Counters `counters` (a range into `Plan::counters`) decide it.
     Limited {
         limit: LimitSource<'a>,
@@ -97,6 +107,8 @@ impl LimitSource<'_> {
 pub struct Plan<'a> {
     pub descriptors: Vec<DescriptorPlan<'a>>,
     pub counters: Vec<Counter>,
+    /// The lease calls of the descriptors that concurrency rules decide.
+    pub leases: Vec<LeaseCall>,
 }
 
 /// Settings that change how requests are planned (`QUOTA_MODE`).
@@ -125,6 +137,7 @@ pub fn plan_adjusted<'a>(
         return Plan {
             descriptors: vec![DescriptorPlan::NoRule; request.descriptors.len()],
             counters: Vec::new(),
+            leases: Vec::new(),
         };
     };
     let found: Vec<Found<'a>> = request
@@ -137,6 +150,7 @@ pub fn plan_adjusted<'a>(
     let mut plan = Plan {
         descriptors: Vec::with_capacity(found.len()),
         counters: Vec::with_capacity(found.len()),
+        leases: Vec::new(),
     };
     for (index, (descriptor, found)) in request.descriptors.iter().zip(found).enumerate() {
         let descriptor_plan = match found {
@@ -149,6 +163,52 @@ pub fn plan_adjusted<'a>(
                 rule,
                 levels,
                 class_entry,
+                lease_entry,
+                release_entry,
+            } if rule.concurrency.is_some() => {
+                let class = rule.priority.as_ref().map(|p| {
+                    p.class_for(
+                        class_entry
+                            .and_then(|at| descriptor.entries.get(at))
+                            .map(|entry| entry.value.as_str()),
+                    )
+                });
+                let lease_id = lease_entry
+                    .and_then(|at| descriptor.entries.get(at))
+                    .map(|entry| entry.value.as_str())
+                    .filter(|id| !id.is_empty() && id.len() <= MAX_LEASE_ID_LEN);
+                let counted = descriptor
+                    .entries
+                    .get(..levels.len())
+                    .unwrap_or(&descriptor.entries);
+                let adjusted = adjustments.and_then(|at| at.for_rule(&domain.name, rule));
+                let lease = rule.concurrency.as_deref().zip(lease_id).map(|(c, id)| {
+                    let share = class.map_or(Share::FULL, |class| class.share());
+                    let max_in_flight = adjusted.map_or(c.max_in_flight, |adjustment| {
+                        adjusted_max_in_flight(adjustment.requests_per_unit)
+                    });
+                    plan.leases.push(LeaseCall {
+                        descriptor: index,
+                        key: lease_key(&domain.name, &rule.path, counted, &levels),
+                        lease_id: id.to_owned(),
+                        action: if release_entry.is_some() {
+                            LeaseAction::Release
+                        } else {
+                            LeaseAction::Acquire
+                        },
+                        max_in_flight,
+                        reserve: reserve_at(max_in_flight, share),
+                        lease_ttl: c.lease_ttl,
+                    });
+                    plan.leases.len() - 1
+                });
+                DescriptorPlan::Concurrency { rule, lease, class }
+            }
+            Found::Rule {
+                rule,
+                levels,
+                class_entry,
+                ..
             } => {
                 let role = role_of(rule.shadow_mode, rule.quota_mode, settings);
                 let source = match adjustments.and_then(|at| at.for_rule(&domain.name, rule)) {
@@ -207,6 +267,9 @@ enum Found<'a> {
         levels: Vec<MatchedLevel<'a>>,
         /// Index of the priority class entry among the descriptor's entries.
         class_entry: Option<usize>,
+        /// Indexes of a concurrency rule's lease id entry and release marker.
+        lease_entry: Option<usize>,
+        release_entry: Option<usize>,
     },
     Override(LimitOverride),
 }
@@ -220,6 +283,8 @@ fn find<'a>(domain: &'a DomainRules, descriptor: &Descriptor) -> Found<'a> {
             rule: matched.rule,
             levels: matched.levels,
             class_entry: matched.class_entry,
+            lease_entry: matched.lease_entry,
+            release_entry: matched.release_entry,
         },
         None => Found::Nothing,
     }

@@ -76,6 +76,10 @@ pub enum InvalidRequest {
         "descriptor {descriptor}: the limit override has unit_multiplier 0; it must be at least 1"
     )]
     ZeroOverrideMultiplier { descriptor: usize },
+    /// The store cannot count a limit the request brought (only an Envoy limit override can
+    /// bring one past the configuration checks); `reason` is the store's.
+    #[error("{reason}; a limit override must stay within what the store counts exactly: send a shorter window or a smaller limit")]
+    UncountableLimit { reason: String },
 }
 
 impl Request {

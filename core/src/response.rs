@@ -10,6 +10,7 @@
 use super::algorithm::{Hits, Quota, Share, Snapshot};
 use super::failure::UNAVAILABLE_HEADER;
 use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
+use super::lease::{LeaseCall, LeaseOutcome};
 use super::metadata::MetadataStruct;
 use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
 use super::priority::ClassChoice;
@@ -108,10 +109,22 @@ pub fn assemble(
     over_limit: bool,
     header_mode: HeaderMode,
 ) -> Response {
+    assemble_with_leases(plan, (outcomes, &[]), over_limit, header_mode)
+}
+
+/// [`assemble`] of a plan with lease calls too: `leases` holds one outcome per
+/// `plan.leases` (`core::lease`), and `over_limit` joins both verdicts
+/// ([`crate::lease::over_limit`]).
+pub fn assemble_with_leases(
+    plan: &Plan<'_>,
+    (outcomes, leases): (&[CounterOutcome], &[LeaseOutcome]),
+    over_limit: bool,
+    header_mode: HeaderMode,
+) -> Response {
     let statuses: Vec<DescriptorStatus> = plan
         .descriptors
         .iter()
-        .map(|descriptor| status_of(descriptor, plan, outcomes))
+        .map(|descriptor| status_of(descriptor, plan, outcomes, leases))
         .collect();
     let overall_code = if over_limit {
         Code::OverLimit
@@ -120,7 +133,7 @@ pub fn assemble(
     };
     let mut response_headers = response_headers(header_mode, &statuses);
     if let Some(refusal) = over_limit
-        .then(|| class_refusal(plan, outcomes, &statuses))
+        .then(|| class_refusal(plan, (outcomes, leases), &statuses))
         .flatten()
     {
         response_headers.extend(priority_headers(header_mode, &statuses, &refusal));
@@ -138,7 +151,10 @@ pub fn assemble(
 pub fn fail_closed(plan: &Plan<'_>, header_mode: HeaderMode, backend: &str) -> Response {
     let mut response = assemble(plan, &[], true, header_mode);
     for (descriptor, status) in plan.descriptors.iter().zip(&mut response.statuses) {
-        if matches!(descriptor, DescriptorPlan::Limited { .. }) {
+        if matches!(
+            descriptor,
+            DescriptorPlan::Limited { .. } | DescriptorPlan::Concurrency { .. }
+        ) {
             status.code = Code::OverLimit;
         }
     }
@@ -152,8 +168,13 @@ fn status_of(
     descriptor: &DescriptorPlan<'_>,
     plan: &Plan<'_>,
     outcomes: &[CounterOutcome],
+    leases: &[LeaseOutcome],
 ) -> DescriptorStatus {
     match descriptor {
+        DescriptorPlan::Concurrency { rule, lease, .. } => {
+            let call = lease.and_then(|at| Some((plan.leases.get(at)?, leases.get(at)?)));
+            lease_status(&rule.path, call)
+        }
         DescriptorPlan::NoRule => DescriptorStatus::without_limit(0, None),
         DescriptorPlan::Replaced { rule } => {
             DescriptorStatus::without_limit(0, Some(rule.path.clone()))
@@ -193,24 +214,41 @@ fn class_remaining(counter: &Counter, outcome: &CounterOutcome) -> u64 {
 /// The first descriptor refused in its priority class (not in shadow mode), for the header.
 fn class_refusal<'a>(
     plan: &Plan<'a>,
-    outcomes: &[CounterOutcome],
+    (outcomes, leases): (&[CounterOutcome], &[LeaseOutcome]),
     statuses: &[DescriptorStatus],
 ) -> Option<ClassRefusal<'a>> {
     plan.descriptors
         .iter()
         .zip(statuses)
         .filter(|(_, status)| status.code == Code::OverLimit && !status.shadowed)
-        .find_map(|(descriptor, _)| {
-            let DescriptorPlan::Limited {
+        .find_map(|(descriptor, _)| match descriptor {
+            DescriptorPlan::Limited {
                 counters,
                 class: Some(class),
                 ..
-            } = descriptor
-            else {
-                return None;
-            };
-            let (counter, outcome) = deciding_counter(plan, counters, outcomes)?;
-            Some(refusal_of(*class, counter, outcome))
+            } => {
+                let (counter, outcome) = deciding_counter(plan, counters, outcomes)?;
+                Some(refusal_of(*class, counter, outcome))
+            }
+            DescriptorPlan::Concurrency {
+                lease: Some(at),
+                class: Some(class),
+                ..
+            } => {
+                let (call, outcome) = (plan.leases.get(*at)?, leases.get(*at)?);
+                // A free slot kept for the classes above, or none at all.
+                let reason = if outcome.in_flight < call.max_in_flight {
+                    Refused::Reserved
+                } else {
+                    Refused::Full
+                };
+                Some(ClassRefusal {
+                    class: class.name(),
+                    reason,
+                    reserved_for: class.reserved_for(),
+                })
+            }
+            _ => None,
         })
 }
 
@@ -274,6 +312,31 @@ fn limited_status(
         duration_until_reset: Some(duration.max(0)),
         rule_path: Some(limit.path().to_owned()),
         shadowed: over && shadow,
+    }
+}
+
+/// A concurrency rule's descriptor: OK while its lease call was admitted, with the slots its
+/// class may still take, else OVER_LIMIT until the earliest lease expires. No call or no
+/// outcome (no lease id, or a store that could not decide) is OVER_LIMIT: nothing could
+/// release such a lease.
+fn lease_status(path: &str, call: Option<(&LeaseCall, &LeaseOutcome)>) -> DescriptorStatus {
+    let Some((call, outcome)) = call.filter(|(_, outcome)| outcome.admitted) else {
+        return DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: None,
+            limit_remaining: 0,
+            duration_until_reset: call.map(|(_, outcome)| outcome.retry_after.max(0)),
+            rule_path: Some(path.to_owned()),
+            shadowed: false,
+        };
+    };
+    DescriptorStatus {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: outcome.remaining(call),
+        duration_until_reset: None,
+        rule_path: Some(path.to_owned()),
+        shadowed: false,
     }
 }
 

@@ -66,6 +66,9 @@ pub struct Rule {
     pub adaptive: Option<Box<super::aimd::AdaptiveSettings>>,
     /// `priority:`: classes sharing this rule's counters (`core::priority`).
     pub priority: Option<Box<super::priority::Priority>>,
+    /// `concurrency:`: the rule counts leases in flight, not hits (`core::lease`); `limits`
+    /// is empty then.
+    pub concurrency: Option<Box<super::lease::Concurrency>>,
 }
 
 /// How one level of a request descriptor matched the tree.
@@ -104,6 +107,10 @@ pub struct Matched<'a> {
     /// Index of the rule's priority class entry among the request's entries, when it ended
     /// with one; that entry is not a level (`levels` is one shorter than the entries).
     pub class_entry: Option<usize>,
+    /// Index of a concurrency rule's lease id entry, and of its release marker, among the
+    /// request's entries (`core::lease`); neither is a level either.
+    pub lease_entry: Option<usize>,
+    pub release_entry: Option<usize>,
 }
 
 /// One configured descriptor on the way from the domain to a rule. The texts are shared with
@@ -226,6 +233,17 @@ pub struct DomainRules {
     /// `--redis-failure-policy`.
     pub failure_policy: Option<crate::failure::FailurePolicy>,
     pub(crate) root: Node,
+    /// For RLQS buckets, which carry keys without an order: each set of keys that some rule's
+    /// descriptor path has (sorted), with the order of that path. The load refuses two orders
+    /// of one set, so a bucket's keys name at most one path (`core::quota::bucket`).
+    pub(crate) key_orders: Box<[KeyOrder]>,
+}
+
+/// One key set of a domain's rule paths and the order in which the path has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyOrder {
+    pub(crate) sorted: Box<[Arc<str>]>,
+    pub(crate) ordered: Box<[Arc<str>]>,
 }
 
 impl DomainRules {
@@ -247,7 +265,9 @@ impl DomainRules {
     /// key must be equal and only the value is matched against the pattern.
     ///
     /// floodgate's addition: a rule with `priority` classes takes one more, last entry keyed by
-    /// its `priority.key`, which names the class and is not a level (`core::priority`).
+    /// its `priority.key`, which names the class and is not a level (`core::priority`); a
+    /// `concurrency` rule takes its lease id entry and release marker before it, neither a
+    /// level (`core::lease`).
     ///
     /// Allocates only the returned `levels`.
     pub fn lookup(&self, entries: &[Entry]) -> Option<Matched<'_>> {
@@ -256,8 +276,7 @@ impl DomainRules {
         let mut levels = Vec::with_capacity(entries.len());
         for (index, entry) in entries.iter().enumerate() {
             let Some((next, how)) = node.child_for(entry) else {
-                let is_class_entry = index == last && node.has_class_key(&entry.key);
-                return node.rule_with_class_entry(is_class_entry, index, levels);
+                return node.rule_with_extra_entries(entries, index, levels);
             };
             levels.push(how);
             if index == last {
@@ -267,6 +286,8 @@ impl DomainRules {
                     levels,
                     config_path: &rule.config_path,
                     class_entry: None,
+                    lease_entry: None,
+                    release_entry: None,
                 });
             }
             node = next;
@@ -311,28 +332,56 @@ impl Node {
         self.children.iter().map(|children| &*children.key)
     }
 
-    /// Whether this node's rule has priority classes named by entries keyed `key` (the loader
-    /// keeps children keyed like that away, so such an entry is never a level).
-    fn has_class_key(&self, key: &str) -> bool {
-        self.rule()
-            .and_then(|rule| rule.priority.as_deref())
-            .is_some_and(|priority| priority.key == key)
-    }
-
-    /// This node's rule, matched with the class entry at `index`, when it is one.
-    fn rule_with_class_entry<'s>(
+    /// This node's rule, when the entries from `first` on are all entries it reads rather than
+    /// levels: a concurrency rule's lease id entry and release marker (each at most once), then
+    /// a priority class entry, last (the loader keeps children keyed like these away, so such
+    /// an entry is never a level).
+    fn rule_with_extra_entries<'s>(
         &'s self,
-        is_class_entry: bool,
-        index: usize,
+        entries: &[Entry],
+        first: usize,
         levels: Vec<MatchedLevel<'s>>,
     ) -> Option<Matched<'s>> {
-        let rule = self.rule().filter(|_| is_class_entry)?;
-        Some(Matched {
+        let rule = self.rule()?;
+        let mut matched = Matched {
             rule,
             levels,
             config_path: &rule.config_path,
-            class_entry: Some(index),
-        })
+            class_entry: None,
+            lease_entry: None,
+            release_entry: None,
+        };
+        let last = entries.len().checked_sub(1)?;
+        for (index, entry) in entries.iter().enumerate().skip(first) {
+            let concurrency = rule.concurrency.as_deref();
+            let slot = if concurrency.is_some_and(|c| c.lease_key == entry.key) {
+                &mut matched.lease_entry
+            } else if concurrency
+                .is_some_and(|c| c.release.key == entry.key && c.release.value == entry.value)
+            {
+                &mut matched.release_entry
+            } else if index == last
+                && rule
+                    .priority
+                    .as_deref()
+                    .is_some_and(|priority| priority.key == entry.key)
+            {
+                &mut matched.class_entry
+            } else {
+                return None;
+            };
+            if slot.replace(index).is_some() {
+                return None;
+            }
+        }
+        Some(matched)
+    }
+
+    /// Whether the entries from `first` on are all entries this node's rule reads rather than
+    /// levels ([`DomainRules::lookup`]; `--explain` asks the same).
+    pub(crate) fn reads_rest(&self, entries: &[Entry], first: usize) -> bool {
+        self.rule_with_extra_entries(entries, first, Vec::new())
+            .is_some()
     }
 
     fn child_for(&self, entry: &Entry) -> Option<(&Node, MatchedLevel<'_>)> {

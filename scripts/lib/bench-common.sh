@@ -31,6 +31,17 @@ wait_port() {
   die "$name did not listen on 127.0.0.1:$port within 10 s"
 }
 
+# start_redis PORT DIR LOG: a bare redis-server (no persistence) on 127.0.0.1:PORT, files in
+# DIR, output to LOG; its pid in REDIS_PID (the caller adds it to what it stops), back once it
+# listens.
+start_redis() {
+  local port="$1" dir="$2" log="$3"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+    >"$log" 2>&1 &
+  REDIS_PID=$!
+  wait_port redis-server "$REDIS_PID" "$port" "$log"
+}
+
 # start_workspace NAME: a temporary WORK directory and a PIDS list, both cleaned up on exit
 # (every pid in PIDS is stopped first).
 start_workspace() {
@@ -52,9 +63,17 @@ stop_workspace() {
 }
 
 # release_build NAME CARGO-TARGET-ARGS…: builds them (release) into BIN, or dies with the log tail.
+# BENCH_PREBUILT=DIR skips the build and takes DIR as BIN (the layout of target/release: the
+# binaries, examples/ below): a run of hours that must not pick up a rebuild made meanwhile.
 release_build() {
   local name="$1"
   shift
+  if [[ -n "${BENCH_PREBUILT:-}" ]]; then
+    [[ -d "$BENCH_PREBUILT" ]] || die "BENCH_PREBUILT=$BENCH_PREBUILT is not a directory"
+    echo "$name: using the binaries in $BENCH_PREBUILT (BENCH_PREBUILT), not building" >&2
+    BIN="$BENCH_PREBUILT"
+    return
+  fi
   echo "$name: building (release): $*" >&2
   if ! cargo build --release "$@" >"$WORK/build.log" 2>&1; then
     tail -n 40 "$WORK/build.log" >&2

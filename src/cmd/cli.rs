@@ -41,6 +41,9 @@ pub enum StoreKind {
     Memory,
     /// In Redis, shared by every instance (one script call per decision).
     Redis,
+    /// Counted in this process and synced to Redis in the background: no round trip per
+    /// decision, a stated over-admission (docs/redis.md, "Hybrid").
+    Hybrid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -359,6 +362,10 @@ pub struct ServeArgs {
     /// gRPC listen address [default: 0.0.0.0:8081, or GRPC_HOST:GRPC_PORT].
     #[arg(long, env = "FLOODGATE_GRPC_ADDR")]
     pub grpc_addr: Option<SocketAddr>,
+    /// Serve gRPC server reflection (v1 and v1alpha, what `grpcurl list` reads) on the gRPC
+    /// listener; `--grpc-reflection=false` leaves it out, so the port describes nothing.
+    #[arg(long, env = "FLOODGATE_GRPC_REFLECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub grpc_reflection: bool,
     /// HTTP listen address [default: 0.0.0.0:8080, or HOST:PORT].
     #[arg(long, env = "FLOODGATE_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
@@ -572,6 +579,64 @@ pub struct ServeArgs {
     pub redis_connection: Box<RedisConnectionArgs>,
     #[command(flatten)]
     pub connections: ConnectionArgs,
+    #[command(flatten)]
+    pub rlqs: RlqsArgs,
+}
+
+/// RLQS (Envoy's rate_limit_quota filter, docs/rlqs.md): defaults and bounds.
+#[derive(Debug, Args)]
+pub struct RlqsArgs {
+    /// What an RLQS bucket that meets no rule is assigned: allow-all, deny-all, or rule:NAME
+    /// (the limit of the rule with `name: NAME` in its domain; allow-all where none has it).
+    #[arg(long, env = "FLOODGATE_RLQS_UNMATCHED", default_value = "allow-all", value_parser = parse_unmatched_bucket)]
+    pub rlqs_unmatched: crate::core::quota::UnmatchedBucket,
+    /// assignment_time_to_live of every RLQS assignment, in whole seconds: an Envoy that
+    /// hears nothing from floodgate for this long falls back to its
+    /// expired_assignment_behavior. Give it at least two of Envoy's reporting intervals (Envoy
+    /// 1.40 reports every 5 s, whatever its reporting_interval says).
+    #[arg(long, env = "FLOODGATE_RLQS_ASSIGNMENT_TTL_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub rlqs_assignment_ttl_seconds: u64,
+    /// An RLQS bucket on which an Envoy reports no request for this many seconds is abandoned
+    /// on that Envoy (AbandonAction), which forgets it until its next request.
+    #[arg(long, env = "FLOODGATE_RLQS_ABANDON_AFTER_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub rlqs_abandon_after_seconds: u64,
+    /// Most buckets one RLQS stream (one Envoy) may report; beyond it the stream is closed with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "FLOODGATE_RLQS_MAX_BUCKETS_PER_STREAM", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub rlqs_max_buckets_per_stream: u64,
+    /// Most buckets of one domain, all streams together; a stream that would add more is
+    /// closed with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "FLOODGATE_RLQS_MAX_BUCKETS_PER_DOMAIN", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub rlqs_max_buckets_per_domain: u64,
+    /// Most RLQS streams open at once, all connections together; one connection's are also
+    /// bounded by its HTTP/2 max_concurrent_streams.
+    #[arg(long, env = "FLOODGATE_RLQS_MAX_STREAMS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rlqs_max_streams: u64,
+}
+
+impl RlqsArgs {
+    pub fn quota_settings(&self) -> crate::engine::quota::QuotaSettings {
+        use std::time::Duration;
+        let count = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+        crate::engine::quota::QuotaSettings {
+            unmatched: self.rlqs_unmatched.clone(),
+            assignment_ttl: Duration::from_secs(self.rlqs_assignment_ttl_seconds),
+            abandon_after: Duration::from_secs(self.rlqs_abandon_after_seconds),
+            max_buckets_per_stream: count(self.rlqs_max_buckets_per_stream),
+            max_buckets_per_domain: count(self.rlqs_max_buckets_per_domain),
+            max_streams: count(self.rlqs_max_streams),
+            ..crate::engine::quota::QuotaSettings::default()
+        }
+    }
+}
+
+fn parse_unmatched_bucket(text: &str) -> Result<crate::core::quota::UnmatchedBucket, String> {
+    crate::core::quota::UnmatchedBucket::parse(text).ok_or_else(|| {
+        format!(
+            "'{text}' is not a default for unmatched RLQS buckets: write allow-all, deny-all, \
+             or rule:NAME (the rule with `name: NAME` in the bucket's domain)"
+        )
+    })
 }
 
 /// How floodgate reaches Redis beyond its URL: TLS, Sentinel credentials, sockets. Named after
@@ -611,6 +676,17 @@ pub struct RedisConnectionArgs {
     /// finds no call in flight goes at once. 1: one call per request. See docs/redis.md.
     #[arg(long, env = "FLOODGATE_REDIS_BATCH_MAX", default_value_t = crate::store::redis::DEFAULT_BATCH_MAX, value_parser = parse_batch_max)]
     pub redis_batch_max: usize,
+    /// --store hybrid: milliseconds between two syncs of the local counts with Redis (1 to
+    /// 60000). The over-admission a sync interval allows is bounded by --hybrid-local-share.
+    #[arg(long, env = "FLOODGATE_HYBRID_SYNC_MS", default_value_t = 100, value_parser = parse_sync_ms)]
+    pub hybrid_sync_ms: u64,
+    /// --store hybrid: the share of what is left of a limit that all instances together may
+    /// admit between two syncs without asking Redis (above 0, at most 1), split evenly among
+    /// the instances seen recently. Also the worst-case over-admission, as a share of the
+    /// limit. A counter whose share falls below one hit is decided in Redis until its window
+    /// ends.
+    #[arg(long, env = "FLOODGATE_HYBRID_LOCAL_SHARE", default_value_t = crate::store::hybrid::DEFAULT_LOCAL_SHARE, value_parser = parse_local_share)]
+    pub hybrid_local_share: f64,
 }
 
 impl RedisConnectionArgs {
@@ -647,6 +723,21 @@ fn parse_reference_bool(text: &str) -> Result<bool, String> {
 
 fn parse_pool_size(text: &str) -> Result<usize, String> {
     parse_count(text, crate::store::redis::MAX_POOL_SIZE, "sockets")
+}
+
+fn parse_sync_ms(text: &str) -> Result<u64, String> {
+    let max = crate::store::hybrid::MAX_SYNC_INTERVAL.as_millis();
+    match text.trim().parse::<u64>() {
+        Ok(ms) if ms >= 1 && u128::from(ms) <= max => Ok(ms),
+        _ => Err(format!("expected milliseconds from 1 to {max}")),
+    }
+}
+
+fn parse_local_share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+        _ => Err("expected a share above 0 and at most 1 (0.01 is 1 %)".to_owned()),
+    }
 }
 
 fn parse_batch_max(text: &str) -> Result<usize, String> {

@@ -9,6 +9,7 @@ pub mod cli;
 pub(crate) mod config_location;
 pub(crate) mod explain_text;
 pub mod front_door;
+pub(crate) mod hybrid_settings;
 pub mod output;
 pub(crate) mod prometheus_settings;
 pub mod reference_env;

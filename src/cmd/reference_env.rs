@@ -28,8 +28,8 @@ use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
 const PER_SECOND: &str = "one Redis for every unit";
 const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
-const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself, and \
-                    gathers the decisions that meet into one script call (--redis-batch-max)";
+const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself, and can \
+                    gather the decisions that meet into one script call (--redis-batch-max)";
 
 /// The reference's variables, in the order of its `settings.go`.
 pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
@@ -85,7 +85,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("RUNTIME_IGNOREDOTFILES", Honoured),
     ("RUNTIME_WATCH_ROOT", Honoured),
     ("EXPIRATION_JITTER_MAX_SECONDS", NotSupported("each key expires when its state stops meaning anything")),
-    ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupportedWhenOn("no local cache of over-limit keys: one Redis call per decision")),
+    ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupportedWhenOn("no cache of its own: --store hybrid decides refusals (and most admissions) locally; --store redis makes one call per decision")),
     ("NEAR_LIMIT_RATIO", Honoured),
     ("CACHE_KEY_PREFIX", Honoured),
     ("BACKEND_TYPE", Honoured),

@@ -42,7 +42,8 @@ pub fn build(
 pub fn default_threads(store: StoreKind) -> Option<usize> {
     match store {
         StoreKind::Redis => Some(1),
-        StoreKind::Memory => None,
+        // Decided in the process, like the memory store: every CPU.
+        StoreKind::Memory | StoreKind::Hybrid => None,
     }
 }
 

@@ -9,7 +9,9 @@ use tokio::net::TcpListener;
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
 use crate::cmd::config_location::{parse_bool, NoConfiguration};
 use crate::cmd::front_door::{choose_store, FrontDoor};
+use crate::cmd::hybrid_settings::CountingNotes;
 use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
+use crate::core::algorithm::Counting;
 use crate::core::charging::Charging;
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
@@ -26,6 +28,7 @@ use crate::engine::tasks;
 use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
 use crate::server::{self, Listeners};
+use crate::store::hybrid::HybridStore;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{unsupported_limits, RedisOptions, RedisStore, StartupError};
 use crate::store::Store;
@@ -97,6 +100,26 @@ impl From<reload::FirstLoadError> for AppError {
 }
 
 /// Things the reference accepts but that are probably mistakes: loaded, and said once.
+/// `--rlqs-unmatched rule:NAME` where no loaded domain has a rule named NAME: every unmatched
+/// bucket is allowed (a misspelt name would otherwise go unnoticed until buckets pass).
+fn warn_of_a_missing_default_rule(
+    unmatched: &crate::core::quota::UnmatchedBucket,
+    rules: &RuleSet,
+) {
+    let crate::core::quota::UnmatchedBucket::Rule(name) = unmatched else {
+        return;
+    };
+    if rules
+        .domains()
+        .all(|domain| unmatched.default_rule(domain).is_none())
+    {
+        tracing::warn!(
+            "--rlqs-unmatched rule:{name}: no domain has a rule with `name: {name}`, so RLQS \
+             buckets that meet no rule are allowed (allow-all) until a configuration has one"
+        );
+    }
+}
+
 fn log_warnings(rules: &RuleSet) {
     for warning in rules.warnings() {
         tracing::warn!("{warning}");
@@ -277,6 +300,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         let sink = crate::telemetry::statsd_sink::StatsdSink::new(options);
         tokio::spawn(sink.run(stats, shutdown.clone().fired()));
     }
+    warn_of_a_missing_default_rule(&args.rlqs.rlqs_unmatched, &rules);
     let operations = server::Operations {
         health,
         reload: Some(reload_status),
@@ -288,6 +312,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         },
         connections: connection_limits(&args, admin.is_some()),
         store_gate: store_gate(args.redis_failure_policy, |name| std::env::var(name).ok()),
+        quota: args.rlqs.quota_settings(),
+        without_grpc_reflection: !args.grpc_reflection,
     };
 
     let serving = Serving {
@@ -303,10 +329,16 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         shared_overrides: None,
         hangup,
         config_gate,
+        counting_notes: CountingNotes::Silent,
     };
     tracing::info!(store = ?store.kind, "store chosen by {}", store.reason);
     match store.kind {
         StoreKind::Memory => {
+            let serving = Serving {
+                counting_notes: CountingNotes::Memory,
+                ..serving
+            };
+            serving.counting_notes.log(&rules);
             let store =
                 observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)).charging(charging));
             crate::telemetry::metrics::store_state("memory", true);
@@ -322,82 +354,177 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             run_limiter(limiter, reloader, serving).await?;
         }
         StoreKind::Redis => {
-            let problems = redis_problems(&rules);
-            if !problems.is_empty() {
-                return Err(AppError::Usage(format!(
-                    "--store redis cannot decide these limits exactly:\n  {}",
-                    problems.join("\n  ")
-                )));
-            }
-            let options = RedisOptions {
-                auth: args.redis_auth.clone(),
-                key_prefix: crate::cmd::reference_env::redis_prefix(
-                    args.redis_prefix.as_deref(),
-                    |name| std::env::var(name).ok(),
-                ),
-                timeout: crate::cmd::reference_env::redis_timeout(args.redis_timeout_ms, |name| {
-                    std::env::var(name).ok()
-                })
-                .map_err(AppError::Usage)?,
-                connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
-                breaker_threshold: args.redis_breaker_failures,
-                topology: args.redis_type.into(),
-                hash_tag: args.redis_hash_tag.into(),
-                sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
-                pool_size: args.redis_connection.redis_pool_size,
-                batch_max: args.redis_connection.redis_batch_max,
-                tls: args.redis_connection.tls_options(),
-                charging,
-                ..RedisOptions::new(args.redis_url.clone())
+            let hybrid = crate::cmd::hybrid_settings::redis_hybrid_options(&args, charging);
+            let check: fn(&RuleSet) -> Vec<String> = match hybrid {
+                Some(_) => redis_problems,
+                None => redis_problems_without_hybrid,
             };
-            let retry =
-                crate::cmd::reference_env::redis_startup_retry(|name| std::env::var(name).ok())
-                    .map_err(AppError::Usage)?;
-            crate::telemetry::metrics::store_state("redis", false);
-            let store = match RedisStore::connect_at_start(
-                &options,
-                retry,
-                serving.shutdown.clone().fired(),
-            )
-            .await
-            {
-                Ok(store) => store,
-                Err(StartupError::Stopped) => {
-                    tracing::info!("stopped before Redis answered");
-                    return Ok(());
-                }
-                Err(StartupError::Store(error)) => return Err(error.into()),
-                Err(error) => return Err(AppError::RedisStartup(error)),
+            let refused = crate::cmd::hybrid_settings::refused_hybrid_rules(&rules);
+            if hybrid.is_none() && !refused.is_empty() {
+                return Err(AppError::Usage(refused.join("\n")));
+            }
+            let Some(redis) = connect_redis(&args, charging, &rules, "redis", &serving).await?
+            else {
+                return Ok(());
             };
             crate::telemetry::metrics::store_state("redis", true);
-            tracing::info!(redis = %store.server(), "connected to Redis");
-            // Always there (it costs nothing until used): a reload may give a domain
-            // `failure_policy: local`. Bounded by --max-keys like the memory store.
-            let local_fallback =
-                observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)).charging(charging));
-            let limiter = Arc::new(awaiting(
-                Limiter::new(rules, store, settings)
-                    .with_telemetry(args.telemetry.decision_telemetry())
-                    .with_local_fallback(local_fallback),
-                loaded,
-            ));
-            tokio::spawn(tasks::sweep_local_fallback(
+            let Some(options) = hybrid else {
+                let limiter =
+                    shared_limiter(redis, rules, settings, &args, charging, loaded, &serving);
+                // Overrides set on any instance: read once before serving, then polled.
+                let serving = share_overrides(&limiter, serving).await;
+                run_limiter(limiter, reloader.with_store_check(check), serving).await?;
+                return Ok(());
+            };
+            // Exact unless a rule says `counting: hybrid`; the sync idles until one is used.
+            let store = HybridStore::new(redis, Arc::new(SystemClock), true, options)
+                .map_err(|error| AppError::Usage(error.to_string()))?;
+            let serving = Serving {
+                counting_notes: CountingNotes::Hybrid {
+                    default: Counting::Exact,
+                },
+                ..serving
+            };
+            serving.counting_notes.log(&rules);
+            let limiter = shared_limiter(store, rules, settings, &args, charging, loaded, &serving);
+            tokio::spawn(tasks::sync_hybrid(
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
             ));
-            // Overrides set on any instance: read once before serving, then polled.
-            let shared = Arc::new(SharedOverrides::new(Arc::clone(&limiter)));
-            shared.poll().await;
-            tokio::spawn(Arc::clone(&shared).run(serving.shutdown.clone()));
+            let serving = share_overrides(&limiter, serving).await;
+            run_limiter(limiter, reloader.with_store_check(check), serving).await?;
+        }
+        StoreKind::Hybrid => {
+            let options =
+                crate::cmd::hybrid_settings::hybrid_options(&args, charging, Counting::Hybrid)
+                    .map_err(AppError::Usage)?;
             let serving = Serving {
-                shared_overrides: Some(shared),
+                counting_notes: CountingNotes::Hybrid {
+                    default: Counting::Hybrid,
+                },
                 ..serving
             };
+            serving.counting_notes.log(&rules);
+            let Some(redis) = connect_redis(&args, charging, &rules, "hybrid", &serving).await?
+            else {
+                return Ok(());
+            };
+            let store = HybridStore::new(redis, Arc::new(SystemClock), true, options)
+                .map_err(|error| AppError::Usage(error.to_string()))?;
+            // Registers this instance before the first decision, so the others divide by it.
+            store.sync_once().await;
+            crate::telemetry::metrics::store_state("hybrid", true);
+            let limiter = shared_limiter(store, rules, settings, &args, charging, loaded, &serving);
+            tokio::spawn(tasks::sync_hybrid(
+                Arc::clone(&limiter),
+                serving.shutdown.clone(),
+            ));
+            let serving = share_overrides(&limiter, serving).await;
             run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
     }
     tracing::info!("floodgate stopped");
     Ok(())
+}
+
+/// The limiter of a store shared through Redis, with the in-process store that
+/// `failure_policy: local` decides with while Redis fails, swept in the background.
+fn shared_limiter<S: Store>(
+    store: S,
+    rules: RuleSet,
+    settings: LimiterSettings,
+    args: &ServeArgs,
+    charging: Charging,
+    loaded: bool,
+    serving: &Serving,
+) -> Arc<Limiter<S>> {
+    // Always there (it costs nothing until used): a reload may give a domain
+    // `failure_policy: local`. Bounded by --max-keys like the memory store.
+    let local_fallback =
+        observed(MemoryStore::new(args.max_keys, Arc::new(SystemClock)).charging(charging));
+    let limiter = Arc::new(awaiting(
+        Limiter::new(rules, store, settings)
+            .with_telemetry(args.telemetry.decision_telemetry())
+            .with_local_fallback(local_fallback),
+        loaded,
+    ));
+    tokio::spawn(tasks::sweep_local_fallback(
+        Arc::clone(&limiter),
+        serving.shutdown.clone(),
+    ));
+    limiter
+}
+
+/// Overrides set on any instance, through the Redis beneath the limiter's store: read once
+/// before serving, then polled.
+async fn share_overrides<S: crate::engine::adaptive::shared::SharesLimits>(
+    limiter: &Arc<Limiter<S>>,
+    serving: Serving,
+) -> Serving {
+    let host: Arc<dyn crate::engine::overrides_sync::OverrideHost> = limiter.clone();
+    let Some(shared) = SharedOverrides::new(host).map(Arc::new) else {
+        return serving;
+    };
+    shared.poll().await;
+    tokio::spawn(Arc::clone(&shared).run(serving.shutdown.clone()));
+    Serving {
+        shared_overrides: Some(shared),
+        ..serving
+    }
+}
+
+/// Connects the Redis store of `--store redis` (or beneath `--store hybrid`, `store` naming
+/// which in errors and metrics); `None`: stopped before Redis answered.
+async fn connect_redis(
+    args: &ServeArgs,
+    charging: Charging,
+    rules: &RuleSet,
+    store: &'static str,
+    serving: &Serving,
+) -> Result<Option<RedisStore>, AppError> {
+    let problems = redis_problems(rules);
+    if !problems.is_empty() {
+        return Err(AppError::Usage(format!(
+            "--store {store} cannot decide these limits exactly:\n  {}",
+            problems.join("\n  ")
+        )));
+    }
+    let options = RedisOptions {
+        auth: args.redis_auth.clone(),
+        key_prefix: crate::cmd::reference_env::redis_prefix(args.redis_prefix.as_deref(), |name| {
+            std::env::var(name).ok()
+        }),
+        timeout: crate::cmd::reference_env::redis_timeout(args.redis_timeout_ms, |name| {
+            std::env::var(name).ok()
+        })
+        .map_err(AppError::Usage)?,
+        connect_timeout: Duration::from_millis(args.redis_connect_timeout_ms),
+        breaker_threshold: args.redis_breaker_failures,
+        topology: args.redis_type.into(),
+        hash_tag: args.redis_hash_tag.into(),
+        sentinel_auth: args.redis_connection.redis_sentinel_auth.clone(),
+        pool_size: args.redis_connection.redis_pool_size,
+        batch_max: args.redis_connection.redis_batch_max,
+        tls: args.redis_connection.tls_options(),
+        charging,
+        ..RedisOptions::new(args.redis_url.clone())
+    };
+    let retry = crate::cmd::reference_env::redis_startup_retry(|name| std::env::var(name).ok())
+        .map_err(AppError::Usage)?;
+    crate::telemetry::metrics::store_state(store, false);
+    let store =
+        match RedisStore::connect_at_start(&options, retry, serving.shutdown.clone().fired()).await
+        {
+            Ok(store) => store,
+            Err(StartupError::Stopped) => {
+                tracing::info!("stopped before Redis answered");
+                return Ok(None);
+            }
+            Err(StartupError::Store(error)) => return Err(error.into()),
+            Err(error) => return Err(AppError::RedisStartup(error)),
+        };
+    tracing::info!(redis = %store.server(), "connected to Redis");
+    Ok(Some(store))
 }
 
 /// What every store's server needs, made before the store is chosen.
@@ -411,12 +538,14 @@ struct Serving {
     admin: Option<AdminSetup>,
     /// The reference's stats listener and path, with --use-prometheus.
     reference_metrics: Option<(TcpListener, String)>,
-    /// Overrides shared through Redis (`--store redis`).
+    /// Overrides shared through Redis (`--store redis` or `hybrid`).
     shared_overrides: Option<Arc<SharedOverrides>>,
     /// SIGHUP, listened for since the start.
     hangup: reload::Hangup,
     /// What a reloaded rule set does to health.
     config_gate: ConfigGate,
+    /// What the store says about the rules' `counting:`, at start and at every reload.
+    counting_notes: CountingNotes,
 }
 
 /// Whether health needs rules with a domain: the reference's
@@ -459,6 +588,7 @@ async fn run_limiter<S: crate::engine::adaptive::shared::SharesLimits>(
         &serving.shutdown,
         serving.operations.health.clone(),
         serving.config_gate,
+        serving.counting_notes,
     );
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
@@ -528,6 +658,14 @@ fn redis_problems(rules: &RuleSet) -> Vec<String> {
         .collect()
 }
 
+/// [`redis_problems`], and `counting: hybrid`, which a Redis store without hybrid counting
+/// cannot honour.
+fn redis_problems_without_hybrid(rules: &RuleSet) -> Vec<String> {
+    let mut problems = redis_problems(rules);
+    problems.extend(crate::cmd::hybrid_settings::refused_hybrid_rules(rules));
+    problems
+}
+
 /// Swaps the rule sets the source brings into `limiter` until shutdown.
 fn start_reloading<S: Store>(
     limiter: &Arc<Limiter<S>>,
@@ -536,11 +674,13 @@ fn start_reloading<S: Store>(
     shutdown: &shutdown::Shutdown,
     health: Health,
     config_gate: ConfigGate,
+    counting_notes: CountingNotes,
 ) {
     let live = Arc::clone(limiter);
     reloader.spawn(
         move |rules| {
             config_gate.apply(&health, &rules);
+            counting_notes.log(&rules);
             Box::new(live.replace_rules(rules)) as Box<dyn reload::Retired>
         },
         hangup,

@@ -13,17 +13,22 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{field, Instrument as _, Span};
 
+mod leases;
+
+use self::leases::Leased;
 use crate::core::adjustment::AdjustmentsAt;
 use crate::core::dynamic_metadata;
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
+use crate::core::lease;
 use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
 use crate::core::plan::Plan;
 use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
-use crate::core::response::{assemble, fail_closed, Response};
+use crate::core::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
+use crate::engine::lease_timings::LeaseTimings;
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
 use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
@@ -100,6 +105,8 @@ pub struct Limiter<S> {
     started: Instant,
     /// Limits changed at run time (overrides, adaptive values), planned with on every decision.
     adjustments: Arc<LiveAdjustments>,
+    /// How long the leases of adaptive concurrency rules were held, for their controllers.
+    lease_timings: LeaseTimings,
 }
 
 /// At most one failure-policy log line per this many milliseconds.
@@ -128,6 +135,7 @@ impl<S: Store> Limiter<S> {
             failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
             started: Instant::now(),
             adjustments: Arc::new(LiveAdjustments::default()),
+            lease_timings: LeaseTimings::default(),
         }
     }
 
@@ -135,6 +143,11 @@ impl<S: Store> Limiter<S> {
     pub fn with_adjustments(mut self, adjustments: Arc<LiveAdjustments>) -> Self {
         self.adjustments = adjustments;
         self
+    }
+
+    /// What the adaptive concurrency controllers read: the times held of their rules' leases.
+    pub fn lease_timings(&self) -> &LeaseTimings {
+        &self.lease_timings
     }
 
     /// The runtime adjustments this limiter plans with: set overrides and adaptive values here.
@@ -315,8 +328,29 @@ impl<S: Store> Limiter<S> {
             )
         };
         let store_started = Instant::now();
+        let policy = || {
+            FailurePolicy::for_domain(
+                live.rules
+                    .domain(&request.domain)
+                    .and_then(|domain| domain.failure_policy),
+                self.settings.failure_policy,
+            )
+        };
+        // Leases first: a request refused for want of a slot charges no rate limit.
+        let lease_outcomes = match self.decide_leases(&plan, policy).await? {
+            Leased::Decided(outcomes) => outcomes,
+            Leased::Rejected(mut response) => {
+                self.record_failure_rejection(&live, &request.domain, &plan);
+                self.add_dynamic_metadata(&mut response, request, &plan);
+                return Ok((response, Decision::OverLimit));
+            }
+        };
+        self.time_leases(&request.domain, &plan, &lease_outcomes);
+        let leases_refuse = lease::over_limit(&plan, &lease_outcomes);
         // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
-        let decided = if plan.counters.is_empty() {
+        let decided = if leases_refuse && !self.settings.global_shadow {
+            Ok(leases::refused_before_counting())
+        } else if plan.counters.is_empty() {
             Ok(Decided::default())
         } else {
             let decided = self
@@ -333,16 +367,17 @@ impl<S: Store> Limiter<S> {
         span.record("floodgate.store.duration_seconds", store_seconds);
         let decided = match decided {
             Ok(decided) => decided,
+            Err(error @ StoreError::Unsupported { .. }) => {
+                // The request's fault, not the store's: no failure policy answers it.
+                let reason = error.to_string();
+                return Err(LimitError::InvalidRequest(
+                    InvalidRequest::UncountableLimit { reason },
+                ));
+            }
             Err(error) => {
                 store_span.record("otel.status_code", "ERROR");
                 store_span.record("error.message", field::display(&error));
-                let policy = FailurePolicy::for_domain(
-                    live.rules
-                        .domain(&request.domain)
-                        .and_then(|domain| domain.failure_policy),
-                    self.settings.failure_policy,
-                );
-                match self.apply_failure_policy(policy, &plan, error).await? {
+                match self.apply_failure_policy(policy(), &plan, error).await? {
                     StoreFallback::Decided(decided) => decided,
                     StoreFallback::Rejected(mut response) => {
                         self.record_failure_rejection(&live, &request.domain, &plan);
@@ -353,11 +388,15 @@ impl<S: Store> Limiter<S> {
             }
         };
         drop(store_span);
+        if decided.over_limit && !leases_refuse && !self.settings.global_shadow {
+            self.undo_leases(&plan, &lease_outcomes).await;
+        }
 
-        let mut response = assemble(
+        let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
+        let mut response = assemble_with_leases(
             &plan,
-            &decided.outcomes,
-            decided.over_limit,
+            (&decided.outcomes, &lease_outcomes),
+            over_limit,
             self.settings.header_mode,
         );
         self.add_dynamic_metadata(&mut response, request, &plan);
@@ -408,12 +447,7 @@ impl<S: Store> Limiter<S> {
         plan: &Plan<'_>,
         error: StoreError,
     ) -> Result<StoreFallback, StoreError> {
-        let action = policy.resolve(self.local_fallback.is_some(), self.settings.global_shadow);
-        if let Some(metrics) = self.metrics {
-            metrics.failure_policy_applied(policy.name());
-        }
-        self.log_failure(policy, &error);
-        match action {
+        match self.failure_action(policy, &error) {
             FailureAction::Unavailable => Err(error),
             // No outcomes: every limited descriptor is answered OK without a limit.
             FailureAction::Admit => Ok(StoreFallback::Decided(Decided::default())),
@@ -430,6 +464,16 @@ impl<S: Store> Limiter<S> {
                 None => Err(error),
             },
         }
+    }
+
+    /// The action `policy` takes for a failed store call, counted and logged.
+    fn failure_action(&self, policy: FailurePolicy, error: &StoreError) -> FailureAction {
+        let action = policy.resolve(self.local_fallback.is_some(), self.settings.global_shadow);
+        if let Some(metrics) = self.metrics {
+            metrics.failure_policy_applied(policy.name());
+        }
+        self.log_failure(policy, error);
+        action
     }
 
     /// One line per FAILURE_LOG_INTERVAL_MS at most, with how many were left out.

@@ -5,9 +5,11 @@
 pub(crate) mod adaptive;
 pub(crate) mod adjustment_set;
 pub(crate) mod config_source;
+pub mod lease_timings;
 pub mod limiter;
 pub(crate) mod observers;
 pub(crate) mod overrides_sync;
+pub mod quota;
 pub(crate) mod reload;
 pub mod shutdown;
 pub(crate) mod tasks;

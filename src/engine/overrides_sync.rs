@@ -1,4 +1,5 @@
-//! Overrides shared by every instance through Redis, when Redis is the store.
+//! Overrides shared by every instance through Redis, when Redis is the store (`--store redis`,
+//! or beneath `--store hybrid`).
 //!
 //! One hash, `<prefix>overrides`: a field per override (its id), the value the
 //! [`OverrideRecord`] as JSON. An instance writes there first (an override it cannot share is
@@ -19,6 +20,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::core::adjustment::MAX_OVERRIDE_TTL;
+use crate::engine::adaptive::shared::SharesLimits;
+use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
@@ -32,9 +35,26 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// the decisions, not on their path.
 const CALL_DEADLINE: Duration = Duration::from_secs(1);
 
+/// What the shared overrides need of a limiter: the Redis they live in, the adjustments they
+/// are read into.
+pub trait OverrideHost: Send + Sync {
+    fn redis(&self) -> Option<&RedisStore>;
+    fn adjustments(&self) -> &Arc<LiveAdjustments>;
+}
+
+impl<S: SharesLimits> OverrideHost for Limiter<S> {
+    fn redis(&self) -> Option<&RedisStore> {
+        self.store().shared_limits()
+    }
+
+    fn adjustments(&self) -> &Arc<LiveAdjustments> {
+        Limiter::adjustments(self)
+    }
+}
+
 /// The overrides of every instance that shares this Redis and key prefix.
 pub struct SharedOverrides {
-    limiter: Arc<Limiter<RedisStore>>,
+    limiter: Arc<dyn OverrideHost>,
     key: String,
     /// Whether the last poll failed: log the change only.
     failing: AtomicBool,
@@ -44,14 +64,22 @@ pub struct SharedOverrides {
 }
 
 impl SharedOverrides {
-    pub fn new(limiter: Arc<Limiter<RedisStore>>) -> Self {
-        let key = format!("{}overrides", limiter.store().key_prefix());
-        Self {
+    /// `None` when the limiter's store shares nothing through Redis.
+    pub fn new(limiter: Arc<dyn OverrideHost>) -> Option<Self> {
+        let key = format!("{}overrides", limiter.redis()?.key_prefix());
+        Some(Self {
             limiter,
             key,
             failing: AtomicBool::new(false),
             writes: Mutex::new(0),
-        }
+        })
+    }
+
+    fn redis(&self) -> Result<&RedisStore, StoreError> {
+        self.limiter.redis().ok_or_else(|| StoreError::Unavailable {
+            backend: "redis",
+            reason: "the store shares nothing through Redis".to_owned(),
+        })
     }
 
     /// Stores `record`, and removes `replaced` (the rule's earlier override) if given.
@@ -65,8 +93,7 @@ impl SharedOverrides {
             reason: format!("cannot encode the override: {error}"),
         })?;
         let horizon = MAX_OVERRIDE_TTL + Duration::from_secs(60);
-        self.limiter
-            .store()
+        self.redis()?
             .put_field(&self.key, &record.id, &json, horizon, CALL_DEADLINE)
             .await?;
         if let Some(replaced) = replaced.filter(|replaced| *replaced != record.id) {
@@ -79,8 +106,7 @@ impl SharedOverrides {
     /// Deletes override `id`; whether it was there.
     pub async fn remove(&self, id: &str) -> Result<bool, StoreError> {
         let removed = self
-            .limiter
-            .store()
+            .redis()?
             .remove_fields(&self.key, &[id.to_owned()], CALL_DEADLINE)
             .await?;
         *self.writes.lock() += 1;
@@ -89,11 +115,7 @@ impl SharedOverrides {
 
     /// Every override in Redis not yet expired; expired ones are deleted on the way.
     pub async fn load(&self) -> Result<Vec<OverrideRecord>, StoreError> {
-        let fields = self
-            .limiter
-            .store()
-            .fields(&self.key, CALL_DEADLINE)
-            .await?;
+        let fields = self.redis()?.fields(&self.key, CALL_DEADLINE).await?;
         let now = self.limiter.adjustments().now_unix_ms();
         let mut records = Vec::with_capacity(fields.len());
         let mut expired = Vec::new();
@@ -107,8 +129,7 @@ impl SharedOverrides {
                 }
             }
         }
-        self.limiter
-            .store()
+        self.redis()?
             .remove_fields(&self.key, &expired, CALL_DEADLINE)
             .await?;
         Ok(records)

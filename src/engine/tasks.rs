@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
+use crate::store::hybrid::HybridStore;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
 use crate::store::Store;
 
 /// How often expired counters are dropped from memory.
@@ -41,7 +41,7 @@ pub async fn maintain_adjustments<S: Store>(limiter: Arc<Limiter<S>>, shutdown: 
 
 /// The counters `failure_policy: local` made while Redis was down expire like the memory
 /// store's.
-pub async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: Shutdown) {
+pub async fn sweep_local_fallback<S: Store>(limiter: Arc<Limiter<S>>, shutdown: Shutdown) {
     shutdown::every(SWEEP_INTERVAL, shutdown, || async {
         if let Some(fallback) = limiter.local_fallback() {
             let dropped = fallback.sweep_expired().await;
@@ -51,6 +51,11 @@ pub async fn sweep_local_fallback(limiter: Arc<Limiter<RedisStore>>, shutdown: S
         }
     })
     .await;
+}
+
+/// The hybrid store's syncs with Redis (`store::hybrid`), until shutdown, and a last one then.
+pub async fn sync_hybrid(limiter: Arc<Limiter<HybridStore>>, shutdown: Shutdown) {
+    crate::store::hybrid::run_sync(limiter.store(), shutdown.fired()).await;
 }
 
 pub async fn sweep_memory(limiter: Arc<Limiter<MemoryStore>>, shutdown: Shutdown) {

@@ -1,4 +1,4 @@
-//! The listeners: gRPC (RLS v3), HTTP and the debug port, all stopped by one shutdown signal.
+//! The listeners: gRPC (RLS v3 and RLQS), HTTP and the debug port, all stopped by one shutdown signal.
 //! Each takes an already-bound listener, so tests start the real server on port 0. Their
 //! connections are driven by [`connections`], which bounds how many there are and how long
 //! each may take.
@@ -12,8 +12,11 @@ pub(crate) mod grpc;
 pub(crate) mod grpc_deadline;
 pub mod health;
 mod http;
+pub mod in_process;
 pub mod proto;
 pub(crate) mod reference_metrics;
+pub(crate) mod rlqs;
+mod rlqs_convert;
 pub(crate) mod tls;
 
 use std::sync::Arc;
@@ -61,6 +64,10 @@ pub struct Operations {
     pub connections: ConnectionLimits,
     /// Whether an unreachable store turns health NOT_SERVING (`health::StoreGate`).
     pub store_gate: health::StoreGate,
+    /// RLQS's defaults and bounds.
+    pub quota: crate::engine::quota::QuotaSettings,
+    /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
+    pub without_grpc_reflection: bool,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -100,15 +107,25 @@ pub async fn serve_with<S: Store>(
         operations.store_gate,
         shutdown.clone(),
     ));
-    let (reflection_v1, reflection_v1alpha) = reflection_services()?;
     let admission = admission::Admission::new(operations.admission);
     let grpc_routes = tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
         Arc::clone(&limiter),
         &admission,
     ))
-    .add_service(health_service)
-    .add_service(reflection_v1)
-    .add_service(reflection_v1alpha);
+    .add_service(rlqs::RateLimitQuotaGrpc::server(
+        Arc::clone(&limiter),
+        crate::engine::quota::QuotaBoard::new(operations.quota),
+        shutdown.clone(),
+    ))
+    .add_service(health_service);
+    let grpc_routes = if operations.without_grpc_reflection {
+        grpc_routes
+    } else {
+        let (reflection_v1, reflection_v1alpha) = reflection_services()?;
+        grpc_routes
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+    };
     let grpc_service =
         grpc_deadline::GrpcDeadline::new(grpc_routes, operations.admission.default_deadline);
     let limits = operations.connections;

@@ -10,6 +10,7 @@
 //! every shard the request holds. When nothing but exhausted counters is left, the request is
 //! refused with [`StoreError::Full`], charging nothing, and the failure policy answers it.
 
+mod leases;
 #[cfg(test)]
 mod priority_answers;
 mod shard;
@@ -20,10 +21,12 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use self::leases::LeaseTable;
 use self::shard::{Freed, Shard, Slot, SlotKey};
 use super::{Decided, Store, StoreError};
 use crate::core::charging::{settle, Charging};
 use crate::core::failure::LogPace;
+use crate::core::lease::{LeaseCall, LeaseOutcome};
 use crate::core::plan::Counter;
 use crate::core::time::{Clock, Micros};
 
@@ -49,6 +52,8 @@ pub struct MemoryStore {
     full_log: Mutex<LogPace>,
     /// Which counters a request charges (`core::charging`).
     charging: Charging,
+    /// The concurrency rules' leases (`core::lease`).
+    leases: LeaseTable,
 }
 
 /// Who hears of the counters the store had to forget, and of the requests it refused because
@@ -72,6 +77,7 @@ impl MemoryStore {
             observer: None,
             full_log: Mutex::new(LogPace::new(FULL_LOG_INTERVAL_MS)),
             charging: Charging::AllOrNothing,
+            leases: LeaseTable::default(),
         }
     }
 
@@ -114,7 +120,20 @@ impl MemoryStore {
             dropped += self.sweep_shard(shard, now);
             tokio::task::yield_now().await;
         }
-        dropped
+        dropped + self.leases.sweep(now)
+    }
+
+    /// Lease counters held (concurrency rules), expired ones included until swept.
+    pub fn lease_counters(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Decides lease calls synchronously; the `Store` impl wraps this.
+    pub fn leases_now(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.leases.decide(calls, self.clock.now(), self.max_keys)
     }
 
     fn sweep_shard(&self, shard: &Mutex<Shard>, now: Micros) -> usize {
@@ -357,6 +376,10 @@ impl Store for MemoryStore {
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
         self.decide_now(counters, global_shadow)
+    }
+
+    async fn leases(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
+        self.leases_now(calls)
     }
 
     fn backend(&self) -> &'static str {

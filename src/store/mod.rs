@@ -2,12 +2,14 @@
 //! the request is over its limits and which counters it charges (all or none by default,
 //! `core::charging`), and charges them, atomically.
 
+pub mod hybrid;
 pub mod memory;
 pub mod redis;
 
 use std::future::Future;
 use std::time::Duration;
 
+use crate::core::lease::{LeaseCall, LeaseOutcome};
 use crate::core::plan::Counter;
 pub use crate::core::response::Decided;
 
@@ -31,6 +33,14 @@ pub enum StoreError {
         "the memory store is full of exhausted counters (--max-keys {max_keys}); raise --max-keys"
     )]
     Full { max_keys: usize },
+    /// A limit this store cannot count exactly, which only the request brought (an Envoy limit
+    /// override; the configuration checks refuse such rules at load): the request's fault,
+    /// answered as an invalid request, not by the failure policy.
+    #[error("the {backend} store cannot count this limit exactly: {reason}")]
+    Unsupported {
+        backend: &'static str,
+        reason: String,
+    },
 }
 
 /// A place that keeps counters.
@@ -43,6 +53,13 @@ pub trait Store: Send + Sync + 'static {
         counters: &[Counter],
         global_shadow: bool,
     ) -> impl Future<Output = Result<Decided, StoreError>> + Send;
+
+    /// Decides a request's lease calls (concurrency rules) together, as `core::lease::settle`
+    /// does: one outcome per call, in order, and when an acquire is refused nothing changes.
+    fn leases(
+        &self,
+        calls: &[LeaseCall],
+    ) -> impl Future<Output = Result<Vec<LeaseOutcome>, StoreError>> + Send;
 
     /// A short name for logs and metrics (`memory`, `redis`).
     fn backend(&self) -> &'static str;

@@ -12,6 +12,7 @@ pub(crate) mod paced_log;
 pub(crate) mod record;
 pub(crate) mod reference_exposition;
 pub(crate) mod reference_stats;
+pub(crate) mod rlqs;
 pub(crate) mod statsd_lines;
 pub(crate) mod statsd_mapping;
 pub(crate) mod statsd_mogrifiers;

@@ -56,9 +56,12 @@ fn class_of<'s>(
     series: &'s RuleSeries,
     descriptor_plan: &DescriptorPlan<'_>,
 ) -> Option<&'s ClassSeries> {
-    let DescriptorPlan::Limited {
+    let (DescriptorPlan::Limited {
         class: Some(class), ..
-    } = descriptor_plan
+    }
+    | DescriptorPlan::Concurrency {
+        class: Some(class), ..
+    }) = descriptor_plan
     else {
         return None;
     };
@@ -162,7 +165,8 @@ fn series_of<'t>(
             limit: LimitSource::Rule(rule) | LimitSource::Adjusted { rule, .. },
             ..
         }
-        | DescriptorPlan::Unlimited { rule } => *rule,
+        | DescriptorPlan::Unlimited { rule }
+        | DescriptorPlan::Concurrency { rule, .. } => *rule,
         DescriptorPlan::Limited {
             limit: LimitSource::Override { path, .. },
             ..

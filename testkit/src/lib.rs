@@ -4,10 +4,13 @@
 //! temporary directories, the floodgate process) is here at the root.
 
 pub mod adaptive;
+pub mod delay_proxy;
 pub mod envoy;
 pub mod faketime;
 pub mod generated_rules;
 pub mod http;
+pub mod netns;
+pub mod netns_redis;
 pub mod nginx;
 pub mod ops;
 pub mod otlp;
@@ -37,6 +40,18 @@ pub fn subdir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
+/// `root/config`, made, with one `<domain>.yaml` per (domain, rules) of `files`: floodgate's
+/// `--config` directory.
+pub fn rules_dir(root: &Path, files: impl IntoIterator<Item = (String, String)>) -> PathBuf {
+    let config = subdir(root, "config");
+    for (domain, rules) in files {
+        let file = config.join(format!("{domain}.yaml"));
+        std::fs::write(&file, rules)
+            .unwrap_or_else(|error| panic!("cannot write {}: {error}", file.display()));
+    }
+    config
+}
+
 /// A two-thread tokio runtime for a test's async clients (a blocking test drives it).
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -54,20 +69,54 @@ const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
 /// How many ports this process has handed out.
 static PORTS_HANDED_OUT: AtomicU32 = AtomicU32::new(0);
 
+/// The lock files of the ports this process has handed out, held until it exits.
+static PORTS_RESERVED: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+
 /// A free TCP port on 127.0.0.1, never the same twice in one test process (two tests that each
-/// ask for one cannot be handed the same): the next one of [`TEST_PORTS`] that binds, starting at
-/// an offset of the process id so that two test processes at once start apart.
+/// ask for one cannot be handed the same) nor in two test processes running at once: the next
+/// one of [`TEST_PORTS`] that binds and that no other test process has reserved, starting at an
+/// offset of the process id so that two test processes at once start apart.
 pub fn free_port() -> u16 {
     let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
     let offset = std::process::id().wrapping_mul(7_919) % span;
     for _ in 0..span {
         let turn = PORTS_HANDED_OUT.fetch_add(1, Ordering::Relaxed);
         let candidate = TEST_PORTS.start + ((offset + turn) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() && reserve(candidate) {
             return candidate;
         }
     }
     panic!("no free port on 127.0.0.1 in {TEST_PORTS:?}")
+}
+
+/// Takes `port` for this process, unless another test process has: between a port's check and
+/// its server's bind, a second suite running beside this one (another checkout's, a fuzzer's)
+/// could otherwise hand out the same port, and a test would then talk to that suite's server.
+/// An exclusive lock on a file per port, released by the kernel when the process ends. Where
+/// no lock file can be made, the check that the port binds is all there is.
+fn reserve(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("floodgate-test-ports");
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{port}.lock")))
+    });
+    let Ok(file) = file else {
+        return true;
+    };
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            PORTS_RESERVED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(file);
+            true
+        }
+        Err(rustix::io::Errno::WOULDBLOCK) => false,
+        Err(_) => true,
+    }
 }
 
 /// Waits until something accepts connections on `port`, or panics after `timeout`.
@@ -354,5 +403,17 @@ impl Floodgate {
 
     pub fn grpc_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_port_handed_out_is_reserved_against_other_test_processes() {
+        let port = super::free_port();
+        // A second lock on the port's file, from another open of it, is what another process
+        // would try: it must fail while this process holds the port.
+        assert!(!super::reserve(port), "port {port} was handed out twice");
+        assert_ne!(super::free_port(), port);
     }
 }

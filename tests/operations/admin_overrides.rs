@@ -533,13 +533,23 @@ fn run_briefly(args: &[&str]) -> String {
 
 #[test]
 fn with_redis_an_override_set_on_one_instance_applies_on_the_other() {
+    an_override_set_on_one_instance_applies_on_the_other("redis");
+}
+
+#[test]
+fn with_hybrid_an_override_set_on_one_instance_applies_on_the_other() {
+    an_override_set_on_one_instance_applies_on_the_other("hybrid");
+}
+
+/// Two instances of `--store STORE` on one Redis.
+fn an_override_set_on_one_instance_applies_on_the_other(store: &str) {
     let redis = redis_server::RedisServer::start();
     let (dir, config) = config_dir();
     let url = redis.url();
     let prefix = format!("admin-test-{}:", std::process::id());
     let extra = [
         "--store",
-        "redis",
+        store,
         "--redis-url",
         &url,
         "--redis-prefix",

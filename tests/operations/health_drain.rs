@@ -138,15 +138,14 @@ fn check_health_fails_when_nothing_listens() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
-#[test]
-fn reflection_lists_the_services() {
+/// The services reflection lists, or the status of the call.
+fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
     use tonic_reflection::pb::v1::ServerReflectionRequest;
 
-    let (_temp, server) = start(&[]);
-    let services = ops::runtime().block_on(async {
+    ops::runtime().block_on(async {
         let channel = tonic::transport::Channel::from_shared(server.grpc_url())
             .unwrap_or_else(|error| panic!("url: {error}"))
             .connect()
@@ -159,26 +158,38 @@ fn reflection_lists_the_services() {
         };
         let mut answers = client
             .server_reflection_info(tokio_stream::iter([list]))
-            .await
-            .unwrap_or_else(|status| panic!("reflection: {status:?}"))
+            .await?
             .into_inner();
-        let answer = answers
-            .message()
-            .await
-            .unwrap_or_else(|status| panic!("reflection answer: {status:?}"));
+        let answer = answers.message().await?;
         match answer.and_then(|answer| answer.message_response) {
-            Some(MessageResponse::ListServicesResponse(list)) => list
+            Some(MessageResponse::ListServicesResponse(list)) => Ok(list
                 .service
                 .into_iter()
                 .map(|service| service.name)
-                .collect::<Vec<_>>(),
+                .collect::<Vec<_>>()),
             other => panic!("expected a service list, got {other:?}"),
         }
-    });
+    })
+}
+
+#[test]
+fn reflection_lists_the_services() {
+    let (_temp, server) = start(&[]);
+    let services =
+        reflected_services(&server).unwrap_or_else(|status| panic!("reflection: {status:?}"));
     for expected in [
         "envoy.service.ratelimit.v3.RateLimitService",
         "grpc.health.v1.Health",
     ] {
         assert!(services.iter().any(|name| name == expected), "{services:?}");
+    }
+}
+
+#[test]
+fn reflection_can_be_left_out() {
+    let (_temp, server) = start(&["--grpc-reflection=false"]);
+    match reflected_services(&server) {
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}"),
+        Ok(services) => panic!("--grpc-reflection=false still lists {services:?}"),
     }
 }

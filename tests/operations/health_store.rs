@@ -33,6 +33,16 @@ impl Store for SwitchableStore {
         })
     }
 
+    async fn leases(
+        &self,
+        _: &[floodgate::core::lease::LeaseCall],
+    ) -> Result<Vec<floodgate::core::lease::LeaseOutcome>, StoreError> {
+        Err(StoreError::Unavailable {
+            backend: "switchable",
+            reason: "a test store".to_owned(),
+        })
+    }
+
     fn backend(&self) -> &'static str {
         "switchable"
     }

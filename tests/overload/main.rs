@@ -1,6 +1,7 @@
 //! Overload: load shedding over gRPC and HTTP, priority classes, and adaptive limits fed by
 //! Prometheus or pushed.
 
+mod adaptive_concurrency;
 mod adaptive_prometheus;
 mod adaptive_pushed;
 mod overload_http;

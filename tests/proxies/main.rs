@@ -1,8 +1,11 @@
 //! floodgate behind real proxies: Envoy 1.40 end to end, logging floodgate's dynamic metadata
-//! and on the money path, nginx auth_request and limit_req parity.
+//! and on the money path, charging usage after the response; nginx auth_request and limit_req
+//! parity.
 
+mod envoy_concurrency;
 mod envoy_dynamic_metadata;
 mod envoy_e2e;
+mod envoy_usage_after_response;
 mod money_path_envoy;
 mod nginx_auth_request;
 mod nginx_limit_req_parity;

@@ -3,7 +3,7 @@
 //! `MemoryStore` and `RedisStore` with one manual clock, and every decision (admitted,
 //! remaining, reset_after, retry_after, charged, verdict) must be identical. The sequences mix
 //! multi-descriptor requests, quota and shadow roles, global shadow mode, check-only hits,
-//! refunds, oversized hits, counters repeated within a request, limits changed between requests
+//! refunds, oversized hits, rules that owe their overflow, counters repeated within a request, limits changed between requests
 //! (a reload), a clock that sometimes goes backwards, and priority classes: descriptors of
 //! different classes (shares) charging the same counters. MONTH limits in calendar months run
 //! from month ends of every length (28, 29, 30, 31 days) and the turn of a year, so both stores
@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::algorithm::{Algorithm, Hits, Overflow, Quota, Share};
 use floodgate::core::calendar::month_index;
 use floodgate::core::charging::Charging;
 use floodgate::core::plan::Counter;
@@ -65,6 +65,9 @@ fn random_quota(rng: &mut StdRng, algorithm: Algorithm) -> Quota {
         .with_multiplier(rng.random_range(1..=3));
     if algorithm.accepts_burst() && rng.random_bool(0.7) {
         quota.with_burst(rng.random_range(0..=12))
+    } else if algorithm.counts_in_windows() && rng.random_bool(0.3) {
+        // A rule that owes its overflow: usage charged after the response.
+        quota.with_overflow(Overflow::Owe)
     } else {
         quota
     }
@@ -535,8 +538,9 @@ async fn calendar_months_match_memory_across_every_kind_of_month_end() {
 }
 
 /// Quotas right at the bounds `check_quota` allows, where Lua's doubles would first lose
-/// integers: the longest window, the largest bucket (capacity × window just below 2^53), the
-/// slowest drain, and a fast bucket whose debt passes 2^53 ticks when the clock goes back.
+/// integers: the longest window, the largest buckets (capacity × min(limit, window µs) just
+/// below 2^53, so capacity × window far past it), the slowest drain, and a fast bucket whose
+/// debt passes 2^53 ticks when the clock goes back.
 #[tokio::test]
 async fn quotas_at_the_exactness_bounds_match_memory() {
     use floodgate::store::redis::check_quota;
@@ -554,6 +558,19 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
         Quota::new(u32::MAX, Unit::Second)
             .with_algorithm(Algorithm::TokenBucket)
             .with_burst(1_000),
+        // LLM tokens: a million a day (C·W ≈ 8.6e16 ticks).
+        Quota::new(1_000_000, Unit::Day).with_algorithm(Algorithm::TokenBucket),
+        // 94 906 265² < 2^53: the largest square bucket, a day's window.
+        Quota::new(94_906_265, Unit::Day)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(94_906_265),
+        Quota::new(94_906_265, Unit::Day)
+            .with_algorithm(Algorithm::LeakyBucket)
+            .with_burst(94_906_265),
+        // A limit that does not divide its window (W mod L ≠ 0), C·W ≈ 3.2e16.
+        Quota::new(999_983, Unit::Hour)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(9_000_000),
         Quota::new(1_000, Unit::Second)
             .with_algorithm(Algorithm::FixedWindow)
             .with_multiplier(longest_window),

@@ -12,13 +12,13 @@
 //! The same again with `--redis-batch-max 64`: requests that meet in a process share a script
 //! call (fewer calls than decisions, counted by Redis), and the total is still exactly LIMIT.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use floodgate::core::algorithm::Algorithm;
 use floodgate::core::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 
-use floodgate_testkit::redis::{every_algorithm_rules, script_calls, store_flags, RedisServer};
+use floodgate_testkit::redis::{
+    every_algorithm_rules, keep_clear_of_the_day_boundary, script_calls, store_flags, RedisServer,
+};
 use floodgate_testkit::rls;
 use floodgate_testkit::{subdir, Floodgate};
 
@@ -30,19 +30,6 @@ const PROCESSES: usize = 3;
 /// Per day, so windows roll over only at midnight UTC (the test waits if that is near) and
 /// buckets refill one hit per 432 s, far longer than the test.
 const UNIT: Unit = Unit::Day;
-
-/// Sleeps past midnight UTC when it is less than two minutes away, so one day window holds
-/// the whole test.
-async fn keep_clear_of_the_day_boundary() {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let until_midnight = 86_400 - since_epoch % 86_400;
-    if until_midnight < 120 {
-        tokio::time::sleep(Duration::from_secs(until_midnight + 2)).await;
-    }
-}
 
 /// Sends CALLS requests for `key` from CLIENTS tasks, task `i` talking to process `i % 3`;
 /// returns (admitted, over limit).

@@ -61,12 +61,10 @@ struct Setup {
 fn start(threads: &str) -> Setup {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
-    let config = dir.path().join("config");
-    std::fs::create_dir_all(&config).unwrap_or_else(|error| panic!("mkdir: {error}"));
-    for (domain, policy) in DOMAINS {
-        std::fs::write(config.join(format!("{domain}.yaml")), rules(domain, policy))
-            .unwrap_or_else(|error| panic!("cannot write rules: {error}"));
-    }
+    let config = common::rules_dir(
+        dir.path(),
+        DOMAINS.map(|(domain, policy)| (domain.to_owned(), rules(domain, policy))),
+    );
     let url = redis.url();
     let timeout = TIMEOUT_MS.to_string();
     let floodgate = Floodgate::start(

@@ -5,5 +5,6 @@ mod grpc_api;
 mod hostile_clients;
 mod http_check;
 mod http_json;
+mod http_leases;
 mod tls_grpc;
 mod worker_threads;

@@ -7,8 +7,9 @@ use std::time::Duration;
 use floodgate_testkit::redis::RedisServer;
 use floodgate_testkit::{repo_file, serve_command, tempdir, wait_for_port, Running};
 
-/// The `tokio-rt-worker` threads of a floodgate started with `args` and `env`, once it serves.
-fn workers(args: &[&str], env: &[(&str, &str)]) -> usize {
+/// The `tokio-rt-worker` threads of a floodgate started with `args` and `env`, once it serves:
+/// `expected` if it settles there within tokio's blocking-pool keep-alive.
+fn workers(args: &[&str], env: &[(&str, &str)], expected: usize) -> usize {
     let dir = tempdir();
     let (mut command, (grpc_port, _, _)) = serve_command();
     command
@@ -22,13 +23,9 @@ fn workers(args: &[&str], env: &[(&str, &str)]) -> usize {
     }
     let mut process = Running::spawn("floodgate", &mut command, dir.path());
     wait_for_port(grpc_port, Duration::from_secs(10), "floodgate");
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", process.pid()))
-        .unwrap_or_else(|error| panic!("cannot list floodgate's threads: {error}"));
-    let workers = tasks
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tokio-rt-worker")
-        .count();
+    // A blocking-pool thread carries the workers' name too, and lives on for tokio's 10 s
+    // keep-alive once its work is done: a count above the workers may settle, one below never.
+    let workers = settle(expected, || worker_count(process.pid()));
     let status = process.terminate(Duration::from_secs(10));
     assert!(
         status.is_some_and(|status| status.success()),
@@ -36,6 +33,28 @@ fn workers(args: &[&str], env: &[(&str, &str)]) -> usize {
         process.log_text()
     );
     workers
+}
+
+fn worker_count(pid: u32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|error| panic!("cannot list floodgate's threads: {error}"));
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count()
+}
+
+/// `count()` once it is `expected`, or what it was last after 15 s.
+fn settle(expected: usize, mut count: impl FnMut() -> usize) -> usize {
+    let started = std::time::Instant::now();
+    loop {
+        let counted = count();
+        if counted == expected || started.elapsed() > Duration::from_secs(15) {
+            return counted;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn cpus() -> usize {
@@ -57,20 +76,25 @@ fn the_store_sets_the_default_and_the_flag_or_tokio_worker_threads_override_it()
     let redis = RedisServer::start();
     let url = redis.url();
     let redis_args = ["--store", "redis", "--redis-url", &url];
-    assert_eq!(workers(&redis_args, &[]), 0);
-    assert_eq!(workers(&[], &[]), workers_for(cpus()));
+    assert_eq!(workers(&redis_args, &[], 0), 0);
+    let per_cpu = workers_for(cpus());
+    assert_eq!(workers(&[], &[], per_cpu), per_cpu);
 
     let with_flag: Vec<&str> = redis_args
         .iter()
         .copied()
         .chain(["--worker-threads", "2"])
         .collect();
-    assert_eq!(workers(&with_flag, &[]), 2);
-    assert_eq!(workers(&redis_args, &[("TOKIO_WORKER_THREADS", "3")]), 3);
-    assert_eq!(workers(&["--worker-threads", "1"], &[]), 0);
+    assert_eq!(workers(&with_flag, &[], 2), 2);
+    assert_eq!(workers(&redis_args, &[("TOKIO_WORKER_THREADS", "3")], 3), 3);
+    assert_eq!(workers(&["--worker-threads", "1"], &[], 0), 0);
     // The flag wins over the variable.
     assert_eq!(
-        workers(&["--worker-threads", "2"], &[("TOKIO_WORKER_THREADS", "1")]),
+        workers(
+            &["--worker-threads", "2"],
+            &[("TOKIO_WORKER_THREADS", "1")],
+            2
+        ),
         2
     );
 }

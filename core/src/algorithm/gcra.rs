@@ -19,6 +19,7 @@
 //!   retry_after = ceil((debt + n·W − C·W) / L)                     µs (n > C: reset_after)
 //!   expires_at  = now + reset_after
 //!   L = 0 or C = 0: nothing ever fits; remaining 0, reset_after 0, retry_after W.
+//!   C·W/L > 2^62 µs (146 000 years to drain): C is what drains in 2^62 µs (`MAX_DRAIN_MICROS`).
 
 use super::counter::{decide, Counter};
 use super::{Evaluation, Hits, Quota, Refused, Snapshot, State};
@@ -46,6 +47,14 @@ pub(super) fn evaluate(
     }
 }
 
+/// The longest a full bucket may take to drain: 2^62 µs, about 146 000 years. A bucket configured
+/// to drain slower (C·W/L: a large burst over a long window, or a limit lowered at run time
+/// under one) holds only what drains in this time, so that its arrival time `now + debt / L`
+/// stays within an i64 of µs; held in full, its debt could pass `Micros::MAX`, and the state
+/// would keep less debt than was charged. The Redis store refuses such buckets beforehand
+/// (`check_quota`: 2^51 µs), so the Lua port never meets this.
+const MAX_DRAIN_MICROS: i128 = 1 << 62;
+
 /// Bounds that keep the i128 arithmetic far from overflow: L < 2^32, W < 2^62, C ≤ 2^32,
 /// |tat − now| < 2^64, so every product below is < 2^127.
 #[derive(Debug, Clone)]
@@ -67,6 +76,10 @@ impl Bucket {
             return None;
         }
         let ticks_per_micro = i128::from(quota.requests_per_unit);
+        let hit_cost = i128::from(quota.window_micros().max(1));
+        // W ≤ 2^61 (`Quota::window_micros`) and L ≥ 1: at least one hit always fits in it.
+        let drainable = MAX_DRAIN_MICROS * ticks_per_micro / hit_cost;
+        let capacity = capacity.min(u64::try_from(drainable).unwrap_or(u64::MAX));
         let debt = match state {
             Some(&State::Gcra { tat, tat_remainder }) => {
                 let ahead = i128::from(tat) - i128::from(now);
@@ -77,7 +90,7 @@ impl Bucket {
         Some(Self {
             now,
             ticks_per_micro,
-            hit_cost: i128::from(quota.window_micros().max(1)),
+            hit_cost,
             capacity,
             debt,
         })

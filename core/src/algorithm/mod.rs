@@ -84,6 +84,77 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// What a charge that does not fit does to its counter (`overflow:` on a rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Overflow {
+    /// Refused and, unless the charging mode records refused hits, not counted.
+    #[default]
+    Refuse,
+    /// Counted anyway, past the limit: the overshoot is owed, and the counter refuses until its
+    /// window has turned (or slid) past what was owed. For usage reported after the response
+    /// (an LLM's tokens, bytes sent), which has happened whatever the verdict says. Only the
+    /// algorithms that [count hits in windows](Algorithm::counts_in_windows) can hold it.
+    Owe,
+}
+
+impl Overflow {
+    pub const ALL: [Overflow; 2] = [Overflow::Refuse, Overflow::Owe];
+
+    /// The name `overflow:` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overflow::Refuse => "refuse",
+            Overflow::Owe => "owe",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Overflow> {
+        Overflow::ALL
+            .into_iter()
+            .find(|overflow| overflow.name() == text)
+    }
+}
+
+impl fmt::Display for Overflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a limit's counter is decided (`counting:`), when the store can do either: `exact`,
+/// every decision in the shared store (`--store redis`), or `hybrid`, counted on each instance
+/// and synced in the background (`--store hybrid`). Unset, a limit is counted as its store
+/// counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counting {
+    Exact,
+    Hybrid,
+}
+
+impl Counting {
+    pub const ALL: [Counting; 2] = [Counting::Exact, Counting::Hybrid];
+
+    /// The name `counting:` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counting::Exact => "exact",
+            Counting::Hybrid => "hybrid",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Counting> {
+        Counting::ALL
+            .into_iter()
+            .find(|counting| counting.name() == text)
+    }
+}
+
+impl fmt::Display for Counting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The largest limit a sliding log accepts: its memory grows with the limit.
 pub const SLIDING_LOG_MAX_LIMIT: u64 = 10_000;
 
@@ -102,6 +173,13 @@ pub struct Quota {
     /// envoyproxy/ratelimit's `USE_CALENDAR_MONTH_RATE_LIMIT`); always false for other units.
     /// Only the windowed algorithms have windows to place ([`Quota::tiling`]).
     pub calendar_months: bool,
+    /// What a charge that does not fit does (`overflow:`); [`Overflow::Owe`] only with an
+    /// algorithm that counts hits in windows (the config refuses it elsewhere).
+    pub overflow: Overflow,
+    /// Where the counter is decided (`counting:`); `None`: as the store counts. Only fixed and
+    /// sliding windows can be counted in parts (`hybrid::supports`); the others are decided
+    /// exactly whatever this says.
+    pub counting: Option<Counting>,
 }
 
 impl Quota {
@@ -113,6 +191,8 @@ impl Quota {
             algorithm: Algorithm::FixedWindow,
             burst: None,
             calendar_months: false,
+            overflow: Overflow::Refuse,
+            counting: None,
         }
     }
 
@@ -128,6 +208,16 @@ impl Quota {
 
     pub fn with_multiplier(mut self, unit_multiplier: u32) -> Self {
         self.unit_multiplier = unit_multiplier;
+        self
+    }
+
+    pub fn with_overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    pub fn with_counting(mut self, counting: Counting) -> Self {
+        self.counting = Some(counting);
         self
     }
 

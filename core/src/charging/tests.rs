@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::algorithm::{Algorithm, Quota, Share, MAX_RECORDED_COUNT};
+use crate::algorithm::{Algorithm, Overflow, Quota, Share, MAX_RECORDED_COUNT};
 use crate::time::MICROS_PER_SECOND;
 use crate::unit::Unit;
 use crate::verdict::Role;
@@ -307,4 +307,63 @@ fn the_two_modes_agree_on_requests_that_pass() {
         .map(|(charging, store)| store.decide(&request, *charging))
         .collect();
     assert_eq!(answers[0], answers[1]);
+}
+
+fn owing(quota: Quota) -> Quota {
+    quota.with_overflow(Overflow::Owe)
+}
+
+#[test]
+fn a_rule_that_owes_counts_usage_past_its_limit_in_either_mode() {
+    // AI Gateway's sequence on a limit of 100 tokens: 20 used, then 10 000 reported at stream
+    // end against the 80 left, then one more request: refused, because the 10 000 are owed.
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        for mode in Charging::ALL {
+            let quota = owing(window(100).with_algorithm(algorithm));
+            let mut store = Store::default();
+            let (settled, _) = store.decide(&[charge(0, "tokens", &quota, 20)], mode);
+            assert!(!settled.over_limit);
+            let (settled, outcomes) = store.decide(&[charge(0, "tokens", &quota, 10_000)], mode);
+            assert!(settled.over_limit, "{algorithm} {mode}: the report is over");
+            assert!(!outcomes[0].admitted && outcomes[0].charged, "but counted");
+            assert_eq!(store.count("tokens"), Some(10_020), "{algorithm} {mode}");
+            let check = counter(0, "tokens", &quota, Hits::CheckOnly, Role::Enforced);
+            let (settled, _) = store.decide(&[check], mode);
+            assert!(settled.over_limit, "{algorithm} {mode}: owed, so refused");
+        }
+    }
+}
+
+#[test]
+fn a_rule_that_owes_is_counted_even_when_another_descriptor_refuses() {
+    let refusing = window(1);
+    let owed = owing(window(100));
+    let mut store = Store::default();
+    fill(&mut store, "full", &refusing, 1);
+    let request = [
+        charge(0, "usage", &owed, 5),
+        charge(1, "full", &refusing, 1),
+    ];
+    let (settled, _) = store.decide(&request, Charging::AllOrNothing);
+    assert!(settled.over_limit);
+    assert_eq!(
+        settled.kept,
+        [true, false],
+        "usage happened; the other takes nothing"
+    );
+    assert_eq!(store.count("usage"), Some(5));
+    assert_eq!(store.count("full"), Some(1));
+}
+
+#[test]
+fn owing_changes_nothing_for_checks_refunds_and_buckets() {
+    let owed = owing(window(3));
+    let check = counter(0, "k", &owed, Hits::CheckOnly, Role::Enforced);
+    let refund = counter(0, "k", &owed, Hits::Refund(1), Role::Enforced);
+    for mode in Charging::ALL {
+        assert!(!mode.records(&check) && !mode.records(&refund));
+        // The config refuses `owe` on a bucket; were one to arrive, it would take nothing.
+        assert!(!mode.records(&charge(0, "b", &owing(bucket(3)), 1)));
+        assert!(mode.records(&charge(0, "k", &owed, 1)));
+    }
 }

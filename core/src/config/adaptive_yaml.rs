@@ -24,8 +24,8 @@ use super::keys::floodgate_map;
 use super::spec::RuleSpec;
 use super::yaml_tree::{describe, field, wrong_type};
 use crate::aimd::{
-    AdaptiveSettings, ErrorCondition, SignalSource, SignalUnit, DEFAULT_INTERVAL, MAX_INTERVAL,
-    MIN_INTERVAL,
+    AdaptiveSettings, Control, ErrorCondition, SignalSource, SignalUnit, DEFAULT_INTERVAL,
+    MAX_INTERVAL, MIN_INTERVAL,
 };
 
 const ADAPTIVE_KEYS: [&str; 7] = [
@@ -63,13 +63,12 @@ pub(super) fn read_adaptive(
         &mut walk.report,
     )?;
     let configured = configured_limit(descriptor, rule, path, walk);
-    let min = required_number(map, "min", path, walk);
-    let max = required_number(map, "max", path, walk);
-    let interval = match field(map, "interval") {
-        Some(value) => interval(value, path, walk),
-        None => Some(DEFAULT_INTERVAL),
-    };
-    let slo_ms = slo(map, path, walk);
+    let Common {
+        min,
+        max,
+        interval,
+        slo_ms,
+    } = common(map, DEFAULT_INTERVAL, path, walk);
     let signal_unit = signal_unit(map, path, walk);
     let signal = match field(map, "signal") {
         Some(value) => source(value, "signal", &SIGNAL_KEYS, path, walk),
@@ -87,7 +86,7 @@ pub(super) fn read_adaptive(
         Some(value) => error_condition(value, path, walk),
         None => Some(None),
     };
-    let (min, max) = bounds(min?, max?, configured, path, walk)?;
+    let (min, max) = bounds(min?, max?, (configured, "requests_per_unit"), path, walk)?;
     Some(AdaptiveSettings {
         min,
         max,
@@ -96,6 +95,7 @@ pub(super) fn read_adaptive(
         signal_unit: signal_unit?,
         signal: signal?,
         errors: errors?,
+        control: Control::Aimd,
     })
 }
 
@@ -138,10 +138,39 @@ fn configured_limit(
     }
 }
 
-fn bounds(
+/// What every `adaptive:` has, each `None` when missing or wrong (reported).
+pub(super) struct Common {
+    pub(super) min: Option<u32>,
+    pub(super) max: Option<u32>,
+    pub(super) interval: Option<Duration>,
+    pub(super) slo_ms: Option<f64>,
+}
+
+/// Reads `min`, `max`, `interval` (`default_interval` when not written) and `slo`.
+pub(super) fn common(
+    map: &Mapping,
+    default_interval: Duration,
+    path: &str,
+    walk: &mut FileWalk,
+) -> Common {
+    Common {
+        min: required_number(map, "min", path, walk),
+        max: required_number(map, "max", path, walk),
+        interval: match field(map, "interval") {
+            Some(value) => interval(value, path, walk),
+            None => Some(default_interval),
+        },
+        slo_ms: slo(map, path, walk),
+    }
+}
+
+/// `1 ≤ min ≤ configured ≤ max`; `configured` is the limit the controller starts from, named
+/// as written (`requests_per_unit`, `concurrency.max_in_flight`); `None` (no limit: reported
+/// already) passes nothing.
+pub(super) fn bounds(
     min: u32,
     max: u32,
-    configured: Option<u32>,
+    (configured, named): (Option<u32>, &str),
     path: &str,
     walk: &mut FileWalk,
 ) -> Option<(u32, u32)> {
@@ -166,8 +195,8 @@ fn bounds(
             walk.report.error(
                 path,
                 format!(
-                    "`requests_per_unit` ({configured}) must lie between `adaptive.min` ({min}) \
-                     and `adaptive.max` ({max}): it is where the adaptive limit starts"
+                    "`{named}` ({configured}) must lie between `adaptive.min` ({min}) and \
+                     `adaptive.max` ({max}): it is where the adaptive limit starts"
                 ),
             );
             valid = false;
@@ -223,7 +252,7 @@ fn slo(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<f64> {
 }
 
 /// `250ms`, `15s`, `1.5s`, `2m`: a number and a unit (a bare number is refused: which unit?).
-fn duration(
+pub(super) fn duration(
     value: &Value,
     shown: &str,
     example: &str,
@@ -545,6 +574,7 @@ mod tests {
                     },
                     max_ratio: 0.01,
                 }),
+                control: crate::aimd::Control::Aimd,
             })
         );
     }

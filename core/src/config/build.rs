@@ -9,7 +9,7 @@ use super::spec::{DescriptorSpec, FileSpec, RuleSpec};
 use super::LoadOptions;
 use crate::algorithm::Algorithm;
 use crate::metadata::MetadataStruct;
-use crate::rules::{DomainRules, KeyChildren, Node, PathLevel, Rule, WildcardPattern};
+use crate::rules::{DomainRules, KeyChildren, KeyOrder, Node, PathLevel, Rule, WildcardPattern};
 
 /// Every domain being built, fed one file at a time so that a file's parsed form can be
 /// dropped before the next file is parsed.
@@ -123,6 +123,7 @@ impl DomainBuild {
                 calendar_months: options.calendar_months,
                 failure_policy: file.failure_policy,
                 root: Node::default(),
+                key_orders: Box::default(),
             },
             top: ChildrenBuild::default(),
             first_file: None,
@@ -199,6 +200,7 @@ impl DomainBuild {
 
     fn finish(mut self, report: &mut Report) -> DomainRules {
         self.rules.root.children = std::mem::take(&mut self.top).finish();
+        self.rules.key_orders = key_orders(&self.rules, self.first_file.unwrap_or(0), report);
         for (file, path, name) in &self.replaced {
             if !self.names.contains(name) {
                 report.warning(
@@ -214,6 +216,38 @@ impl DomainBuild {
         }
         self.rules
     }
+}
+
+/// The key order of every key set among the domain's rule paths, for RLQS buckets (whose keys
+/// come unordered). Two paths with one key set in different orders would leave a bucket two
+/// rules to meet: the first in the file is the one, and a warning names both. (Not an error:
+/// envoyproxy/ratelimit loads such files, and for RLS they mean two different rules.)
+fn key_orders(domain: &DomainRules, file: usize, report: &mut Report) -> Box<[KeyOrder]> {
+    let mut orders: Vec<(KeyOrder, String)> = Vec::new();
+    for rule in domain.rules() {
+        let ordered: Box<[Arc<str>]> = rule
+            .config_path
+            .iter()
+            .map(|level| Arc::clone(&level.key))
+            .collect();
+        let mut sorted = ordered.clone();
+        sorted.sort();
+        match orders.iter().find(|(order, _)| order.sorted == sorted) {
+            Some((order, _)) if order.ordered == ordered => {}
+            Some((_, first_path)) => {
+                let message = format!(
+                    "the rules '{first_path}' and '{}' have the same descriptor keys in different \
+                     orders: an RLQS bucket, whose keys have no order, meets only '{first_path}' \
+                     (RLS requests are not affected); keep one order of these keys in domain \
+                     '{}' if RLQS buckets should meet the other",
+                    rule.path, domain.name
+                );
+                report.warning(file, &rule.path, message);
+            }
+            None => orders.push((KeyOrder { sorted, ordered }, rule.path.clone())),
+        }
+    }
+    orders.into_iter().map(|(order, _)| order).collect()
 }
 
 /// The children of one node while its descriptors are inserted.
@@ -385,6 +419,7 @@ impl Level<'_> {
                 .map(|mapping| Box::new(MetadataStruct::from_yaml(mapping))),
             adaptive: descriptor.adaptive.clone().map(Box::new),
             priority: descriptor.priority.clone().map(Box::new),
+            concurrency: spec.concurrency.clone().map(Box::new),
         }
     }
 }

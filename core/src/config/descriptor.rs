@@ -3,7 +3,9 @@
 
 use serde_yaml::{Mapping, Value};
 
+use super::adaptive_concurrency_yaml::read_concurrency_adaptive;
 use super::adaptive_yaml::read_adaptive;
+use super::concurrency::read_concurrency;
 use super::file::FileWalk;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;
@@ -112,7 +114,6 @@ fn read_descriptor(
     }
 
     let rule = read_rule(map, &path, walk);
-    let adaptive = read_adaptive(map, rule.as_ref(), &path, walk);
     let flags = DescriptorFlags {
         shadow_mode: walk.flag(map, "shadow_mode", "shadow_mode", &path),
         quota_mode: walk.flag(map, "quota_mode", "quota_mode", &path),
@@ -137,6 +138,16 @@ fn read_descriptor(
     }
     let metadata = read_metadata(map, &path, walk);
     let children = read_descriptors(field(map, "descriptors"), &path, walk);
+    let concurrency = read_concurrency(map, rule.as_ref(), &children, &path, walk);
+    if concurrency.is_some() {
+        check_concurrency_flags(flags, &path, walk);
+    }
+    let adaptive = match &concurrency {
+        Some(concurrency) => read_concurrency_adaptive(map, concurrency, &path, walk),
+        None if field(map, "concurrency").is_some() && rule.is_none() => None,
+        None => read_adaptive(map, rule.as_ref(), &path, walk),
+    };
+    let rule = rule.or(concurrency);
     let priority = read_priority(map, rule.as_ref(), &children, &path, walk);
 
     DescriptorSpec {
@@ -149,6 +160,25 @@ fn read_descriptor(
         adaptive,
         priority,
         children,
+    }
+}
+
+/// `shadow_mode` and `quota_mode` change what a refused count means; a lease refused is not a
+/// count, so neither has a meaning there yet.
+fn check_concurrency_flags(flags: DescriptorFlags, path: &str, walk: &mut FileWalk) {
+    for (flag, set) in [
+        ("shadow_mode", flags.shadow_mode),
+        ("quota_mode", flags.quota_mode),
+    ] {
+        if set {
+            walk.report.error(
+                path,
+                format!(
+                    "`{flag}` cannot be used with `concurrency` (a refused lease is refused): \
+                     remove `{flag}`, or put it on a rate limit"
+                ),
+            );
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use super::report::{FileReport, Report};
 use super::spec::FileSpec;
 use super::yaml_tree::{boolean, describe, field, text, whole_number, wrong_type};
 use super::{LoadOptions, SourceFile};
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Counting, Overflow};
 
 /// Shown instead of the domain in paths when the file has none.
 const NO_DOMAIN: &str = "<no domain>";
@@ -248,6 +248,44 @@ impl FileWalk<'_> {
             &example,
             ("algorithm", &names),
             Algorithm::parse,
+        )
+    }
+
+    /// `overflow: refuse | owe`.
+    pub(super) fn overflow(
+        &mut self,
+        map: &Mapping,
+        name: &str,
+        shown: &str,
+        path: &str,
+    ) -> Option<Overflow> {
+        let names: Vec<&'static str> = Overflow::ALL.iter().map(|o| o.name()).collect();
+        let example = format!("{name}: owe");
+        self.named(
+            map,
+            (name, shown, path),
+            &example,
+            ("overflow", &names),
+            Overflow::parse,
+        )
+    }
+
+    /// `counting: exact | hybrid`.
+    pub(super) fn counting(
+        &mut self,
+        map: &Mapping,
+        name: &str,
+        shown: &str,
+        path: &str,
+    ) -> Option<Counting> {
+        let names: Vec<&'static str> = Counting::ALL.iter().map(|c| c.name()).collect();
+        let example = format!("{name}: hybrid");
+        self.named(
+            map,
+            (name, shown, path),
+            &example,
+            ("counting", &names),
+            Counting::parse,
         )
     }
 

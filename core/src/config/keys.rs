@@ -48,6 +48,7 @@ impl Place {
                 "metadata",
                 "adaptive",
                 "priority",
+                "concurrency",
             ],
             Place::Limit => &[
                 "unit",
@@ -59,6 +60,8 @@ impl Place {
                 "burst",
                 "unit_multiplier",
                 "nodelay",
+                "overflow",
+                "counting",
             ],
             Place::Replace => &["name"],
         }

@@ -12,7 +12,7 @@ use super::keys::{check_keys, Place};
 use super::spec::RuleSpec;
 use super::validate::{check_replaces, check_unlimited, quota_of};
 use super::yaml_tree::{describe, field, not_a_map, wrong_type};
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Counting, Overflow};
 
 /// The fields of one limit map as written. `shown` prefixes field names in messages.
 pub(super) struct LimitFields {
@@ -29,6 +29,8 @@ pub(super) struct LimitFields {
     pub(super) burst: Option<u32>,
     pub(super) unit_multiplier: Option<u32>,
     pub(super) nodelay: Option<bool>,
+    pub(super) overflow: Option<Overflow>,
+    pub(super) counting: Option<Counting>,
 }
 
 impl LimitFields {
@@ -87,6 +89,7 @@ fn read_single(value: &Value, path: &str, walk: &mut FileWalk) -> Option<RuleSpe
             replaces: fields.replaces.unwrap_or_default(),
             unlimited: true,
             limits: Vec::new(),
+            concurrency: None,
         });
     }
     let quota = quota_of(&fields, path, walk)?;
@@ -95,6 +98,7 @@ fn read_single(value: &Value, path: &str, walk: &mut FileWalk) -> Option<RuleSpe
         replaces: fields.replaces.unwrap_or_default(),
         unlimited: false,
         limits: vec![quota],
+        concurrency: None,
     })
 }
 
@@ -164,6 +168,7 @@ fn read_several(value: &Value, path: &str, walk: &mut FileWalk) -> Option<RuleSp
         replaces: replaces.unwrap_or_default(),
         unlimited: false,
         limits,
+        concurrency: None,
     })
 }
 
@@ -219,6 +224,8 @@ fn read_fields(map: &Mapping, shown: String, path: &str, walk: &mut FileWalk) ->
         burst: walk.number(map, "burst", &name_of("burst"), path),
         unit_multiplier: walk.number(map, "unit_multiplier", &name_of("unit_multiplier"), path),
         nodelay: walk.optional_flag(map, "nodelay", &name_of("nodelay"), path),
+        overflow: walk.overflow(map, "overflow", &name_of("overflow"), path),
+        counting: walk.counting(map, "counting", &name_of("counting"), path),
         shown,
     }
 }

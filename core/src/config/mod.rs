@@ -13,9 +13,11 @@
 //! Every problem of every file is reported in one go; each names the file, the rule path and
 //! what to change.
 
+mod adaptive_concurrency_yaml;
 mod adaptive_yaml;
 mod build;
 mod check_profiles;
+mod concurrency;
 mod descriptor;
 mod file;
 mod keys;

@@ -58,6 +58,8 @@ pub(super) struct RuleSpec {
     pub(super) name: Option<String>,
     pub(super) replaces: Vec<String>,
     pub(super) unlimited: bool,
-    /// Empty when unlimited.
+    /// Empty when unlimited, and for a concurrency rule.
     pub(super) limits: Vec<Quota>,
+    /// `concurrency:`: the rule counts requests in flight instead (`core::lease`).
+    pub(super) concurrency: Option<crate::lease::Concurrency>,
 }

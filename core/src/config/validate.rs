@@ -4,7 +4,7 @@
 use super::file::FileWalk;
 use super::keys::suggest;
 use super::limit::LimitFields;
-use crate::algorithm::{Algorithm, Quota, SLIDING_LOG_MAX_LIMIT};
+use crate::algorithm::{Algorithm, Counting, Overflow, Quota, SLIDING_LOG_MAX_LIMIT};
 use crate::unit::Unit;
 
 const UNIT_NAMES: [&str; 7] = ["second", "minute", "hour", "day", "week", "month", "year"];
@@ -81,6 +81,18 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
         );
         valid = false;
     }
+    if fields.overflow == Some(Overflow::Owe) && !algorithm.counts_in_windows() {
+        walk.report.error(
+            path,
+            format!(
+                "`{}: owe` needs a count that can pass the limit, but this limit uses \
+                 {algorithm}{chosen}, which holds admitted hits only: set `algorithm: \
+                 fixed_window` or `sliding_window`, or remove `overflow`",
+                fields.field_name("overflow")
+            ),
+        );
+        valid = false;
+    }
     if algorithm == Algorithm::SlidingLog && u64::from(requests_per_unit) > SLIDING_LOG_MAX_LIMIT {
         walk.report.error(
             path,
@@ -92,6 +104,19 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
             ),
         );
         valid = false;
+    }
+
+    if fields.counting == Some(Counting::Hybrid) && !crate::hybrid::supports(algorithm) {
+        walk.report.warning(
+            path,
+            format!(
+                "`{}: hybrid` is decided exactly, one Redis call per decision: this limit uses \
+                 {algorithm}{chosen}, whose state depends on the order of every hit, so the \
+                 instances' counts cannot be added up; only fixed_window and sliding_window are \
+                 counted locally (set one of them, or remove `counting`)",
+                fields.field_name("counting")
+            ),
+        );
     }
 
     if walk.calendar_months && unit == Some(Unit::Month) && !algorithm.counts_in_windows() {
@@ -113,6 +138,12 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
         .with_calendar_months(walk.calendar_months);
     if let Some(burst) = fields.burst {
         quota = quota.with_burst(burst);
+    }
+    if let Some(overflow) = fields.overflow {
+        quota = quota.with_overflow(overflow);
+    }
+    if let Some(counting) = fields.counting {
+        quota = quota.with_counting(counting);
     }
     Some(quota)
 }
@@ -191,6 +222,8 @@ pub(super) fn check_unlimited(fields: &LimitFields, path: &str, walk: &mut FileW
         ("burst", fields.burst.is_some()),
         ("unit_multiplier", fields.unit_multiplier.is_some()),
         ("nodelay", fields.nodelay.is_some()),
+        ("overflow", fields.overflow.is_some()),
+        ("counting", fields.counting.is_some()),
     ];
     for (option, written) in options {
         if written {

@@ -267,3 +267,38 @@ fn agrees_with_lookup_on_every_combination() {
     }
     assert!(checked > 4000);
 }
+
+#[test]
+fn a_concurrency_rule_s_lease_and_release_entries_end_at_its_rule_as_in_lookup() {
+    let rules = load_valid(
+        "d.yaml",
+        "domain: d\n\
+         descriptors:\n\
+         \x20 - key: backend\n\
+         \x20   concurrency: {max_in_flight: 2, lease: request_id, ttl: 10s,\n\
+         \x20                 release: {key: phase, value: done}}\n",
+    );
+    type Case<'c> = (&'c [(&'c str, &'c str)], Option<&'c str>);
+    let cases: [Case<'_>; 4] = [
+        (&[("backend", "a"), ("request_id", "r")], Some("d.backend")),
+        (
+            &[("backend", "a"), ("request_id", "r"), ("phase", "done")],
+            Some("d.backend"),
+        ),
+        (
+            &[("backend", "a"), ("request_id", "r"), ("phase", "later")],
+            None,
+        ),
+        (&[("backend", "a"), ("other", "r")], None),
+    ];
+    for (pairs, expected) in cases {
+        let looked_up = rules
+            .domain("d")
+            .and_then(|domain| domain.lookup(&entries(pairs)))
+            .map(|matched| matched.rule.path.as_str());
+        assert_eq!(looked_up, expected, "{pairs:?}");
+        with_one(&rules, pairs, |found| {
+            assert_eq!(rule_path(&found.verdict), expected, "{pairs:?}");
+        });
+    }
+}

@@ -99,7 +99,7 @@ pub fn classify_descriptor(
     match plan {
         DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => None,
         DescriptorPlan::Unlimited { .. } => Some(RuleVerdict::Allowed),
-        DescriptorPlan::Limited { .. } => Some(
+        DescriptorPlan::Limited { .. } | DescriptorPlan::Concurrency { .. } => Some(
             if status.shadowed || (global_shadow && status.code == Code::OverLimit) {
                 RuleVerdict::Rejected(RejectReason::Shadow)
             } else if status.code == Code::OverLimit {
@@ -186,7 +186,7 @@ pub fn deciding_descriptor(plan: &Plan<'_>, response: &Response) -> Option<usize
     let limited = |index: &usize| {
         matches!(
             plan.descriptors.get(*index),
-            Some(DescriptorPlan::Limited { .. })
+            Some(DescriptorPlan::Limited { .. } | DescriptorPlan::Concurrency { .. })
         )
     };
     let indices = || (0..statuses.len()).filter(limited);

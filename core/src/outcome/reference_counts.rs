@@ -113,6 +113,7 @@ mod tests {
                 role: Role::Enforced,
                 share: Share::FULL,
             }],
+            leases: Vec::new(),
         };
         let used = if admitted { before + hits } else { before };
         let decided = Decided {
@@ -204,6 +205,7 @@ mod tests {
         let plan = Plan {
             descriptors: vec![DescriptorPlan::NoRule],
             counters: Vec::new(),
+            leases: Vec::new(),
         };
         let decided = Decided {
             outcomes: Vec::new(),

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::prometheus::Prometheus;
-use super::shared::{read_limit, read_signal, take_lead, write_limit, SharedKeys, SharesLimits};
+use super::shared::{
+    keep_lead, read_limit, read_signal, take_lead, write_limit, SharedKeys, SharesLimits,
+};
 use super::signals::PushedSignals;
-use crate::core::aimd::{step, AdaptiveSettings, Change, Reading, SignalSource, Step};
+use crate::core::aimd::{step, AdaptiveSettings, Change, Control, Reading, SignalSource, Step};
+use crate::core::gradient::{Gradient, LeaseSample};
 use crate::engine::limiter::Limiter;
 use crate::telemetry::metrics;
 
@@ -47,6 +50,10 @@ pub(super) async fn run<S: SharesLimits>(
             .map(|redis| SharedKeys::new(redis.key_prefix(), &rule.domain, &rule.path)),
         signal: rule.settings.signal.to_string(),
         sources,
+        gradient: parking_lot::Mutex::new(Gradient::new(match rule.settings.control {
+            Control::Gradient { probe_every } => probe_every,
+            Control::Aimd => 0,
+        })),
         rule,
         current,
         failing: None,
@@ -80,6 +87,8 @@ struct Controller<S> {
     signal: String,
     /// What went wrong last (logged at warn once, then at debug until it recovers).
     failing: Option<String>,
+    /// A concurrency rule's gradient controller (`Control::Gradient`).
+    gradient: parking_lot::Mutex<Gradient>,
 }
 
 impl<S: SharesLimits> Controller<S> {
@@ -111,13 +120,21 @@ impl<S: SharesLimits> Controller<S> {
             self.apply(from, &step, "");
             return signal;
         };
-        let lead = take_lead(redis, keys, self.rule.settings.interval)
-            .await
-            .map_err(|error| format!("cannot reach the shared limit in Redis: {error}"))?;
+        let interval = self.rule.settings.interval;
+        let lead = if self.rule.settings.signal == SignalSource::Leases {
+            keep_lead(redis, keys, interval * 3).await
+        } else {
+            take_lead(redis, keys, interval).await
+        }
+        .map_err(|error| format!("cannot reach the shared limit in Redis: {error}"))?;
         let stored = read_limit(redis, keys)
             .await
             .map_err(|error| format!("cannot read the shared limit: {error}"))?;
         if !lead {
+            // The leader measures; what this instance saw of the leases goes.
+            if self.rule.settings.signal == SignalSource::Leases {
+                self.take_lease_sample();
+            }
             // Another instance steps this interval; until it has written once, keep ours.
             if let Some(stored) = stored {
                 self.follow(stored);
@@ -137,6 +154,9 @@ impl<S: SharesLimits> Controller<S> {
     /// missing, if it is.
     async fn step_from(&self, from: u32) -> (Step, Result<(), String>) {
         let settings = &self.rule.settings;
+        if settings.signal == SignalSource::Leases {
+            return self.step_from_leases(from);
+        }
         let (domain, rule) = (&self.rule.domain, &self.rule.path);
         let p95 = self.read(&settings.signal).await;
         let errors = match &settings.errors {
@@ -159,6 +179,35 @@ impl<S: SharesLimits> Controller<S> {
         (step, signal)
     }
 
+    /// A concurrency rule's step, from the times its leases were held since the last one.
+    fn step_from_leases(&self, from: u32) -> (Step, Result<(), String>) {
+        let settings = &self.rule.settings;
+        let sample = self.take_lease_sample();
+        let p95_seconds = (sample.count > 0).then(|| sample.p95 as f64 / 1_000_000.0);
+        metrics::adaptive_latency(&self.rule.domain, &self.rule.path, p95_seconds);
+        match settings.control {
+            Control::Gradient { .. } => {
+                (self.gradient.lock().step(settings, from, &sample), Ok(()))
+            }
+            Control::Aimd => {
+                let p95 = match p95_seconds {
+                    Some(seconds) => Ok(seconds * 1000.0),
+                    None => Err("no lease released in the interval".to_owned()),
+                };
+                let step = step(settings, from, &p95, &Err("no error condition".to_owned()));
+                (step, Ok(()))
+            }
+        }
+    }
+
+    fn take_lease_sample(&self) -> LeaseSample {
+        let timings = self.sources.limiter.lease_timings();
+        let (mut held, peak) = timings
+            .take(&self.rule.domain, &self.rule.path)
+            .unwrap_or_default();
+        LeaseSample::of(&mut held, peak)
+    }
+
     async fn read(&self, source: &SignalSource) -> Reading {
         let interval = self.rule.settings.interval;
         match source {
@@ -170,6 +219,7 @@ impl<S: SharesLimits> Controller<S> {
                 Some(redis) => read_signal(redis, name).await,
                 None => self.sources.signals.read(name, interval * 2),
             },
+            SignalSource::Leases => Err("the leases are not read as a signal".to_owned()),
         }
     }
 

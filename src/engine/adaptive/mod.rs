@@ -4,7 +4,8 @@
 //! (`crate::engine::adjustment_set`), where decisions, `/rlconfig` and `current_limit` see it. An
 //! operator's override still wins over it.
 //!
-//! * `controller`: one rule's loop (signals → step → shared value → limiter);
+//! * `controller`: one rule's loop (signals → step → shared value → limiter); a concurrency
+//!   rule's signal is its own leases (`engine::lease_timings`, `core::gradient`);
 //! * `prometheus`: the instant query; `signals` and `push`: pushed values and their route;
 //! * `shared`: where the limit lives between steps (in the process, or in Redis for every
 //!   instance).
@@ -125,6 +126,12 @@ impl<S: SharesLimits> Supervisor<S> {
             );
         }
         self.sources.signals.set_known(pushed);
+        let timed: Vec<(String, String)> = wanted
+            .values()
+            .filter(|rule| rule.settings.signal == SignalSource::Leases)
+            .map(|rule| (rule.domain.clone(), rule.path.clone()))
+            .collect();
+        self.sources.limiter.lease_timings().watch_only(&timed);
 
         let gone: Vec<(String, String)> = self
             .running
@@ -192,15 +199,21 @@ fn adaptive_rules(rules: &RuleSet) -> HashMap<(String, String), AdaptiveRule> {
     let mut found = HashMap::new();
     for domain in rules.domains() {
         for rule in domain.rules() {
-            let (Some(settings), Some(quota)) = (&rule.adaptive, rule.limits.first()) else {
+            let Some(settings) = &rule.adaptive else {
                 continue;
+            };
+            // A concurrency rule's limit is its in-flight maximum.
+            let configured = match (&rule.concurrency, rule.limits.first()) {
+                (Some(concurrency), _) => concurrency.max_in_flight,
+                (None, Some(quota)) => quota.requests_per_unit,
+                (None, None) => continue,
             };
             found.insert(
                 (domain.name.clone(), rule.path.clone()),
                 AdaptiveRule {
                     domain: domain.name.clone(),
                     path: rule.path.clone(),
-                    configured: quota.requests_per_unit,
+                    configured,
                     settings: (**settings).clone(),
                 },
             );

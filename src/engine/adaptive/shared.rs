@@ -5,7 +5,9 @@
 //!
 //!   ```text
 //!   <prefix>{adaptive}:<rule digest>        the limit (a decimal integer), TTL 1 hour
-//!   <prefix>{adaptive}:<rule digest>:lead   who steps this interval, TTL 0.9 interval
+//!   <prefix>{adaptive}:<rule digest>:lead   who steps this interval, TTL 0.9 interval (a
+//!                                           concurrency rule's: who steps, held 3 intervals
+//!                                           past each renewal, see `keep_lead`)
 //!   <prefix>{adaptive}:signal:<name>        the last pushed value, TTL 2 intervals
 //!   ```
 //!
@@ -52,6 +54,12 @@ impl SharesLimits for MemoryStore {
     }
 }
 
+impl SharesLimits for crate::store::hybrid::HybridStore {
+    fn shared_limits(&self) -> Option<&RedisStore> {
+        Some(self.redis())
+    }
+}
+
 impl SharesLimits for RedisStore {
     fn shared_limits(&self) -> Option<&RedisStore> {
         Some(self)
@@ -92,6 +100,44 @@ pub async fn take_lead(
     shared
         .set_if_absent(&keys.lead, &owner, interval.mul_f64(0.9), COMMAND_DEADLINE)
         .await
+}
+
+/// Takes the lead for `keys` or keeps it, for `hold` after each renewal: whether this instance
+/// steps now. A concurrency rule's gradient controller needs one leader for as long as it
+/// lives (its probe and the service time it measured are its own); when the leader stops
+/// renewing, another instance takes over once `hold` has passed, and probes first.
+pub async fn keep_lead(
+    shared: &impl SharedValues,
+    keys: &SharedKeys,
+    hold: Duration,
+) -> Result<bool, StoreError> {
+    let owner = instance_id();
+    match shared.get(&keys.lead, COMMAND_DEADLINE).await? {
+        Some(leader) if leader == owner => {
+            shared
+                .set(&keys.lead, owner, hold, COMMAND_DEADLINE)
+                .await?;
+            Ok(true)
+        }
+        Some(_) => Ok(false),
+        None => {
+            shared
+                .set_if_absent(&keys.lead, owner, hold, COMMAND_DEADLINE)
+                .await
+        }
+    }
+}
+
+/// This process among all instances: its pid is not enough (every container's is 1).
+fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        format!(
+            "pid {} instance {:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        )
+    })
 }
 
 /// The stored limit; `None` when there is none (or it is not a number, which only a hand

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 pub use loader::{Loader, LoaderGone, Retired};
 use sha2::{Digest as _, Sha256};
-pub use status::ReloadStatus;
+pub use status::{ReloadStatus, RuleSetShape};
 pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
 pub use xds::{load_xds_resources, XdsReloader};
@@ -73,6 +73,55 @@ impl SourcesDigest {
                 .collect(),
         )
     }
+}
+
+/// Rules that loaded from the files and do not decide yet.
+#[must_use = "loaded rules take effect through go_live"]
+pub struct Reloaded {
+    rules: RuleSet,
+    trigger: Trigger,
+}
+
+impl Reloaded {
+    #[cfg(test)]
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    /// Swaps the rules in through `install`, and only then records and logs their version:
+    /// whoever reads the version on the debug port (an operator, a rollout check, a test) may
+    /// rely on every decision after that read being made by these rules.
+    pub fn go_live<R>(self, status: &ReloadStatus, install: impl FnOnce(RuleSet) -> R) -> R {
+        let trigger = self.trigger;
+        swap_in(self.rules, install, |shape| {
+            let version = status.record_success(shape);
+            tracing::info!(
+                trigger = trigger.as_str(),
+                version,
+                domains = shape.domains,
+                rules = shape.rules,
+                "configuration reloaded"
+            );
+        })
+    }
+}
+
+/// Installs `rules`, then `announce`s them (records their version and logs it), then logs
+/// their warnings; returns what `install` did.
+fn swap_in<R>(
+    rules: RuleSet,
+    install: impl FnOnce(RuleSet) -> R,
+    announce: impl FnOnce(RuleSetShape),
+) -> R {
+    let shape = RuleSetShape::of(&rules);
+    let warnings = rules.warnings().to_vec();
+    let replaced = install(rules);
+    announce(shape);
+    crate::telemetry::metrics::reload_succeeded(shape.rules);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    replaced
 }
 
 /// Reads and loads the configuration again, and remembers what it read.
@@ -148,9 +197,10 @@ impl ConfigReloader {
             .collect()
     }
 
-    /// One reload attempt. Returns the rule set to swap in, or `None` when the files are
-    /// unchanged or wrong (then the live rules stay). Logs one line, except when unchanged.
-    pub fn reload(&mut self, trigger: Trigger) -> Option<RuleSet> {
+    /// One reload attempt. Returns the rule set to swap in ([`Reloaded::go_live`]), or `None`
+    /// when the files are unchanged or wrong (then the live rules stay, and a wrong one is
+    /// logged).
+    pub fn reload(&mut self, trigger: Trigger) -> Option<Reloaded> {
         let sources = match read_sources(&self.location, self.max_config_bytes) {
             Ok(sources) => sources,
             Err(error) => {
@@ -188,21 +238,7 @@ impl ConfigReloader {
         };
         self.last_read = digest;
         match loaded {
-            Ok(rules) => {
-                let version = self.status.record_success(&rules);
-                crate::telemetry::metrics::reload_succeeded(rules.rule_count());
-                tracing::info!(
-                    trigger = trigger.as_str(),
-                    version,
-                    domains = rules.domains().count(),
-                    rules = rules.rule_count(),
-                    "configuration reloaded"
-                );
-                for warning in rules.warnings() {
-                    tracing::warn!("{warning}");
-                }
-                Some(rules)
-            }
+            Ok(rules) => Some(Reloaded { rules, trigger }),
             Err(listed) => {
                 let version = self.status.record_failure(listed.join("\n"));
                 crate::telemetry::metrics::reload_failed();
@@ -317,8 +353,8 @@ pub async fn run(
         match attempt {
             Ok((back, rules)) => {
                 reloader = back;
-                if let Some(rules) = rules {
-                    loader.retire(install(rules));
+                if let Some(reloaded) = rules {
+                    loader.retire(reloaded.go_live(reloader.status(), &install));
                 }
                 // Also after a refused reload: it parsed files just as much.
                 trim_after_load();

@@ -49,6 +49,23 @@ impl ConfigOrigin {
     }
 }
 
+/// What the status shows of a rule set: taken before the set is swapped in (which moves it),
+/// recorded after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleSetShape {
+    pub domains: usize,
+    pub rules: usize,
+}
+
+impl RuleSetShape {
+    pub fn of(rules: &RuleSet) -> Self {
+        Self {
+            domains: rules.domains().count(),
+            rules: rules.rule_count(),
+        }
+    }
+}
+
 /// A copy of the status at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusSnapshot {
@@ -136,23 +153,24 @@ impl ReloadStatus {
         self.state.lock().version
     }
 
-    /// Records a rule set about to be swapped in; returns its version.
-    pub(crate) fn record_success(&self, rules: &RuleSet) -> u64 {
-        self.record(rules, None)
+    /// Records a rule set just swapped in (never before: an answer that names a version is
+    /// decided by it); returns its version.
+    pub(crate) fn record_success(&self, shape: RuleSetShape) -> u64 {
+        self.record(shape, None)
     }
 
-    /// Records a rule set from the xDS snapshot of `source_version` about to be swapped in;
-    /// returns floodgate's version of it.
-    pub(crate) fn record_xds_success(&self, rules: &RuleSet, source_version: &str) -> u64 {
-        self.record(rules, Some(source_version))
+    /// Records a rule set from the xDS snapshot of `source_version` just swapped in; returns
+    /// floodgate's version of it.
+    pub(crate) fn record_xds_success(&self, shape: RuleSetShape, source_version: &str) -> u64 {
+        self.record(shape, Some(source_version))
     }
 
-    fn record(&self, rules: &RuleSet, source_version: Option<&str>) -> u64 {
+    fn record(&self, shape: RuleSetShape, source_version: Option<&str>) -> u64 {
         let mut state = self.state.lock();
         state.version += 1;
         state.loaded_at = SystemTime::now();
-        state.domains = rules.domains().count();
-        state.rules = rules.rule_count();
+        state.domains = shape.domains;
+        state.rules = shape.rules;
         if let (ConfigOrigin::Xds { version, .. }, Some(given)) =
             (&mut state.origin, source_version)
         {
@@ -240,7 +258,10 @@ mod tests {
             "{snapshot}"
         );
         assert!(!snapshot.to_string().contains("worse"), "{snapshot}");
-        assert_eq!(status.record_success(&RuleSet::default()), 2);
+        assert_eq!(
+            status.record_success(RuleSetShape::of(&RuleSet::default())),
+            2
+        );
         let snapshot = status.snapshot();
         assert_eq!(snapshot.failures, 1);
         assert!(!snapshot.latest_rejected());
@@ -256,7 +277,10 @@ mod tests {
             .snapshot()
             .to_string()
             .starts_with("config version 0 (xds xds.internal:18000, no snapshot accepted yet), "));
-        assert_eq!(status.record_xds_success(&RuleSet::default(), "v7"), 1);
+        assert_eq!(
+            status.record_xds_success(RuleSetShape::of(&RuleSet::default()), "v7"),
+            1
+        );
         status.record_failure("xds:edge: edge.k: bad".into());
         let shown = status.snapshot().to_string();
         assert!(

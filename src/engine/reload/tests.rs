@@ -29,6 +29,14 @@ fn reloader(path: &Path) -> ConfigReloader {
     ConfigReloader::new(location, LoadOptions::default(), &sources, status)
 }
 
+/// A reload that must load, swapped in.
+fn go_live(reloader: &mut ConfigReloader, trigger: Trigger) {
+    let Some(reloaded) = reloader.reload(trigger) else {
+        panic!("the reload should load");
+    };
+    reloaded.go_live(reloader.status(), drop);
+}
+
 #[test]
 fn unchanged_files_are_not_reloaded_unless_asked_by_signal() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
@@ -37,7 +45,7 @@ fn unchanged_files_are_not_reloaded_unless_asked_by_signal() {
     let mut reloader = reloader(&file);
     assert!(reloader.reload(Trigger::FileChange).is_none());
     assert_eq!(reloader.status().version(), 1);
-    assert!(reloader.reload(Trigger::Signal).is_some());
+    go_live(&mut reloader, Trigger::Signal);
     assert_eq!(reloader.status().version(), 2);
 }
 
@@ -49,10 +57,24 @@ fn a_good_change_is_a_new_version_and_a_bad_one_keeps_it() {
     let mut reloader = reloader(&file);
 
     write(&file, GOOD_B);
-    let Some(rules) = reloader.reload(Trigger::FileChange) else {
+    let Some(reloaded) = reloader.reload(Trigger::FileChange) else {
         panic!("a good change should load");
     };
-    assert_eq!(rules.rule_count(), 2);
+    assert_eq!(reloaded.rules().rule_count(), 2);
+    assert_eq!(
+        reloader.status().version(),
+        1,
+        "no version is shown before its rules are swapped in"
+    );
+    let rule_count = reloaded.go_live(reloader.status(), |rules| {
+        assert_eq!(
+            reloader.status().version(),
+            1,
+            "the version waits for the install"
+        );
+        rules.rule_count()
+    });
+    assert_eq!(rule_count, 2);
     assert_eq!(reloader.status().version(), 2);
 
     write(&file, BAD);
@@ -67,7 +89,7 @@ fn a_good_change_is_a_new_version_and_a_bad_one_keeps_it() {
     assert_eq!(reloader.status().snapshot().failures, 1);
 
     write(&file, GOOD_A);
-    assert!(reloader.reload(Trigger::FileChange).is_some());
+    go_live(&mut reloader, Trigger::FileChange);
     assert_eq!(reloader.status().version(), 3);
 }
 
@@ -83,7 +105,7 @@ fn a_missing_file_is_a_failure_and_its_return_reloads() {
     assert!(reloader.reload(Trigger::FileChange).is_none());
     assert_eq!(reloader.status().snapshot().failures, 1);
     write(&file, GOOD_A);
-    assert!(reloader.reload(Trigger::FileChange).is_some());
+    go_live(&mut reloader, Trigger::FileChange);
     assert_eq!(reloader.status().version(), 2);
 }
 

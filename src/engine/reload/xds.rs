@@ -16,6 +16,7 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::loader::{Loader, Retired};
 use super::status::ReloadStatus;
+use super::swap_in;
 use super::trim::trim_after_load;
 use crate::core::config::{load, LoadOptions, SourceFile};
 use crate::core::rules::RuleSet;
@@ -75,7 +76,9 @@ impl XdsReloader {
                 () = &mut stop => return None,
                 snapshot = self.client.next_snapshot() => snapshot,
             };
-            if let Some(rules) = self.take(snapshot).await {
+            if let Some(accepted) = self.take(snapshot).await {
+                // Nothing listens yet: the version may be recorded before the caller installs.
+                let rules = accepted.go_live(&self.status, |rules| rules);
                 self.client.accept().await;
                 return Some(rules);
             }
@@ -98,8 +101,8 @@ impl XdsReloader {
                 () = &mut stop => return,
                 snapshot = self.client.next_snapshot() => snapshot,
             };
-            if let Some(rules) = self.take(snapshot).await {
-                self.loader.retire(install(rules));
+            if let Some(accepted) = self.take(snapshot).await {
+                self.loader.retire(accepted.go_live(&self.status, &install));
                 self.client.accept().await;
             }
             trim_after_load();
@@ -107,7 +110,7 @@ impl XdsReloader {
     }
 
     /// Loads `snapshot`: the rules to swap in, or `None` after NACKing it.
-    async fn take(&mut self, snapshot: Snapshot) -> Option<RuleSet> {
+    async fn take(&mut self, snapshot: Snapshot) -> Option<AcceptedSnapshot> {
         let Snapshot { version, resources } = snapshot;
         let options = self.options.clone();
         let cap = self.max_config_bytes;
@@ -120,21 +123,12 @@ impl XdsReloader {
             .unwrap_or_else(|gone| Err(vec![format!("{gone}; restart floodgate")]));
         match loaded {
             Ok(rules) => {
-                let live = self.status.record_xds_success(&rules, &version);
-                crate::telemetry::metrics::reload_succeeded(rules.rule_count());
-                tracing::info!(
-                    xds_version = %version,
-                    version = live,
-                    resources = count,
-                    domains = rules.domains().count(),
-                    rules = rules.rule_count(),
-                    "configuration from xDS accepted"
-                );
-                for warning in rules.warnings() {
-                    tracing::warn!("{warning}");
-                }
                 self.logged_rejection = None;
-                Some(rules)
+                Some(AcceptedSnapshot {
+                    rules,
+                    version,
+                    resources: count,
+                })
             }
             Err(problems) => {
                 let message = problems.join("\n");
@@ -158,6 +152,36 @@ impl XdsReloader {
                 None
             }
         }
+    }
+}
+
+/// A snapshot that loaded and does not decide yet.
+struct AcceptedSnapshot {
+    rules: RuleSet,
+    version: String,
+    resources: usize,
+}
+
+impl AcceptedSnapshot {
+    /// Swaps the rules in through `install`, and only then records and logs the version, as a
+    /// file reload does (`Reloaded::go_live`).
+    fn go_live<R>(self, status: &ReloadStatus, install: impl FnOnce(RuleSet) -> R) -> R {
+        let Self {
+            rules,
+            version,
+            resources,
+        } = self;
+        swap_in(rules, install, |shape| {
+            let live = status.record_xds_success(shape, &version);
+            tracing::info!(
+                xds_version = %version,
+                version = live,
+                resources,
+                domains = shape.domains,
+                rules = shape.rules,
+                "configuration from xDS accepted"
+            );
+        })
     }
 }
 

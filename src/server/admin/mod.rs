@@ -235,14 +235,18 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: Shutdown,
 ) {
-    let app = routes
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such admin endpoint") })
-        .layer(axum::middleware::from_fn_with_state(token, authenticate));
+    let app =
+        with_fallback(routes).layer(axum::middleware::from_fn_with_state(token, authenticate));
     let listener = Listener {
         connect_info: true,
         ..super::http1_listener("admin", listener)
     };
     super::connections::serve(listener, app, limits, shutdown).await;
+}
+
+/// `routes`, and a JSON 404 for every other path.
+pub fn with_fallback(routes: Router) -> Router {
+    routes.fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such admin endpoint") })
 }
 
 /// Logs where the admin API listens, with a warning when that is not loopback.

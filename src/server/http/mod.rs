@@ -6,14 +6,16 @@
 //! * `/check` and `/check/<profile>`: for nginx's `auth_request`. The descriptors come from
 //!   request headers (`core::http_check::headers`) or from a check profile of the configuration
 //!   (`core::http_check::profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
-//!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy.
+//!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy;
+//! * `/lease/acquire` and `/lease/release`: concurrency rules' leases for applications (`lease`).
 //!
-//! Every decision is the limiter's; this module only converts. The three share gRPC's in-flight
+//! Every decision is the limiter's; this module only converts. All share gRPC's in-flight
 //! bound (`admission`).
 
 mod admission;
 mod auth_request;
 mod json;
+mod lease;
 mod protojson;
 
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use axum::extract::rejection::BytesRejection;
 
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, post};
 use axum::Router;
 
 use crate::engine::limiter::{LimitError, Limiter};
@@ -86,6 +88,8 @@ pub fn main_routes<S: Store>(
         .route("/json", any(json::json_endpoint::<S>))
         .route("/check", any(auth_request::check_by_headers::<S>))
         .route("/check/{profile}", any(auth_request::check_by_profile::<S>))
+        .route("/lease/acquire", post(lease::acquire::<S>))
+        .route("/lease/release", post(lease::release::<S>))
         .with_state(HttpState {
             limiter,
             settings,

@@ -19,6 +19,12 @@
 //! failed call itself still ends at its deadline. Once the circuit breaker is open only its
 //! probes fail, so the search runs at the probes' pace, and the first probe after the switch
 //! closes the breaker.
+//!
+//! # Silent sockets
+//!
+//! A socket whose calls miss their deadline and that has answered nothing for a while is
+//! replaced by a new connection (`silence.rs` says when and why): after a partition, waiting
+//! for TCP's backed-off retransmissions on the old one would keep decisions away for seconds.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +39,7 @@ use redis::{
 
 use super::script::Call;
 use super::sentinel::Sentinels;
+use super::silence::Watches;
 use super::tls::{self, ClientSetup};
 use super::{RedisOptions, Topology};
 use crate::store::StoreError;
@@ -63,6 +70,8 @@ struct Shared {
     opener: Opener,
     /// Sentinel mode: where to ask when the master seems gone.
     following: Option<Following>,
+    /// When each socket of the pool last answered.
+    watches: Watches,
 }
 
 /// The pool to one server.
@@ -72,6 +81,34 @@ struct Links {
     /// Sentinel mode: the master's address as the sentinels gave it.
     address: Option<(String, u16)>,
     pool: Pool,
+    /// What the pool's sockets were made with: a silent one is made again the same way.
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Links {
+    /// These links with the socket at `position` (modulo the pool's size) replaced.
+    fn with_socket(&self, position: usize, manager: ConnectionManager) -> Links {
+        let mut pool = Pool {
+            first: self.pool.first.clone(),
+            others: self.pool.others.clone(),
+        };
+        match position % pool.len() {
+            0 => pool.first = manager,
+            index => {
+                if let Some(slot) = pool.others.get_mut(index - 1) {
+                    *slot = manager;
+                }
+            }
+        }
+        Links {
+            server: self.server.clone(),
+            address: self.address.clone(),
+            pool,
+            client: self.client.clone(),
+            config: self.config.clone(),
+        }
+    }
 }
 
 /// At least one socket, by construction.
@@ -188,12 +225,14 @@ impl Connection {
     }
 
     fn with(links: Links, opener: Opener, following: Option<Following>) -> Self {
+        let watches = Watches::new(opener.pool_size);
         Self {
             shared: Arc::new(Shared {
                 links: ArcSwap::from_pointee(links),
                 next: AtomicUsize::new(0),
                 opener,
                 following,
+                watches,
             }),
         }
     }
@@ -205,9 +244,10 @@ impl Connection {
 
     /// `SCRIPT LOAD`s `script` (once: the script cache is the server's, not the socket's).
     pub async fn load_script(&self, script: &Script, deadline: Duration) -> Result<(), StoreError> {
-        let (server, mut manager) = self.shared.pick();
+        let (position, server, mut manager) = self.shared.pick();
         self.shared
             .within(
+                position,
                 &server,
                 deadline,
                 script.prepare_invoke().load_async(&mut manager),
@@ -241,7 +281,12 @@ impl Connection {
         let invocation = call.invocation(script);
         let result = self
             .shared
-            .within(&server, deadline, invocation.invoke_async(&mut manager))
+            .within(
+                position,
+                &server,
+                deadline,
+                invocation.invoke_async(&mut manager),
+            )
             .await;
         if result.is_err() {
             Shared::follow_master_soon(&self.shared);
@@ -255,10 +300,15 @@ impl Connection {
         command: &redis::Cmd,
         deadline: Duration,
     ) -> Result<T, StoreError> {
-        let (server, mut manager) = self.shared.pick();
+        let (position, server, mut manager) = self.shared.pick();
         let result = self
             .shared
-            .within(&server, deadline, command.query_async(&mut manager))
+            .within(
+                position,
+                &server,
+                deadline,
+                command.query_async(&mut manager),
+            )
             .await;
         if result.is_err() {
             Shared::follow_master_soon(&self.shared);
@@ -283,9 +333,11 @@ impl Shared {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The server's name and the next socket of the pool.
-    fn pick(&self) -> (String, ConnectionManager) {
-        self.pick_at(self.next_position())
+    /// The next socket of the pool: its position, the server's name and the socket.
+    fn pick(&self) -> (usize, String, ConnectionManager) {
+        let position = self.next_position();
+        let (server, manager) = self.pick_at(position);
+        (position, server, manager)
     }
 
     /// The server's name and the socket at `position` (modulo the pool's size).
@@ -294,20 +346,82 @@ impl Shared {
         (links.server.clone(), links.pool.get(position).clone())
     }
 
+    /// `call` on the socket at `position`, within `deadline`; a late one may get the socket
+    /// replaced (`silence.rs`).
     async fn within<T>(
-        &self,
+        self: &Arc<Self>,
+        position: usize,
         server: &str,
         deadline: Duration,
         call: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(deadline, call).await {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(value)) => {
+                self.watches.heard(position);
+                Ok(value)
+            }
             Ok(Err(error)) => Err(unavailable(format!(
                 "Redis at {server} failed: {}",
                 scrub(&error.to_string(), &self.opener.secrets)
             ))),
-            Err(_) => Err(late(server, deadline)),
+            Err(_) => {
+                Self::replace_if_silent(self, position);
+                Err(late(server, deadline))
+            }
         }
+    }
+
+    /// After a late call on the socket at `position`: when it has been silent too long and
+    /// no replacement is under way, makes a new socket in the background (within the connect
+    /// timeout) and swaps it in once it is up.
+    fn replace_if_silent(shared: &Arc<Self>, position: usize) {
+        let Some(silent_for) = shared.watches.should_replace(position) else {
+            return;
+        };
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            let links = shared.links.load_full();
+            let made = tokio::time::timeout(
+                shared.opener.connect_timeout,
+                ConnectionManager::new_with_config(links.client.clone(), links.config.clone()),
+            )
+            .await;
+            let succeeded = match made {
+                Ok(Ok(manager)) => {
+                    // Into the pool in use, unless it now leads elsewhere (a failover).
+                    shared.links.rcu(|current| {
+                        if current.server == links.server && current.address == links.address {
+                            Arc::new(current.with_socket(position, manager.clone()))
+                        } else {
+                            Arc::clone(current)
+                        }
+                    });
+                    tracing::info!(
+                        redis = %links.server,
+                        "Redis socket replaced: calls timed out and it answered nothing for \
+                         {silent_for:?}"
+                    );
+                    true
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(
+                        redis = %links.server,
+                        "cannot replace a silent Redis socket yet: {}",
+                        scrub(&error.to_string(), &shared.opener.secrets)
+                    );
+                    false
+                }
+                Err(_) => {
+                    tracing::debug!(
+                        redis = %links.server,
+                        "cannot replace a silent Redis socket yet: no connection within {:?}",
+                        shared.opener.connect_timeout
+                    );
+                    false
+                }
+            };
+            shared.watches.replaced(position, succeeded);
+        });
     }
 
     /// Sentinel mode: starts a search for the master unless one runs or ran a moment ago.
@@ -547,6 +661,8 @@ impl Opener {
             server,
             address: None,
             pool,
+            client,
+            config,
         })
     }
 }

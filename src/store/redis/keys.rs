@@ -148,6 +148,12 @@ impl KeyLayout {
         self.key(identity, self.hash_tag)
     }
 
+    /// The key of a lease counter (`core::key::lease_key`): always the domain's hash tag, so
+    /// a request's lease calls share one slot.
+    pub fn lease_key_for(&self, identity: &[u8]) -> String {
+        self.key(identity, HashTag::Domain)
+    }
+
     fn key(&self, identity: &[u8], hash_tag: HashTag) -> String {
         let (domain, rule_path) = leading_fields(identity).unwrap_or((b"", b""));
         let mut key = String::with_capacity(

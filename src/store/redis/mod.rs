@@ -19,8 +19,8 @@
 //! N (`batch.rs`, `lanes.rs`). The script decides them one after the other in arrival order,
 //! each as its own call would have at that point, writes included, so decisions are the same;
 //! what a batch shares is the cost of the call. Deadlines, the circuit breaker and the failure
-//! policy stay per request. With N = 1 every request is its own call, sent at once and
-//! pipelined with the others on the socket. The default is [`DEFAULT_BATCH_MAX`].
+//! policy stay per request. With N = 1, the default ([`DEFAULT_BATCH_MAX`] says why), every
+//! request is its own call, sent at once and pipelined with the others on the socket.
 //!
 //! # Time
 //!
@@ -60,10 +60,11 @@
 //! # Numbers
 //!
 //! Lua numbers are doubles. [`check_quota`] refuses the few quotas whose integers could pass
-//! 2^53 — windows longer than 2^51 µs (about 71 years), buckets with capacity × window ≥ 2^53
-//! (about 104 249 per day) or that drain for longer than 2^51 µs — so the script computes the
-//! same integers as the core. GCRA's debt is kept as (µs, tick remainder) so a clock that went
-//! back cannot overflow it; see `lua/gcra.lua` for the one approximate corner.
+//! 2^53 — windows longer than 2^51 µs (about 71 years), buckets with capacity ×
+//! min(limit, window µs) ≥ 2^53 (a day's bucket of about 94.9 million, square) or that drain
+//! for longer than 2^51 µs — so the script computes the same integers as the core. GCRA keeps
+//! its debt and every charge as (µs, tick remainder) pairs, so neither capacity × window nor a
+//! clock that went back can overflow it; see `lua/gcra.lua` for the one approximate corner.
 //!
 //! # Permissions
 //!
@@ -108,11 +109,14 @@
 mod batch;
 mod cluster;
 mod connection;
+mod hybrid_sync;
 pub mod keys;
 mod lanes;
+mod leases;
 mod script;
 mod sentinel;
 mod shared;
+mod silence;
 mod slot;
 mod startup;
 mod tls;
@@ -127,6 +131,7 @@ pub use self::batch::MAX_BATCH;
 use self::cluster::ClusterLink;
 pub use self::connection::MAX_POOL_SIZE;
 use self::connection::{misconfigured, unavailable, Connection, BACKEND};
+pub use self::hybrid_sync::{instances_key, SyncItem, SyncReply, SYNC_SOURCE};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::lanes::Lanes;
 use self::script::{build_call, build_request, parse_reply, Now, Settling};
@@ -142,6 +147,7 @@ use super::{Decided, Store, StoreError};
 use crate::core::adjustment::adjusted_quota;
 use crate::core::charging::Charging;
 use crate::core::failure::{Breaker, Gate, Transition};
+use crate::core::lease::{LeaseCall, LeaseOutcome};
 use crate::core::plan::Counter;
 use crate::core::rules::RuleSet;
 use crate::core::time::Clock;
@@ -155,13 +161,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Sockets to the Redis server (`--redis-pool-size`); see `connection.rs` for when more help.
 pub const DEFAULT_POOL_SIZE: usize = 1;
 
-/// Requests per script call at most (`--redis-batch-max`; 1 is one call per request). Batches
-/// are the default because a request that arrives alone still goes at once: at a tenth of the
-/// peak its latency was that of one call per request (p50 1.01×), while at peak Redis spent
-/// 0.61× the CPU per decision and p99 was 0.86× (docs/benchmarks-redis.md). 64 is more than
-/// the requests that met in a call there (18 on average, 50 in flight): a cap for bursts, so
-/// that one call does not hold Redis for long.
-pub const DEFAULT_BATCH_MAX: usize = 64;
+/// Requests per script call at most (`--redis-batch-max`; 1 is one call per request). One call
+/// per request stays the default: batches would have had to keep p50 and p99 within 5 % of it at
+/// a tenth of the peak, and in three of four sessions they did not (p99 1.10× and 2.95×, p50
+/// 1.11×: a request that arrives while a call is in flight waits for its round trip, and on a
+/// shared host some round trips are long), though at peak they cost Redis 0.54–0.63× the CPU
+/// per decision with a p99 of 0.68–0.86× (docs/benchmarks-redis.md, docs/redis.md "Batching").
+pub const DEFAULT_BATCH_MAX: usize = 1;
 
 /// Consecutive failures that open the circuit breaker.
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
@@ -505,6 +511,26 @@ impl RedisStore {
         counters: &[Counter],
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
+        for counter in counters {
+            // Configuration for this store refuses such quotas (`check_quota`), but an Envoy
+            // limit override is only seen here. Refused before the breaker: the request cannot
+            // be decided, yet Redis did not fail, so it must not open the circuit for others.
+            check_quota(&counter.quota).map_err(|error| StoreError::Unsupported {
+                backend: BACKEND,
+                reason: error.to_string(),
+            })?;
+        }
+        self.guarded(self.decide_in_redis(counters, global_shadow))
+            .await
+    }
+
+    /// `call` behind the circuit breaker: not made while the circuit is open, its result
+    /// counted towards opening or closing it. (A future does nothing until awaited, so a
+    /// refused call never reaches Redis.)
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let gate = self.with_breaker(|breaker| breaker.gate(self.breaker_millis()));
         if gate == Gate::Refuse {
             return Err(unavailable(format!(
@@ -512,7 +538,7 @@ impl RedisStore {
                 self.server()
             )));
         }
-        let result = self.decide_in_redis(counters, global_shadow).await;
+        let result = call.await;
         let transition = match &result {
             Ok(_) => self.with_breaker(Breaker::succeeded),
             Err(_) => {
@@ -538,6 +564,13 @@ impl RedisStore {
             _ => {}
         }
         result
+    }
+
+    /// One `EVAL` of the lease script (`leases.rs`), within `--redis-timeout-ms`.
+    async fn leases_in_redis(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
+        let command = leases::lease_command(calls, self.now()?, &self.keys);
+        let reply: Vec<i64> = self.command(&command, self.timeout).await?;
+        leases::parse_lease_reply(&reply, calls.len()).map_err(unavailable)
     }
 
     fn now(&self) -> Result<Now, StoreError> {
@@ -566,10 +599,6 @@ impl RedisStore {
                 outcomes: Vec::new(),
                 over_limit: false,
             });
-        }
-        for counter in counters {
-            // Configuration for this store should have refused it already (`check_quota`).
-            check_quota(&counter.quota).map_err(|error| unavailable(error.to_string()))?;
         }
         let now = self.now()?;
         if let Link::Cluster(_) = &self.link {
@@ -634,6 +663,14 @@ impl Store for RedisStore {
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
         self.decide_guarded(counters, global_shadow).await
+    }
+
+    /// The lease script behind the same circuit breaker as decisions.
+    async fn leases(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.guarded(self.leases_in_redis(calls)).await
     }
 
     fn backend(&self) -> &'static str {
@@ -711,15 +748,15 @@ mod tests {
         let yaml = "domain: d\n\
                     descriptors:\n\
                     \x20 - key: ok\n\
-                    \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 104249}\n\
+                    \x20   rate_limit: {unit: day, requests_per_unit: 1000000, algorithm: token_bucket}\n\
                     \x20 - key: big\n\
-                    \x20   rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket, burst: 200000}\n";
+                    \x20   rate_limit: {unit: day, requests_per_unit: 100000000, algorithm: token_bucket}\n";
         let unsupported = unsupported_limits(&load_valid("d.yaml", yaml));
         assert_eq!(unsupported.len(), 1, "{unsupported:?}");
         assert_eq!(unsupported[0].rule_path, "d.big");
         assert!(unsupported[0]
             .to_string()
-            .starts_with("d.big: token_bucket with capacity 200000"));
+            .starts_with("d.big: token_bucket with capacity 100000000"));
     }
 
     #[test]
@@ -734,11 +771,11 @@ mod tests {
             )
         };
         let unsupported_at = |max: u32| unsupported_limits(&load_valid("d.yaml", &rule(max)));
-        assert!(unsupported_at(100_000).is_empty());
-        let unsupported = unsupported_at(200_000);
+        assert!(unsupported_at(90_000_000).is_empty());
+        let unsupported = unsupported_at(100_000_000);
         assert_eq!(unsupported.len(), 1, "{unsupported:?}");
         assert!(unsupported[0]
             .to_string()
-            .starts_with("d.grows: token_bucket with capacity 200000"));
+            .starts_with("d.grows: token_bucket with capacity 100000000"));
     }
 }

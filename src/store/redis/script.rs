@@ -60,13 +60,15 @@ pub enum UnsupportedQuota {
     )]
     WindowTooLong { window_seconds: u64 },
     #[error(
-        "{algorithm} with capacity {capacity} over {window_seconds} s is too large for the \
-         Redis store: capacity × window must stay below 2^53 µs (about 104 249 for a one-day \
-         window, 285 for a year); lower the burst or the window"
+        "{algorithm} with capacity {capacity}, {requests_per_unit} per {window_seconds} s is \
+         too large for the Redis store: capacity × requests_per_unit (or capacity × the window \
+         in µs, if smaller) must stay below 2^53, about 9.0e15 (e.g. up to 94 million tokens a \
+         day); lower the burst or the limit"
     )]
     BucketTooLarge {
         algorithm: Algorithm,
         capacity: u64,
+        requests_per_unit: u32,
         window_seconds: u64,
     },
     #[error(
@@ -99,16 +101,19 @@ pub fn check_quota(quota: &Quota) -> Result<(), UnsupportedQuota> {
         quota.algorithm,
         Algorithm::TokenBucket | Algorithm::LeakyBucket
     ) {
-        let capacity_ticks =
-            u128::from(quota.capacity()) * u128::from(window.max(1).unsigned_abs());
-        if capacity_ticks >= LUA_EXACT_LIMIT {
+        // gcra.lua makes a charge of n ≤ C hits as whole µs and ticks, the ticks being
+        // n·(W mod L) < C·min(L, W).
+        let ticks_per_micro = u128::from(quota.requests_per_unit);
+        let hit_cost = u128::from(window.max(1).unsigned_abs());
+        if u128::from(quota.capacity()) * ticks_per_micro.min(hit_cost) >= LUA_EXACT_LIMIT {
             return Err(UnsupportedQuota::BucketTooLarge {
                 algorithm: quota.algorithm,
                 capacity: quota.capacity(),
+                requests_per_unit: quota.requests_per_unit,
                 window_seconds: quota.window_seconds(),
             });
         }
-        let ticks_per_micro = u128::from(quota.requests_per_unit);
+        let capacity_ticks = u128::from(quota.capacity()) * hit_cost;
         if ticks_per_micro > 0 && capacity_ticks.div_ceil(ticks_per_micro) > MAX_BUCKET_DRAIN_MICROS
         {
             return Err(UnsupportedQuota::BucketDrainsTooSlowly {
@@ -288,6 +293,8 @@ pub fn build_request(
     for (counter, key_index) in counters.iter().zip(key_indexes) {
         let quota = &counter.quota;
         let (hits_kind, hits) = match counter.hits {
+            // Recorded whatever its verdict (core::charging::records): the core decides which.
+            Hits::Charge(n) if settling.charging.records(counter) => ("record", n),
             Hits::Charge(n) => ("charge", n),
             Hits::CheckOnly => ("check", 0),
             Hits::Refund(n) => ("refund", n),
@@ -316,7 +323,7 @@ pub fn build_request(
 /// The window W the script is given: its length in µs (≥ 1), or, for calendar months, minus
 /// their number (`window_span` in prelude.lua tells them apart by the sign). Calendar months
 /// are computed in the script because "now" may be Redis `TIME`, read only there.
-fn window_arg(quota: &Quota) -> i64 {
+pub(super) fn window_arg(quota: &Quota) -> i64 {
     match quota.tiling() {
         Tiling::CalendarMonths { months } => -i64::from(months),
         Tiling::Epoch { .. } => quota.window_micros(),
@@ -692,28 +699,38 @@ mod tests {
 
     #[test]
     fn buckets_up_to_the_bound_are_accepted() {
-        // One day is 8.64e10 µs; 2^53 / 8.64e10 = 104 249.99…
-        let day = |burst| {
-            Quota::new(10, Unit::Day)
+        // 2^53 = 9 007 199 254 740 992: C·min(L, W) must stay below it.
+        let daily = |limit, burst| {
+            Quota::new(limit, Unit::Day)
                 .with_algorithm(Algorithm::TokenBucket)
                 .with_burst(burst)
         };
-        assert_eq!(check_quota(&day(104_249)), Ok(()));
+        // A million tokens a day: C·W ≈ 8.6e16 (past 2^53), C·L = 1e12.
+        assert_eq!(check_quota(&daily(1_000_000, 1_000_000)), Ok(()));
+        // 94 906 265² < 2^53 < 94 906 266².
+        assert_eq!(check_quota(&daily(94_906_265, 94_906_265)), Ok(()));
         assert!(matches!(
-            check_quota(&day(104_250)),
+            check_quota(&daily(94_906_266, 94_906_266)),
             Err(UnsupportedQuota::BucketTooLarge {
-                capacity: 104_250,
+                capacity: 94_906_266,
+                requests_per_unit: 94_906_266,
                 ..
             })
         ));
+        // Per second W = 1e6 µs is the smaller: any limit and burst (C ≤ 2^32 < 2^53 / 1e6).
+        let per_second = Quota::new(u32::MAX, Unit::Second)
+            .with_algorithm(Algorithm::TokenBucket)
+            .with_burst(u32::MAX);
+        assert_eq!(check_quota(&per_second), Ok(()));
         // A leaky bucket's capacity is burst + 1.
         let leaky = |burst| {
-            Quota::new(10, Unit::Day)
+            Quota::new(94_906_265, Unit::Day)
                 .with_algorithm(Algorithm::LeakyBucket)
                 .with_burst(burst)
         };
-        assert_eq!(check_quota(&leaky(104_248)), Ok(()));
-        assert!(check_quota(&leaky(104_249)).is_err());
+        // 94 906 266 × 94 906 265 < 2^53 ≤ 94 906 267 × 94 906 265.
+        assert_eq!(check_quota(&leaky(94_906_265)), Ok(()));
+        assert!(check_quota(&leaky(94_906_266)).is_err());
         // Exactly representable but draining for longer than 2^51 µs.
         let slow = Quota::new(1, Unit::Year)
             .with_algorithm(Algorithm::TokenBucket)

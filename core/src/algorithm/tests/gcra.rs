@@ -240,3 +240,21 @@ fn extreme_quotas_do_not_overflow() {
     assert!(sim.hit(Hits::Refund(u64::MAX)).admitted);
     assert_eq!(sim.remaining(), u64::from(u32::MAX) + 1);
 }
+
+/// Found by the `algorithms` fuzz target: a bucket that takes longer to drain than an i64 of
+/// µs reaches (here 6 hits of 100 000 years each, from 2023) kept a saturated arrival time that
+/// held less debt than was charged, so a full bucket had room again at once. It now holds what
+/// drains in 2^62 µs: one hit.
+#[test]
+fn a_bucket_that_drains_past_the_last_micro_holds_what_drains_before() {
+    let quota = leaky_bucket(1, Unit::Year, 5).with_multiplier(100_000);
+    let mut sim = Sim::new(quota, T0);
+    assert_eq!(sim.burst(6), 1);
+    let check = sim.peek(Hits::CheckOnly);
+    assert!(!check.admitted, "{check:?}");
+    assert_eq!(check.retry_after, 100_000 * YEAR);
+    sim.advance(1_000 * YEAR);
+    assert_eq!(sim.burst(3), 0);
+    sim.advance(99_000 * YEAR);
+    assert_eq!(sim.burst(3), 1);
+}

@@ -14,6 +14,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::algorithm::Overflow;
 
 const CASES: u32 = 256;
 
@@ -86,6 +87,8 @@ fn small_quota() -> impl Strategy<Value = Quota> {
             algorithm,
             burst,
             calendar_months: false,
+            overflow: Overflow::Refuse,
+            counting: None,
         })
 }
 
@@ -107,6 +110,8 @@ fn wide_quota() -> impl Strategy<Value = Quota> {
                 algorithm,
                 burst,
                 calendar_months: calendar && unit == Unit::Month,
+                overflow: Overflow::Refuse,
+                counting: None,
             },
         )
 }

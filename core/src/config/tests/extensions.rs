@@ -2,7 +2,7 @@
 //! `default_algorithm`.
 
 use super::*;
-use crate::algorithm::Quota;
+use crate::algorithm::{Counting, Overflow, Quota};
 use crate::unit::Unit;
 
 fn one_limit(limit: &str) -> String {
@@ -243,6 +243,110 @@ fn nodelay_only_for_leaky_buckets_and_changes_nothing() {
         &LoadOptions::default(),
     );
     assert_eq!(with, without);
+}
+
+#[test]
+fn overflow_owe_lands_in_the_quota_of_a_window_only() {
+    for algorithm in ["fixed_window", "sliding_window"] {
+        let quota = quota_of(
+            &one_limit(&format!(
+                "unit: day, requests_per_unit: 100000, algorithm: {algorithm}, overflow: owe"
+            )),
+            &LoadOptions::default(),
+        );
+        assert_eq!(quota.overflow, Overflow::Owe, "{algorithm}");
+    }
+    let quota = quota_of(
+        &one_limit("unit: day, requests_per_unit: 1, overflow: refuse"),
+        &LoadOptions::default(),
+    );
+    assert_eq!(quota, Quota::new(1, Unit::Day), "refuse is the default");
+    for algorithm in ["token_bucket", "leaky_bucket", "sliding_log"] {
+        let error = single_error(&one_limit(&format!(
+            "unit: second, requests_per_unit: 1, algorithm: {algorithm}, overflow: owe"
+        )));
+        assert_error(
+            &error,
+            "d.k",
+            "`overflow: owe` needs a count that can pass the limit, but this limit uses",
+            &[algorithm, "fixed_window", "remove `overflow`"],
+        );
+    }
+    let error = single_error(&one_limit(
+        "unit: second, requests_per_unit: 1, overflow: debt",
+    ));
+    assert_error(&error, "d.k", "", &["overflow", "debt", "owe", "refuse"]);
+    let errors = errors_of(&one_limit("unlimited: true, overflow: owe"));
+    assert!(
+        errors.iter().any(|e| e
+            .message
+            .starts_with("`overflow` has no effect on an unlimited rule")),
+        "{}",
+        lines(&errors)
+    );
+}
+
+#[test]
+fn counting_lands_in_the_quota_and_a_bucket_counted_hybrid_is_warned_about() {
+    for (written, counting) in [("exact", Counting::Exact), ("hybrid", Counting::Hybrid)] {
+        for algorithm in ["fixed_window", "sliding_window"] {
+            let text = one_limit(&format!(
+                "unit: day, requests_per_unit: 100, algorithm: {algorithm}, counting: {written}"
+            ));
+            let rules = loaded_with(&text, &LoadOptions::default());
+            assert!(rules.warnings().is_empty(), "{:?}", rules.warnings());
+            let quota = rule_at(&rules, "d", "d.k").limits[0].clone();
+            assert_eq!(quota.counting, Some(counting), "{algorithm}");
+        }
+    }
+    assert_eq!(
+        quota_of(
+            &one_limit("unit: day, requests_per_unit: 1"),
+            &LoadOptions::default()
+        )
+        .counting,
+        None,
+        "unset: as the store counts"
+    );
+    for algorithm in ["token_bucket", "leaky_bucket", "sliding_log"] {
+        let rules = loaded_with(
+            &one_limit(&format!(
+                "unit: second, requests_per_unit: 5, algorithm: {algorithm}, counting: hybrid"
+            )),
+            &LoadOptions::default(),
+        );
+        let warnings = rules.warnings();
+        assert_eq!(warnings.len(), 1, "{algorithm}: {warnings:?}");
+        let message = &warnings[0].message;
+        assert!(
+            message.starts_with("`counting: hybrid` is decided exactly")
+                && message.contains(algorithm)
+                && message.contains("fixed_window and sliding_window"),
+            "{message}"
+        );
+        // Still hybrid as written: the store decides it exactly.
+        assert_eq!(
+            rule_at(&rules, "d", "d.k").limits[0].counting,
+            Some(Counting::Hybrid)
+        );
+    }
+    let error = single_error(&one_limit(
+        "unit: second, requests_per_unit: 1, counting: hybird",
+    ));
+    assert_error(
+        &error,
+        "d.k",
+        "",
+        &["counting", "hybird", "hybrid", "exact"],
+    );
+    let errors = errors_of(&one_limit("unlimited: true, counting: hybrid"));
+    assert!(
+        errors.iter().any(|e| e
+            .message
+            .starts_with("`counting` has no effect on an unlimited rule")),
+        "{}",
+        lines(&errors)
+    );
 }
 
 #[test]

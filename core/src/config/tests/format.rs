@@ -41,6 +41,7 @@ fn a_minimal_rule() {
             metadata: None,
             adaptive: None,
             priority: None,
+            concurrency: None,
         }
     );
     assert_eq!(rules.rule_count(), 1);

@@ -14,7 +14,8 @@
 --       'every-descriptor'),
 --       then per counter of that request COUNTER_FIELDS values:
 --       key index (into the request's own keys: 1 is its first), algorithm, limit L, window W
---       µs (−N: N calendar months), capacity C, hits kind ('charge', 'check' or 'refund'),
+--       µs (−N: N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
+--       whatever its verdict, 'check' or 'refund'),
 --       hits amount, descriptor index, role ('enforced', 'quota' or 'shadow'), reserve (units
 --       a priority class must leave unused, core::algorithm::share; 0 without classes).
 --       A request's keys are numbered in order of first mention, so its highest key index is
@@ -65,6 +66,9 @@ local uncommitted = {}
 -- nothing). Each key is read at most once per request. (A key always belongs to one
 -- algorithm: the counter identity it is derived from names it.)
 local states = {}
+-- key → true while states[key] is a recorded mention's next state: kept whatever the verdict,
+-- so a later mention that may be given up must not change that table in place.
+local pinned = {}
 -- counter i → the state it leaves, when it changes its counter (admitted or recorded, not a
 -- check): what its key holds if it is kept. (The same limit may be named with another size,
 -- after a reload: a bucket's state is written in terms of the limit that made it, so a check
@@ -80,6 +84,24 @@ local loaded, loaded_table = nil, {}
 -- the table in place (a table of an earlier unit may be what a commit or a given-up unit goes
 -- back to).
 local made_in, made_in_table = nil, {}
+
+-- The algorithm called `name`, defined on its first use in the call.
+local function kind_named(name)
+  local kind
+  if name == 'fixed_window' then
+    kind = define_fixed_window()
+  elseif name == 'sliding_window' then
+    kind = define_sliding_window()
+  elseif name == 'sliding_log' then
+    kind = define_sliding_log()
+  elseif name == 'gcra' then
+    kind = define_gcra()
+  else
+    error('floodgate: unknown algorithm ' .. tostring(name))
+  end
+  counter_kinds[name] = kind
+  return kind
+end
 
 -- Whether the counters first..last, whose descriptors come together, are over their limits
 -- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
@@ -112,13 +134,10 @@ local function over_limit_of(first, last)
     or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
 end
 
--- Whether counter `index` records its hits whatever its verdict (core::charging::records):
--- a charge on an algorithm that counts every hit, with --charge every-descriptor.
+-- Whether counter `index` records its hits whatever its verdict: its hits kind says so
+-- (core::charging::records decides, script.rs writes 'record').
 local function records(index)
-  local base = argv_base + (index - 1) * COUNTER_FIELDS
-  local name = ARGV[base + 2]
-  return every_descriptor and ARGV[base + 6] == 'charge'
-    and (name == 'fixed_window' or name == 'sliding_window')
+  return ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 6] == 'record'
 end
 
 -- Settles the unit of counters first..last: which keep their new state (not a check, and
@@ -154,20 +173,47 @@ local function settle_unit(first, last)
   return unit_over
 end
 
-for _ = 1, request_count do
-  local header = argv_base - HEADER_FIELDS
-  global_shadow = ARGV[header + 1] == '1'
-  now = tonumber(ARGV[header + 2])
-  if now == nil then
-    if redis_now == nil then
-      local time = redis.call('TIME')
-      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    end
-    now = redis_now
+-- A request of one counter (the common case), decided without the tables a request of several
+-- needs: its one unit sees no other mention of its key and is never given up once kept, so
+-- its state is changed in place and written if kept. The same verdict as the general path
+-- below (the differential tests run both): over ⇔ refused unless shadowed; kept ⇔ not a check
+-- and admitted or recorded; the reply shows the snapshot after the charge only if admitted.
+local function decide_lone_counter()
+  local base = argv_base
+  local name = ARGV[base + 2]
+  local kind = counter_kinds[name] or kind_named(name)
+  local key = KEYS[key_base + 1]
+  local state = kind('load', key, now)
+  kind('at', number(ARGV[base + 3]), number(ARGV[base + 4]), number(ARGV[base + 5]), state, now)
+  local hits_kind = ARGV[base + 6]
+  local recorded = records(1)
+  local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
+    evaluate_counter(kind, hits_kind, number(ARGV[base + 7]), number(ARGV[base + 10]), recorded)
+  local over = not admitted and not global_shadow and ARGV[base + 9] ~= 'shadow'
+  local kept = hits_kind ~= 'check' and (admitted or recorded)
+  reply[reply_base + 1] = over and 1 or 0
+  reply[reply_base + 2] = admitted and 1 or 0
+  if admitted then
+    reply[reply_base + 3], reply[reply_base + 4] = remaining, reset_after
+  else
+    reply[reply_base + 3], reply[reply_base + 4] = before_remaining, before_reset_after
   end
-  extra_ttl_ms = number(ARGV[header + 3])
-  counter_count = number(ARGV[header + 4])
-  every_descriptor = ARGV[header + 5] == 'every-descriptor'
+  reply[reply_base + 5] = retry_after
+  reply[reply_base + 6] = kept and 1 or 0
+  if kept then
+    local next_state = kind('state', state)
+    local ttl_ms = math.ceil((next_state[1] - now) / 1000) + extra_ttl_ms
+    if ttl_ms > 0 then
+      kind('write', key, next_state, ttl_ms)
+    else
+      redis.call('UNLINK', key)
+    end
+  end
+end
+
+-- A request of several counters: evaluated counter by counter, settled unit by unit, written
+-- at the end. How many of KEYS are the request's.
+local function decide_several_counters()
   loaded = every_descriptor and loaded_table or nil
   made_in = every_descriptor and made_in_table or nil
   -- The request's over_limit, set once its counters are: filled now so the reply stays a
@@ -181,21 +227,7 @@ for _ = 1, request_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
     local key = number(ARGV[base + 1])
     local name = ARGV[base + 2]
-    local kind = counter_kinds[name]
-    if kind == nil then
-      if name == 'fixed_window' then
-        kind = define_fixed_window()
-      elseif name == 'sliding_window' then
-        kind = define_sliding_window()
-      elseif name == 'sliding_log' then
-        kind = define_sliding_log()
-      elseif name == 'gcra' then
-        kind = define_gcra()
-      else
-        error('floodgate: unknown algorithm ' .. tostring(name))
-      end
-      counter_kinds[name] = kind
-    end
+    local kind = counter_kinds[name] or kind_named(name)
     if key > key_count then
       key_count = key
     end
@@ -208,9 +240,11 @@ for _ = 1, request_count do
       end
     end
     local recorded = records(index)
-    -- May this counter change its key's table in place? Always when all or nothing; a
-    -- recorded count is always kept; otherwise only a table this unit made.
-    local own = not every_descriptor or recorded or made_in[key] == unit_first
+    -- May this counter change its key's table in place? A recorded count is always kept;
+    -- any other only if the table is not a recorded mention's (pinned), and, with every
+    -- descriptor, only a table this unit made.
+    local own = recorded
+      or (not pinned[key] and (not every_descriptor or made_in[key] == unit_first))
     if state and not own and name == 'sliding_log' then
       -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
       state = kind('copy', state)
@@ -231,7 +265,7 @@ for _ = 1, request_count do
     -- used even if it has already expired, as in memory).
     if admitted and hits_kind == 'check' then
       -- A new table: the last commit's state must stay as it is.
-      states[key] = kind('state')
+      states[key], pinned[key] = kind('state'), nil
       if made_in then
         made_in[key] = unit_first
       end
@@ -239,6 +273,7 @@ for _ = 1, request_count do
       -- A table this counter may change serves as the next state's (the log is its own).
       local next_state = kind('state', own and state or nil)
       states[key], next_states[index] = next_state, next_state
+      pinned[key] = recorded or nil
       if made_in then
         made_in[key] = unit_first
       end
@@ -267,7 +302,7 @@ for _ = 1, request_count do
   for index = 1, counter_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
     local key = number(ARGV[base + 1])
-    states[key], next_states[index] = nil, nil
+    states[key], next_states[index], pinned[key] = nil, nil, nil
     uncommitted[2 * index - 1], uncommitted[2 * index] = nil, nil
     if made_in then
       loaded[key], made_in[key] = nil, nil
@@ -282,6 +317,29 @@ for _ = 1, request_count do
         redis.call('UNLINK', KEYS[key_base + key])
       end
     end
+  end
+  return key_count
+end
+
+for _ = 1, request_count do
+  local header = argv_base - HEADER_FIELDS
+  global_shadow = ARGV[header + 1] == '1'
+  now = tonumber(ARGV[header + 2])
+  if now == nil then
+    if redis_now == nil then
+      local time = redis.call('TIME')
+      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = redis_now
+  end
+  extra_ttl_ms = number(ARGV[header + 3])
+  counter_count = number(ARGV[header + 4])
+  every_descriptor = ARGV[header + 5] == 'every-descriptor'
+  local key_count = 1
+  if counter_count == 1 then
+    decide_lone_counter()
+  else
+    key_count = decide_several_counters()
   end
 
   argv_base = argv_base + counter_count * COUNTER_FIELDS + HEADER_FIELDS

@@ -14,13 +14,16 @@
 --   expires_at  = now + reset_after
 --   L = 0 or C = 0: nothing ever fits; remaining 0, reset_after 0, retry_after W.
 --
--- The core holds debt in an i128. Here debt is the pair (q, r) = q·L + r ticks, 0 ≤ r < L:
--- q is whole µs ahead of now and r the tick remainder, exactly the stored (tat − now,
--- tat_remainder), so the product (tat − now)·L — unbounded when the clock went back — is
--- never formed, and dividing by L is free. The other operands, n·W ≤ C·W, stay below 2^53
--- because the store refuses quotas with C·W ≥ 2^53. One corner stays approximate: a refund of
--- n·W ≥ 2^53 ticks against a debt ≥ 2^53 ticks, which needs the clock to have gone back by
--- more than about 2^53 / L µs.
+-- The core holds debt in an i128. Here every amount of ticks is a pair (q, r) = q·L + r, 0 ≤ r < L:
+-- q whole µs and r the ticks beyond them. The debt is exactly the stored (tat − now,
+-- tat_remainder), so the product (tat − now)·L — unbounded when the clock went back — is never
+-- formed. A charge of n·W ticks is made as a pair too, from W = a·L + b (a = W div L, b = W mod
+-- L): n·W = (n·a + (n·b div L))·L + (n·b mod L). Both parts are exact below 2^53: n·b < n·L ≤
+-- C·L, and n·a ≤ C·W / L, the µs a full bucket takes to drain; the store refuses quotas with
+-- C·L ≥ 2^53 or a drain past 2^51 µs (script.rs, `check_quota`). So a bucket of 10^6 tokens a
+-- day (C·W ≈ 8.6e16 ticks, past 2^53) is exact. One corner stays approximate: a refund of
+-- n·b or n·a ≥ 2^53 (so n > C) against a debt ≥ 2^53 ticks, which needs the clock to have gone
+-- back by more than about 2^53 / L µs.
 --
 -- State: "G <expires_at> <tat> <tat_remainder>", { expires_at, tat, tat_remainder } here.
 
@@ -40,15 +43,24 @@ local function define_gcra()
   local ahead -- q: whole µs of debt
   local remainder -- r: ticks of debt beyond them, < L
 
-  -- `ticks` (an integer below 2^53) as a pair (q, r).
-  local function pair(ticks)
-    local ticks_remainder = ticks % ticks_per_micro
-    return (ticks - ticks_remainder) / ticks_per_micro, ticks_remainder
+  local whole_micros -- a = W div L: whole µs of one hit's cost
+  local micros_rest -- b = W mod L: its ticks beyond them
+
+  -- n·W ticks as a pair (q, r), for n·b below 2^53 (n ≤ C suffices).
+  local function cost_pair(hits)
+    local spill = hits * micros_rest
+    local spill_remainder = spill % ticks_per_micro
+    return hits * whole_micros + (spill - spill_remainder) / ticks_per_micro, spill_remainder
   end
 
   -- Whether the debt is at most (q, r).
   local function debt_at_most(q, r)
     return ahead < q or (ahead == q and remainder <= r)
+  end
+
+  -- Whether the debt is below (q, r).
+  local function debt_below(q, r)
+    return ahead < q or (ahead == q and remainder < r)
   end
 
   -- The debt minus (q, r), which must not exceed it.
@@ -77,6 +89,8 @@ local function define_gcra()
         return
       end
       ticks_per_micro, hit_cost, capacity = quota_limit, math.max(quota_window, 1), quota_capacity
+      micros_rest = hit_cost % ticks_per_micro
+      whole_micros = (hit_cost - micros_rest) / ticks_per_micro
       ahead, remainder = 0, 0
       if state then
         local tat, tat_remainder = state[2], state[3]
@@ -91,14 +105,14 @@ local function define_gcra()
       end
     elseif method == 'fits' then
       local hits = a
-      -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W, which is below 2^53.
+      -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W.
       return not closed
         and hits <= capacity
-        and debt_at_most(pair((capacity - hits) * hit_cost))
+        and debt_at_most(cost_pair(capacity - hits))
     elseif method == 'charge' then
       -- Never on a closed bucket: nothing fits it.
       local hits = a
-      local q, r = pair(hits * hit_cost)
+      local q, r = cost_pair(hits)
       ahead, remainder = ahead + q, remainder + r
       if remainder >= ticks_per_micro then
         ahead, remainder = ahead + 1, remainder - ticks_per_micro
@@ -108,9 +122,8 @@ local function define_gcra()
       if closed then
         return
       end
-      local cost = hits * hit_cost
-      if cost < TWO_POW_53 then
-        local q, r = pair(cost)
+      if hits * micros_rest < TWO_POW_53 and hits * whole_micros < TWO_POW_53 then
+        local q, r = cost_pair(hits)
         if debt_at_most(q, r) then
           ahead, remainder = 0, 0
         else
@@ -118,14 +131,15 @@ local function define_gcra()
         end
         return
       end
-      -- ahead · L is exact below 2^53 and rounds to at least 2^53 above, so this test is exact.
+      -- n·W ≥ 2^53 (n·b or n·a·L is). ahead · L is exact below 2^53 and rounds to at least 2^53 above, so
+      -- this test is exact.
       local debt = ahead * ticks_per_micro + remainder
       if debt < TWO_POW_53 then
         ahead, remainder = 0, 0
         return
       end
       -- The approximate corner (see the top of this file).
-      local rest = debt - cost
+      local rest = debt - hits * hit_cost
       if rest <= 0 then
         ahead, remainder = 0, 0
         return
@@ -136,14 +150,22 @@ local function define_gcra()
       if closed then
         return 0, 0
       end
-      local capacity_ticks = capacity * hit_cost
-      -- Exact below 2^53; at least 2^53 (so above capacity_ticks) otherwise.
-      local debt = ahead * ticks_per_micro + remainder
+      -- room = floor((C·W − debt) / W) = C − ceil(debt / W) while debt < C·W, else 0:
+      -- ceil(debt / W), the fewest hits whose cost covers the debt, is at most C there, so
+      -- each candidate's cost is an exact pair; the estimate in doubles is off by one or two.
       local room = 0
-      if debt < capacity_ticks then
-        room = math.floor((capacity_ticks - debt) / hit_cost)
+      if debt_below(cost_pair(capacity)) then
+        local covering = math.floor((ahead * ticks_per_micro + remainder) / hit_cost)
+        covering = math.min(math.max(covering, 0), capacity)
+        while covering < capacity and not debt_at_most(cost_pair(covering)) do
+          covering = covering + 1
+        end
+        while covering > 0 and debt_at_most(cost_pair(covering - 1)) do
+          covering = covering - 1
+        end
+        room = capacity - covering
       end
-      return math.min(room, capacity), micros_to_drain(ahead, remainder)
+      return room, micros_to_drain(ahead, remainder)
     elseif method == 'retry_after' then
       local hits = a
       if closed then
@@ -153,7 +175,7 @@ local function define_gcra()
         return micros_to_drain(ahead, remainder) -- reset_after
       end
       -- Called only when the hits do not fit, so debt > (C − n)·W.
-      return micros_to_drain(debt_minus(pair((capacity - hits) * hit_cost)))
+      return micros_to_drain(debt_minus(cost_pair(capacity - hits)))
     elseif method == 'state' then
       -- expires_at = now + reset_after, tat = now + q. Into the table `into` when given.
       local expires_at, tat, tat_remainder = now, now, 0

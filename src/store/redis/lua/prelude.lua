@@ -127,7 +127,7 @@ end
 -- and retry_after.
 local function evaluate_counter(kind, hits_kind, hits, reserve, record)
   local change, asked
-  if hits_kind == 'charge' then
+  if hits_kind == 'charge' or hits_kind == 'record' then
     change, asked = 'charge', hits + reserve
   elseif hits_kind == 'check' then
     asked = 1 + reserve

@@ -1,0 +1,276 @@
+//! Concurrency rules as arithmetic: how many requests are in flight, counted as leases that a
+//! start call acquires and a release call (or the lease's TTL) frees. A rate limit counts
+//! requests that start; a lease counts requests that have started and not yet ended, which is
+//! what protects a slow backend from a pile-up.
+//!
+//!   leases      = lease id → expires_at, per counter; a lease with expires_at ≤ now is gone
+//!   acquire id  : held already → admitted, expiry moved to now + ttl, still one slot
+//!                 count + 1 + reserve ≤ max → admitted, id → now + ttl
+//!                 otherwise → refused, retry_after = earliest expiry − now (≥ 1)
+//!   release id  : admitted; the lease is removed if held (an unknown id releases nothing)
+//!   reserve     = max − floor(max × share) for a priority class (`algorithm::Share`), as a
+//!                 class leaves headroom in a rate limit
+//!
+//! Both stores run exactly this (the memory store in Rust, the Redis store in
+//! `src/store/redis/lua/leases.lua`), and a request's calls are all or nothing: when one
+//! acquire is refused, none of its calls change anything.
+
+pub mod application;
+
+use std::collections::BTreeMap;
+
+use super::algorithm::Share;
+use super::plan::{DescriptorPlan, Plan};
+use super::time::Micros;
+
+/// The most leases one concurrency rule may hold: each lease is stored (and the Redis store
+/// reads every lease of a counter at each call), as a sliding log keeps each hit.
+pub const MAX_IN_FLIGHT: u32 = 10_000;
+
+/// The longest lease TTL: a day. A lease that lives longer is a leak, not a request.
+pub const MAX_LEASE_TTL: Micros = 86_400 * 1_000_000;
+
+/// The longest lease id kept: ids are stored per lease (`x-request-id` is a UUID, 36 bytes).
+pub const MAX_LEASE_ID_LEN: usize = 256;
+
+/// `concurrency:` of one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    /// The most leases held at once (the in-flight limit).
+    pub max_in_flight: u32,
+    /// How long a lease lives without a release (µs, ≥ 1).
+    pub lease_ttl: Micros,
+    /// The descriptor entry key whose value is the lease id (`request_id`).
+    pub lease_key: String,
+    /// The entry that marks a call as a release (`{key: phase, value: done}`).
+    pub release: ReleaseMarker,
+}
+
+/// The entry only the release call sends (Envoy: a `generic_key` in the
+/// `apply_on_stream_done: true` rate limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseMarker {
+    pub key: String,
+    pub value: String,
+}
+
+impl Concurrency {
+    /// Whether `key` is one of the entries this rule reads rather than a level of the tree.
+    pub fn reads_entry(&self, key: &str) -> bool {
+        key == self.lease_key || key == self.release.key
+    }
+}
+
+/// The slots a class with `share` must leave free of `max_in_flight` (the configured limit,
+/// or the one an adaptive controller moved it to).
+pub fn reserve_at(max_in_flight: u32, share: Share) -> u32 {
+    let max = u64::from(max_in_flight);
+    u32::try_from(max - share.of(max)).unwrap_or(max_in_flight)
+}
+
+/// The in-flight limit an adjustment of `requests_per_unit` stands for: 1 to [`MAX_IN_FLIGHT`].
+pub fn adjusted_max_in_flight(requests_per_unit: u64) -> u32 {
+    u32::try_from(requests_per_unit.clamp(1, u64::from(MAX_IN_FLIGHT))).unwrap_or(MAX_IN_FLIGHT)
+}
+
+/// What one call does to its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAction {
+    Acquire,
+    Release,
+}
+
+impl LeaseAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseAction::Acquire => "acquire",
+            LeaseAction::Release => "release",
+        }
+    }
+}
+
+/// One lease call of a request: which descriptor asks, the counter's identity, the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseCall {
+    pub descriptor: usize,
+    /// The counter's identity (`key::lease_key`); every lease of the rule for the same
+    /// descriptor values shares it.
+    pub key: Vec<u8>,
+    pub lease_id: String,
+    pub action: LeaseAction,
+    pub max_in_flight: u32,
+    /// Slots the descriptor's priority class must leave free (0 without classes).
+    pub reserve: u32,
+    pub lease_ttl: Micros,
+}
+
+/// The leases of one counter: lease id → when it expires.
+pub type Leases = BTreeMap<String, Micros>;
+
+/// What a call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseOutcome {
+    pub admitted: bool,
+    /// Leases held after the call (as judged, when refused).
+    pub in_flight: u32,
+    /// When refused: until the earliest lease expires (µs, ≥ 1); 0 when admitted.
+    pub retry_after: Micros,
+    /// A release that found its lease (false for an unknown id, and for acquires).
+    pub released: bool,
+    /// For a release that found its lease: how long it was held, from its last acquire (µs);
+    /// what adaptive concurrency learns the backend's latency from. 0 otherwise.
+    pub held_for: Micros,
+}
+
+impl LeaseOutcome {
+    /// What the call's class may still take: max − reserve − in_flight, at least 0.
+    pub fn remaining(&self, call: &LeaseCall) -> u32 {
+        call.max_in_flight
+            .saturating_sub(call.reserve)
+            .saturating_sub(self.in_flight)
+    }
+}
+
+/// Drops the leases that have expired at `now`.
+pub fn expire(leases: &mut Leases, now: Micros) {
+    leases.retain(|_, expires_at| *expires_at > now);
+}
+
+/// Applies `call` to `leases` (expired ones already dropped) at `now`, in place.
+pub fn apply(leases: &mut Leases, now: Micros, call: &LeaseCall) -> LeaseOutcome {
+    let held = count(leases);
+    match call.action {
+        LeaseAction::Release => {
+            let removed = leases.remove(&call.lease_id);
+            LeaseOutcome {
+                admitted: true,
+                in_flight: count(leases),
+                retry_after: 0,
+                released: removed.is_some(),
+                held_for: removed.map_or(0, |expiry| held_for(now, expiry, call.lease_ttl)),
+            }
+        }
+        LeaseAction::Acquire => {
+            let expires_at = now.saturating_add(call.lease_ttl.max(1));
+            let fits =
+                u64::from(held) + 1 + u64::from(call.reserve) <= u64::from(call.max_in_flight);
+            if let Some(expiry) = leases.get_mut(&call.lease_id) {
+                *expiry = expires_at;
+            } else if fits {
+                leases.insert(call.lease_id.clone(), expires_at);
+            } else {
+                let earliest = leases.values().min().copied().unwrap_or(expires_at);
+                return LeaseOutcome {
+                    admitted: false,
+                    in_flight: held,
+                    retry_after: (earliest - now).max(1),
+                    released: false,
+                    held_for: 0,
+                };
+            }
+            LeaseOutcome {
+                admitted: true,
+                in_flight: count(leases),
+                retry_after: 0,
+                released: false,
+                held_for: 0,
+            }
+        }
+    }
+}
+
+/// How long a lease that expires at `expiry` has been held at `now`: it was (last) acquired
+/// at `expiry − ttl`. At least 0 (a TTL shortened by a reload since).
+pub fn held_for(now: Micros, expiry: Micros, ttl: Micros) -> Micros {
+    now.saturating_sub(expiry.saturating_sub(ttl.max(1))).max(0)
+}
+
+/// When a counter's leases all expire (the store may forget it then); `None` when empty.
+pub fn expires_at(leases: &Leases) -> Option<Micros> {
+    leases.values().max().copied()
+}
+
+fn count(leases: &Leases) -> u32 {
+    u32::try_from(leases.len()).unwrap_or(u32::MAX)
+}
+
+/// The outcome of a request's lease calls, and which counters change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub outcomes: Vec<LeaseOutcome>,
+    /// Whether the calls' changes are kept: false when an acquire was refused.
+    pub kept: bool,
+}
+
+/// Decides every call of one request against the counters `load` gives (loaded once per key,
+/// expired leases dropped), in order, each call seeing the ones before it: all or nothing.
+/// Returns the outcomes and the counters' next leases, keyed as the calls name them (only
+/// when kept).
+pub fn settle(
+    calls: &[LeaseCall],
+    now: Micros,
+    mut load: impl FnMut(&[u8]) -> Leases,
+) -> (Settled, Vec<(Vec<u8>, Leases)>) {
+    let mut working: Vec<(Vec<u8>, Leases)> = Vec::new();
+    let mut outcomes = Vec::with_capacity(calls.len());
+    for call in calls {
+        let at = match working.iter().position(|(key, _)| *key == call.key) {
+            Some(at) => at,
+            None => {
+                let mut leases = load(&call.key);
+                expire(&mut leases, now);
+                working.push((call.key.clone(), leases));
+                working.len() - 1
+            }
+        };
+        let outcome = match working.get_mut(at) {
+            Some((_, leases)) => apply(leases, now, call),
+            None => continue,
+        };
+        outcomes.push(outcome);
+    }
+    let kept = outcomes.iter().all(|outcome| outcome.admitted);
+    let next = if kept { working } else { Vec::new() };
+    (Settled { outcomes, kept }, next)
+}
+
+/// Whether `plan`'s concurrency rules refuse the request, given one outcome per lease call:
+/// a refused acquire, or a descriptor with no lease id to count.
+pub fn over_limit(plan: &Plan<'_>, outcomes: &[LeaseOutcome]) -> bool {
+    plan.descriptors.iter().any(|descriptor| match descriptor {
+        DescriptorPlan::Concurrency { lease, .. } => !lease
+            .and_then(|at| outcomes.get(at))
+            .is_some_and(|o| o.admitted),
+        _ => false,
+    })
+}
+
+/// What a failure policy that admits (`fail_open`) makes of calls the store could not
+/// decide: every call admitted, nothing known in flight.
+pub fn admitted_without_store(calls: &[LeaseCall]) -> Vec<LeaseOutcome> {
+    let admitted = LeaseOutcome {
+        admitted: true,
+        in_flight: 0,
+        retry_after: 0,
+        released: false,
+        held_for: 0,
+    };
+    vec![admitted; calls.len()]
+}
+
+/// The releases that undo the admitted acquires of a request that another limit refused: all
+/// or nothing holds across a request's rate limits and leases too, one call later.
+pub fn undo_acquired(calls: &[LeaseCall], outcomes: &[LeaseOutcome]) -> Vec<LeaseCall> {
+    calls
+        .iter()
+        .zip(outcomes)
+        .filter(|(call, outcome)| call.action == LeaseAction::Acquire && outcome.admitted)
+        .map(|(call, _)| LeaseCall {
+            action: LeaseAction::Release,
+            ..call.clone()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

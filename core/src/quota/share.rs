@@ -1,0 +1,168 @@
+//! How one rule's limit is divided among the Envoys reporting on one bucket.
+//!
+//! Every Envoy gets a floor (`floor_fraction` of the limit, split evenly), so a newcomer or a
+//! quiet Envoy can still admit something before its demand is known; the rest is shared
+//! max-min fairly (water-filling) on each Envoy's demand plus `headroom`, so an Envoy asking
+//! less than an even share gets what it asks and the others split what it leaves. What no
+//! demand claims is split evenly, as room for bursts. The shares always add up to the limit:
+//! between two reports of the same Envoys, the admitted total cannot pass it.
+
+/// The knobs of the division (the guide, docs/rlqs.md, explains the defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareSettings {
+    /// Part of the limit (0 to 1) split evenly before demand is looked at.
+    pub floor_fraction: f64,
+    /// Extra asked on top of an Envoy's measured demand (0.2: 20 % more), for growth between
+    /// two reports.
+    pub headroom: f64,
+}
+
+impl Default for ShareSettings {
+    fn default() -> Self {
+        Self {
+            floor_fraction: 0.1,
+            headroom: 0.2,
+        }
+    }
+}
+
+/// Each Envoy's share of `limit` (requests per second), in the order of `demands`. A demand
+/// is requests per second offered (admitted and denied); `None` is an Envoy whose demand is
+/// not measured yet, which asks for an even share.
+pub fn divide(limit: f64, demands: &[Option<f64>], settings: ShareSettings) -> Vec<f64> {
+    let count = demands.len();
+    if count == 0 || !limit.is_finite() || limit <= 0.0 {
+        return vec![0.0; count];
+    }
+    let envoys = count as f64;
+    let floor_fraction = settings.floor_fraction.clamp(0.0, 1.0);
+    let headroom = settings.headroom.max(0.0);
+    let floor = limit * floor_fraction / envoys;
+    let pool = limit - floor * envoys;
+    let needs: Vec<f64> = demands
+        .iter()
+        .map(|demand| match demand {
+            Some(rate) if rate.is_finite() => (rate.max(0.0) * (1.0 + headroom) - floor).max(0.0),
+            _ => pool / envoys,
+        })
+        .collect();
+    let given = water_fill(pool, &needs);
+    let unclaimed = (pool - given.iter().sum::<f64>()).max(0.0);
+    given
+        .into_iter()
+        .map(|share| floor + share + unclaimed / envoys)
+        .collect()
+}
+
+/// Max-min fair: the smallest needs are met whole while the even split of what remains covers
+/// them; every larger need gets that even split.
+fn water_fill(pool: f64, needs: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..needs.len()).collect();
+    order.sort_by(|&a, &b| needs[a].total_cmp(&needs[b]));
+    let mut given = vec![0.0; needs.len()];
+    let mut remaining = pool;
+    for (served, &index) in order.iter().enumerate() {
+        let level = remaining / (needs.len() - served) as f64;
+        if needs[index] <= level {
+            given[index] = needs[index];
+            remaining -= needs[index];
+        } else {
+            for &rest in &order[served..] {
+                given[rest] = level;
+            }
+            break;
+        }
+    }
+    given
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn one_envoy_gets_the_whole_limit() {
+        let shares = divide(100.0, &[Some(500.0)], ShareSettings::default());
+        assert!(close(shares[0], 100.0), "{shares:?}");
+    }
+
+    #[test]
+    fn unequal_demand_over_the_limit_is_shared_max_min_fairly() {
+        // 100/s among demands 10 and 300: the small one gets 10 × 1.2 and its floor is inside
+        // that; the large one the rest.
+        let shares = divide(100.0, &[Some(10.0), Some(300.0)], ShareSettings::default());
+        assert!(close(shares[0], 12.0), "{shares:?}");
+        assert!(close(shares[1], 88.0), "{shares:?}");
+    }
+
+    #[test]
+    fn two_large_demands_split_evenly() {
+        let shares = divide(100.0, &[Some(200.0), Some(900.0)], ShareSettings::default());
+        assert!(
+            close(shares[0], 50.0) && close(shares[1], 50.0),
+            "{shares:?}"
+        );
+    }
+
+    #[test]
+    fn demand_under_the_limit_leaves_the_rest_as_headroom_for_all() {
+        let shares = divide(100.0, &[Some(10.0), Some(20.0)], ShareSettings::default());
+        // Needs 12 and 24 (floors of 5 inside them); 64 unclaimed, 32 each.
+        assert!(close(shares[0], 44.0), "{shares:?}");
+        assert!(close(shares[1], 56.0), "{shares:?}");
+    }
+
+    #[test]
+    fn a_newcomer_asks_an_even_share_and_never_gets_less_than_its_floor() {
+        let shares = divide(
+            90.0,
+            &[Some(1000.0), None, Some(1000.0)],
+            ShareSettings::default(),
+        );
+        assert!(shares.iter().all(|s| close(*s, 30.0)), "{shares:?}");
+        let idle = divide(100.0, &[Some(0.0), Some(1000.0)], ShareSettings::default());
+        assert!(close(idle[0], 5.0), "{idle:?}");
+    }
+
+    #[test]
+    fn no_limit_or_no_envoys_give_nothing() {
+        assert!(divide(100.0, &[], ShareSettings::default()).is_empty());
+        assert_eq!(
+            divide(0.0, &[Some(1.0)], ShareSettings::default()),
+            vec![0.0]
+        );
+        assert_eq!(
+            divide(f64::NAN, &[None], ShareSettings::default()),
+            vec![0.0]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn shares_add_up_to_the_limit_and_cover_modest_demand(
+            limit in 1.0f64..1e6,
+            demands in proptest::collection::vec(proptest::option::of(0.0f64..1e7), 1..40),
+        ) {
+            let settings = ShareSettings::default();
+            let shares = divide(limit, &demands, settings);
+            let total: f64 = shares.iter().sum();
+            prop_assert!(close(total, limit), "total {total} limit {limit}");
+            let floor = limit * settings.floor_fraction / demands.len() as f64;
+            let even = limit / demands.len() as f64;
+            for (share, demand) in shares.iter().zip(&demands) {
+                prop_assert!(*share >= floor * (1.0 - 1e-9));
+                // Whoever asks no more than an even share gets all it asks.
+                if let Some(rate) = demand {
+                    if rate * (1.0 + settings.headroom) <= even {
+                        prop_assert!(*share >= rate * (1.0 - 1e-9), "share {share} demand {rate}");
+                    }
+                }
+            }
+        }
+    }
+}

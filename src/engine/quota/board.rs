@@ -1,0 +1,116 @@
+//! Every bucket of every domain, with each reporting stream's last demand on it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::settings::QuotaSettings;
+use super::stream::QuotaStream;
+use crate::core::quota::{divide, BucketKey};
+
+pub(super) type StreamId = u64;
+
+/// Shared by every RLQS stream of the process.
+pub struct QuotaBoard {
+    pub(super) settings: QuotaSettings,
+    pub(super) domains: Mutex<HashMap<String, DomainBuckets>>,
+    next_stream: AtomicU64,
+    pub(super) open_streams: AtomicUsize,
+}
+
+#[derive(Default)]
+pub(super) struct DomainBuckets {
+    pub(super) buckets: HashMap<BucketKey, Vec<EnvoyDemand>>,
+}
+
+/// One stream's last report on one bucket.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EnvoyDemand {
+    pub(super) stream: StreamId,
+    /// Requests per second offered (admitted and denied) between its last two reports; `None`
+    /// until it has reported twice.
+    pub(super) demand: Option<f64>,
+    pub(super) reported_at: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{open} RLQS streams are open, the bound (--rlqs-max-streams): retry later, or raise the bound"
+)]
+pub struct StreamsExhausted {
+    pub open: usize,
+}
+
+impl QuotaBoard {
+    pub fn new(settings: QuotaSettings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            domains: Mutex::new(HashMap::new()),
+            next_stream: AtomicU64::new(0),
+            open_streams: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn settings(&self) -> &QuotaSettings {
+        &self.settings
+    }
+
+    /// A new stream's state, counted against `max_streams` until it is dropped.
+    pub fn open_stream(self: &Arc<Self>) -> Result<QuotaStream, StreamsExhausted> {
+        let open = self.open_streams.fetch_add(1, Ordering::AcqRel);
+        if open >= self.settings.max_streams {
+            self.open_streams.fetch_sub(1, Ordering::AcqRel);
+            return Err(StreamsExhausted { open });
+        }
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        Ok(QuotaStream::new(Arc::clone(self), id))
+    }
+
+    /// Open RLQS streams.
+    pub fn streams(&self) -> usize {
+        self.open_streams.load(Ordering::Acquire)
+    }
+
+    /// Buckets known in every domain.
+    pub fn all_buckets(&self) -> usize {
+        self.domains
+            .lock()
+            .values()
+            .map(|domain| domain.buckets.len())
+            .sum()
+    }
+
+    /// Buckets known in `domain` (reported by at least one open stream).
+    pub fn buckets(&self, domain: &str) -> usize {
+        self.domains
+            .lock()
+            .get(domain)
+            .map_or(0, |domain| domain.buckets.len())
+    }
+
+    /// The share of `limit` (requests per second) of `stream` on one bucket, after recording
+    /// its demand: the demands of every stream that reported on the bucket within
+    /// `abandon_after` are divided.
+    pub(super) fn share(
+        demands: &mut Vec<EnvoyDemand>,
+        stream: StreamId,
+        limit: f64,
+        now: Instant,
+        settings: &QuotaSettings,
+    ) -> f64 {
+        let stale = settings.abandon_after.max(Duration::from_secs(1));
+        demands.retain(|envoy| {
+            envoy.stream == stream || now.saturating_duration_since(envoy.reported_at) < stale
+        });
+        let rates: Vec<Option<f64>> = demands.iter().map(|envoy| envoy.demand).collect();
+        let shares = divide(limit, &rates, settings.shares);
+        demands
+            .iter()
+            .zip(shares)
+            .find(|(envoy, _)| envoy.stream == stream)
+            .map_or(0.0, |(_, share)| share)
+    }
+}

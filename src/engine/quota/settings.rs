@@ -1,0 +1,40 @@
+//! The RLQS knobs (`--rlqs-*` flags) and their defaults, explained in docs/rlqs.md.
+
+use std::time::Duration;
+
+use crate::core::quota::{BucketKeyBounds, ShareSettings, UnmatchedBucket};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaSettings {
+    /// What a bucket that meets no rule is assigned.
+    pub unmatched: UnmatchedBucket,
+    /// `assignment_time_to_live` of every assignment: how long an Envoy that hears nothing
+    /// more keeps it before its `expired_assignment_behavior`. Whole seconds, at least 1
+    /// (Envoy 1.40 reads only the seconds; 0 would expire at once).
+    pub assignment_ttl: Duration,
+    /// A bucket that an Envoy reports no requests on for this long is abandoned on that
+    /// Envoy (`AbandonAction`), which forgets it until its next request.
+    pub abandon_after: Duration,
+    pub max_buckets_per_stream: usize,
+    pub max_buckets_per_domain: usize,
+    /// Open RLQS streams, all connections together (one connection's streams are also bounded
+    /// by HTTP/2 `max_concurrent_streams`).
+    pub max_streams: usize,
+    pub bucket_keys: BucketKeyBounds,
+    pub shares: ShareSettings,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        Self {
+            unmatched: UnmatchedBucket::AllowAll,
+            assignment_ttl: Duration::from_secs(15),
+            abandon_after: Duration::from_secs(60),
+            max_buckets_per_stream: 1_000,
+            max_buckets_per_domain: 10_000,
+            max_streams: 1_000,
+            bucket_keys: BucketKeyBounds::default(),
+            shares: ShareSettings::default(),
+        }
+    }
+}

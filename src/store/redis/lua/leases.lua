@@ -1,0 +1,120 @@
+-- floodgate's lease script: the concurrency rules' leases (core::lease), one call per request,
+-- atomic as every script. Keep it in step with core/src/lease.rs: the differential test
+-- (tests/redis/redis_leases.rs) demands the same outcomes from both.
+--
+--   a counter   = a sorted set: member lease id, score its expiry (µs); a score ≤ now is gone
+--   acquire id  : held → admitted, score now + ttl, still one slot
+--                 count + 1 + reserve ≤ max → admitted, id → now + ttl
+--                 otherwise → refused, retry_after = max(earliest expiry − now, 1)
+--   release id  : admitted; removed if held (an unknown id releases nothing)
+--   all or nothing: when an acquire is refused, no call of the request changes anything.
+--
+-- KEYS: the request's distinct counters.
+-- ARGV[1]: now in µs, or 'time' for Redis TIME; ARGV[2]: ms a key outlives its last lease
+-- (a test clock's instants are not Redis's); then per call CALL_FIELDS values: key index,
+-- action ('acquire' or 'release'), lease id, max in flight, reserve, lease ttl (µs).
+-- Reply: per call admitted (1 or 0), in flight after it, retry_after (µs), released (1 or 0),
+-- held for (µs since the released lease's last acquire, expiry − ttl; 0 unless released).
+--
+-- Scores are integers below 2^53 µs, exact in doubles; Redis returns them with 17
+-- significant digits, so tonumber reads back exactly what was written.
+
+local CALL_FIELDS = 6
+local now
+if ARGV[1] == 'time' then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+  now = tonumber(ARGV[1])
+end
+local extra_ttl_ms = tonumber(ARGV[2])
+
+-- key index → { leases = id → expiry, count = n, changed = id → expiry or false }, read once
+-- per request with the expired leases left out.
+local counters = {}
+local function counter_at(index)
+  local counter = counters[index]
+  if counter then
+    return counter
+  end
+  local leases, count = {}, 0
+  local stored = redis.call('ZRANGE', KEYS[index], 0, -1, 'WITHSCORES')
+  for at = 1, #stored, 2 do
+    local expiry = tonumber(stored[at + 1])
+    if expiry > now then
+      leases[stored[at]] = expiry
+      count = count + 1
+    end
+  end
+  counter = { leases = leases, count = count, changed = {} }
+  counters[index] = counter
+  return counter
+end
+
+local reply = {}
+local kept = true
+local calls = (#ARGV - 2) / CALL_FIELDS
+for call = 1, calls do
+  local base = 2 + (call - 1) * CALL_FIELDS
+  local counter = counter_at(tonumber(ARGV[base + 1]))
+  local action, id = ARGV[base + 2], ARGV[base + 3]
+  local max, reserve, ttl = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
+    tonumber(ARGV[base + 6])
+  local admitted, retry_after, released, held_for = 1, 0, 0, 0
+  if action == 'release' then
+    local expiry = counter.leases[id]
+    if expiry then
+      held_for = math.max(now - (expiry - math.max(ttl, 1)), 0)
+      counter.leases[id], counter.changed[id] = nil, false
+      counter.count = counter.count - 1
+      released = 1
+    end
+  elseif action == 'acquire' then
+    local expiry = now + math.max(ttl, 1)
+    if counter.leases[id] then
+      counter.leases[id], counter.changed[id] = expiry, expiry
+    elseif counter.count + 1 + reserve <= max then
+      counter.leases[id], counter.changed[id] = expiry, expiry
+      counter.count = counter.count + 1
+    else
+      local earliest = expiry
+      for _, at in pairs(counter.leases) do
+        earliest = math.min(earliest, at)
+      end
+      admitted, retry_after, kept = 0, math.max(earliest - now, 1), false
+    end
+  else
+    error('floodgate: unknown lease action ' .. tostring(action))
+  end
+  reply[#reply + 1] = admitted
+  reply[#reply + 1] = counter.count
+  reply[#reply + 1] = retry_after
+  reply[#reply + 1] = released
+  reply[#reply + 1] = held_for
+end
+
+if kept then
+  for index, counter in pairs(counters) do
+    local key = KEYS[index]
+    if counter.count == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
+      local last = now
+      for id, expiry in pairs(counter.changed) do
+        if expiry then
+          redis.call('ZADD', key, string.format('%d', expiry), id)
+        else
+          redis.call('ZREM', key, id)
+        end
+      end
+      for _, expiry in pairs(counter.leases) do
+        last = math.max(last, expiry)
+      end
+      -- The key goes when its last lease does (rounded up to whole ms).
+      local ttl_ms = math.floor((last - now + 999) / 1000) + extra_ttl_ms
+      redis.call('PEXPIRE', key, string.format('%d', math.max(ttl_ms, 1)))
+    end
+  end
+end
+return reply
