@@ -5,7 +5,7 @@
 //!   base      = the median time held in a probe: an interval at `min`, a limit low enough
 //!               that nothing waits upstream (the service time alone), measured first and
 //!               again every `probe_every` intervals, after one interval to drain
-//!   sample    = the median time held over the last interval
+//!   sample    = the mean time held over the last interval, its slowest 5 % left out
 //!   gradient  = min(1, base × 1.05 / sample), at least 0.75
 //!   next      = floor(limit × gradient) + headroom,  headroom = max(1, floor(√limit / 3)),
 //!               the headroom only while the interval's peak in flight reached half the limit
@@ -13,13 +13,18 @@
 //!   p95 > slo → × 0.9 (at least −1), whatever the gradient: the SLO stays a ceiling
 //!
 //! Why it settles at the backend's capacity P: past P every extra lease waits for a worker, so
-//! a lease is held base × limit / P (Little's law), the gradient is about P / limit and
+//! a lease is held base × limit / P on average (Little's law), the gradient is about P / limit and
 //! next ≈ P + headroom; below P nothing waits, the gradient is 1 and the limit climbs by the
 //! headroom each interval. AIMD on the p95 (`core::aimd`, `control: aimd`) settles where the
 //! queue upstream is as long as the SLO lets it be instead: with an SLO of 3× the service
 //! time, at 2 P or more in flight (it stops growing once the p95 passes 0.7 × the SLO).
 //!
-//! The 5 % is the noise a median of unqueued calls has; the probe's cost is one interval at
+//! The mean, not the median: Little's law speaks of the mean whatever order the backend serves
+//! its queue in. An upstream whose free worker goes to whoever asks first (a thread pool, not a
+//! FIFO) serves most calls at once and makes a few wait long, so its median stays at the
+//! service time while a queue builds; the mean sees that queue. The slowest 5 % are left out so
+//! that one stalled call does not move the limit; the p95 has its own rule. The 5 % in the
+//! gradient is the noise a mean of unqueued calls has; the probe's cost is one interval at
 //! `min` (and one draining) every `probe_every`. The 0.75 keeps one bad interval from halving
 //! the limit (Envoy's filter allows 0.5). Pure: the shell measures and keeps the state.
 
@@ -42,6 +47,8 @@ pub struct LeaseSample {
     /// Their median and 95th percentile time held (µs).
     pub median: Micros,
     pub p95: Micros,
+    /// Their mean time held without the slowest 5 % (µs): what steering reads.
+    pub trimmed_mean: Micros,
     /// The most leases in flight any call of the interval saw.
     pub peak_in_flight: u32,
 }
@@ -55,10 +62,21 @@ impl LeaseSample {
             let rank = (held.len() * share).div_ceil(100).max(1);
             held.get(rank - 1).copied().unwrap_or(0)
         };
+        let kept = held.len() - held.len() / 20;
+        let sum: i128 = held
+            .iter()
+            .take(kept)
+            .map(|&micros| i128::from(micros))
+            .sum();
+        let trimmed_mean = match i128::try_from(kept) {
+            Ok(kept) if kept > 0 => Micros::try_from(sum / kept).unwrap_or(Micros::MAX),
+            _ => 0,
+        };
         LeaseSample {
             count: u32::try_from(held.len()).unwrap_or(u32::MAX),
             median: at(50),
             p95: at(95),
+            trimmed_mean,
             peak_in_flight,
         }
     }
@@ -206,8 +224,8 @@ impl Gradient {
             return step_to(current, limit, why);
         }
         let allowed = i128::from(base) * 105 / 100;
-        let median = i128::from(sample.median.max(1));
-        let scaled = (i128::from(current) * allowed / median).min(i128::from(current));
+        let held = i128::from(sample.trimmed_mean.max(1));
+        let scaled = (i128::from(current) * allowed / held).min(i128::from(current));
         // At most a quarter off per interval: one slow interval (a stalled host, a GC pause
         // upstream) costs a little capacity, a lasting slowdown still halves it in 3 steps.
         let floor = i128::from(current) * 3 / 4;
@@ -221,8 +239,8 @@ impl Gradient {
             .unwrap_or(settings.max)
             .max(settings.min);
         let mut why = format!(
-            "median {} against service time {}",
-            millis(sample.median),
+            "mean {} against service time {}",
+            millis(sample.trimmed_mean),
             millis(base)
         );
         if !busy {

@@ -333,7 +333,16 @@ fn check(floodgate: &Floodgate, descriptor: &str) -> i32 {
         ])
         .output()
         .unwrap_or_else(|error| panic!("floodgate check: {error}"));
-    output.status.code().unwrap_or(-1)
+    let code = output.status.code().unwrap_or(-1);
+    if code != 0 && code != 2 {
+        // Shown with the test's failure: why the call was not answered.
+        eprintln!(
+            "floodgate check {descriptor} exited {code}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    code
 }
 
 fn write_rules(path: &Path, text: &str) {

@@ -27,6 +27,7 @@ fn backend(pool: u32, limit: u32) -> LeaseSample {
         count: pool * 10,
         median: held,
         p95: held + held / 20,
+        trimmed_mean: held,
         peak_in_flight: limit,
     }
 }
@@ -143,6 +144,7 @@ fn a_p95_above_the_slo_lowers_the_limit_whatever_the_gradient() {
         count: 50,
         median: SERVICE,
         p95: 200_000,
+        trimmed_mean: SERVICE,
         peak_in_flight: 20,
     };
     let step = gradient.step(&settings, 20, &slow);
@@ -181,14 +183,40 @@ fn one_step_takes_at_most_a_quarter_off() {
         count: 50,
         median: SERVICE * 100,
         p95: SERVICE * 100,
+        trimmed_mean: SERVICE * 100,
         peak_in_flight: 100,
     };
     // Three quarters of 100, plus the headroom of a busy rule.
     assert_eq!(gradient.step(&settings, 100, &queued).limit, 78);
 }
 
+/// A pool that hands a free worker to whoever asks first: of 11 leases over 8 workers most
+/// are served at once (the median is the service time) and a few wait long. The mean still
+/// says 11/8 × the service time (Little's law), so the limit comes down to the pool.
 #[test]
-fn samples_take_the_median_and_the_95th_percentile() {
+fn a_queue_the_median_hides_is_steered_by_the_mean() {
+    let settings = settings(2, 200, 100_000.0);
+    let mut gradient = Gradient::new(1000);
+    run(&mut gradient, &settings, 8, 8, 3);
+    let unfair = LeaseSample {
+        count: 40,
+        median: SERVICE,
+        p95: SERVICE * 4,
+        trimmed_mean: SERVICE * 11 / 8,
+        peak_in_flight: 11,
+    };
+    let step = gradient.step(&settings, 11, &unfair);
+    assert_eq!(
+        (step.limit, step.change),
+        (9, Change::Decrease),
+        "{}",
+        step.why
+    );
+    assert!(step.why.starts_with("mean 138ms"), "{}", step.why);
+}
+
+#[test]
+fn samples_take_the_median_the_95th_percentile_and_the_trimmed_mean() {
     let mut held: Vec<Micros> = (1..=100).rev().collect();
     let sample = LeaseSample::of(&mut held, 7);
     assert_eq!(
@@ -196,10 +224,14 @@ fn samples_take_the_median_and_the_95th_percentile() {
             sample.count,
             sample.median,
             sample.p95,
+            sample.trimmed_mean,
             sample.peak_in_flight
         ),
-        (100, 50, 95, 7)
+        // The mean of 1..=95: the slowest 5 left out.
+        (100, 50, 95, 48, 7)
     );
+    let mut stalled: Vec<Micros> = [vec![250; 19], vec![60_000]].concat();
+    assert_eq!(LeaseSample::of(&mut stalled, 1).trimmed_mean, 250);
     assert_eq!(LeaseSample::of(&mut [], 0), LeaseSample::default());
     assert_eq!(LeaseSample::of(&mut [42], 1).p95, 42);
 }
@@ -216,6 +248,7 @@ fn sample() -> impl Strategy<Value = LeaseSample> {
             count,
             median,
             p95: median + extra,
+            trimmed_mean: median + extra / 2,
             peak_in_flight,
         },
     )
