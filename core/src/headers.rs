@@ -106,6 +106,9 @@ pub enum Refused {
     Reserved,
     /// The shared capacity had no room for the hit.
     Full,
+    /// A concurrency rule had a slot, but past its `shed_above` the lease did not survive
+    /// probabilistic shedding (`core::shed`).
+    Shed,
 }
 
 impl Refused {
@@ -113,6 +116,7 @@ impl Refused {
         match self {
             Refused::Reserved => "reserved",
             Refused::Full => "full",
+            Refused::Shed => "shed",
         }
     }
 }

@@ -7,6 +7,8 @@
 //!   acquire id  : held already → admitted, expiry moved to now + ttl, still one slot
 //!                 count + 1 + reserve ≤ max → admitted, id → now + ttl
 //!                 otherwise → refused, retry_after = earliest expiry − now (≥ 1)
+//!                 (a new lease past `shed_above`: it must also survive `core::shed`, or it is
+//!                 refused as shed, retry_after = min(earliest expiry − now, 1 s), ≥ 1)
 //!   release id  : admitted; the lease is removed if held (an unknown id releases nothing)
 //!   reserve     = max − floor(max × share) for a priority class (`algorithm::Share`), as a
 //!                 class leaves headroom in a rate limit
@@ -21,6 +23,7 @@ use std::collections::BTreeMap;
 
 use super::algorithm::Share;
 use super::plan::{DescriptorPlan, Plan};
+use super::shed;
 use super::time::Micros;
 
 /// The most leases one concurrency rule may hold: each lease is stored (and the Redis store
@@ -44,7 +47,13 @@ pub struct Concurrency {
     pub lease_key: String,
     /// The entry that marks a call as a release (`{key: phase, value: done}`).
     pub release: ReleaseMarker,
+    /// Past this many in flight a new lease is shed with probability (`core::shed`); `None`
+    /// sheds nothing, only the hard `max_in_flight` refuses.
+    pub shed_above: Option<u32>,
 }
+
+/// What a shed acquire is told to wait at most: the load that shed it is momentary.
+pub const SHED_RETRY_AFTER: Micros = 1_000_000;
 
 /// The entry only the release call sends (Envoy: a `generic_key` in the
 /// `apply_on_stream_done: true` rate limit).
@@ -102,6 +111,11 @@ pub struct LeaseCall {
     /// Slots the descriptor's priority class must leave free (0 without classes).
     pub reserve: u32,
     pub lease_ttl: Micros,
+    /// The class's shedding threshold (`core::shed::threshold_for`); 0 sheds nothing.
+    pub shed_above: u32,
+    /// The shell's uniform draw in 0..2^32 for `core::shed::survives` (any value when
+    /// `shed_above` is 0).
+    pub draw: u32,
 }
 
 /// The leases of one counter: lease id → when it expires.
@@ -120,6 +134,8 @@ pub struct LeaseOutcome {
     /// For a release that found its lease: how long it was held, from its last acquire (µs);
     /// what adaptive concurrency learns the backend's latency from. 0 otherwise.
     pub held_for: Micros,
+    /// A refused acquire that had a slot but did not survive shedding.
+    pub shed: bool,
 }
 
 impl LeaseOutcome {
@@ -148,24 +164,32 @@ pub fn apply(leases: &mut Leases, now: Micros, call: &LeaseCall) -> LeaseOutcome
                 retry_after: 0,
                 released: removed.is_some(),
                 held_for: removed.map_or(0, |expiry| held_for(now, expiry, call.lease_ttl)),
+                shed: false,
             }
         }
         LeaseAction::Acquire => {
             let expires_at = now.saturating_add(call.lease_ttl.max(1));
             let fits =
                 u64::from(held) + 1 + u64::from(call.reserve) <= u64::from(call.max_in_flight);
+            let survives = || shed::survives(call.shed_above, held.saturating_add(1), call.draw);
             if let Some(expiry) = leases.get_mut(&call.lease_id) {
                 *expiry = expires_at;
-            } else if fits {
+            } else if fits && survives() {
                 leases.insert(call.lease_id.clone(), expires_at);
             } else {
                 let earliest = leases.values().min().copied().unwrap_or(expires_at);
+                let wait = (earliest - now).max(1);
                 return LeaseOutcome {
                     admitted: false,
                     in_flight: held,
-                    retry_after: (earliest - now).max(1),
+                    retry_after: if fits {
+                        wait.min(SHED_RETRY_AFTER)
+                    } else {
+                        wait
+                    },
                     released: false,
                     held_for: 0,
+                    shed: fits,
                 };
             }
             LeaseOutcome {
@@ -174,6 +198,7 @@ pub fn apply(leases: &mut Leases, now: Micros, call: &LeaseCall) -> LeaseOutcome
                 retry_after: 0,
                 released: false,
                 held_for: 0,
+                shed: false,
             }
         }
     }
@@ -254,6 +279,7 @@ pub fn admitted_without_store(calls: &[LeaseCall]) -> Vec<LeaseOutcome> {
         retry_after: 0,
         released: false,
         held_for: 0,
+        shed: false,
     };
     vec![admitted; calls.len()]
 }

@@ -26,6 +26,7 @@ pub mod quota;
 pub mod request;
 pub mod response;
 pub mod rules;
+pub mod shed;
 pub mod time;
 pub mod unit;
 pub mod verdict;

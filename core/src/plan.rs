@@ -8,6 +8,7 @@ use super::lease::{adjusted_max_in_flight, reserve_at, LeaseAction, LeaseCall, M
 use super::priority::ClassChoice;
 use super::request::{Descriptor, LimitOverride, Request};
 use super::rules::{DomainRules, Entry, MatchedLevel, Rule};
+use super::shed;
 use super::verdict::Role;
 
 /// One counter a request touches: which descriptor asks, its identity, its limit, what to do.
@@ -199,6 +200,15 @@ pub fn plan_adjusted<'a>(
                         max_in_flight,
                         reserve: reserve_at(max_in_flight, share),
                         lease_ttl: c.lease_ttl,
+                        shed_above: c.shed_above.map_or(0, |soft| {
+                            shed::threshold_for(
+                                scaled_threshold(soft, c.max_in_flight, max_in_flight),
+                                share,
+                            )
+                        }),
+                        // The shell draws; 0 survives, so a call it did not draw for is
+                        // never shed.
+                        draw: 0,
                     });
                     plan.leases.len() - 1
                 });
@@ -376,4 +386,14 @@ fn add_counters<'a>(
         counters: first..plan.counters.len(),
         class,
     }
+}
+
+/// A shedding threshold set for `configured` in flight, moved along with an adjusted limit
+/// (`adjusted`): the same share of it, at least 1.
+fn scaled_threshold(soft: u32, configured: u32, adjusted: u32) -> u32 {
+    if configured == adjusted || configured == 0 {
+        return soft;
+    }
+    let scaled = u64::from(soft) * u64::from(adjusted) / u64::from(configured);
+    u32::try_from(scaled).unwrap_or(soft).max(1)
 }

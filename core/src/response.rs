@@ -236,8 +236,11 @@ fn class_refusal<'a>(
                 ..
             } => {
                 let (call, outcome) = (plan.leases.get(*at)?, leases.get(*at)?);
-                // A free slot kept for the classes above, or none at all.
-                let reason = if outcome.in_flight < call.max_in_flight {
+                // Shed past the soft threshold, a free slot kept for the classes above, or
+                // none at all.
+                let reason = if outcome.shed {
+                    Refused::Shed
+                } else if outcome.in_flight < call.max_in_flight {
                     Refused::Reserved
                 } else {
                     Refused::Full

@@ -121,6 +121,8 @@ mod tests {
             max_in_flight: 8,
             reserve: 0,
             lease_ttl: 30_000_000,
+            shed_above: 0,
+            draw: 0,
         }
     }
 
@@ -131,6 +133,7 @@ mod tests {
             retry_after: 0,
             released,
             held_for,
+            shed: false,
         }
     }
 

@@ -308,12 +308,16 @@ impl<S: Store> Limiter<S> {
             adjustments: &adjustments,
             now_unix_ms: self.adjustments.now_unix_ms(),
         });
-        let plan = plan_adjusted(
+        let mut plan = plan_adjusted(
             request,
             live.rules.domain(&request.domain),
             self.settings.plan,
             adjusted,
         );
+        // The core reads no randomness: the shell draws for every lease that may be shed.
+        for call in plan.leases.iter_mut().filter(|call| call.shed_above > 0) {
+            call.draw = rand::random();
+        }
 
         let store_span = if span.is_disabled() {
             Span::none()

@@ -39,6 +39,8 @@ fn call(key: &[u8], id: String, action: LeaseAction, max: u32, reserve: u32) -> 
         max_in_flight: max,
         reserve,
         lease_ttl: TTL,
+        shed_above: 0,
+        draw: 0,
     }
 }
 
@@ -73,7 +75,23 @@ fn random_request(rng: &mut StdRng, keys: &[Vec<u8>], maxes: &[u32]) -> Vec<Leas
             } else {
                 0
             };
-            call(&keys[counter], id, action, max, reserve)
+            // Shedding on a third of the calls, with draws from the whole range (its edges
+            // too), so both sides must agree on every survival.
+            let shed_above = if rng.random_bool(0.35) {
+                rng.random_range(1..max.max(2))
+            } else {
+                0
+            };
+            let draw = match rng.random_range(0..10) {
+                0 => 0,
+                1 => u32::MAX,
+                _ => rng.random(),
+            };
+            LeaseCall {
+                shed_above,
+                draw,
+                ..call(&keys[counter], id, action, max, reserve)
+            }
         })
         .collect()
 }
@@ -91,6 +109,7 @@ async fn leases_in_redis_decide_as_in_memory() {
         let maxes: Vec<u32> = (0..3).map(|_| rng.random_range(1..=6)).collect();
         let mut refused = 0;
         let mut released = 0;
+        let mut shed = 0;
         for step in 0..STEPS {
             let calls = random_request(&mut rng, &keys, &maxes);
             let expected = memory
@@ -106,6 +125,7 @@ async fn leases_in_redis_decide_as_in_memory() {
             );
             refused += expected.iter().filter(|o| !o.admitted).count();
             released += expected.iter().filter(|o| o.released).count();
+            shed += expected.iter().filter(|o| o.shed).count();
             // Mostly small steps; sometimes past every lease's TTL.
             let step_micros = if rng.random_bool(0.03) {
                 TTL + rng.random_range(0..MICROS_PER_SECOND)
@@ -116,8 +136,8 @@ async fn leases_in_redis_decide_as_in_memory() {
         }
         // The sequences must reach every branch, or the comparison shows little.
         assert!(
-            refused > 20 && released > 20,
-            "seed {seed}: {refused} refused, {released} released"
+            refused > 20 && released > 20 && shed > 3,
+            "seed {seed}: {refused} refused, {released} released, {shed} shed"
         );
     }
 }

@@ -6,5 +6,6 @@ mod hostile_clients;
 mod http_check;
 mod http_json;
 mod http_leases;
+mod http_shedding;
 mod tls_grpc;
 mod worker_threads;

@@ -23,7 +23,14 @@ use super::yaml_tree::{describe, field, text, wrong_type};
 use crate::lease::{Concurrency, ReleaseMarker, MAX_IN_FLIGHT, MAX_LEASE_TTL};
 use crate::time::Micros;
 
-const CONCURRENCY_KEYS: [&str; 5] = ["max_in_flight", "lease", "release", "ttl", "name"];
+const CONCURRENCY_KEYS: [&str; 6] = [
+    "max_in_flight",
+    "lease",
+    "release",
+    "ttl",
+    "name",
+    "shed_above",
+];
 const RELEASE_KEYS: [&str; 2] = ["key", "value"];
 
 const EXAMPLE: &str = "concurrency: {max_in_flight: 10, lease: request_id, release: {key: \
@@ -69,6 +76,7 @@ pub(super) fn read_concurrency(
     );
     let (max_in_flight, lease_key, release, lease_ttl) =
         (max_in_flight?, lease_key?, release?, lease_ttl?);
+    let shed_above = shed_above(map, max_in_flight, path, walk)?;
     if lease_key == release.key {
         walk.report.error(
             path,
@@ -102,8 +110,37 @@ pub(super) fn read_concurrency(
             lease_ttl,
             lease_key,
             release,
+            shed_above,
         }),
     })
+}
+
+/// `shed_above`: absent (`Some(None)`), or from 1 to `max_in_flight − 1`; `None` when wrong
+/// (reported).
+fn shed_above(
+    map: &Mapping,
+    max_in_flight: u32,
+    path: &str,
+    walk: &mut FileWalk,
+) -> Option<Option<u32>> {
+    let shown = "concurrency.shed_above";
+    if field(map, "shed_above").is_none() {
+        return Some(None);
+    }
+    let soft = walk.number(map, "shed_above", shown, path)?;
+    if soft == 0 || soft >= max_in_flight {
+        walk.report.error(
+            path,
+            format!(
+                "`{shown}` is {soft}: it must be from 1 to {} (below `max_in_flight`, \
+                 {max_in_flight}): past it new leases are shed with probability, and \
+                 `max_in_flight` stays the hard bound",
+                max_in_flight.saturating_sub(1)
+            ),
+        );
+        return None;
+    }
+    Some(Some(soft))
 }
 
 fn max_in_flight(map: &Mapping, path: &str, walk: &mut FileWalk) -> Option<u32> {

@@ -17,6 +17,8 @@ fn call(id: &str, action: LeaseAction, max: u32, reserve: u32) -> LeaseCall {
         max_in_flight: max,
         reserve,
         lease_ttl: TTL,
+        shed_above: 0,
+        draw: 0,
     }
 }
 
@@ -135,6 +137,7 @@ fn a_class_leaves_its_reserve_free_for_the_classes_above() {
             key: "phase".to_owned(),
             value: "done".to_owned(),
         },
+        shed_above: None,
     };
     let half = Share::from_millionths(500_000).unwrap_or(Share::FULL);
     let reserve = reserve_at(concurrency.max_in_flight, half);
@@ -198,4 +201,37 @@ fn a_request_refused_elsewhere_gives_back_what_it_acquired() {
     store.run(&undo, NOW + 1);
     assert!(store.counters[&b"pool".to_vec()].is_empty());
     assert!(admitted_without_store(&calls).iter().all(|o| o.admitted));
+}
+
+#[test]
+fn past_shed_above_a_new_lease_survives_by_its_draw_and_a_shed_one_waits_briefly() {
+    let mut leases = Leases::new();
+    let shedding = |id: &str, draw: u32| LeaseCall {
+        shed_above: 2,
+        draw,
+        ..acquire(id, 10)
+    };
+    // At or below the threshold every draw survives.
+    for id in ["a", "b"] {
+        assert!(apply(&mut leases, 0, &shedding(id, u32::MAX)).admitted);
+    }
+    // Third lease: depth 3, survival 2/3. A draw past two thirds of the range is shed.
+    let shed = apply(&mut leases, 0, &shedding("c", u32::MAX / 10 * 9));
+    assert!(!shed.admitted && shed.shed, "{shed:?}");
+    assert_eq!(shed.retry_after, SHED_RETRY_AFTER.min(TTL));
+    assert_eq!(leases.len(), 2, "a shed lease takes nothing");
+    let survived = apply(&mut leases, 0, &shedding("c", u32::MAX / 10 * 6));
+    assert!(survived.admitted && !survived.shed);
+    // A lease already held renews whatever the draw: shedding refuses only new work.
+    assert!(apply(&mut leases, 1, &shedding("a", u32::MAX)).admitted);
+    // At the hard bound it is a plain refusal, not a shed.
+    let full = apply(
+        &mut leases,
+        0,
+        &LeaseCall {
+            max_in_flight: 3,
+            ..shedding("d", 0)
+        },
+    );
+    assert!(!full.admitted && !full.shed);
 }

@@ -10,7 +10,7 @@ use crate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
 pub(super) const LEASE_SCRIPT: &str = include_str!("lua/leases.lua");
 
 /// Values the script answers per call.
-const REPLY_FIELDS: usize = 5;
+const REPLY_FIELDS: usize = 6;
 
 /// The `EVAL` deciding `calls` at `now`.
 pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> redis::Cmd {
@@ -46,7 +46,9 @@ pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> 
             .arg(call.lease_id.as_str())
             .arg(call.max_in_flight)
             .arg(call.reserve)
-            .arg(call.lease_ttl);
+            .arg(call.lease_ttl)
+            .arg(call.shed_above)
+            .arg(call.draw);
     }
     command
 }
@@ -63,13 +65,14 @@ pub(super) fn parse_lease_reply(reply: &[i64], calls: usize) -> Result<Vec<Lease
     reply
         .chunks_exact(REPLY_FIELDS)
         .map(|fields| match fields {
-            [admitted, in_flight, retry_after, released, held_for] => Ok(LeaseOutcome {
+            [admitted, in_flight, retry_after, released, held_for, shed] => Ok(LeaseOutcome {
                 admitted: *admitted == 1,
                 in_flight: u32::try_from(*in_flight)
                     .map_err(|_| format!("the lease script answered {in_flight} in flight"))?,
                 retry_after: *retry_after,
                 released: *released == 1,
                 held_for: *held_for,
+                shed: *shed == 1,
             }),
             _ => Err("the lease script's reply is cut short".to_owned()),
         })
@@ -82,9 +85,9 @@ mod tests {
 
     #[test]
     fn a_short_or_odd_reply_is_an_error() {
-        assert!(parse_lease_reply(&[1, 0, 0, 0], 1).is_err());
-        assert!(parse_lease_reply(&[1, -1, 0, 0, 0], 1).is_err());
-        let outcomes = parse_lease_reply(&[0, 3, 250, 0, 0, 1, 2, 0, 1, 4200], 2);
+        assert!(parse_lease_reply(&[1, 0, 0, 0, 0], 1).is_err());
+        assert!(parse_lease_reply(&[1, -1, 0, 0, 0, 0], 1).is_err());
+        let outcomes = parse_lease_reply(&[0, 3, 250, 0, 0, 1, 1, 2, 0, 1, 4200, 0], 2);
         assert_eq!(
             outcomes.map(|o| o
                 .iter()

@@ -217,3 +217,53 @@ fn it_stands_alone_on_its_descriptor() {
         &["`request_id` is read by `concurrency`"],
     );
 }
+
+#[test]
+fn shed_above_sets_each_class_its_own_threshold_and_must_be_below_the_limit() {
+    let text = with_concurrency(
+        "{max_in_flight: 10, shed_above: 6, lease: request_id, release: {key: phase, value: \
+         done}, ttl: 30s}",
+        "\x20   priority: {key: priority, classes: {critical: 100%, low: 50%}, default: low}\n",
+    );
+    let rules = loaded(&text);
+    let classed = request(&[
+        &[
+            ("backend", "slow"),
+            ("request_id", "a"),
+            ("priority", "critical"),
+        ],
+        &[("backend", "slow"), ("request_id", "b")],
+    ]);
+    let planned = plan(&classed, rules.domain("d"), PlanSettings::default());
+    let thresholds: Vec<u32> = planned.leases.iter().map(|c| c.shed_above).collect();
+    assert_eq!(
+        thresholds,
+        [6, 3],
+        "low sheds from half the critical threshold"
+    );
+    let plain = loaded(&with_concurrency(CONCURRENCY, ""));
+    let planned = plan(
+        &request(&[&[("backend", "slow"), ("request_id", "a")]]),
+        plain.domain("d"),
+        PlanSettings::default(),
+    );
+    assert_eq!(
+        planned.leases[0].shed_above, 0,
+        "no shed_above: nothing shed"
+    );
+    for soft in ["0", "10", "11"] {
+        assert_refused(
+            &with_concurrency(
+                &format!(
+                    "{{max_in_flight: 10, shed_above: {soft}, lease: request_id, release: \
+                     {{key: phase, value: done}}, ttl: 30s}}"
+                ),
+                "",
+            ),
+            &[
+                &format!("`concurrency.shed_above` is {soft}"),
+                "from 1 to 9",
+            ],
+        );
+    }
+}

@@ -5,6 +5,8 @@
 --   a counter   = a sorted set: member lease id, score its expiry (µs); a score ≤ now is gone
 --   acquire id  : held → admitted, score now + ttl, still one slot
 --                 count + 1 + reserve ≤ max → admitted, id → now + ttl
+--                 a new lease past shed_above must survive (core::shed): draw × (count + 1)
+--                 < shed_above × 2^32, or it is refused as shed, retry_after capped at 1 s
 --                 otherwise → refused, retry_after = max(earliest expiry − now, 1)
 --   release id  : admitted; removed if held (an unknown id releases nothing)
 --   all or nothing: when an acquire is refused, no call of the request changes anything.
@@ -12,14 +14,18 @@
 -- KEYS: the request's distinct counters.
 -- ARGV[1]: now in µs, or 'time' for Redis TIME; ARGV[2]: ms a key outlives its last lease
 -- (a test clock's instants are not Redis's); then per call CALL_FIELDS values: key index,
--- action ('acquire' or 'release'), lease id, max in flight, reserve, lease ttl (µs).
+-- action ('acquire' or 'release'), lease id, max in flight, reserve, lease ttl (µs), shed
+-- threshold (0: none), draw (0..2^32).
 -- Reply: per call admitted (1 or 0), in flight after it, retry_after (µs), released (1 or 0),
--- held for (µs since the released lease's last acquire, expiry − ttl; 0 unless released).
+-- held for (µs since the released lease's last acquire, expiry − ttl; 0 unless released),
+-- shed (1 or 0). Shedding's products stay below 2^46: exact in doubles.
 --
 -- Scores are integers below 2^53 µs, exact in doubles; Redis returns them with 17
 -- significant digits, so tonumber reads back exactly what was written.
 
-local CALL_FIELDS = 6
+local CALL_FIELDS = 8
+local SHED_RETRY_AFTER = 1000000
+local DRAW_RANGE = 4294967296
 local now
 if ARGV[1] == 'time' then
   local time = redis.call('TIME')
@@ -60,7 +66,8 @@ for call = 1, calls do
   local action, id = ARGV[base + 2], ARGV[base + 3]
   local max, reserve, ttl = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
     tonumber(ARGV[base + 6])
-  local admitted, retry_after, released, held_for = 1, 0, 0, 0
+  local shed_above, draw = tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8])
+  local admitted, retry_after, released, held_for, shed = 1, 0, 0, 0, 0
   if action == 'release' then
     local expiry = counter.leases[id]
     if expiry then
@@ -71,9 +78,13 @@ for call = 1, calls do
     end
   elseif action == 'acquire' then
     local expiry = now + math.max(ttl, 1)
+    local fits = counter.count + 1 + reserve <= max
+    local depth = counter.count + 1
+    local survives = shed_above == 0 or depth <= shed_above
+      or draw * depth < shed_above * DRAW_RANGE
     if counter.leases[id] then
       counter.leases[id], counter.changed[id] = expiry, expiry
-    elseif counter.count + 1 + reserve <= max then
+    elseif fits and survives then
       counter.leases[id], counter.changed[id] = expiry, expiry
       counter.count = counter.count + 1
     else
@@ -82,6 +93,9 @@ for call = 1, calls do
         earliest = math.min(earliest, at)
       end
       admitted, retry_after, kept = 0, math.max(earliest - now, 1), false
+      if fits then
+        shed, retry_after = 1, math.min(retry_after, SHED_RETRY_AFTER)
+      end
     end
   else
     error('floodgate: unknown lease action ' .. tostring(action))
@@ -91,6 +105,7 @@ for call = 1, calls do
   reply[#reply + 1] = retry_after
   reply[#reply + 1] = released
   reply[#reply + 1] = held_for
+  reply[#reply + 1] = shed
 end
 
 if kept then
