@@ -32,9 +32,16 @@ pub fn counter_key(
     push_field(&mut key, quota.algorithm.name().as_bytes());
     key.extend_from_slice(&(limit_index as u64).to_le_bytes());
     key.extend_from_slice(&window_identity(quota).to_le_bytes());
+    push_entries(&mut key, entries, levels);
+    key
+}
+
+/// The entries' count, then each key and value (a shared wildcard's pattern in place of the
+/// value, so every value it matches shares one counter).
+fn push_entries(key: &mut Vec<u8>, entries: &[Entry], levels: &[MatchedLevel<'_>]) {
     key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for (index, entry) in entries.iter().enumerate() {
-        push_field(&mut key, entry.key.as_bytes());
+        push_field(key, entry.key.as_bytes());
         let value = match levels.get(index) {
             Some(MatchedLevel::Wildcard {
                 pattern,
@@ -42,9 +49,8 @@ pub fn counter_key(
             }) => pattern,
             _ => entry.value.as_str(),
         };
-        push_field(&mut key, value.as_bytes());
+        push_field(key, value.as_bytes());
     }
-    key
 }
 
 /// The identity of the lease counter a concurrency rule `rule_path` keeps for the request's
@@ -60,18 +66,7 @@ pub fn lease_key(
     push_field(&mut key, domain.as_bytes());
     push_field(&mut key, rule_path.as_bytes());
     push_field(&mut key, b"concurrency");
-    key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for (index, entry) in entries.iter().enumerate() {
-        push_field(&mut key, entry.key.as_bytes());
-        let value = match levels.get(index) {
-            Some(MatchedLevel::Wildcard {
-                pattern,
-                shared: true,
-            }) => pattern,
-            _ => entry.value.as_str(),
-        };
-        push_field(&mut key, value.as_bytes());
-    }
+    push_entries(&mut key, entries, levels);
     key
 }
 
