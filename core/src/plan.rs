@@ -112,6 +112,24 @@ pub struct Plan<'a> {
     pub leases: Vec<LeaseCall>,
 }
 
+impl Plan<'_> {
+    /// The priority share a call as a whole is treated with when floodgate sheds its own load
+    /// (`core::shed`): its most important descriptor's, so a call carrying one critical
+    /// descriptor is critical. `Share::FULL` when no descriptor was decided in a class, so
+    /// deployments without classes shed every call alike.
+    pub fn call_share(&self) -> Share {
+        self.descriptors
+            .iter()
+            .filter_map(|descriptor| match descriptor {
+                DescriptorPlan::Limited { class, .. }
+                | DescriptorPlan::Concurrency { class, .. } => class.map(|class| class.share()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(Share::FULL)
+    }
+}
+
 /// Settings that change how requests are planned (`QUOTA_MODE`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlanSettings {

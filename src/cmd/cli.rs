@@ -565,6 +565,11 @@ pub struct ServeArgs {
         value_parser = parse_overload_answer
     )]
     pub overload_answer: OverloadAnswer,
+    /// Shed calls probabilistically past this many in flight, below --max-in-flight: a new
+    /// call is decided with probability N / depth, else gets --overload-answer at once, lower
+    /// priority classes first (a class of share s past max(1, N × s)). Off without it.
+    #[arg(long, env = "FLOODGATE_SHED_ABOVE", value_parser = clap::value_parser!(u32).range(1..))]
+    pub shed_above: Option<u32>,
     /// Turn on the admin API (runtime limit overrides) with the bearer token(s) in this file,
     /// one per line; re-read when the file changes. Off without it.
     #[arg(long, env = "FLOODGATE_ADMIN_TOKEN_FILE")]

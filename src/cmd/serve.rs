@@ -15,6 +15,7 @@ use crate::core::algorithm::Counting;
 use crate::core::charging::Charging;
 use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
+use crate::core::overload::OverloadAnswer;
 use crate::core::plan::PlanSettings;
 use crate::core::request::RequestBounds;
 use crate::core::rules::RuleSet;
@@ -23,6 +24,7 @@ use crate::engine::limiter::{Limiter, LimiterSettings};
 use crate::engine::observers::observed;
 use crate::engine::overrides_sync::SharedOverrides;
 use crate::engine::reload;
+use crate::engine::self_shedding::SelfShedding;
 use crate::engine::shutdown;
 use crate::engine::tasks;
 use crate::server::health::{self, Health};
@@ -222,6 +224,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
              STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false)"
         );
     }
+    let shedding = self_shedding(args.shed_above, args.max_in_flight, args.overload_answer)
+        .map_err(AppError::Usage)?;
     let settings = LimiterSettings {
         bounds: RequestBounds {
             max_descriptors: args.max_descriptors,
@@ -233,6 +237,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         global_shadow: args.shadow_mode,
         header_mode,
         failure_policy: args.redis_failure_policy,
+        shedding,
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),
@@ -737,4 +742,23 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
         env,
     )?;
     Ok(files.map(ServerTls::load).transpose()?)
+}
+
+/// `--shed-above`, which must leave room below the hard bound it sheds ahead of.
+fn self_shedding(
+    shed_above: Option<u32>,
+    max_in_flight: usize,
+    answer: OverloadAnswer,
+) -> Result<Option<SelfShedding>, String> {
+    let Some(above) = shed_above else {
+        return Ok(None);
+    };
+    if usize::try_from(above).map_or(true, |above| above >= max_in_flight) {
+        return Err(format!(
+            "--shed-above {above} must be below --max-in-flight {max_in_flight}: shedding \
+             refuses calls before the hard bound does; lower --shed-above or raise \
+             --max-in-flight"
+        ));
+    }
+    Ok(Some(SelfShedding { above, answer }))
 }

@@ -22,6 +22,7 @@ use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
 use crate::core::lease;
 use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
+use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::plan::Plan;
 use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
@@ -29,9 +30,10 @@ use crate::core::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::lease_timings::LeaseTimings;
+use crate::engine::self_shedding::{CallDepth, SelfShedding};
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
-use crate::telemetry::metrics::{self, Metrics, StoreSeries, UNKNOWN_DOMAIN_LABEL};
+use crate::telemetry::metrics::{self, Metrics, OverloadReason, StoreSeries, UNKNOWN_DOMAIN_LABEL};
 use crate::telemetry::record::{
     call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
 };
@@ -52,6 +54,8 @@ pub struct LimiterSettings {
     /// `--response-dynamic-metadata`: every decided answer carries `dynamic_metadata`
     /// (`core::dynamic_metadata`). Off, nothing of it is built.
     pub response_dynamic_metadata: bool,
+    /// `--shed-above`: shed calls past this many in the limiter (`engine::self_shedding`).
+    pub shedding: Option<SelfShedding>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +68,10 @@ pub enum LimitError {
     /// loaded since: the reference's own answer.
     #[error("no rate limit configuration loaded")]
     NoConfiguration,
+    /// Shed to protect floodgate (`--shed-above`) under `--overload-answer unavailable`; the
+    /// other overload answers are responses.
+    #[error("floodgate is overloaded: call shed past --shed-above calls in flight")]
+    Overloaded,
 }
 
 /// The rules in force and their metric series, swapped together so a decision never looks up
@@ -107,6 +115,22 @@ pub struct Limiter<S> {
     adjustments: Arc<LiveAdjustments>,
     /// How long the leases of adaptive concurrency rules were held, for their controllers.
     lease_timings: LeaseTimings,
+    /// Calls in `decide` now, which `--shed-above` sheds past.
+    depth: CallDepth,
+}
+
+/// A call that got an answer: decided, or shed before the store was asked.
+enum Answered {
+    Decided(Response, Decision),
+    Shed(Response),
+}
+
+impl Answered {
+    fn into_response(self) -> Response {
+        match self {
+            Answered::Decided(response, _) | Answered::Shed(response) => response,
+        }
+    }
 }
 
 /// At most one failure-policy log line per this many milliseconds.
@@ -136,6 +160,7 @@ impl<S: Store> Limiter<S> {
             started: Instant::now(),
             adjustments: Arc::new(LiveAdjustments::default()),
             lease_timings: LeaseTimings::default(),
+            depth: CallDepth::default(),
         }
     }
 
@@ -257,18 +282,24 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Response, LimitError> {
         let started = Instant::now();
         let _in_flight = self.metrics.map(Metrics::call_started);
-        let result = self.decide_recorded(request, span).await;
+        let (_depth, depth) = self.depth.enter();
+        let result = self.decide_recorded(request, span, depth).await;
         let decision = match &result {
-            Ok((_, decision)) => *decision,
+            Ok(Answered::Decided(_, decision)) => *decision,
+            // Shed, not decided: counted as an overload rejection, not as a call.
+            Ok(Answered::Shed(_)) | Err(LimitError::Overloaded) => {
+                span.record("floodgate.decision", "shed");
+                return result.map(Answered::into_response);
+            }
             Err(error) => {
                 span.record("otel.status_code", "ERROR");
                 span.record("error.message", field::display(error));
                 if let Some(stats) = self.reference_stats {
                     stats.should_rate_limit_error(match error {
                         LimitError::Store(_) => ErrType::Store,
-                        LimitError::InvalidRequest(_) | LimitError::NoConfiguration => {
-                            ErrType::Service
-                        }
+                        LimitError::InvalidRequest(_)
+                        | LimitError::NoConfiguration
+                        | LimitError::Overloaded => ErrType::Service,
                     });
                 }
                 Decision::Error
@@ -278,14 +309,15 @@ impl<S: Store> Limiter<S> {
         if let Some(metrics) = self.metrics {
             metrics.call_finished(decision, started.elapsed().as_secs_f64());
         }
-        result.map(|(response, _)| response)
+        result.map(Answered::into_response)
     }
 
     async fn decide_recorded(
         &self,
         request: &Request,
         span: &Span,
-    ) -> Result<(Response, Decision), LimitError> {
+        depth: u32,
+    ) -> Result<Answered, LimitError> {
         // Owned: the plan borrows these rules across the store's await.
         let live = self.live.load_full();
         if !live.loaded {
@@ -314,6 +346,15 @@ impl<S: Store> Limiter<S> {
             self.settings.plan,
             adjusted,
         );
+        if let Some(shedding) = self.settings.shedding {
+            if !shedding.survives(&plan, depth, rand::random()) {
+                metrics::overload_rejected(OverloadReason::Shed);
+                return match overload_reply(shedding.answer, request.descriptors.len()) {
+                    OverloadReply::Unavailable => Err(LimitError::Overloaded),
+                    OverloadReply::Answer(response) => Ok(Answered::Shed(response)),
+                };
+            }
+        }
         // The core reads no randomness: the shell draws for every lease that may be shed.
         for call in plan.leases.iter_mut().filter(|call| call.shed_above > 0) {
             call.draw = rand::random();
@@ -346,7 +387,7 @@ impl<S: Store> Limiter<S> {
             Leased::Rejected(mut response) => {
                 self.record_failure_rejection(&live, &request.domain, &plan);
                 self.add_dynamic_metadata(&mut response, request, &plan);
-                return Ok((response, Decision::OverLimit));
+                return Ok(Answered::Decided(response, Decision::OverLimit));
             }
         };
         self.time_leases(&request.domain, &plan, &lease_outcomes);
@@ -386,7 +427,7 @@ impl<S: Store> Limiter<S> {
                     StoreFallback::Rejected(mut response) => {
                         self.record_failure_rejection(&live, &request.domain, &plan);
                         self.add_dynamic_metadata(&mut response, request, &plan);
-                        return Ok((response, Decision::OverLimit));
+                        return Ok(Answered::Decided(response, Decision::OverLimit));
                     }
                 }
             }
@@ -409,6 +450,7 @@ impl<S: Store> Limiter<S> {
             rules: &live.rules,
             plan: &plan,
             decided: &decided,
+            leases: &lease_outcomes,
             response: &response,
             global_shadow: self.settings.global_shadow,
             near_limit_ratio: self.telemetry.near_limit_ratio,
@@ -434,7 +476,7 @@ impl<S: Store> Limiter<S> {
                 }
             }
         }
-        Ok((response, decision))
+        Ok(Answered::Decided(response, decision))
     }
 
     /// The answer's `dynamic_metadata`, when `--response-dynamic-metadata` asks for it.

@@ -11,5 +11,6 @@ pub(crate) mod observers;
 pub(crate) mod overrides_sync;
 pub mod quota;
 pub(crate) mod reload;
+pub mod self_shedding;
 pub mod shutdown;
 pub(crate) mod tasks;

@@ -82,6 +82,7 @@ impl<S: Store> RateLimitGrpc<S> {
                 Err(Status::invalid_argument(invalid.to_string()))
             }
             Err(LimitError::Store(error)) => Err(Status::unavailable(error.to_string())),
+            Err(LimitError::Overloaded) => Err(overloaded_status()),
             // The reference answers so (a service error, gRPC UNKNOWN) until a load succeeds.
             Err(LimitError::NoConfiguration) => {
                 Err(Status::unknown(LimitError::NoConfiguration.to_string()))

@@ -62,16 +62,24 @@ pub enum OverloadReason {
     InFlight,
     /// The caller's deadline (`grpc-timeout`) passed before the decision: DEADLINE_EXCEEDED.
     Deadline,
+    /// Shed past `--shed-above` calls in flight (probabilistically, lowest class first):
+    /// answered by `--overload-answer`.
+    Shed,
 }
 
 impl OverloadReason {
     #[cfg(test)]
-    pub const ALL: [OverloadReason; 2] = [OverloadReason::InFlight, OverloadReason::Deadline];
+    pub const ALL: [OverloadReason; 3] = [
+        OverloadReason::InFlight,
+        OverloadReason::Deadline,
+        OverloadReason::Shed,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             OverloadReason::InFlight => "in_flight",
             OverloadReason::Deadline => "deadline",
+            OverloadReason::Shed => "shed",
         }
     }
 
@@ -92,6 +100,8 @@ pub struct RuleSeries {
     rejected_limit: IntCounter,
     rejected_shadow: IntCounter,
     rejected_failure_policy: IntCounter,
+    /// Made for concurrency rules only; elsewhere a shed (never expected) counts as `limit`.
+    rejected_shed: Option<IntCounter>,
     near_limit: IntCounter,
     /// Set on the overflow series (`rule="other"`): every decision recorded there was folded.
     folded: Option<IntCounter>,
@@ -108,6 +118,11 @@ impl RuleSeries {
             RejectReason::Limit => self.rejected_limit.inc(),
             RejectReason::Shadow => self.rejected_shadow.inc(),
             RejectReason::FailurePolicy => self.rejected_failure_policy.inc(),
+            RejectReason::Shed => self
+                .rejected_shed
+                .as_ref()
+                .unwrap_or(&self.rejected_limit)
+                .inc(),
             // Invalid requests have no rule; they are recorded by `Metrics::invalid_request`.
             RejectReason::InvalidRequest => return,
         }
@@ -131,12 +146,14 @@ impl RuleSeries {
         self.classes.get(index).map(|(_, series)| series)
     }
 
-    /// Whether these series were made for `rule`'s classes (a reload may have changed them).
-    fn has_classes_of(&self, rule: &Rule) -> bool {
+    /// Whether these series were made for `rule`'s classes and kind (a reload may have changed
+    /// them).
+    fn fits(&self, rule: &Rule) -> bool {
         self.classes
             .iter()
             .map(|(name, _)| &**name)
             .eq(class_names(rule))
+            && self.rejected_shed.is_some() == sheds(rule)
     }
 
     fn count_fold(&self) {
@@ -151,6 +168,7 @@ impl RuleSeries {
 pub struct ClassSeries {
     rejected_limit: IntCounter,
     rejected_shadow: IntCounter,
+    rejected_shed: Option<IntCounter>,
 }
 
 impl ClassSeries {
@@ -160,6 +178,10 @@ impl ClassSeries {
         match reason {
             RejectReason::Limit => self.rejected_limit.inc(),
             RejectReason::Shadow => self.rejected_shadow.inc(),
+            RejectReason::Shed => match &self.rejected_shed {
+                Some(shed) => shed.inc(),
+                None => return false,
+            },
             RejectReason::FailurePolicy | RejectReason::InvalidRequest => return false,
         }
         true
@@ -209,7 +231,7 @@ pub struct Metrics {
     calls: [IntCounter; 5],
     decision_seconds: Histogram,
     in_flight: IntGauge,
-    overload_rejections: [IntCounter; 2],
+    overload_rejections: [IntCounter; 3],
     rules_loaded: IntGauge,
     config_load_success: IntCounter,
     config_load_error: IntCounter,
@@ -285,8 +307,9 @@ impl Metrics {
                 Opts::new(
                     "floodgate_overload_rejections_total",
                     "gRPC and HTTP calls answered without a decision to protect floodgate: \
-                     in_flight (beyond --max-in-flight, answered by --overload-answer) or \
-                     deadline (the caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
+                     in_flight (beyond --max-in-flight, answered by --overload-answer), \
+                     shed (past --shed-above, answered by --overload-answer) or deadline \
+                     (the caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
                 ),
                 &["reason"],
             )?,
@@ -296,6 +319,7 @@ impl Metrics {
         let overload_rejections = [
             overload(OverloadReason::InFlight)?,
             overload(OverloadReason::Deadline)?,
+            overload(OverloadReason::Shed)?,
         ];
         let rules_loaded = register(
             &registry,
@@ -584,7 +608,7 @@ impl Metrics {
         let made = self
             .rule_labels
             .configured(domain, &rule.path, rule.index, || {
-                self.new_rule_series(domain, &rule.path, class_names(rule), false)
+                self.new_rule_series(domain, &rule.path, class_names(rule), (false, sheds(rule)))
                     .map(Arc::new)
             })?;
         match made {
@@ -603,7 +627,7 @@ impl Metrics {
         owner: Option<&str>,
     ) -> Result<Arc<RuleSeries>, MetricsError> {
         let made = self.rule_labels.spare(domain, label, owner, || {
-            self.new_rule_series(domain, label, std::iter::empty(), false)
+            self.new_rule_series(domain, label, std::iter::empty(), (false, false))
                 .map(Arc::new)
         })?;
         match made {
@@ -620,8 +644,12 @@ impl Metrics {
         if let Some(other) = folded.get(domain) {
             return Ok(Arc::clone(other));
         }
-        let other =
-            Arc::new(self.new_rule_series(domain, FOLDED_RULE_LABEL, std::iter::empty(), true)?);
+        let other = Arc::new(self.new_rule_series(
+            domain,
+            FOLDED_RULE_LABEL,
+            std::iter::empty(),
+            (true, false),
+        )?);
         folded.insert(Box::from(domain), Arc::clone(&other));
         Ok(other)
     }
@@ -654,7 +682,7 @@ impl Metrics {
             rules.rule_count(),
             |domain, label, holder, series| match holder {
                 Holder::Configured => in_force.get(&(domain, label)).is_some_and(|rule| {
-                    self.rule_labels.admits_position(rule.index) && series.has_classes_of(rule)
+                    self.rule_labels.admits_position(rule.index) && series.fits(rule)
                 }),
                 Holder::Spare { owner: Some(owner) } => in_force.contains_key(&(domain, owner)),
                 Holder::Spare { owner: None } => true,
@@ -686,6 +714,7 @@ impl Metrics {
             RejectReason::Limit,
             RejectReason::Shadow,
             RejectReason::FailurePolicy,
+            RejectReason::Shed,
         ] {
             forget(
                 &self.rejected,
@@ -693,7 +722,11 @@ impl Metrics {
             );
         }
         for (class, _) in &series.classes {
-            for reason in [RejectReason::Limit, RejectReason::Shadow] {
+            for reason in [
+                RejectReason::Limit,
+                RejectReason::Shadow,
+                RejectReason::Shed,
+            ] {
                 forget(&self.rejected, &[domain, rule, reason.label(), class]);
             }
         }
@@ -704,17 +737,23 @@ impl Metrics {
         domain: &str,
         rule: &str,
         classes: impl Iterator<Item = &'c str>,
-        folded: bool,
+        (folded, sheds): (bool, bool),
     ) -> Result<RuleSeries, MetricsError> {
         let rejected = |reason: RejectReason, class: &str| {
             self.rejected
                 .get_metric_with_label_values(&[domain, rule, reason.label(), class])
+        };
+        let shed = |class: &str| {
+            sheds
+                .then(|| rejected(RejectReason::Shed, class))
+                .transpose()
         };
         let classes = classes
             .map(|class| {
                 let series = ClassSeries {
                     rejected_limit: rejected(RejectReason::Limit, class)?,
                     rejected_shadow: rejected(RejectReason::Shadow, class)?,
+                    rejected_shed: shed(class)?,
                 };
                 Ok((Box::from(class), series))
             })
@@ -727,12 +766,19 @@ impl Metrics {
             rejected_limit: rejected(RejectReason::Limit, NO_CLASS_LABEL)?,
             rejected_shadow: rejected(RejectReason::Shadow, NO_CLASS_LABEL)?,
             rejected_failure_policy: rejected(RejectReason::FailurePolicy, NO_CLASS_LABEL)?,
+            rejected_shed: shed(NO_CLASS_LABEL)?,
             near_limit: self
                 .near_limit
                 .get_metric_with_label_values(&[domain, rule])?,
             folded: folded.then(|| self.labels_folded.clone()),
         })
     }
+}
+
+/// Whether `rule` gets `reason="shed"` series: concurrency rules, the ones that may shed (with
+/// or without `shed_above` now: a reload may add it).
+fn sheds(rule: &Rule) -> bool {
+    rule.concurrency.is_some()
 }
 
 /// The names of `rule`'s priority classes whose rejections are counted per class: none for a
@@ -1090,6 +1136,7 @@ mod tests {
             "floodgate_calls_in_flight 0",
             "floodgate_overload_rejections_total{reason=\"in_flight\"} 1",
             "floodgate_overload_rejections_total{reason=\"deadline\"} 0",
+            "floodgate_overload_rejections_total{reason=\"shed\"} 0",
             "floodgate_rules_loaded 3",
             "floodgate_config_load_success_total 1",
             "floodgate_config_load_error_total 1",

@@ -6,6 +6,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::metrics::{ClassSeries, Metrics, RuleSeries};
+use crate::core::lease::LeaseOutcome;
 use crate::core::outcome::{
     classify_descriptor, descriptor_near_limit, detailed_label, Decision, DecisionTally,
     RuleVerdict,
@@ -75,6 +76,8 @@ pub struct DecidedCall<'a> {
     pub rules: &'a RuleSet,
     pub plan: &'a Plan<'a>,
     pub decided: &'a Decided,
+    /// The outcomes of the plan's lease calls (concurrency rules), in order.
+    pub leases: &'a [LeaseOutcome],
     pub response: &'a Response,
     pub global_shadow: bool,
     pub near_limit_ratio: f32,
@@ -86,7 +89,7 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
     let mut tally = DecisionTally::default();
     let statuses = call.plan.descriptors.iter().zip(&call.response.statuses);
     for (index, (descriptor_plan, status)) in statuses.enumerate() {
-        let verdict = classify_descriptor(descriptor_plan, status, call.global_shadow);
+        let verdict = classify_descriptor(descriptor_plan, status, call.global_shadow, call.leases);
         tally.add(verdict);
         let Some(verdict) = verdict else {
             continue;
@@ -124,6 +127,7 @@ pub fn call_decision(call: &DecidedCall<'_>) -> Decision {
             descriptor_plan,
             status,
             call.global_shadow,
+            call.leases,
         ));
     }
     tally.decision(call.response.overall_code)
@@ -309,6 +313,7 @@ descriptors:
                 rules: &self.rules,
                 plan: &plan,
                 decided: &decided,
+                leases: &[],
                 response: &response,
                 global_shadow,
                 near_limit_ratio: 0.8,
@@ -445,15 +450,15 @@ descriptors:
         );
         let limited = &planned.descriptors[0];
         assert_eq!(
-            classify_descriptor(limited, &status, false),
+            classify_descriptor(limited, &status, false, &[]),
             Some(RuleVerdict::Rejected(RejectReason::Limit))
         );
         assert_eq!(
-            classify_descriptor(limited, &status, true),
+            classify_descriptor(limited, &status, true, &[]),
             Some(RuleVerdict::Rejected(RejectReason::Shadow))
         );
         assert_eq!(
-            classify_descriptor(&DescriptorPlan::NoRule, &status, false),
+            classify_descriptor(&DescriptorPlan::NoRule, &status, false, &[]),
             None
         );
     }

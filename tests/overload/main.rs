@@ -7,3 +7,4 @@ mod adaptive_pushed;
 mod overload_http;
 mod overload_shedding;
 mod priority_classes;
+mod self_shedding;

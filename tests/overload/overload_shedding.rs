@@ -289,6 +289,27 @@ fn bad_flag_values_are_refused_at_start() {
 }
 
 #[test]
+fn a_shed_threshold_not_below_the_hard_bound_is_refused_at_start() {
+    let temp = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let config = temp.path().join("rules.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write: {error}"));
+    for (shed_above, expected) in [
+        ("64", "--shed-above 64 must be below --max-in-flight 64"),
+        ("0", "invalid value '0' for '--shed-above"),
+    ] {
+        let output = std::process::Command::new(common::floodgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--max-in-flight", "64", "--shed-above", shed_above])
+            .output()
+            .unwrap_or_else(|error| panic!("run floodgate: {error}"));
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "stderr: {stderr}");
+    }
+}
+
+#[test]
 fn one_worker_thread_decides_concurrent_calls() {
     // --worker-threads 1 runs tokio's single-threaded scheduler (docs/benchmarks-redis.md):
     // every call is still decided, none waits on another (nothing in the call path may block
@@ -331,4 +352,67 @@ fn a_malformed_tokio_worker_threads_is_refused_at_start() {
         );
         assert!(!stderr.contains("panicked"), "stderr: {stderr}");
     }
+}
+
+/// `--shed-above` in the real binary: Redis paused (SIGSTOP), so the calls that reach the store
+/// wait in floodgate; past 2 of them a new call survives with probability 2 / depth, and the
+/// shed ones are answered at once with the overload answer and counted by reason. Once Redis
+/// answers again, the waiting calls are decided.
+#[test]
+fn calls_past_shed_above_are_shed_while_a_paused_redis_holds_the_rest() {
+    use floodgate_testkit::redis::{store_flags, RedisServer};
+
+    const CALLS: usize = 60;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let flags = store_flags(
+        &url,
+        &["--shed-above", "2", "--overload-answer", "over_limit"],
+    );
+    let (_temp, server) = start(&flags);
+    let answers = runtime().block_on(async {
+        let mut client = rls::connect(&server.grpc_url()).await;
+        // The connection to Redis is up before it stops.
+        let first = rls::call(&mut client, two_descriptors())
+            .await
+            .unwrap_or_else(|status| panic!("call failed: {status}"));
+        assert_eq!(first.overall_code, Code::Ok as i32);
+        redis.pause();
+        let calls: Vec<_> = (0..CALLS)
+            .map(|_| {
+                let mut client = client.clone();
+                tokio::spawn(async move { rls::call(&mut client, two_descriptors()).await })
+            })
+            .collect();
+        // Long enough for every call to arrive; far below --redis-timeout-ms (2 s).
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        redis.resume();
+        let mut answers = Vec::new();
+        for call in calls {
+            answers.push(
+                call.await
+                    .unwrap_or_else(|error| panic!("task: {error}"))
+                    .unwrap_or_else(|status| panic!("call failed: {status}")),
+            );
+        }
+        answers
+    });
+    let shed = answers
+        .iter()
+        .filter(|answer| is_overloaded(answer))
+        .count();
+    for answer in &answers {
+        let expected = if is_overloaded(answer) {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        assert_eq!(answer.overall_code, expected as i32, "{answer:?}");
+    }
+    // About 45 of 60 are shed when all arrive while Redis is stopped; 5 leaves room for a
+    // machine so busy that most arrived after it resumed.
+    assert!(shed >= 5, "{shed} of {CALLS} shed");
+    assert!(shed < CALLS, "the first calls past the threshold survive");
+    assert_eq!(overload_rejections(&server, "shed"), shed as f64);
+    assert_eq!(overload_rejections(&server, "in_flight"), 0.0);
 }

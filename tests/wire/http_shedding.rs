@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use floodgate_testkit::http::{request, HttpResponse};
+use floodgate_testkit::prom::scrape;
 use floodgate_testkit::redis::{store_flags, RedisServer};
 use floodgate_testkit::{tempdir, Floodgate};
 
@@ -67,6 +68,22 @@ fn sheds_past_each_class_threshold(dir: &Path, flags: &[&str]) {
         "{} held, {shed} shed of {LOW_ATTEMPTS}",
         held.len()
     );
+    // Counted by reason, in the class: sheds apart from refusals at the bound.
+    let rejected = |reason: &str| {
+        scrape(floodgate.debug_port)
+            .get(
+                "floodgate_requests_rejected_total",
+                &[
+                    ("domain", "jobs"),
+                    ("rule", "jobs.pool_render"),
+                    ("reason", reason),
+                    ("class", "low"),
+                ],
+            )
+            .unwrap_or(0.0)
+    };
+    assert_eq!(rejected("shed"), shed as f64);
+    assert_eq!(rejected("limit"), 0.0);
     // Down to 7 low leases: critical's threshold is 10, so its next three (depths 8 to 10)
     // are never shed, where low at those depths survives 5 / depth of the time.
     for id in held.split_off(7) {

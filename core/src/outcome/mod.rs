@@ -8,6 +8,7 @@ pub mod reference_counts;
 pub mod stats_key;
 
 use crate::algorithm::{Algorithm, Hits};
+use crate::lease::LeaseOutcome;
 use crate::plan::{DescriptorPlan, Plan};
 use crate::response::{deciding_counter, Code, Decided, DescriptorStatus, Response};
 use crate::rules::{DomainRules, MatchedLevel};
@@ -62,6 +63,9 @@ pub enum RejectReason {
     Shadow,
     /// The store failed and the failure policy answered OVER_LIMIT.
     FailurePolicy,
+    /// A concurrency rule's new lease, refused by probabilistic shedding past `shed_above`
+    /// while a slot was free.
+    Shed,
     /// The request itself was malformed (no rule involved).
     InvalidRequest,
 }
@@ -72,6 +76,7 @@ impl RejectReason {
             RejectReason::Limit => "limit",
             RejectReason::Shadow => "shadow",
             RejectReason::FailurePolicy => "failure_policy",
+            RejectReason::Shed => "shed",
             RejectReason::InvalidRequest => "invalid_request",
         }
     }
@@ -95,6 +100,7 @@ pub fn classify_descriptor(
     plan: &DescriptorPlan<'_>,
     status: &DescriptorStatus,
     global_shadow: bool,
+    leases: &[LeaseOutcome],
 ) -> Option<RuleVerdict> {
     match plan {
         DescriptorPlan::NoRule | DescriptorPlan::Replaced { .. } => None,
@@ -103,11 +109,25 @@ pub fn classify_descriptor(
             if status.shadowed || (global_shadow && status.code == Code::OverLimit) {
                 RuleVerdict::Rejected(RejectReason::Shadow)
             } else if status.code == Code::OverLimit {
-                RuleVerdict::Rejected(RejectReason::Limit)
+                RuleVerdict::Rejected(if lease_shed(plan, leases) {
+                    RejectReason::Shed
+                } else {
+                    RejectReason::Limit
+                })
             } else {
                 RuleVerdict::Allowed
             },
         ),
+    }
+}
+
+/// Whether the descriptor's lease call (a concurrency rule's) was refused by shedding.
+fn lease_shed(plan: &DescriptorPlan<'_>, leases: &[LeaseOutcome]) -> bool {
+    match plan {
+        DescriptorPlan::Concurrency {
+            lease: Some(index), ..
+        } => leases.get(*index).is_some_and(|outcome| outcome.shed),
+        _ => false,
     }
 }
 

@@ -120,6 +120,7 @@ fn limit_error_response(error: &LimitError) -> Response {
     match error {
         LimitError::InvalidRequest(invalid) => text_response(StatusCode::BAD_REQUEST, invalid),
         LimitError::NoConfiguration => text_response(StatusCode::INTERNAL_SERVER_ERROR, error),
+        LimitError::Overloaded => admission::overloaded_response(),
         LimitError::Store(store) => {
             static STORE_FAILED: PacedLog = PacedLog::every(Duration::from_secs(10));
             if let Some(suppressed) = STORE_FAILED.allow() {

@@ -168,7 +168,7 @@ impl Cache {
             .iter()
             .zip(&response.statuses)
             .map(|(descriptor, status)| {
-                let mut stats = match classify_descriptor(descriptor, status, false) {
+                let mut stats = match classify_descriptor(descriptor, status, false, &[]) {
                     None => Stats::default(),
                     Some(RuleVerdict::Allowed) => Stats {
                         allowed: 1,
