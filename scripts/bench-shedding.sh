@@ -3,11 +3,12 @@
 # sleep a fixed service time, examples/shedbench.rs) behind a floodgate concurrency rule with
 # two priority classes, offered 3× and 10× its capacity, under today's hard cut-off
 # (max_in_flight alone: once at 4× the pool, room for a queue, once at the pool's size) and
-# under probabilistic shedding (shed_above at the pool's size, the same 4× bound behind it).
+# under probabilistic shedding (shed_above at the pool's size, the same 4× bound behind it; once
+# with low's share at 50 %, once at 15 %, which the guide's rule says keeps critical whole at 3×).
 # Each floodgate is also measured unloaded (a quarter of capacity), the base of the p99 ratios.
 # The configurations take turns at each load, in one run.
 #
-#   scripts/bench-shedding.sh        # writes docs/benchmarks-shedding.md (about 2 minutes)
+#   scripts/bench-shedding.sh        # writes docs/benchmarks-shedding.md (about 3 minutes)
 #
 # Overrides (environment):
 #   BENCH_WORKERS      backend workers                      [8]
@@ -38,10 +39,10 @@ SHEDBENCH="$BIN/examples/shedbench"
 BOUND=$((WORKERS * 4))
 CAPACITY=$((WORKERS * 1000 / SERVICE_MS))
 
-# rules NAME MAX_IN_FLIGHT [SHED_ABOVE]: a configuration directory for one floodgate.
+# rules NAME MAX_IN_FLIGHT LOW_SHARE [SHED_ABOVE]: a configuration directory for one floodgate.
 rules() {
   local dir="$WORK/rules-$1" shed=""
-  [ -n "${3:-}" ] && shed="shed_above: $3, "
+  [ -n "${4:-}" ] && shed="shed_above: $4, "
   mkdir -p "$dir"
   cat >"$dir/shedding.yaml" <<EOF
 domain: shedding
@@ -49,16 +50,18 @@ descriptors:
   - key: pool
     value: api
     concurrency: {max_in_flight: $2, ${shed}lease: lease_id, release: {key: phase, value: done}, ttl: 60s}
-    priority: {key: priority, classes: {critical: 100%, low: 50%}, default: low}
+    priority: {key: priority, classes: {critical: 100%, low: $3}, default: low}
 EOF
   echo "$dir"
 }
 
-CONFIGS=(hard-queue hard-pool shed)
+CONFIGS=(hard-queue hard-pool shed shed-low15)
 declare -A CONFIG_DIR
-CONFIG_DIR[hard-queue]="$(rules hard-queue "$BOUND")"
-CONFIG_DIR[hard-pool]="$(rules hard-pool "$WORKERS")"
-CONFIG_DIR[shed]="$(rules shed "$BOUND" "$WORKERS")"
+CONFIG_DIR[hard-queue]="$(rules hard-queue "$BOUND" 50%)"
+CONFIG_DIR[hard-pool]="$(rules hard-pool "$WORKERS" 50%)"
+CONFIG_DIR[shed]="$(rules shed "$BOUND" 50% "$WORKERS")"
+# The guide's rule for critical at 3×: low's share ≤ (capacity − critical's rate) / low's rate.
+CONFIG_DIR[shed-low15]="$(rules shed-low15 "$BOUND" 15% "$WORKERS")"
 
 # run CONFIG LOAD RATE: one open-loop run against a fresh floodgate (no leases left over).
 run() {
@@ -94,6 +97,7 @@ labels = {
     "hard-queue": f"hard cut-off, `max_in_flight: {bound}`",
     "hard-pool": f"hard cut-off, `max_in_flight: {workers}`",
     "shed": f"shedding, `shed_above: {workers}`, `max_in_flight: {bound}`",
+    "shed-low15": f"shedding as above, `low: 15%`",
 }
 lines = [
     "# Shedding benchmark: a backend of fixed capacity offered 3× and 10× of it",
@@ -103,7 +107,7 @@ lines = [
     f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit: `{commit}`; {rustc}",
     f"- machine: {os.cpu_count()} CPUs, shared by floodgate (memory store) and the load (`examples/shedbench.rs`).",
     f"- backend: {workers} workers, each request served by sleeping {service_ms} ms: capacity **{n(int(capacity))} req/s**, whatever the CPU does.",
-    f"- traffic: open loop, {seconds} s per run; one request in 5 `critical`, the rest `low` (classes `critical: 100%`, `low: 50%`). A request asks floodgate for a lease (gRPC ShouldRateLimit, as Envoy's first call), waits for a worker if admitted, is served, and releases its lease (the stream-end call).",
+    f"- traffic: open loop, {seconds} s per run; one request in 5 `critical`, the rest `low` (classes `critical: 100%`, `low: 50%` unless the row says). A request asks floodgate for a lease (gRPC ShouldRateLimit, as Envoy's first call), waits for a worker if admitted, is served, and releases its lease (the stream-end call).",
     "- latency: from when the request was due to its refusal or the end of its service (its queue wait included); *answered* = served or refused. *Good* = served within 100 ms (5× the service time); goodput = good per second.",
     "- ratios: each p99 over the same floodgate's p99 unloaded (a quarter of capacity, nothing refused), measured in this run.",
     "",
@@ -111,7 +115,7 @@ lines = [
     "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
 ]
 for load_name in ("unloaded", "3x", "10x"):
-    for config in ("hard-queue", "hard-pool", "shed"):
+    for config in ("hard-queue", "hard-pool", "shed", "shed-low15"):
         report = load(f"{config}-{load_name}")
         base = load(f"{config}-unloaded")
         ratio = lambda key: report[key] / max(base[key], 1)
@@ -135,7 +139,7 @@ lines += [
     "- **The hard cut-off with room for a queue** keeps the workers busy, but the depth sits at the bound and every served request waits behind it: the highest p99.",
     "- **The hard cut-off at the pool's size** queues nothing (the lowest p99), but a lease is held a little longer than its service (the calls around it), and `low`'s reserve keeps it out while `critical` holds a few slots: workers stand idle, and goodput falls short of capacity.",
     f"- **Shedding** keeps the goodput of the queue with a lower p99: past `shed_above` a class survives `soft_c / depth` (`soft_c` = shed_above × its share), so the depth levels off where the admitted rate meets the capacity, `depth ≈ Σ offered_c × soft_c / capacity` while below the bound (here {depth_3x:.1f} at 3×, and the bound by 10×, where the hard bound is the last line as designed).",
-    f"- **Critical traffic**: the hard cut-offs reserve slots for it, so at 3× they admit all of it. Shedding admits each class in proportion to its threshold × its offered rate, and past `soft_critical` = {soft_critical} critical is shed too: `critical` is never shed only while `Σ offered_c × soft_c ≤ capacity × soft_critical`. With `low` at 4× critical's rate as here, that takes a `low` share ≤ (capacity − critical's rate) / low's rate = {max(0.0, (cap - critical_3x) / low_3x) * 100:.0f} % at 3×. Choose shares for shedding by that rule, or keep reserved slots (no `shed_above`) where critical's success matters most; see [concurrency.md](concurrency.md#shedding-before-the-bound).",
+    f"- **Critical traffic**: the hard cut-offs reserve slots for it, so at 3× they admit all of it. Shedding admits each class in proportion to its threshold × its offered rate, and past `soft_critical` = {soft_critical} critical is shed too: `critical` is never shed only while `Σ offered_c × soft_c ≤ capacity × soft_critical`. With `low` at 4× critical's rate as here, that takes a `low` share ≤ (capacity − critical's rate) / low's rate = {max(0.0, (cap - critical_3x) / low_3x) * 100:.0f} % at 3×: the `low: 15%` rows check that rule (predicted depth {(critical_3x * soft_critical + low_3x * 1) / cap:.1f} at 3×, below critical's {soft_critical}): critical keeps all its traffic, but a class's share sets its reserved slots as well as its threshold, so `low` is shed past 1 in flight even unloaded and kept out at the bound while critical holds a few slots, and goodput falls to the hard cut-off's at the pool's size. Today, choose between them: reserved slots (no `shed_above`) where critical's success matters most, shedding where goodput and latency do; see [concurrency.md](concurrency.md#shedding-before-the-bound).",
     "",
 ]
 with open(out, "w") as f:
