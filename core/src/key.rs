@@ -3,6 +3,7 @@
 //! Stores hash these bytes into their own key format.
 
 use super::algorithm::{Quota, Tiling};
+use super::quota::BucketKey;
 use super::rules::{Entry, MatchedLevel};
 
 /// Builds the identity of the counter that limit `limit_index` of rule `rule_path` keeps for
@@ -67,6 +68,23 @@ pub fn lease_key(
     push_field(&mut key, rule_path.as_bytes());
     push_field(&mut key, b"concurrency");
     push_entries(&mut key, entries, levels);
+    key
+}
+
+/// The identity of an RLQS bucket (`core::quota::BucketKey`, entries sorted by key) in
+/// `domain`, under which the floodgates that share a store publish their demand on it: the
+/// same length-prefixed fields, named apart from every counter by the algorithm field.
+pub fn quota_bucket_key(domain: &str, bucket: &BucketKey) -> Vec<u8> {
+    let mut key = Vec::with_capacity(64 + domain.len());
+    push_field(&mut key, domain.as_bytes());
+    push_field(&mut key, b"rlqs");
+    push_field(&mut key, b"quota-demand");
+    let entries: Vec<(&str, &str)> = bucket.entries().collect();
+    key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (name, value) in entries {
+        push_field(&mut key, name.as_bytes());
+        push_field(&mut key, value.as_bytes());
+    }
     key
 }
 

@@ -617,6 +617,11 @@ pub struct RlqsArgs {
     /// bounded by its HTTP/2 max_concurrent_streams.
     #[arg(long, env = "FLOODGATE_RLQS_MAX_STREAMS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub rlqs_max_streams: u64,
+    /// With --store redis or hybrid: how often this floodgate publishes its Envoys' demand on
+    /// each RLQS bucket to Redis and reads the other floodgates', so Envoys connected to
+    /// different floodgates share each bucket's limit.
+    #[arg(long, env = "FLOODGATE_RLQS_EXCHANGE_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub rlqs_exchange_ms: u64,
 }
 
 impl RlqsArgs {
@@ -630,6 +635,7 @@ impl RlqsArgs {
             max_buckets_per_stream: count(self.rlqs_max_buckets_per_stream),
             max_buckets_per_domain: count(self.rlqs_max_buckets_per_domain),
             max_streams: count(self.rlqs_max_streams),
+            exchange_interval: Duration::from_millis(self.rlqs_exchange_ms),
             ..crate::engine::quota::QuotaSettings::default()
         }
     }

@@ -317,7 +317,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         },
         connections: connection_limits(&args, admin.is_some()),
         store_gate: store_gate(args.redis_failure_policy, |name| std::env::var(name).ok()),
-        quota: args.rlqs.quota_settings(),
+        quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
         without_grpc_reflection: !args.grpc_reflection,
     };
 
@@ -376,6 +376,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             let Some(options) = hybrid else {
                 let limiter =
                     shared_limiter(redis, rules, settings, &args, charging, loaded, &serving);
+                exchange_quota_demands(&limiter, &serving);
                 // Overrides set on any instance: read once before serving, then polled.
                 let serving = share_overrides(&limiter, serving).await;
                 run_limiter(limiter, reloader.with_store_check(check), serving).await?;
@@ -396,6 +397,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
             ));
+            exchange_quota_demands(&limiter, &serving);
             let serving = share_overrides(&limiter, serving).await;
             run_limiter(limiter, reloader.with_store_check(check), serving).await?;
         }
@@ -424,6 +426,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 Arc::clone(&limiter),
                 serving.shutdown.clone(),
             ));
+            exchange_quota_demands(&limiter, &serving);
             let serving = share_overrides(&limiter, serving).await;
             run_limiter(limiter, reloader.with_store_check(redis_problems), serving).await?;
         }
@@ -458,6 +461,18 @@ fn shared_limiter<S: Store>(
         serving.shutdown.clone(),
     ));
     limiter
+}
+
+/// RLQS across the floodgates that share the limiter's Redis (`engine::quota::exchange`).
+fn exchange_quota_demands<S: Store + crate::store::QuotaPeers>(
+    limiter: &Arc<Limiter<S>>,
+    serving: &Serving,
+) {
+    tokio::spawn(crate::engine::quota::exchange::run(
+        Arc::clone(&serving.operations.quota),
+        Arc::clone(limiter),
+        serving.shutdown.clone(),
+    ));
 }
 
 /// Overrides set on any instance, through the Redis beneath the limiter's store: read once

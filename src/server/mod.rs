@@ -64,8 +64,9 @@ pub struct Operations {
     pub connections: ConnectionLimits,
     /// Whether an unreachable store turns health NOT_SERVING (`health::StoreGate`).
     pub store_gate: health::StoreGate,
-    /// RLQS's defaults and bounds.
-    pub quota: crate::engine::quota::QuotaSettings,
+    /// RLQS's state, with its defaults and bounds (shared with the exchange between
+    /// floodgates, when they share a store).
+    pub quota: Arc<crate::engine::quota::QuotaBoard>,
     /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
     pub without_grpc_reflection: bool,
 }
@@ -114,7 +115,7 @@ pub async fn serve_with<S: Store>(
     ))
     .add_service(rlqs::RateLimitQuotaGrpc::server(
         Arc::clone(&limiter),
-        crate::engine::quota::QuotaBoard::new(operations.quota),
+        Arc::clone(&operations.quota),
         shutdown.clone(),
     ))
     .add_service(health_service);

@@ -506,3 +506,17 @@ impl Store for HybridStore {
         self.redis.ready().await
     }
 }
+
+impl crate::store::QuotaPeers for HybridStore {
+    async fn exchange_demands(
+        &self,
+        instance: u64,
+        items: &[crate::store::DemandItem<'_>],
+        horizon: std::time::Duration,
+        deadline: std::time::Duration,
+    ) -> Result<Vec<Vec<Option<f64>>>, StoreError> {
+        self.redis()
+            .exchange_demands(instance, items, horizon, deadline)
+            .await
+    }
+}

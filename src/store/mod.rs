@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::core::lease::{LeaseCall, LeaseOutcome};
 use crate::core::plan::Counter;
+use crate::core::quota::BucketKey;
 pub use crate::core::response::Decided;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +71,28 @@ pub trait Store: Send + Sync + 'static {
     fn ready(&self) -> impl Future<Output = bool> + Send {
         async { true }
     }
+}
+
+/// One bucket's demand an instance publishes to the others (RLQS across floodgates).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DemandItem<'a> {
+    pub domain: &'a str,
+    pub bucket: &'a BucketKey,
+    /// Requests per second this instance's Envoys offer on it; `None` while none is measured.
+    pub demand: Option<f64>,
+}
+
+/// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::quota::exchange`).
+pub trait QuotaPeers: Send + Sync + 'static {
+    /// Publishes `instance`'s demand on each bucket of `items` (kept for `horizon`) and reads
+    /// back, per item in order, the demands every other instance published within `horizon`.
+    fn exchange_demands(
+        &self,
+        instance: u64,
+        items: &[DemandItem<'_>],
+        horizon: Duration,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Vec<Vec<Option<f64>>>, StoreError>> + Send;
 }
 
 /// Values every instance that shares a store sees, beside the counters: adaptive limits, who

@@ -14,6 +14,7 @@ mod redis_health;
 mod redis_leases;
 mod redis_pool;
 mod redis_processes;
+mod redis_quota_exchange;
 mod redis_scripts;
 mod redis_sentinel;
 mod redis_startup;

@@ -38,13 +38,43 @@ fn one_envoy_held_to_its_assignment(extra: &[&str], store: &str) {
     );
 }
 
+/// A light (8/s) and a heavy (60/s) load on one tenant through two Envoys, measured after
+/// convergence: the light one gets what it asks, together they admit about the limit of 30/s.
+/// The loads go on, for what the caller does next.
+fn light_and_heavy(light_port: u16, heavy_port: u16, what: &str) -> (Load, Load) {
+    let started = Instant::now();
+    let light = Load::start(light_port, ("x-tenant", "acme-corp"), 8.0);
+    let heavy = Load::start(heavy_port, ("x-tenant", "acme-corp"), 60.0);
+    let from = started + CONVERGENCE;
+    let to = from + MEASURE;
+    sleep_until(to);
+    let (light_rate, heavy_rate) = (light.admitted_rate(from, to), heavy.admitted_rate(from, to));
+    let total = light_rate + heavy_rate;
+    eprintln!(
+        "{what}, limit 30/s: light offered {:.1} admitted {light_rate:.1}, heavy offered {:.1} \
+         admitted {heavy_rate:.1}, total {total:.1}/s ({:.3} of the limit)",
+        light.offered_rate(from, to),
+        heavy.offered_rate(from, to),
+        total / 30.0
+    );
+    assert!(
+        light_rate >= 0.9 * light.offered_rate(from, to),
+        "the light Envoy did not get what it asked: {light_rate:.1}/s"
+    );
+    assert!(
+        (24.0..=31.5).contains(&total),
+        "together {total:.1}/s against a limit of 30/s"
+    );
+    (light, heavy)
+}
+
 #[test]
 fn one_envoy_admits_what_its_assignment_allows() {
     one_envoy_held_to_its_assignment(&[], "memory store");
 }
 
-/// RLQS keeps its state in memory whatever the store: with `--store redis` one floodgate
-/// divides as it does with the memory store.
+/// With `--store redis` one floodgate alone divides as it does with the memory store (its
+/// exchange with other floodgates finds none).
 #[test]
 fn one_envoy_admits_what_its_assignment_allows_with_the_redis_store() {
     let redis = RedisServer::start();
@@ -59,29 +89,7 @@ fn two_envoys_with_unequal_load_share_the_limit_and_follow_a_demand_shift() {
     let _floodgate = start_floodgate(dir.path(), &tenant_rules(30), grpc, &[]);
     let (light_envoy, _) = start_envoy(dir.path(), "light", grpc);
     let (heavy_envoy, _) = start_envoy(dir.path(), "heavy", grpc);
-    let started = Instant::now();
-    let light = Load::start(light_envoy.port, ("x-tenant", "acme-corp"), 8.0);
-    let heavy = Load::start(heavy_envoy.port, ("x-tenant", "acme-corp"), 60.0);
-    let from = started + CONVERGENCE;
-    let to = from + MEASURE;
-    sleep_until(to);
-    let (light_rate, heavy_rate) = (light.admitted_rate(from, to), heavy.admitted_rate(from, to));
-    let total = light_rate + heavy_rate;
-    eprintln!(
-        "two Envoys, limit 30/s: light offered {:.1} admitted {light_rate:.1}, heavy offered {:.1} \
-         admitted {heavy_rate:.1}, total {total:.1}/s ({:.3} of the limit)",
-        light.offered_rate(from, to),
-        heavy.offered_rate(from, to),
-        total / 30.0
-    );
-    assert!(
-        light_rate >= 0.9 * light.offered_rate(from, to),
-        "the light Envoy did not get what it asked: {light_rate:.1}/s"
-    );
-    assert!(
-        (24.0..=31.5).contains(&total),
-        "together {total:.1}/s against a limit of 30/s"
-    );
+    let (light, heavy) = light_and_heavy(light_envoy.port, heavy_envoy.port, "two Envoys");
 
     // The demand shifts: the light Envoy becomes the heavy one and the other way round.
     let shifted = Instant::now();
@@ -147,5 +155,34 @@ fn three_envoys_with_unequal_load_share_the_limit() {
     assert!(
         (24.0..=31.5).contains(&total),
         "together {total:.1}/s against a limit of 30/s"
+    );
+}
+
+/// Two floodgates sharing one Redis, each with its own Envoy: the light Envoy's floodgate and
+/// the heavy one's exchange their demands (`--rlqs-exchange-ms`), so the two Envoys share one
+/// limit of 30/s as if they were connected to one floodgate. Alone, each floodgate would give
+/// its Envoy the whole limit (together about 38/s).
+#[test]
+fn two_floodgates_sharing_a_redis_divide_one_limit_between_their_envoys() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let flags = [
+        "--store",
+        "redis",
+        "--redis-url",
+        &url,
+        "--rlqs-exchange-ms",
+        "500",
+    ];
+    let (light_dir, heavy_dir) = (tempdir(), tempdir());
+    let (light_grpc, heavy_grpc) = (free_port(), free_port());
+    let _light_floodgate = start_floodgate(light_dir.path(), &tenant_rules(30), light_grpc, &flags);
+    let _heavy_floodgate = start_floodgate(heavy_dir.path(), &tenant_rules(30), heavy_grpc, &flags);
+    let (light_envoy, _) = start_envoy(light_dir.path(), "light", light_grpc);
+    let (heavy_envoy, _) = start_envoy(heavy_dir.path(), "heavy", heavy_grpc);
+    light_and_heavy(
+        light_envoy.port,
+        heavy_envoy.port,
+        "two floodgates sharing one Redis",
     );
 }

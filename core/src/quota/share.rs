@@ -54,6 +54,36 @@ pub fn divide(limit: f64, demands: &[Option<f64>], settings: ShareSettings) -> V
         .collect()
 }
 
+/// One floodgate's part of `limit` when several share a bucket (each aggregating its own
+/// Envoys): the limit divided as among Envoys, this instance's demand `own` first, then every
+/// other instance's last published demand. Every instance divides the same demands, so their
+/// parts add up to the limit as the Envoys' shares do; each then divides its part among its
+/// own Envoys with [`divide`].
+pub fn instance_part(
+    limit: f64,
+    own: Option<f64>,
+    peers: &[Option<f64>],
+    settings: ShareSettings,
+) -> f64 {
+    let mut demands = Vec::with_capacity(peers.len() + 1);
+    demands.push(own);
+    demands.extend_from_slice(peers);
+    divide(limit, &demands, settings)
+        .first()
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// What one floodgate's Envoys on a bucket offer together: the sum of those measured, `None`
+/// while none is (it then asks for an even part, as an unmeasured Envoy does).
+pub fn aggregate_demand(demands: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    demands
+        .into_iter()
+        .flatten()
+        .filter(|rate| rate.is_finite())
+        .fold(None, |sum, rate| Some(sum.unwrap_or(0.0) + rate.max(0.0)))
+}
+
 /// Max-min fair: the smallest needs are met whole while the even split of what remains covers
 /// them; every larger need gets that even split.
 fn water_fill(pool: f64, needs: &[f64]) -> Vec<f64> {
@@ -83,6 +113,23 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn instances_divide_the_limit_as_envoys_do_and_their_parts_add_up() {
+        let settings = ShareSettings::default();
+        // Instance A's Envoys offer 10 + 20 /s, B's 300 /s: A asks 30 × 1.2, B the rest.
+        let a_demand = aggregate_demand([Some(10.0), Some(20.0), None]);
+        assert_eq!(a_demand, Some(30.0));
+        let a = instance_part(100.0, a_demand, &[Some(300.0)], settings);
+        let b = instance_part(100.0, Some(300.0), &[a_demand], settings);
+        assert!(close(a, 36.0), "{a}");
+        assert!(close(a + b, 100.0), "{a} + {b}");
+        // Alone, an instance has the whole limit; unmeasured, it asks for an even part.
+        assert!(close(instance_part(100.0, a_demand, &[], settings), 100.0));
+        assert_eq!(aggregate_demand([None, None]), None);
+        let fresh = instance_part(100.0, None, &[Some(500.0)], settings);
+        assert!(close(fresh, 50.0), "{fresh}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::settings::QuotaSettings;
 use super::stream::QuotaStream;
-use crate::core::quota::{divide, BucketKey};
+use crate::core::quota::{aggregate_demand, divide, instance_part, BucketKey};
 
 pub(super) type StreamId = u64;
 
@@ -24,6 +24,23 @@ pub struct QuotaBoard {
 #[derive(Default)]
 pub(super) struct DomainBuckets {
     pub(super) buckets: HashMap<BucketKey, Vec<EnvoyDemand>>,
+    /// What the other floodgates sharing the store last said they offer on each bucket
+    /// (`exchange`); empty when floodgate runs alone.
+    pub(super) peers: HashMap<BucketKey, PeerDemands>,
+}
+
+/// The other instances' demands on one bucket, as of the last exchange that succeeded.
+#[derive(Debug, Clone)]
+pub(super) struct PeerDemands {
+    pub(super) demands: Vec<Option<f64>>,
+}
+
+/// One bucket this instance publishes its demand on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishedDemand {
+    pub domain: String,
+    pub bucket: BucketKey,
+    pub demand: Option<f64>,
 }
 
 /// One stream's last report on one bucket.
@@ -44,14 +61,24 @@ pub struct StreamsExhausted {
     pub open: usize,
 }
 
+impl Default for QuotaBoard {
+    fn default() -> Self {
+        Self::with_settings(QuotaSettings::default())
+    }
+}
+
 impl QuotaBoard {
     pub fn new(settings: QuotaSettings) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::with_settings(settings))
+    }
+
+    fn with_settings(settings: QuotaSettings) -> Self {
+        Self {
             settings,
             domains: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(0),
             open_streams: AtomicUsize::new(0),
-        })
+        }
     }
 
     pub fn settings(&self) -> &QuotaSettings {
@@ -91,13 +118,63 @@ impl QuotaBoard {
             .map_or(0, |domain| domain.buckets.len())
     }
 
+    /// What this instance offers on each bucket an Envoy reported on within `abandon_after`:
+    /// what it publishes to the other floodgates.
+    pub fn published_demands(&self, now: Instant) -> Vec<PublishedDemand> {
+        let stale = self.settings.abandon_after.max(Duration::from_secs(1));
+        let domains = self.domains.lock();
+        let mut published = Vec::new();
+        for (domain, buckets) in domains.iter() {
+            for (bucket, envoys) in &buckets.buckets {
+                let live = envoys
+                    .iter()
+                    .filter(|envoy| now.saturating_duration_since(envoy.reported_at) < stale);
+                let mut any = false;
+                let demand = aggregate_demand(live.map(|envoy| {
+                    any = true;
+                    envoy.demand
+                }));
+                if any {
+                    published.push(PublishedDemand {
+                        domain: domain.clone(),
+                        bucket: bucket.clone(),
+                        demand,
+                    });
+                }
+            }
+        }
+        published
+    }
+
+    /// The other instances' demands, one list per bucket of `published` (in order); a bucket
+    /// no other instance published on has no peers. Peers of buckets not in `published` are
+    /// forgotten.
+    pub fn record_peers(&self, published: &[PublishedDemand], peers: Vec<Vec<Option<f64>>>) {
+        let mut domains = self.domains.lock();
+        for buckets in domains.values_mut() {
+            buckets.peers.clear();
+        }
+        for (item, demands) in published.iter().zip(peers) {
+            if demands.is_empty() {
+                continue;
+            }
+            if let Some(buckets) = domains.get_mut(&item.domain) {
+                buckets
+                    .peers
+                    .insert(item.bucket.clone(), PeerDemands { demands });
+            }
+        }
+    }
+
     /// The share of `limit` (requests per second) of `stream` on one bucket, after recording
     /// its demand: the demands of every stream that reported on the bucket within
     /// `abandon_after` are divided.
+    /// With `peers` (other floodgates' demands on the bucket), `limit` is first divided among
+    /// the instances (`core::quota::instance_part`) and this instance's part among its streams.
     pub(super) fn share(
         demands: &mut Vec<EnvoyDemand>,
         stream: StreamId,
-        limit: f64,
+        (limit, peers): (f64, Option<&[Option<f64>]>),
         now: Instant,
         settings: &QuotaSettings,
     ) -> f64 {
@@ -106,6 +183,15 @@ impl QuotaBoard {
             envoy.stream == stream || now.saturating_duration_since(envoy.reported_at) < stale
         });
         let rates: Vec<Option<f64>> = demands.iter().map(|envoy| envoy.demand).collect();
+        let limit = match peers {
+            Some(peers) if !peers.is_empty() => instance_part(
+                limit,
+                aggregate_demand(rates.iter().copied()),
+                peers,
+                settings.shares,
+            ),
+            _ => limit,
+        };
         let shares = divide(limit, &rates, settings.shares);
         demands
             .iter()

@@ -1,13 +1,14 @@
 //! RLQS's live state: which Envoys (streams) report on which buckets and what each offered at
 //! its last report, bounded per stream, per domain and in streams. The division itself is pure
-//! (`core::quota`); this keeps what it divides over. One floodgate aggregates its own streams:
-//! Envoys connected to different floodgates do not share a limit yet.
+//! (`core::quota`); this keeps what it divides over. Floodgates that share a Redis exchange
+//! their demands (`exchange`), so Envoys connected to different floodgates share one limit.
 
 mod board;
+pub mod exchange;
 mod settings;
 mod stream;
 
-pub use board::{QuotaBoard, StreamsExhausted};
+pub use board::{PublishedDemand, QuotaBoard, StreamsExhausted};
 pub use settings::QuotaSettings;
 pub use stream::{BucketReport, InForce, QuotaStream, ReportError, StreamAction};
 

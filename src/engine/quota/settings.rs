@@ -22,6 +22,18 @@ pub struct QuotaSettings {
     pub max_streams: usize,
     pub bucket_keys: BucketKeyBounds,
     pub shares: ShareSettings,
+    /// How often floodgates sharing a store exchange their demands (`exchange`).
+    pub exchange_interval: Duration,
+}
+
+impl QuotaSettings {
+    /// How long an instance's published demand counts (in the store) and the others' demands
+    /// are used here: three exchanges, so one late or failed exchange changes nothing.
+    pub fn peer_horizon(&self) -> Duration {
+        self.exchange_interval
+            .saturating_mul(3)
+            .max(Duration::from_secs(1))
+    }
 }
 
 impl Default for QuotaSettings {
@@ -35,6 +47,7 @@ impl Default for QuotaSettings {
             max_streams: 1_000,
             bucket_keys: BucketKeyBounds::default(),
             shares: ShareSettings::default(),
+            exchange_interval: Duration::from_secs(1),
         }
     }
 }

@@ -168,7 +168,15 @@ impl QuotaStream {
                 None => settings.unmatched.fallback(),
                 Some(BucketLimit::Unlimited) => Assignment::AllowAll,
                 Some(limit @ BucketLimit::Limited { per_second, .. }) => {
-                    let share = QuotaBoard::share(envoys, self.id, per_second, now, &settings);
+                    // The last exchange's, however old: while the store cannot be reached
+                    // the total stays divided as it last was (under-admitting if a peer has
+                    // gone, never admitting the limit once per instance).
+                    let peers = buckets
+                        .peers
+                        .get(&key)
+                        .map(|peers| peers.demands.as_slice());
+                    let share =
+                        QuotaBoard::share(envoys, self.id, (per_second, peers), now, &settings);
                     assign(limit, share)
                 }
             };

@@ -394,3 +394,90 @@ fn an_override_or_adaptive_value_changes_the_total_divided() {
     ));
     assert!((bucket_rate(&action) - 40.0).abs() < 1e-9, "{action:?}");
 }
+
+/// Each instance's last demand on one bucket of one domain.
+type Published = HashMap<(String, crate::core::quota::BucketKey), HashMap<u64, Option<f64>>>;
+
+/// A store that every board of the test publishes to, as Redis does for floodgates.
+#[derive(Default)]
+struct SharedDemands {
+    published: parking_lot::Mutex<Published>,
+}
+
+impl crate::store::QuotaPeers for SharedDemands {
+    async fn exchange_demands(
+        &self,
+        instance: u64,
+        items: &[crate::store::DemandItem<'_>],
+        _horizon: Duration,
+        _deadline: Duration,
+    ) -> Result<Vec<Vec<Option<f64>>>, crate::store::StoreError> {
+        let mut published = self.published.lock();
+        Ok(items
+            .iter()
+            .map(|item| {
+                let entries = published
+                    .entry((item.domain.to_owned(), item.bucket.clone()))
+                    .or_default();
+                entries.insert(instance, item.demand);
+                entries
+                    .iter()
+                    .filter(|(other, _)| **other != instance)
+                    .map(|(_, demand)| *demand)
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn floodgates_that_exchange_demands_divide_one_limit_between_their_envoys() {
+    let store = SharedDemands::default();
+    let (light_board, heavy_board) = (
+        QuotaBoard::new(QuotaSettings::default()),
+        QuotaBoard::new(QuotaSettings::default()),
+    );
+    let rules = rules();
+    let start = Instant::now();
+    let (mut light, mut heavy) = (open(&light_board), open(&heavy_board));
+    only(light.report("acme", &prod(1, 0), in_force(&rules, &NONE), start));
+    only(heavy.report("acme", &prod(1, 0), in_force(&rules, &NONE), start));
+    // One second: light offered 10/s, heavy 400/s, each to its own floodgate.
+    let later = start + Duration::from_secs(1);
+    only(light.report("", &prod(9, 0), in_force(&rules, &NONE), later));
+    only(heavy.report("", &prod(99, 300), in_force(&rules, &NONE), later));
+    // Alone, each floodgate gives its Envoy the whole limit.
+    let alone = bucket_rate(&only(heavy.report(
+        "",
+        &prod(0, 0),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    assert!((99.0..=100.0).contains(&alone), "heavy alone: {alone}");
+    let failed = crate::telemetry::paced_log::PacedLog::every(Duration::from_secs(10));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap_or_else(|error| panic!("runtime: {error}"));
+    runtime.block_on(async {
+        for (board, instance) in [(&light_board, 1), (&heavy_board, 2), (&light_board, 1)] {
+            exchange::exchange_once(board, &store, instance, &failed).await;
+        }
+    });
+    let later = later + Duration::from_secs(1);
+    let light_share = bucket_rate(&only(light.report(
+        "",
+        &prod(10, 0),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    let heavy_share = bucket_rate(&only(heavy.report(
+        "",
+        &prod(100, 300),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    // As two Envoys of one floodgate: 10 × 1.2 and the rest.
+    assert!((11.9..=12.1).contains(&light_share), "light {light_share}");
+    assert!((87.0..=88.1).contains(&heavy_share), "heavy {heavy_share}");
+    assert!(light_share + heavy_share <= 100.0 + 1e-9);
+}

@@ -113,6 +113,7 @@ mod hybrid_sync;
 pub mod keys;
 mod lanes;
 mod leases;
+mod quota_exchange;
 mod script;
 mod sentinel;
 mod shared;

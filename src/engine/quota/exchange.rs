@@ -1,0 +1,83 @@
+//! RLQS across floodgates: every `--rlqs-exchange-ms`, each instance publishes what its Envoys
+//! offer on each bucket to the store they share and reads what the others published, so each
+//! takes its part of every bucket's limit (`core::quota::instance_part`) before dividing it
+//! among its own Envoys. One call per domain (`QuotaPeers`); nothing on the report path waits
+//! for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::board::QuotaBoard;
+use crate::engine::limiter::Limiter;
+use crate::engine::shutdown::{self, Shutdown};
+use crate::store::{DemandItem, QuotaPeers, Store};
+use crate::telemetry::paced_log::PacedLog;
+
+/// A failed exchange is logged at most this often.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Until `shutdown`: the exchanges of this instance, under an id of its own.
+pub async fn run<S: Store + QuotaPeers>(
+    board: Arc<QuotaBoard>,
+    limiter: Arc<Limiter<S>>,
+    shutdown: Shutdown,
+) {
+    let instance = rand::random::<u64>().max(1);
+    let settings = board.settings().clone();
+    let failed = PacedLog::every(FAILURE_LOG_INTERVAL);
+    shutdown::every(settings.exchange_interval, shutdown, || {
+        exchange_once(&board, limiter.store(), instance, &failed)
+    })
+    .await;
+}
+
+/// One exchange: publish, read, record. A failure keeps the last peers.
+pub async fn exchange_once<P: QuotaPeers>(
+    board: &QuotaBoard,
+    store: &P,
+    instance: u64,
+    failed: &PacedLog,
+) {
+    let published = board.published_demands(Instant::now());
+    if published.is_empty() {
+        return;
+    }
+    let items: Vec<DemandItem<'_>> = published
+        .iter()
+        .map(|item| DemandItem {
+            domain: &item.domain,
+            bucket: &item.bucket,
+            demand: item.demand,
+        })
+        .collect();
+    let settings = board.settings();
+    match store
+        .exchange_demands(
+            instance,
+            &items,
+            settings.peer_horizon(),
+            settings.exchange_interval,
+        )
+        .await
+    {
+        Ok(peers) => {
+            let with_peers = peers.iter().filter(|found| !found.is_empty()).count();
+            tracing::debug!(
+                buckets = published.len(),
+                with_peers,
+                "RLQS demands exchanged with the other floodgates"
+            );
+            board.record_peers(&published, peers);
+        }
+        Err(error) => {
+            if let Some(suppressed) = failed.allow() {
+                tracing::warn!(
+                    %error,
+                    suppressed,
+                    "RLQS demands not exchanged with the other floodgates: each bucket stays \
+                     divided as the last exchange left it"
+                );
+            }
+        }
+    }
+}

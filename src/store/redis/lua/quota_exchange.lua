@@ -1,0 +1,44 @@
+-- RLQS across floodgates (src/store/redis/quota_exchange.rs): each instance publishes, per
+-- bucket, what its Envoys offer together, and reads what every other instance published
+-- recently; each then takes its part of the bucket's limit (core::quota::share::instance_part).
+-- One call per domain: the keys carry the domain's hash tag, so they share one slot.
+--
+-- KEYS: one hash per bucket, field = instance, value = '<demand> <unix ms>' (demand '' while
+--       the instance has not measured one).
+-- ARGV: the instance id, the horizon in ms (older entries are gone: their instance stopped
+--       publishing), then one demand per key.
+-- Reply: per key, the number of other instances' entries, then their demands, all as strings.
+-- Now is Redis TIME: one clock for every instance.
+
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local instance = ARGV[1]
+local horizon = tonumber(ARGV[2])
+local stamp = string.format('%d', now)
+local reply = {}
+for index, key in ipairs(KEYS) do
+  redis.call('HSET', key, instance, ARGV[index + 2] .. ' ' .. stamp)
+  redis.call('PEXPIRE', key, horizon)
+  local fields = redis.call('HGETALL', key)
+  local count_at = #reply + 1
+  reply[count_at] = '0'
+  local count = 0
+  for at = 1, #fields, 2 do
+    local field = fields[at]
+    if field ~= instance then
+      local demand, published = string.match(fields[at + 1], '^(%S*) (%d+)$')
+      if published and now - tonumber(published) <= horizon then
+        count = count + 1
+        reply[#reply + 1] = demand
+      else
+        redis.call('HDEL', key, field)
+      end
+    end
+  end
+  reply[count_at] = tostring(count)
+end
+return reply
