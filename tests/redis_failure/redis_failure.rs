@@ -3,7 +3,7 @@
 //! soon after Redis is back.
 //!
 //! Latency: the machine may be busy (2 cores, debug build, other tests), so the bound
-//! "deadline + 20 ms" is asserted on the slowest call made once the breaker has surely opened
+//! "deadline + 200 ms" is asserted on the slowest call made once the breaker has surely opened
 //! (BREAKER_SETTLED after the outage began: five 25 ms failures take far less), when each
 //! call either fails at once or is the one probe per second that waits out the 25 ms deadline.
 //! The p99 and the maximum of every call are printed as well. The tests of this file run one
@@ -24,7 +24,10 @@ use floodgate_testkit::{wait_for_port, Floodgate};
 
 const TIMEOUT_MS: u64 = 25;
 /// The bound on one call once the breaker is open.
-const MAX_CALL_MS: u64 = TIMEOUT_MS + 20;
+/// 200 ms over the deadline, the bound of the network-fault tests: a stalled host (a 105 ms
+/// pause was seen under CI load) must not fail it, a call that waits for Redis (the outage
+/// lasts 1.5 s) must.
+const MAX_CALL_MS: u64 = TIMEOUT_MS + 200;
 /// After this much of an outage the breaker is open for sure.
 const BREAKER_SETTLED: Duration = Duration::from_millis(300);
 const OUTAGE: Duration = Duration::from_millis(1500);

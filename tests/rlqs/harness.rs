@@ -59,9 +59,20 @@ pub fn start_floodgate(dir: &Path, rules: &str, grpc_port: u16, extra: &[&str]) 
 /// Envoy on `deploy/envoy/rlqs.yaml`, its RLQS cluster at `grpc_port`, logging the filter's
 /// work (reports, assignments, abandons) at debug level into `dir/name/envoy.log`.
 pub fn start_envoy(dir: &Path, name: &str, grpc_port: u16) -> (Envoy, std::path::PathBuf) {
+    start_envoy_with(dir, name, grpc_port, |bootstrap| bootstrap)
+}
+
+/// [`start_envoy`] on the guide's bootstrap as `edit` changes it.
+pub fn start_envoy_with(
+    dir: &Path,
+    name: &str,
+    grpc_port: u16,
+    edit: impl FnOnce(String) -> String,
+) -> (Envoy, std::path::PathBuf) {
     let path = repo_file("deploy/envoy/rlqs.yaml");
     let template = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let template = edit(template);
     let (edge, admin) = (free_port(), free_port());
     let bootstrap = template
         .replace("port_value: 10000", &format!("port_value: {edge}"))
@@ -89,10 +100,18 @@ pub struct Load {
 
 impl Load {
     pub fn start(port: u16, header: (&str, &str), per_second: f64) -> Load {
+        Self::with_headers(port, &[header], per_second)
+    }
+
+    /// [`Load::start`] with several headers on every request.
+    pub fn with_headers(port: u16, headers: &[(&str, &str)], per_second: f64) -> Load {
         let answers = Arc::new(Mutex::new(Vec::new()));
         let rate = Arc::new(AtomicU64::new((per_second * 1000.0) as u64));
         let stop = Arc::new(AtomicBool::new(false));
-        let (name, value) = (header.0.to_owned(), header.1.to_owned());
+        let headers: String = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
         let thread = {
             let (answers, rate, stop) = (answers.clone(), rate.clone(), stop.clone());
             std::thread::spawn(move || {
@@ -107,7 +126,7 @@ impl Load {
                     next += Duration::from_secs_f64(1.0 / per_second);
                     // Behind by more than a second (a stalled host): do not burst to catch up.
                     next = next.max(Instant::now() - Duration::from_secs(1));
-                    let status = client.get(&name, &value);
+                    let status = client.get(&headers);
                     lock(&answers).push((Instant::now(), status));
                 }
             })
@@ -177,10 +196,10 @@ impl KeepAlive {
         }
     }
 
-    /// The status of `GET /` with one header; 0 if the request failed (the connection is
-    /// made anew for the next).
-    fn get(&mut self, name: &str, value: &str) -> u16 {
-        match self.try_get(name, value) {
+    /// The status of `GET /` with `headers` (each line with its CRLF); 0 if the request
+    /// failed (the connection is made anew for the next).
+    fn get(&mut self, headers: &str) -> u16 {
+        match self.try_get(headers) {
             Ok(status) => status,
             Err(_) => {
                 self.connection = None;
@@ -189,7 +208,7 @@ impl KeepAlive {
         }
     }
 
-    fn try_get(&mut self, name: &str, value: &str) -> std::io::Result<u16> {
+    fn try_get(&mut self, headers: &str) -> std::io::Result<u16> {
         let connection = match &mut self.connection {
             Some(connection) => connection,
             None => {
@@ -198,7 +217,7 @@ impl KeepAlive {
                 self.connection.insert(BufReader::new(stream))
             }
         };
-        let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{name}: {value}\r\n\r\n");
+        let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n");
         connection.get_mut().write_all(request.as_bytes())?;
         let mut line = String::new();
         connection.read_line(&mut line)?;

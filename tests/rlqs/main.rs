@@ -8,6 +8,7 @@
 //! or two reports: the tests wait for it and measure over windows of several seconds, with
 //! bounds wide enough for a loaded 2-core host and tight enough to catch a wrong division.
 
+mod classes;
 mod harness;
 mod lifecycle;
 mod sharing;

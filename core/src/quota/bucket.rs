@@ -83,29 +83,81 @@ impl BucketKey {
 
     /// The rule this bucket meets in `domain`: the one at the descriptor path whose keys are
     /// this bucket's keys, with values matched as a request descriptor's are (wildcards and
-    /// key-only levels included).
+    /// key-only levels included). Failing that, a rule with priority classes whose path has
+    /// every key of the bucket but one, that one its class key (`priority.key`): the bucket
+    /// is one class's part of that rule's limit, and `Matched::class_entry` says so.
     pub fn lookup<'d>(&self, domain: &'d DomainRules) -> Option<Matched<'d>> {
+        if let Some(matched) = self.lookup_keys(domain, None) {
+            return Some(matched);
+        }
+        (0..self.entries.len()).find_map(|class_at| {
+            let matched = self.lookup_keys(domain, Some(class_at))?;
+            let (class_key, _) = self.entries.get(class_at)?;
+            let names_its_class = matched.class_entry.is_some()
+                && matched
+                    .rule
+                    .priority
+                    .as_ref()
+                    .is_some_and(|priority| *priority.key == **class_key);
+            names_its_class.then_some(matched)
+        })
+    }
+
+    /// The rule met by the bucket's entries, the one at `class_at` (when given) left out of
+    /// the path and put last, where a request names its class.
+    fn lookup_keys<'d>(
+        &self,
+        domain: &'d DomainRules,
+        class_at: Option<usize>,
+    ) -> Option<Matched<'d>> {
+        let path: Vec<&(Box<str>, Box<str>)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| Some(*index) != class_at)
+            .map(|(_, entry)| entry)
+            .collect();
         let order = domain.key_orders.iter().find(|order| {
-            order.sorted.len() == self.entries.len()
+            order.sorted.len() == path.len()
                 && order
                     .sorted
                     .iter()
-                    .zip(self.entries.iter())
+                    .zip(path.iter())
                     .all(|(sorted, (key, _))| **sorted == **key)
         })?;
-        let entries: Vec<Entry> = order
+        let mut entries: Vec<Entry> = order
             .ordered
             .iter()
             .filter_map(|key| {
-                let at = self
-                    .entries
-                    .binary_search_by(|(own, _)| (**own).cmp(key))
-                    .ok()?;
-                let (key, value) = self.entries.get(at)?;
+                let (key, value) = path.iter().find(|(own, _)| **own == **key)?;
                 Some(Entry::new(&**key, &**value))
             })
             .collect();
+        if let Some((key, value)) = class_at.and_then(|at| self.entries.get(at)) {
+            entries.push(Entry::new(&**key, &**value));
+        }
         domain.lookup(&entries)
+    }
+
+    /// The value of entry `key`, if the bucket has one.
+    pub fn value_of(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(own, _)| **own == *key)
+            .map(|(_, value)| &**value)
+    }
+
+    /// This bucket without its entry `key`: what the buckets of one rule's priority classes
+    /// share (the counter they divide).
+    pub fn without(&self, key: &str) -> BucketKey {
+        BucketKey {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(own, _)| **own != *key)
+                .cloned()
+                .collect(),
+        }
     }
 }
 
@@ -176,6 +228,38 @@ descriptors:
         assert!(unknown.lookup(domain).is_none());
         let other_keys = key(&[("user", "x")]).unwrap_or_else(|e| panic!("{e}"));
         assert!(other_keys.lookup(domain).is_none());
+    }
+
+    #[test]
+    fn a_bucket_with_a_rules_class_key_meets_that_rule_in_its_class() {
+        let text = "
+domain: acme
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 30}
+    priority: {key: priority, classes: {critical: 100%, low: 50%}, default: low}
+  - key: name
+    rate_limit: {unit: second, requests_per_unit: 5}
+";
+        let rules = load_valid("acme.yaml", text);
+        let Some(domain) = rules.domain("acme") else {
+            panic!("no domain acme");
+        };
+        let low = key(&[("tenant", "t1"), ("priority", "low")]).unwrap_or_else(|e| panic!("{e}"));
+        let matched = low
+            .lookup(domain)
+            .unwrap_or_else(|| panic!("no rule for {low}"));
+        assert_eq!(matched.rule.path, "acme.tenant");
+        assert_eq!(matched.class_entry, Some(1));
+        assert_eq!(low.without("priority").to_string(), "{tenant: t1}");
+        let plain = key(&[("tenant", "t1")]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain.lookup(domain).and_then(|m| m.class_entry), None);
+        // A rule without classes takes no extra key, and a key that is not the class key
+        // meets nothing.
+        let extra = key(&[("name", "n"), ("priority", "low")]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(extra.lookup(domain).is_none());
+        let other = key(&[("tenant", "t1"), ("colour", "red")]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(other.lookup(domain).is_none());
     }
 
     #[test]

@@ -8,4 +8,4 @@ pub mod share;
 
 pub use assignment::{assign, Assignment, BucketLimit, TokenBucketShape, UnmatchedBucket};
 pub use bucket::{BucketError, BucketKey, BucketKeyBounds};
-pub use share::{aggregate_demand, divide, instance_part, ShareSettings};
+pub use share::{aggregate_demand, class_totals, divide, instance_part, ShareSettings};

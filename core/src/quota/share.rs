@@ -7,6 +7,8 @@
 //! demand claims is split evenly, as room for bursts. The shares always add up to the limit:
 //! between two reports of the same Envoys, the admitted total cannot pass it.
 
+use crate::algorithm::Share;
+
 /// The knobs of the division (the guide, docs/rlqs.md, explains the defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShareSettings {
@@ -84,6 +86,46 @@ pub fn aggregate_demand(demands: impl IntoIterator<Item = Option<f64>>) -> Optio
         .fold(None, |sum, rate| Some(sum.unwrap_or(0.0) + rate.max(0.0)))
 }
 
+/// The part of `limit` each priority class of one rule may divide among its buckets' Envoys,
+/// in the order of `classes` (each its share of the capacity and what its buckets offer,
+/// `None` while unmeasured). Highest share first, each class gets what it asks (demand ×
+/// headroom; unmeasured: its cap), at most its cap (share × limit) and what the classes above
+/// left; what no class asked goes to the classes in the same order, up to their caps. So a
+/// lower class yields to a higher one under load and uses what it leaves; the parts add up to
+/// at most the limit.
+pub fn class_totals(
+    limit: f64,
+    classes: &[(Share, Option<f64>)],
+    settings: ShareSettings,
+) -> Vec<f64> {
+    let limit = if limit.is_finite() {
+        limit.max(0.0)
+    } else {
+        0.0
+    };
+    let headroom = settings.headroom.max(0.0);
+    let mut order: Vec<usize> = (0..classes.len()).collect();
+    order.sort_by(|&a, &b| classes[b].0.cmp(&classes[a].0));
+    let cap = |index: usize| limit * f64::from(classes[index].0.millionths()) / 1e6;
+    let mut totals = vec![0.0; classes.len()];
+    let mut remaining = limit;
+    for &index in &order {
+        let asked = classes[index]
+            .1
+            .filter(|demand| demand.is_finite())
+            .map_or(cap(index), |demand| demand.max(0.0) * (1.0 + headroom));
+        let given = asked.min(cap(index)).min(remaining).max(0.0);
+        totals[index] = given;
+        remaining -= given;
+    }
+    for &index in &order {
+        let more = (cap(index) - totals[index]).max(0.0).min(remaining);
+        totals[index] += more;
+        remaining -= more;
+    }
+    totals
+}
+
 /// Max-min fair: the smallest needs are met whole while the even split of what remains covers
 /// them; every larger need gets that even split.
 fn water_fill(pool: f64, needs: &[f64]) -> Vec<f64> {
@@ -113,6 +155,38 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn a_lower_class_yields_to_a_higher_one_and_takes_what_it_leaves() {
+        let settings = ShareSettings::default();
+        let full = Share::FULL;
+        let half = Share::from_millionths(500_000).unwrap_or(Share::FULL);
+        // Critical offers 10/s, low 60/s, limit 30: critical 12 (its ask), low its cap of 15,
+        // the 3 nobody asked for back to critical.
+        let totals = class_totals(30.0, &[(half, Some(60.0)), (full, Some(10.0))], settings);
+        assert!(
+            close(totals[0], 15.0) && close(totals[1], 15.0),
+            "{totals:?}"
+        );
+        // Critical over the limit: low gets nothing.
+        let totals = class_totals(30.0, &[(full, Some(40.0)), (half, Some(40.0))], settings);
+        assert!(
+            close(totals[0], 30.0) && close(totals[1], 0.0),
+            "{totals:?}"
+        );
+        // Critical quiet: low up to its cap, the rest kept for critical.
+        let totals = class_totals(30.0, &[(full, Some(0.0)), (half, Some(100.0))], settings);
+        assert!(
+            close(totals[1], 15.0) && close(totals[0], 15.0),
+            "{totals:?}"
+        );
+        // Unmeasured classes ask their caps.
+        let totals = class_totals(30.0, &[(full, None), (half, None)], settings);
+        assert!(
+            close(totals[0], 30.0) && close(totals[1], 0.0),
+            "{totals:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,11 @@ use parking_lot::Mutex;
 
 use super::settings::QuotaSettings;
 use super::stream::QuotaStream;
-use crate::core::quota::{aggregate_demand, divide, instance_part, BucketKey};
+use crate::core::algorithm::Share;
+use crate::core::priority::Priority;
+use crate::core::quota::{
+    aggregate_demand, class_totals, divide, instance_part, BucketKey, ShareSettings,
+};
 
 pub(super) type StreamId = u64;
 
@@ -27,6 +31,110 @@ pub(super) struct DomainBuckets {
     /// What the other floodgates sharing the store last said they offer on each bucket
     /// (`exchange`); empty when floodgate runs alone.
     pub(super) peers: HashMap<BucketKey, PeerDemands>,
+    /// The buckets that are priority classes of one rule's counter, by that counter.
+    pub(super) classes: ClassGroups,
+}
+
+/// Buckets that name a rule's priority class (`{tenant: t1, priority: low}`), grouped by the
+/// bucket they are classes of (`{tenant: t1}`): one limit for the group, divided among its
+/// classes first (`core::quota::class_totals`).
+#[derive(Default)]
+pub(super) struct ClassGroups {
+    group_of: HashMap<BucketKey, BucketKey>,
+    members: HashMap<BucketKey, Vec<(BucketKey, usize)>>,
+}
+
+impl ClassGroups {
+    /// Records `member` (of class `class`) in `group`; the group's members with their classes.
+    pub(super) fn join(
+        &mut self,
+        member: &BucketKey,
+        class: usize,
+        group: BucketKey,
+    ) -> &[(BucketKey, usize)] {
+        if !self.group_of.contains_key(member) {
+            self.group_of.insert(member.clone(), group.clone());
+        }
+        let members = self.members.entry(group).or_default();
+        match members.iter_mut().find(|(known, _)| known == member) {
+            Some(known) => known.1 = class,
+            None => members.push((member.clone(), class)),
+        }
+        members
+    }
+
+    /// `member` is gone (no stream reports on it).
+    pub(super) fn leave(&mut self, member: &BucketKey) {
+        let Some(group) = self.group_of.remove(member) else {
+            return;
+        };
+        if let Some(members) = self.members.get_mut(&group) {
+            members.retain(|(known, _)| known != member);
+            if members.is_empty() {
+                self.members.remove(&group);
+            }
+        }
+    }
+}
+
+impl DomainBuckets {
+    /// What every floodgate's Envoys offer on `key`: this one's (measured) and the others'
+    /// last published demands; `None` while none is measured.
+    pub(super) fn global_demand(&self, key: &BucketKey) -> Option<f64> {
+        let own = self
+            .buckets
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|envoy| envoy.demand);
+        let peers = self
+            .peers
+            .get(key)
+            .into_iter()
+            .flat_map(|peers| peers.demands.iter().copied());
+        aggregate_demand(own.chain(peers))
+    }
+
+    /// The part of a rule's `limit` that bucket `key` divides: the whole limit, or for a
+    /// bucket of priority class `class` (of `priority`), its class's part of the limit
+    /// (`class_totals`, by what every class's buckets offer) and its share of that among the
+    /// buckets of its class.
+    pub(super) fn bucket_total(
+        &mut self,
+        key: &BucketKey,
+        class: Option<(&Priority, usize)>,
+        limit: f64,
+        settings: ShareSettings,
+    ) -> f64 {
+        let Some((priority, class)) = class else {
+            return limit;
+        };
+        let group = key.without(&priority.key);
+        let members = self.classes.join(key, class, group).to_vec();
+        let shares: Vec<Share> = priority.classes.iter().map(|class| class.share).collect();
+        let mut class_demands: Vec<Option<f64>> = vec![None; shares.len()];
+        let mut own_class: Vec<(bool, Option<f64>)> = Vec::new();
+        for (member, member_class) in &members {
+            let demand = self.global_demand(member);
+            if let Some(slot) = class_demands.get_mut(*member_class) {
+                *slot = aggregate_demand([*slot, demand]);
+            }
+            if *member_class == class {
+                own_class.push((member == key, demand));
+            }
+        }
+        let classes: Vec<(Share, Option<f64>)> = shares.into_iter().zip(class_demands).collect();
+        let total = class_totals(limit, &classes, settings)
+            .get(class)
+            .copied()
+            .unwrap_or(0.0);
+        let demands: Vec<Option<f64>> = own_class.iter().map(|(_, demand)| *demand).collect();
+        divide(total, &demands, settings)
+            .into_iter()
+            .zip(&own_class)
+            .find(|(_, (is_key, _))| *is_key)
+            .map_or(0.0, |(part, _)| part)
+    }
 }
 
 /// The other instances' demands on one bucket, as of the last exchange that succeeded.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::board::{EnvoyDemand, QuotaBoard, StreamId};
+use super::board::{DomainBuckets, EnvoyDemand, QuotaBoard, StreamId};
 use crate::core::adjustment::Adjustments;
 use crate::core::quota::{assign, Assignment, BucketError, BucketKey, BucketLimit};
 use crate::core::rules::RuleSet;
@@ -136,15 +136,23 @@ impl QuotaStream {
                 .is_some_and(|since| now.saturating_duration_since(since) >= settings.abandon_after)
             {
                 self.buckets.remove(&key);
-                remove_stream(&mut buckets.buckets, &key, self.id);
+                remove_stream(buckets, &key, self.id);
                 actions.push(StreamAction::Abandon { bucket: key });
                 continue;
             }
-            let rule = domain_rules.and_then(|rules| {
-                key.lookup(rules)
-                    .map(|matched| matched.rule)
-                    .or_else(|| settings.unmatched.default_rule(rules))
+            let matched = domain_rules.and_then(|rules| key.lookup(rules));
+            // The bucket's priority class, when it names one of its rule's classes.
+            let class = matched.as_ref().and_then(|matched| {
+                let priority = matched.rule.priority.as_ref()?;
+                matched.class_entry?;
+                Some((
+                    &**priority,
+                    priority.class_for(key.value_of(&priority.key)).index,
+                ))
             });
+            let rule = matched
+                .map(|matched| matched.rule)
+                .or_else(|| domain_rules.and_then(|rules| settings.unmatched.default_rule(rules)));
             let limit = rule.map(|rule| {
                 let adjustment =
                     in_force
@@ -168,6 +176,7 @@ impl QuotaStream {
                 None => settings.unmatched.fallback(),
                 Some(BucketLimit::Unlimited) => Assignment::AllowAll,
                 Some(limit @ BucketLimit::Limited { per_second, .. }) => {
+                    let total = buckets.bucket_total(&key, class, per_second, settings.shares);
                     // The last exchange's, however old: while the store cannot be reached
                     // the total stays divided as it last was (under-admitting if a peer has
                     // gone, never admitting the limit once per instance).
@@ -175,8 +184,8 @@ impl QuotaStream {
                         .peers
                         .get(&key)
                         .map(|peers| peers.demands.as_slice());
-                    let share =
-                        QuotaBoard::share(envoys, self.id, (per_second, peers), now, &settings);
+                    let envoys = buckets.buckets.entry(key.clone()).or_default();
+                    let share = QuotaBoard::share(envoys, self.id, (total, peers), now, &settings);
                     assign(limit, share)
                 }
             };
@@ -248,15 +257,12 @@ fn count_new(keys: &[BucketKey], known: impl Fn(&BucketKey) -> bool) -> usize {
         .len()
 }
 
-fn remove_stream(
-    buckets: &mut HashMap<BucketKey, Vec<EnvoyDemand>>,
-    key: &BucketKey,
-    stream: StreamId,
-) {
-    if let Some(envoys) = buckets.get_mut(key) {
+fn remove_stream(buckets: &mut DomainBuckets, key: &BucketKey, stream: StreamId) {
+    if let Some(envoys) = buckets.buckets.get_mut(key) {
         envoys.retain(|envoy| envoy.stream != stream);
         if envoys.is_empty() {
-            buckets.remove(key);
+            buckets.buckets.remove(key);
+            buckets.classes.leave(key);
         }
     }
 }
@@ -267,7 +273,7 @@ impl Drop for QuotaStream {
             let mut domains = self.board.domains.lock();
             if let Some(buckets) = domains.get_mut(domain) {
                 for key in self.buckets.keys() {
-                    remove_stream(&mut buckets.buckets, key, self.id);
+                    remove_stream(buckets, key, self.id);
                 }
                 if buckets.buckets.is_empty() {
                     domains.remove(domain);

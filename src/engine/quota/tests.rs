@@ -481,3 +481,97 @@ fn floodgates_that_exchange_demands_divide_one_limit_between_their_envoys() {
     assert!((87.0..=88.1).contains(&heavy_share), "heavy {heavy_share}");
     assert!(light_share + heavy_share <= 100.0 + 1e-9);
 }
+
+#[test]
+fn buckets_of_a_rules_priority_classes_divide_its_limit_higher_class_first() {
+    let rules = load_valid(
+        "acme.yaml",
+        "
+domain: acme
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 30}
+    priority: {key: priority, classes: {critical: 100%, low: 50%}, default: low}
+",
+    );
+    let board = QuotaBoard::new(QuotaSettings::default());
+    let class = |name: &str, allowed, denied| {
+        vec![usage(
+            &[("tenant", "t1"), ("priority", name)],
+            allowed,
+            denied,
+        )]
+    };
+    let start = Instant::now();
+    let (mut critical, mut low) = (open(&board), open(&board));
+    only(critical.report(
+        "acme",
+        &class("critical", 1, 0),
+        in_force(&rules, &NONE),
+        start,
+    ));
+    only(low.report("acme", &class("low", 1, 0), in_force(&rules, &NONE), start));
+    // Critical offers 10/s, low 60/s: critical asks 12, low gets its cap of 15, and the 3
+    // nobody asked for go back to critical.
+    let later = start + Duration::from_secs(1);
+    only(critical.report(
+        "",
+        &class("critical", 10, 0),
+        in_force(&rules, &NONE),
+        later,
+    ));
+    only(low.report("", &class("low", 15, 45), in_force(&rules, &NONE), later));
+    let later = later + Duration::from_secs(1);
+    let critical_share = bucket_rate(&only(critical.report(
+        "",
+        &class("critical", 10, 0),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    let low_share = bucket_rate(&only(low.report(
+        "",
+        &class("low", 15, 45),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    assert!(
+        (14.9..=15.0).contains(&critical_share),
+        "critical {critical_share}"
+    );
+    assert!((14.9..=15.0).contains(&low_share), "low {low_share}");
+    // Critical rises past the limit: low yields everything.
+    let later = later + Duration::from_secs(1);
+    only(critical.report(
+        "",
+        &class("critical", 15, 25),
+        in_force(&rules, &NONE),
+        later,
+    ));
+    let yielded = only(low.report("", &class("low", 15, 45), in_force(&rules, &NONE), later));
+    assert!(
+        matches!(
+            yielded,
+            StreamAction::Assign {
+                assignment: Assignment::DenyAll,
+                ..
+            }
+        ),
+        "low yields all: {yielded:?}"
+    );
+    let critical_share = bucket_rate(&only(critical.report(
+        "",
+        &class("critical", 0, 0),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    assert!(critical_share > 29.9, "critical {critical_share}");
+    // The low stream ends: its bucket leaves the class group.
+    drop(low);
+    let alone = bucket_rate(&only(critical.report(
+        "",
+        &class("critical", 0, 0),
+        in_force(&rules, &NONE),
+        later,
+    )));
+    assert!(alone > 29.9, "critical alone {alone}");
+}
