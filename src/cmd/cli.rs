@@ -613,10 +613,13 @@ pub struct RlqsArgs {
     /// closed with RESOURCE_EXHAUSTED.
     #[arg(long, env = "FLOODGATE_RLQS_MAX_BUCKETS_PER_DOMAIN", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub rlqs_max_buckets_per_domain: u64,
-    /// Most RLQS streams open at once, all connections together; one connection's are also
-    /// bounded by its HTTP/2 max_concurrent_streams.
+    /// Most RLQS streams open at once, all connections together.
     #[arg(long, env = "FLOODGATE_RLQS_MAX_STREAMS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub rlqs_max_streams: u64,
+    /// Most RLQS streams open at once on one connection (an Envoy opens one per RLQS filter
+    /// configuration); beyond it a new stream is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "FLOODGATE_RLQS_MAX_STREAMS_PER_CONNECTION", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rlqs_max_streams_per_connection: u64,
     /// With --store redis or hybrid: how often this floodgate publishes its Envoys' demand on
     /// each RLQS bucket to Redis and reads the other floodgates', so Envoys connected to
     /// different floodgates share each bucket's limit.
@@ -635,6 +638,7 @@ impl RlqsArgs {
             max_buckets_per_stream: count(self.rlqs_max_buckets_per_stream),
             max_buckets_per_domain: count(self.rlqs_max_buckets_per_domain),
             max_streams: count(self.rlqs_max_streams),
+            max_streams_per_connection: count(self.rlqs_max_streams_per_connection),
             exchange_interval: Duration::from_millis(self.rlqs_exchange_ms),
             ..crate::engine::quota::QuotaSettings::default()
         }

@@ -22,6 +22,7 @@ use super::rlqs_convert::{reports_from_wire, response_to_wire};
 use crate::engine::limiter::Limiter;
 use crate::engine::quota::{InForce, QuotaBoard, QuotaStream, ReportError, StreamAction};
 use crate::engine::shutdown::Shutdown;
+use crate::server::connections::streams::ConnectionStreams;
 use crate::store::Store;
 use crate::telemetry::rlqs as rlqs_metrics;
 
@@ -56,20 +57,31 @@ impl<S: Store> RateLimitQuotaService for RateLimitQuotaGrpc<S> {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let max_per_connection = self.board.settings().max_streams_per_connection;
+        let slot = match request.extensions().get::<ConnectionStreams>() {
+            Some(streams) => Some(streams.open(max_per_connection).map_err(|open| {
+                Status::resource_exhausted(format!(
+                    "{open} RLQS streams are open on this connection, the bound \
+                     (--rlqs-max-streams-per-connection): one Envoy needs one stream"
+                ))
+            })?),
+            // Served without floodgate's listener (in-process tests): no connection to count.
+            None => None,
+        };
         let stream = self
             .board
             .open_stream()
             .map_err(|exhausted| Status::resource_exhausted(exhausted.to_string()))?;
         // Two answers in flight at most: a stream whose Envoy stops reading stops being read.
         let (answers, receiver) = mpsc::channel(2);
-        tokio::spawn(serve_stream(
-            Arc::clone(&self.limiter),
-            Arc::clone(&self.board),
-            stream,
-            request.into_inner(),
-            answers,
-            self.shutdown.clone(),
-        ));
+        let limiter = Arc::clone(&self.limiter);
+        let (board, shutdown) = (Arc::clone(&self.board), self.shutdown.clone());
+        let reports = request.into_inner();
+        tokio::spawn(async move {
+            // Counted on its connection until the stream ends.
+            let _slot = slot;
+            serve_stream(limiter, board, stream, reports, answers, shutdown).await;
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 }

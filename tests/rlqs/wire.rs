@@ -1,6 +1,6 @@
 //! The RLQS stream from a plain gRPC client: an assignment per reported bucket, and the
 //! statuses that close a stream (a report without a domain, too many buckets, too many
-//! streams) while floodgate goes on serving.
+//! streams, in all or on one connection) while floodgate goes on serving.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -58,6 +58,17 @@ async fn first_answer(
     let mut client = RateLimitQuotaServiceClient::connect(url.to_owned())
         .await
         .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}"));
+    first_answer_on(&mut client, first).await
+}
+
+/// [`first_answer`] on a stream of `client`'s connection.
+async fn first_answer_on(
+    client: &mut RateLimitQuotaServiceClient<tonic::transport::Channel>,
+    first: RateLimitQuotaUsageReports,
+) -> (
+    Result<Option<RateLimitQuotaResponse>, tonic::Status>,
+    mpsc::Sender<RateLimitQuotaUsageReports>,
+) {
     let (sender, receiver) = mpsc::channel(4);
     sender
         .send(first)
@@ -172,6 +183,53 @@ fn too_many_buckets_or_streams_are_refused_with_resource_exhausted() {
         );
         let (second, _) = first_answer(&url, report("edge", &["b"])).await;
         refused(second, tonic::Code::ResourceExhausted, "--rlqs-max-streams");
+    });
+}
+
+#[test]
+fn streams_beyond_the_bound_of_one_connection_are_refused_and_another_connection_opens() {
+    let dir = tempdir();
+    let floodgate = Floodgate::start_with_rules(
+        dir.path(),
+        "edge.yaml",
+        RULES,
+        &["--rlqs-max-streams-per-connection", "2"],
+    );
+    runtime().block_on(async {
+        let url = floodgate.grpc_url();
+        let mut client = RateLimitQuotaServiceClient::connect(url.clone())
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}"));
+        let mut open = Vec::new();
+        for tenant in ["a", "b"] {
+            let (answer, sender) = first_answer_on(&mut client, report("edge", &[tenant])).await;
+            assert!(answer.is_ok(), "{answer:?}");
+            open.push(sender);
+        }
+        let (third, _) = first_answer_on(&mut client, report("edge", &["c"])).await;
+        refused(
+            third,
+            tonic::Code::ResourceExhausted,
+            "--rlqs-max-streams-per-connection",
+        );
+        let (elsewhere, _kept) = first_answer(&url, report("edge", &["c"])).await;
+        assert!(elsewhere.is_ok(), "another connection: {elsewhere:?}");
+        // A stream that ends gives its slot back to its connection.
+        open.pop();
+        let mut reopened = false;
+        for _ in 0..50 {
+            let (answer, sender) = first_answer_on(&mut client, report("edge", &["d"])).await;
+            if answer.is_ok() {
+                open.push(sender);
+                reopened = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            reopened,
+            "no stream reopened on the connection after one ended"
+        );
     });
 }
 

@@ -17,9 +17,10 @@ pub struct QuotaSettings {
     pub abandon_after: Duration,
     pub max_buckets_per_stream: usize,
     pub max_buckets_per_domain: usize,
-    /// Open RLQS streams, all connections together (one connection's streams are also bounded
-    /// by HTTP/2 `max_concurrent_streams`).
+    /// Open RLQS streams, all connections together.
     pub max_streams: usize,
+    /// Open RLQS streams on one connection (an Envoy opens one per RLQS filter config).
+    pub max_streams_per_connection: usize,
     pub bucket_keys: BucketKeyBounds,
     pub shares: ShareSettings,
     /// How often floodgates sharing a store exchange their demands (`exchange`).
@@ -45,6 +46,7 @@ impl Default for QuotaSettings {
             max_buckets_per_stream: 1_000,
             max_buckets_per_domain: 10_000,
             max_streams: 1_000,
+            max_streams_per_connection: 100,
             bucket_keys: BucketKeyBounds::default(),
             shares: ShareSettings::default(),
             exchange_interval: Duration::from_secs(1),

@@ -22,6 +22,7 @@
 mod activity;
 pub mod descriptors;
 mod requests;
+pub mod streams;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -240,6 +241,8 @@ impl Connection {
             body_timeout: matches!(self.protocol, Protocol::Http1)
                 .then_some(self.limits.body_timeout),
             peer: connect_info.then_some(self.peer),
+            streams: matches!(self.protocol, Protocol::Http2 { .. })
+                .then(streams::ConnectionStreams::default),
         };
         let Some(tls) = tls else {
             return self

@@ -144,6 +144,8 @@ pub struct TrackedService<S> {
     pub body_timeout: Option<Duration>,
     /// Handed to handlers as axum's `ConnectInfo` (the admin API logs who called).
     pub peer: Option<SocketAddr>,
+    /// On HTTP/2 connections: the connection's long-lived streams, handed to every request.
+    pub streams: Option<super::streams::ConnectionStreams>,
 }
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for TrackedService<S>
@@ -166,6 +168,9 @@ where
             request
                 .extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
+        }
+        if let Some(streams) = &self.streams {
+            request.extensions_mut().insert(streams.clone());
         }
         let answering = self.inner.clone().oneshot(request);
         Box::pin(async move {
