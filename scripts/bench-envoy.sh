@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # What a limit costs Envoy 1.40 per request (docs/rlqs.md, "Measured"): the same Envoy (one
-# worker, a direct_response route) with no limit, with its in-process `local_ratelimit`, and with
-# `rate_limit_quota` enforcing floodgate's RLQS assignments; the limits are far above the load, so
-# every request is admitted and what is measured is the filter's own cost. h2load sends HTTP/1.1
-# over kept-alive connections, closed loop, for BENCH_SECONDS after a warm-up; the configurations
-# take turns, BENCH_ROUNDS rounds, and each is given as the median of its rounds over the median
-# of "no limit": single runs vary by ±15 % on a shared host.
-#
-# floodgate is off the request path with RLQS (it is only streamed usage every 5 s), so its debug
-# build is used. RLS through the `ratelimit` filter (a call per request, where floodgate's build
-# matters) is measured by scripts/bench-load.sh, not here.
+# worker, every request routed to a second listener of its own that answers 200) with no limit,
+# with its in-process `local_ratelimit`, with `rate_limit_quota` enforcing floodgate's RLQS
+# assignments, and with the `ratelimit` filter calling, per request, a no-op RLS
+# (examples/noop_rls.rs: the cost of the call itself), floodgate on its memory store and
+# floodgate on Redis. The limits are far above the load, so every request is admitted and what
+# is measured is the limit's own cost. h2load sends HTTP/1.1 over kept-alive connections,
+# closed loop, for BENCH_SECONDS after a warm-up; the configurations take turns, BENCH_ROUNDS
+# rounds, and each is given as the median of its rounds over the median of "no limit": single
+# runs vary by ±15 % on a shared host. Release builds throughout.
 #
 #   scripts/bench-envoy.sh          # BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CONNECTIONS=8
 set -euo pipefail
@@ -31,10 +30,10 @@ for value in "$ROUNDS" "$SECONDS_PER_RUN" "$CONNECTIONS"; do
 done
 
 start_workspace bench-envoy
-echo "bench-envoy: building floodgate (debug)" >&2
-cargo build --bin floodgate >"$WORK/build.log" 2>&1 || { tail -n 40 "$WORK/build.log" >&2; die "the build failed"; }
-FLOODGATE="$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug/floodgate"
+command -v redis-server >/dev/null || die "redis-server is needed (the Redis-backed RLS)"
+release_build bench-envoy --bin floodgate --example noop_rls
+FLOODGATE="$BIN/floodgate"
+NOOP_RLS="$BIN/examples/noop_rls"
 
 mkdir -p "$WORK/rules"
 cat >"$WORK/rules/edge.yaml" <<'YAML'
@@ -46,20 +45,79 @@ descriptors:
     value: anonymous
     rate_limit: {unit: second, requests_per_unit: 10000000}
 YAML
+# The memory store's floodgate serves RLQS and the memory RLS alike (one gRPC port).
 start_floodgate "$FLOODGATE" "$WORK/rules" "$WORK/floodgate.log"
-FLOODGATE_PID="$SERVER_PID"
+SERVERS=("$SERVER_PID")
+MEMORY_PORT="$GRPC_PORT"
+read -r REDIS_PORT NOOP_PORT EDGE ADMIN DIRECT < <(free_ports 5)
+start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
+SERVERS+=("$REDIS_PID")
+PIDS=("${SERVERS[@]}")
+start_floodgate "$FLOODGATE" "$WORK/rules" "$WORK/floodgate-redis.log" \
+  --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
+SERVERS+=("$SERVER_PID")
+REDIS_RLS_PORT="$GRPC_PORT"
+"$NOOP_RLS" --addr "127.0.0.1:$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
+SERVERS+=("$!")
+PIDS=("${SERVERS[@]}")
+wait_port noop_rls "$!" "$NOOP_PORT" "$WORK/noop.log"
 
-# The three bootstraps: the RLQS one is the guide's (deploy/envoy/rlqs.yaml); the others are it
-# with the rate_limit_quota filter replaced.
-read -r EDGE ADMIN < <(free_ports 2)
-python3 - "$WORK" "$EDGE" "$ADMIN" "$GRPC_PORT" <<'PY'
-import re, sys
-work, edge, admin, grpc = sys.argv[1:]
-text = open("deploy/envoy/rlqs.yaml").read()
-text = (text.replace("port_value: 10000", f"port_value: {edge}")
-            .replace("port_value: 9903", f"port_value: {admin}")
-            .replace("port_value: 8081", f"port_value: {grpc}"))
-open(f"{work}/rlqs.yaml", "w").write(text)
+# The bootstraps: the guide's (deploy/envoy/rlqs.yaml) with its route sent to a second listener
+# of the same Envoy (the ratelimit filter does nothing on a direct_response route), and its
+# rate_limit_quota filter kept, replaced by local_ratelimit or ratelimit, or taken out.
+python3 - "$WORK" "$EDGE" "$ADMIN" "$DIRECT" "$MEMORY_PORT" "$NOOP_PORT" "$REDIS_RLS_PORT" <<'PY'
+import sys
+work, edge, admin, direct, memory, noop, redis_rls = sys.argv[1:]
+template = open("deploy/envoy/rlqs.yaml").read()
+template = (template.replace("port_value: 10000", f"port_value: {edge}")
+                    .replace("port_value: 9903", f"port_value: {admin}"))
+answer = """              routes:
+              - match: {prefix: "/"}
+                direct_response:
+                  status: 200
+                  body: {inline_string: "ok\\n"}
+"""
+if answer not in template:
+    sys.exit("deploy/envoy/rlqs.yaml no longer answers with the direct_response this script routes")
+routed = """              rate_limits:
+              - actions:
+                - request_headers: {header_name: x-tenant, descriptor_key: tenant}
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: local_direct}
+"""
+direct_listener = f"""  - name: direct_200
+    address:
+      socket_address: {{address: 127.0.0.1, port_value: {direct}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: direct_200
+          route_config:
+            virtual_hosts:
+            - name: direct
+              domains: ["*"]
+{answer}          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+
+"""
+direct_cluster = f"""  - name: local_direct
+    type: STATIC
+    connect_timeout: 0.25s
+    load_assignment:
+      cluster_name: local_direct
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {direct}}}
+"""
+text = template.replace(answer, routed, 1)
+text = text.replace("  clusters:\n", direct_listener + "  clusters:\n" + direct_cluster, 1)
 start = text.index("          - name: envoy.filters.http.rate_limit_quota")
 end = text.index("          - name: envoy.filters.http.router")
 local = """          - name: envoy.filters.http.local_ratelimit
@@ -72,8 +130,25 @@ local = """          - name: envoy.filters.http.local_ratelimit
               filter_enforced:
                 default_value: {numerator: 100, denominator: HUNDRED}
 """
-open(f"{work}/local.yaml", "w").write(text[:start] + local + text[end:])
-open(f"{work}/none.yaml", "w").write(text[:start] + text[end:])
+# failure_mode_deny: an RLS that fails shows as 500s, which fail the run.
+rls = """          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: edge
+              timeout: 0.1s
+              failure_mode_deny: true
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {cluster_name: floodgate}
+"""
+def at(port, body):
+    return body.replace("port_value: 8081", f"port_value: {port}")
+open(f"{work}/rlqs.yaml", "w").write(at(memory, text))
+open(f"{work}/local.yaml", "w").write(at(memory, text[:start] + local + text[end:]))
+open(f"{work}/none.yaml", "w").write(at(memory, text[:start] + text[end:]))
+for name, port in (("rls-noop", noop), ("rls-memory", memory), ("rls-redis", redis_rls)):
+    open(f"{work}/{name}.yaml", "w").write(at(port, text[:start] + rls + text[end:]))
 PY
 
 # run CONFIG: one Envoy on CONFIG, warmed up, measured; prints requests a second.
@@ -82,19 +157,19 @@ run() {
   "$ENVOY" -c "$WORK/$config.yaml" --disable-hot-restart --concurrency 1 --log-level error \
     >"$WORK/envoy-$config.log" 2>&1 &
   pid=$!
-  PIDS=("$FLOODGATE_PID" "$pid")
+  PIDS=("${SERVERS[@]}" "$pid")
   wait_port envoy "$pid" "$EDGE" "$WORK/envoy-$config.log"
   out="$(h2load --h1 -c "$CONNECTIONS" -m 1 -D "$SECONDS_PER_RUN" --warm-up-time=2 \
     -H 'x-tenant: acme-corp' "http://127.0.0.1:$EDGE/" 2>&1)" || { echo "$out" >&2; die "h2load failed"; }
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  PIDS=("$FLOODGATE_PID")
+  PIDS=("${SERVERS[@]}")
   python3 -c '
 import re, sys
 text = sys.stdin.read()
-ok = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx", text)
-if ok and int(ok.group(3)) > 0:
-    sys.exit("requests were denied: the limit is meant to be out of the way")
+ok = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+if not ok or int(ok.group(3)) + int(ok.group(4)) > 0:
+    sys.exit("requests were denied or failed: the limit is meant to be out of the way")
 print(re.search(r"finished in [^,]+, ([0-9.]+) req/s", text).group(1))
 ' <<<"$out"
 }
@@ -102,7 +177,7 @@ print(re.search(r"finished in [^,]+, ([0-9.]+) req/s", text).group(1))
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$WORK/results"
 for round in $(seq 1 "$ROUNDS"); do
-  for config in none local rlqs; do
+  for config in none local rlqs rls-noop rls-memory rls-redis; do
     rate="$(run "$config")"
     echo "bench-envoy: round $round $config $rate req/s" >&2
     echo "$config $rate" >>"$WORK/results"
@@ -119,16 +194,21 @@ for line in open(path):
     runs.setdefault(config, []).append(float(rate))
 base = statistics.median(runs["none"])
 names = {"none": "Envoy, no limit", "local": "`local_ratelimit` (in Envoy)",
-         "rlqs": "`rate_limit_quota` → floodgate RLQS"}
+         "rlqs": "`rate_limit_quota` → floodgate RLQS",
+         "rls-noop": "`ratelimit` → no-op RLS (the call alone)",
+         "rls-memory": "`ratelimit` → floodgate, memory store",
+         "rls-redis": "`ratelimit` → floodgate, Redis store"}
 print(f"commit {commit}; {rounds} rounds of {seconds} s, {connections} HTTP/1.1 connections, "
       f"Envoy on one worker; load average before {before}, after {after}\n")
 print("| configuration | median ratio to no limit | each round's ratio to that round's no limit |")
 print("|---|---|---|")
-for config in ("none", "local", "rlqs"):
+for config in ("none", "local", "rlqs", "rls-noop", "rls-memory", "rls-redis"):
     rates = runs[config]
     per_round = [rate / none for rate, none in zip(rates, runs["none"])]
     print(f"| {names[config]} | {statistics.median(rates) / base:.2f} | "
           + ", ".join(f"{r:.2f}" for r in per_round) + " |")
-local, rlqs = statistics.median(runs["local"]), statistics.median(runs["rlqs"])
-print(f"\nRLQS / local_ratelimit: {rlqs / local:.2f}")
+median = {config: statistics.median(rates) for config, rates in runs.items()}
+print(f"\nRLQS / local_ratelimit: {median['rlqs'] / median['local']:.2f}; "
+      f"floodgate memory / no-op RLS: {median['rls-memory'] / median['rls-noop']:.2f}; "
+      f"floodgate Redis / no-op RLS: {median['rls-redis'] / median['rls-noop']:.2f}")
 PY

@@ -19,8 +19,8 @@
 //! N (`batch.rs`, `lanes.rs`). The script decides them one after the other in arrival order,
 //! each as its own call would have at that point, writes included, so decisions are the same;
 //! what a batch shares is the cost of the call. Deadlines, the circuit breaker and the failure
-//! policy stay per request. With N = 1, the default ([`DEFAULT_BATCH_MAX`] says why), every
-//! request is its own call, sent at once and pipelined with the others on the socket.
+//! policy stay per request. The default is 64 ([`DEFAULT_BATCH_MAX`] says why); with N = 1
+//! every request is its own call, sent at once and pipelined with the others on the socket.
 //!
 //! # Time
 //!
@@ -162,13 +162,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Sockets to the Redis server (`--redis-pool-size`); see `connection.rs` for when more help.
 pub const DEFAULT_POOL_SIZE: usize = 1;
 
-/// Requests per script call at most (`--redis-batch-max`; 1 is one call per request). One call
-/// per request stays the default: batches would have had to keep p50 and p99 within 5 % of it at
-/// a tenth of the peak, and in three of four sessions they did not (p99 1.10× and 2.95×, p50
-/// 1.11×: a request that arrives while a call is in flight waits for its round trip, and on a
-/// shared host some round trips are long), though at peak they cost Redis 0.54–0.63× the CPU
-/// per decision with a p99 of 0.68–0.86× (docs/benchmarks-redis.md, docs/redis.md "Batching").
-pub const DEFAULT_BATCH_MAX: usize = 1;
+/// Requests per script call at most (`--redis-batch-max`; 1 is one call per request). Batching
+/// is the default since, on a quiet host, batches kept p50 and p99 within 5 % of one call per
+/// request at a tenth of the peak (0.93× and 0.89×, ABBA, 2026-12-02), the condition,
+/// while at peak they cost Redis 0.63× the CPU per decision (docs/benchmarks-redis.md). Three
+/// earlier sessions on a loaded host had missed it, with runs of one mode alone 34–68 % apart
+/// at p99. A lone request never waits for company: there is no timer.
+pub const DEFAULT_BATCH_MAX: usize = 64;
 
 /// Consecutive failures that open the circuit breaker.
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
