@@ -14,6 +14,7 @@ struct QuotaSeries {
     reports: IntCounter,
     buckets: IntGauge,
     abandoned: IntCounter,
+    exchanges: IntCounterVec,
 }
 
 impl QuotaSeries {
@@ -47,17 +48,28 @@ impl QuotaSeries {
             "RLQS buckets abandoned on an Envoy (AbandonAction) after --rlqs-abandon-after-seconds \
              without requests.",
         )?;
+        let exchanges = IntCounterVec::new(
+            Opts::new(
+                "floodgate_rlqs_exchanges_total",
+                "Exchanges of RLQS demand with the other floodgates sharing the Redis \
+                 (--rlqs-exchange-ms), by result: ok, or error (each bucket stays divided as \
+                 the last exchange that succeeded left it).",
+            ),
+            &["result"],
+        )?;
         registry.register(Box::new(streams.clone()))?;
         registry.register(Box::new(closed.clone()))?;
         registry.register(Box::new(reports.clone()))?;
         registry.register(Box::new(buckets.clone()))?;
         registry.register(Box::new(abandoned.clone()))?;
+        registry.register(Box::new(exchanges.clone()))?;
         Ok(Some(Self {
             streams,
             closed,
             reports,
             buckets,
             abandoned,
+            exchanges,
         }))
     }
 }
@@ -115,5 +127,15 @@ pub fn report_answered(abandoned: usize, buckets: usize) {
         series
             .buckets
             .set(i64::try_from(buckets).unwrap_or(i64::MAX));
+    }
+}
+
+/// One exchange of demand with the other floodgates, and whether it succeeded.
+pub fn exchanged(ok: bool) {
+    if let Some(series) = series() {
+        let result = if ok { "ok" } else { "error" };
+        if let Ok(counter) = series.exchanges.get_metric_with_label_values(&[result]) {
+            counter.inc();
+        }
     }
 }

@@ -270,3 +270,47 @@ fn shutdown_ends_open_streams_with_unavailable_and_the_process_exits() {
         "floodgate did not exit within 20 s of SIGTERM with an RLQS stream open"
     );
 }
+
+/// With `--store redis` each floodgate exchanges its Envoys' demand through Redis every
+/// `--rlqs-exchange-ms`, and counts each exchange by result: ok while Redis answers, error
+/// while it does not (each bucket then stays divided as the last exchange left it).
+#[test]
+fn exchanges_with_other_floodgates_are_counted_ok_or_error() {
+    use floodgate_testkit::redis::{store_flags, RedisServer};
+
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let dir = tempdir();
+    let floodgate = Floodgate::start_with_rules(
+        dir.path(),
+        "edge.yaml",
+        RULES,
+        &store_flags(&url, &["--rlqs-exchange-ms", "100"]),
+    );
+    let exchanges = |result: &str| {
+        scrape(floodgate.debug_port)
+            .get("floodgate_rlqs_exchanges_total", &[("result", result)])
+            .unwrap_or(0.0)
+    };
+    let wait_for = |result: &str, above: f64| {
+        let started = std::time::Instant::now();
+        while exchanges(result) <= above {
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "no exchange counted {result} past {above} within 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    runtime().block_on(async {
+        // A bucket to publish: the stream stays open while the test runs.
+        let (answer, _open) = first_answer(&floodgate.grpc_url(), report("edge", &["a"])).await;
+        assert!(answer.is_ok(), "{answer:?}");
+        wait_for("ok", 0.0);
+        redis.pause();
+        wait_for("error", 0.0);
+        redis.resume();
+        let ok = exchanges("ok");
+        wait_for("ok", ok);
+    });
+}

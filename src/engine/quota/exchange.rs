@@ -12,6 +12,7 @@ use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
 use crate::store::{DemandItem, QuotaPeers, Store};
 use crate::telemetry::paced_log::PacedLog;
+use crate::telemetry::rlqs as rlqs_metrics;
 
 /// A failed exchange is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -68,8 +69,10 @@ pub async fn exchange_once<P: QuotaPeers>(
                 "RLQS demands exchanged with the other floodgates"
             );
             board.record_peers(&published, peers);
+            rlqs_metrics::exchanged(true);
         }
         Err(error) => {
+            rlqs_metrics::exchanged(false);
             if let Some(suppressed) = failed.allow() {
                 tracing::warn!(
                     %error,
