@@ -87,12 +87,12 @@ pub fn aggregate_demand(demands: impl IntoIterator<Item = Option<f64>>) -> Optio
 }
 
 /// The part of `limit` each priority class of one rule may divide among its buckets' Envoys,
-/// in the order of `classes` (each its share of the capacity and what its buckets offer,
-/// `None` while unmeasured). Highest share first, each class gets what it asks (demand ×
-/// headroom; unmeasured: its cap), at most its cap (share × limit) and what the classes above
-/// left; what no class asked goes to the classes in the same order, up to their caps. So a
-/// lower class yields to a higher one under load and uses what it leaves; the parts add up to
-/// at most the limit.
+/// in the order of `classes`: the classes that have buckets, each its share of the capacity
+/// and what its buckets offer (`None` while unmeasured). Highest share first, each class gets
+/// what it asks (demand × headroom; unmeasured: an even part of the limit, as an unmeasured
+/// Envoy asks), at most its cap (share × limit) and what the classes above left; what no class
+/// asked goes to the classes in the same order, up to their caps. So a lower class yields to a
+/// higher one under load and uses what it leaves; the parts add up to at most the limit.
 pub fn class_totals(
     limit: f64,
     classes: &[(Share, Option<f64>)],
@@ -113,7 +113,9 @@ pub fn class_totals(
         let asked = classes[index]
             .1
             .filter(|demand| demand.is_finite())
-            .map_or(cap(index), |demand| demand.max(0.0) * (1.0 + headroom));
+            .map_or(limit / classes.len() as f64, |demand| {
+                demand.max(0.0) * (1.0 + headroom)
+            });
         let given = asked.min(cap(index)).min(remaining).max(0.0);
         totals[index] = given;
         remaining -= given;
@@ -181,10 +183,13 @@ mod tests {
             close(totals[1], 15.0) && close(totals[0], 15.0),
             "{totals:?}"
         );
-        // Unmeasured classes ask their caps.
+        // Unmeasured classes ask an even part, as unmeasured Envoys do; a class alone has up
+        // to its cap.
+        let alone = class_totals(30.0, &[(half, None)], settings);
+        assert!(close(alone[0], 15.0), "{alone:?}");
         let totals = class_totals(30.0, &[(full, None), (half, None)], settings);
         assert!(
-            close(totals[0], 30.0) && close(totals[1], 0.0),
+            close(totals[0], 15.0) && close(totals[1], 15.0),
             "{totals:?}"
         );
     }

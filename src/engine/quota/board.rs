@@ -111,23 +111,37 @@ impl DomainBuckets {
         };
         let group = key.without(&priority.key);
         let members = self.classes.join(key, class, group).to_vec();
-        let shares: Vec<Share> = priority.classes.iter().map(|class| class.share).collect();
-        let mut class_demands: Vec<Option<f64>> = vec![None; shares.len()];
+        // The classes that have buckets (a class without any asks nothing), with their demand.
+        let mut present: Vec<(usize, Share, Option<f64>)> = Vec::new();
         let mut own_class: Vec<(bool, Option<f64>)> = Vec::new();
         for (member, member_class) in &members {
             let demand = self.global_demand(member);
-            if let Some(slot) = class_demands.get_mut(*member_class) {
-                *slot = aggregate_demand([*slot, demand]);
+            match present
+                .iter_mut()
+                .find(|(index, _, _)| index == member_class)
+            {
+                Some(entry) => entry.2 = aggregate_demand([entry.2, demand]),
+                None => {
+                    let share = priority
+                        .classes
+                        .get(*member_class)
+                        .map_or(Share::FULL, |class| class.share);
+                    present.push((*member_class, share, demand));
+                }
             }
             if *member_class == class {
                 own_class.push((member == key, demand));
             }
         }
-        let classes: Vec<(Share, Option<f64>)> = shares.into_iter().zip(class_demands).collect();
+        let classes: Vec<(Share, Option<f64>)> = present
+            .iter()
+            .map(|(_, share, demand)| (*share, *demand))
+            .collect();
         let total = class_totals(limit, &classes, settings)
-            .get(class)
-            .copied()
-            .unwrap_or(0.0);
+            .into_iter()
+            .zip(&present)
+            .find(|(_, (index, _, _))| *index == class)
+            .map_or(0.0, |(total, _)| total);
         let demands: Vec<Option<f64>> = own_class.iter().map(|(_, demand)| *demand).collect();
         divide(total, &demands, settings)
             .into_iter()

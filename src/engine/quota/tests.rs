@@ -69,6 +69,22 @@ fn bucket_rate(action: &StreamAction) -> f64 {
     }
 }
 
+/// The token-bucket rate `stream` is assigned for its one-bucket report `usage` at `at`.
+fn assigned(
+    stream: &mut QuotaStream,
+    domain: &str,
+    usage: &[BucketReport],
+    rules: &RuleSet,
+    at: Instant,
+) -> f64 {
+    bucket_rate(&only(stream.report(
+        domain,
+        usage,
+        in_force(rules, &NONE),
+        at,
+    )))
+}
+
 fn open(board: &std::sync::Arc<QuotaBoard>) -> QuotaStream {
     board.open_stream().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -522,18 +538,8 @@ descriptors:
     ));
     only(low.report("", &class("low", 15, 45), in_force(&rules, &NONE), later));
     let later = later + Duration::from_secs(1);
-    let critical_share = bucket_rate(&only(critical.report(
-        "",
-        &class("critical", 10, 0),
-        in_force(&rules, &NONE),
-        later,
-    )));
-    let low_share = bucket_rate(&only(low.report(
-        "",
-        &class("low", 15, 45),
-        in_force(&rules, &NONE),
-        later,
-    )));
+    let critical_share = assigned(&mut critical, "", &class("critical", 10, 0), &rules, later);
+    let low_share = assigned(&mut low, "", &class("low", 15, 45), &rules, later);
     assert!(
         (14.9..=15.0).contains(&critical_share),
         "critical {critical_share}"
@@ -558,20 +564,40 @@ descriptors:
         ),
         "low yields all: {yielded:?}"
     );
-    let critical_share = bucket_rate(&only(critical.report(
-        "",
-        &class("critical", 0, 0),
-        in_force(&rules, &NONE),
-        later,
-    )));
+    let critical_share = assigned(&mut critical, "", &class("critical", 0, 0), &rules, later);
     assert!(critical_share > 29.9, "critical {critical_share}");
     // The low stream ends: its bucket leaves the class group.
     drop(low);
-    let alone = bucket_rate(&only(critical.report(
-        "",
-        &class("critical", 0, 0),
-        in_force(&rules, &NONE),
-        later,
-    )));
+    let alone = assigned(&mut critical, "", &class("critical", 0, 0), &rules, later);
     assert!(alone > 29.9, "critical alone {alone}");
+}
+
+#[test]
+fn a_class_alone_has_up_to_its_share_whatever_classes_have_no_bucket() {
+    let rules = load_valid(
+        "acme.yaml",
+        "
+domain: acme
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 30}
+    priority: {key: priority, classes: {critical: 100%, normal: 80%, low: 50%}, default: low}
+",
+    );
+    let board = QuotaBoard::new(QuotaSettings::default());
+    let low_usage = |allowed, denied| {
+        vec![usage(
+            &[("tenant", "t1"), ("priority", "low")],
+            allowed,
+            denied,
+        )]
+    };
+    let start = Instant::now();
+    let mut low = open(&board);
+    // Unmeasured and alone: an even part of the limit among the classes present, its cap.
+    let first = assigned(&mut low, "acme", &low_usage(1, 0), &rules, start);
+    assert!((14.9..=15.0).contains(&first), "low first {first}");
+    let later = start + Duration::from_secs(1);
+    let share = assigned(&mut low, "", &low_usage(15, 45), &rules, later);
+    assert!((14.9..=15.0).contains(&share), "low {share}");
 }
