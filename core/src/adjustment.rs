@@ -288,6 +288,11 @@ pub enum InvalidAdjustment {
     #[error("rule {rule} is unlimited: it has no limit to override")]
     Unlimited { rule: String },
     #[error(
+        "rule {rule} is a concurrency rule: its max_in_flight is not overridden at run time \
+         (only its own `adaptive:` moves it); change it in the configuration and reload"
+    )]
+    Concurrency { rule: String },
+    #[error(
         "rule {rule} has {count} limits and none is per {unit}: give `unit` as one of {units}"
     )]
     NoLimitWithUnit {
@@ -322,6 +327,11 @@ pub fn target_limit(
     unit: Option<super::unit::Unit>,
     requests_per_unit: u64,
 ) -> Result<usize, InvalidAdjustment> {
+    if rule.concurrency.is_some() {
+        return Err(InvalidAdjustment::Concurrency {
+            rule: rule.path.clone(),
+        });
+    }
     if rule.unlimited || rule.limits.is_empty() {
         return Err(InvalidAdjustment::Unlimited {
             rule: rule.path.clone(),
@@ -435,6 +445,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}
   - key: free
     rate_limit: {unlimited: true}
+  - key: pool
+    concurrency: {max_in_flight: 4, lease: lease_id, release: {key: phase, value: done}, ttl: 60s}
 "#;
 
     fn rules() -> RuleSet {
@@ -526,6 +538,14 @@ descriptors:
             target_limit(rule(&rules, "d.free"), None, 5),
             Err(InvalidAdjustment::Unlimited { .. })
         ));
+        let pool = target_limit(rule(&rules, "d.pool"), None, 5);
+        assert!(
+            matches!(pool, Err(InvalidAdjustment::Concurrency { .. })),
+            "{pool:?}"
+        );
+        assert!(pool
+            .err()
+            .is_some_and(|error| error.to_string().contains("concurrency rule")));
         assert!(matches!(
             target_limit(rule(&rules, "d.log"), None, SLIDING_LOG_MAX_LIMIT + 1),
             Err(InvalidAdjustment::SlidingLogTooLarge { .. })
