@@ -282,7 +282,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Response, LimitError> {
         let started = Instant::now();
         let _in_flight = self.metrics.map(Metrics::call_started);
-        let (_depth, depth) = self.depth.enter();
+        // Counted only when something reads it: no shared atomic on every call otherwise.
+        let counted = self.settings.shedding.map(|_| self.depth.enter());
+        let depth = counted.as_ref().map_or(0, |(_, depth)| *depth);
         let result = self.decide_recorded(request, span, depth).await;
         let decision = match &result {
             Ok(Answered::Decided(_, decision)) => *decision,

@@ -256,15 +256,11 @@ fn the_lower_class_is_shed_first_and_gets_the_overloaded_answer() {
         );
         assert_eq!(
             held.arrived.load(Ordering::SeqCst),
-            sent_to_store(&waiting, critical_decided + low_decided)
+            waiting.len() + critical_decided + low_decided,
+            "the holders and the decided probes reached the store"
         );
         release(&held, waiting).await;
     });
-}
-
-/// Calls that reached the store: the holders and the decided probes.
-fn sent_to_store(holders: &[Call], probes: usize) -> usize {
-    holders.len() + probes
 }
 
 #[test]

@@ -11,27 +11,31 @@ use crate::harness::{sleep_until, start_envoy_with, start_floodgate, Load};
 
 const RULES: &str = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 30}\n    priority: {key: priority, classes: {critical: 100%, low: 50%}, default: low}\n";
 
+/// One `bucket_id_builder` entry: bucket key `key` from request header `header`, as the
+/// guide's bootstrap indents it.
+fn header_key(key: &str, header: &str) -> String {
+    format!(
+        "                              {key}:
+                                custom_value:
+                                  name: {key}_header
+                                  typed_config:
+                                    \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                    header_name: {header}
+"
+    )
+}
+
 /// The tenant bucket of the guide's bootstrap, with a `priority` key from `x-priority`.
 fn with_priority_key(bootstrap: String) -> String {
-    let tenant = "                              tenant:
-                                custom_value:
-                                  name: tenant_header
-                                  typed_config:
-                                    \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                    header_name: x-tenant
-";
-    let priority = "                              priority:
-                                custom_value:
-                                  name: priority_header
-                                  typed_config:
-                                    \"@type\": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                    header_name: x-priority
-";
+    let tenant = header_key("tenant", "x-tenant");
     assert!(
-        bootstrap.contains(tenant),
+        bootstrap.contains(&tenant),
         "deploy/envoy/rlqs.yaml no longer has the tenant bucket this test extends"
     );
-    bootstrap.replace(tenant, &format!("{tenant}{priority}"))
+    bootstrap.replace(
+        &tenant,
+        &format!("{tenant}{}", header_key("priority", "x-priority")),
+    )
 }
 
 /// Two reports of Envoy 1.40 (every 5 s) and a margin.

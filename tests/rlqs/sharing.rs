@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::redis::RedisServer;
+use floodgate_testkit::redis::{store_flags, RedisServer};
 use floodgate_testkit::{free_port, tempdir};
 
 use crate::harness::{one_envoy, sleep_until, start_envoy, start_floodgate, tenant_rules, Load};
@@ -166,14 +166,7 @@ fn three_envoys_with_unequal_load_share_the_limit() {
 fn two_floodgates_sharing_a_redis_divide_one_limit_between_their_envoys() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let flags = [
-        "--store",
-        "redis",
-        "--redis-url",
-        &url,
-        "--rlqs-exchange-ms",
-        "500",
-    ];
+    let flags = store_flags(&url, &["--rlqs-exchange-ms", "500"]);
     let (light_dir, heavy_dir) = (tempdir(), tempdir());
     let (light_grpc, heavy_grpc) = (free_port(), free_port());
     let _light_floodgate = start_floodgate(light_dir.path(), &tenant_rules(30), light_grpc, &flags);

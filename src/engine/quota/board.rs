@@ -175,6 +175,15 @@ pub(super) struct EnvoyDemand {
     pub(super) reported_at: Instant,
 }
 
+impl EnvoyDemand {
+    /// Whether its Envoy reported within `abandon_after` (at least 1 s): an Envoy silent longer
+    /// is gone from the division.
+    fn is_live(&self, now: Instant, settings: &QuotaSettings) -> bool {
+        now.saturating_duration_since(self.reported_at)
+            < settings.abandon_after.max(Duration::from_secs(1))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{open} RLQS streams are open, the bound (--rlqs-max-streams): retry later, or raise the bound"
@@ -243,24 +252,20 @@ impl QuotaBoard {
     /// What this instance offers on each bucket an Envoy reported on within `abandon_after`:
     /// what it publishes to the other floodgates.
     pub fn published_demands(&self, now: Instant) -> Vec<PublishedDemand> {
-        let stale = self.settings.abandon_after.max(Duration::from_secs(1));
         let domains = self.domains.lock();
         let mut published = Vec::new();
         for (domain, buckets) in domains.iter() {
             for (bucket, envoys) in &buckets.buckets {
-                let live = envoys
+                let live: Vec<Option<f64>> = envoys
                     .iter()
-                    .filter(|envoy| now.saturating_duration_since(envoy.reported_at) < stale);
-                let mut any = false;
-                let demand = aggregate_demand(live.map(|envoy| {
-                    any = true;
-                    envoy.demand
-                }));
-                if any {
+                    .filter(|envoy| envoy.is_live(now, &self.settings))
+                    .map(|envoy| envoy.demand)
+                    .collect();
+                if !live.is_empty() {
                     published.push(PublishedDemand {
                         domain: domain.clone(),
                         bucket: bucket.clone(),
-                        demand,
+                        demand: aggregate_demand(live),
                     });
                 }
             }
@@ -300,10 +305,7 @@ impl QuotaBoard {
         now: Instant,
         settings: &QuotaSettings,
     ) -> f64 {
-        let stale = settings.abandon_after.max(Duration::from_secs(1));
-        demands.retain(|envoy| {
-            envoy.stream == stream || now.saturating_duration_since(envoy.reported_at) < stale
-        });
+        demands.retain(|envoy| envoy.stream == stream || envoy.is_live(now, settings));
         let rates: Vec<Option<f64>> = demands.iter().map(|envoy| envoy.demand).collect();
         let limit = match peers {
             Some(peers) if !peers.is_empty() => instance_part(

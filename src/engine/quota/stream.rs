@@ -184,8 +184,10 @@ impl QuotaStream {
                         .peers
                         .get(&key)
                         .map(|peers| peers.demands.as_slice());
-                    let envoys = buckets.buckets.entry(key.clone()).or_default();
-                    let share = QuotaBoard::share(envoys, self.id, (total, peers), now, &settings);
+                    // This stream's demand was recorded above, so the bucket is there.
+                    let share = buckets.buckets.get_mut(&key).map_or(0.0, |envoys| {
+                        QuotaBoard::share(envoys, self.id, (total, peers), now, &settings)
+                    });
                     assign(limit, share)
                 }
             };

@@ -148,9 +148,11 @@ impl KeyLayout {
         self.key(identity, self.hash_tag)
     }
 
-    /// The key of a lease counter (`core::key::lease_key`): always the domain's hash tag, so
-    /// a request's lease calls share one slot.
-    pub fn lease_key_for(&self, identity: &[u8]) -> String {
+    /// The key of an identity that must always carry the domain's hash tag, whatever
+    /// `--redis-hash-tag` says: a lease counter (`core::key::lease_key`), so a request's lease
+    /// calls share one slot, and an RLQS bucket (`core::key::quota_bucket_key`), so one
+    /// domain's buckets go in one exchange call.
+    pub fn domain_key_for(&self, identity: &[u8]) -> String {
         self.key(identity, HashTag::Domain)
     }
 

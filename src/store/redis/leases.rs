@@ -29,7 +29,7 @@ pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> 
     let mut command = redis::cmd("EVAL");
     command.arg(LEASE_SCRIPT).arg(distinct.len());
     for identity in &distinct {
-        command.arg(keys.lease_key_for(identity));
+        command.arg(keys.domain_key_for(identity));
     }
     match now {
         Now::RedisTime => command.arg("time").arg(0),

@@ -3,6 +3,7 @@
 //! domain's buckets and reads back every other instance's. The keys carry the domain's hash
 //! tag, so each call touches one slot: single server, Sentinel and Cluster alike.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::connection::unavailable;
@@ -21,20 +22,18 @@ impl QuotaPeers for RedisStore {
         deadline: Duration,
     ) -> Result<Vec<Vec<Option<f64>>>, StoreError> {
         let mut peers = vec![Vec::new(); items.len()];
-        let mut domains: Vec<&str> = items.iter().map(|item| item.domain).collect();
-        domains.sort_unstable();
-        domains.dedup();
-        for domain in domains {
-            let indexes: Vec<usize> = (0..items.len())
-                .filter(|&index| items[index].domain == domain)
-                .collect();
+        let mut domains: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (index, item) in items.iter().enumerate() {
+            domains.entry(item.domain).or_default().push(index);
+        }
+        for indexes in domains.into_values() {
             let mut command = redis::cmd("EVAL");
             command.arg(EXCHANGE_SCRIPT).arg(indexes.len());
             for &index in &indexes {
                 let item = &items[index];
                 command.arg(
                     self.keys
-                        .lease_key_for(&quota_bucket_key(item.domain, item.bucket)),
+                        .domain_key_for(&quota_bucket_key(item.domain, item.bucket)),
                 );
             }
             command.arg(instance).arg(
