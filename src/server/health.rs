@@ -116,7 +116,7 @@ impl Health {
         changed
     }
 
-    fn serving_status(&self) -> ServingStatus {
+    pub(crate) fn serving_status(&self) -> ServingStatus {
         if self.is_serving() {
             ServingStatus::Serving
         } else {

@@ -97,6 +97,14 @@ pub async fn serve_with<S: Store>(
     operations: Operations,
 ) -> Result<(), ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    // Registered before the listener answers: an early check must hear a status, not
+    // "service not registered" (NotFound), which the mirror task would otherwise race.
+    health_reporter
+        .set_service_status(
+            health::READINESS_SERVICE,
+            operations.health.serving_status(),
+        )
+        .await;
     tokio::spawn(health::mirror_to_grpc(
         operations.health.clone(),
         health_reporter,
