@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::cmd::cli::{RedisType, ServeArgs};
+use crate::cmd::cli::ServeArgs;
 use crate::core::algorithm::{Counting, Quota};
 use crate::core::charging::Charging;
 use crate::core::hybrid::supports;
@@ -12,19 +12,12 @@ use crate::core::rules::RuleSet;
 use crate::store::hybrid::HybridOptions;
 
 /// Why hybrid counting cannot run with these flags, or `None` when it can.
-fn refusal(args: &ServeArgs, charging: Charging) -> Option<&'static str> {
+fn refusal(charging: Charging) -> Option<&'static str> {
     if charging == Charging::EveryDescriptor {
         return Some(
             "hybrid counting charges all or nothing: --charge every-descriptor (or \
              STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) records refused hits, which would \
              spend the local budgets on hits nobody admitted",
-        );
-    }
-    if args.redis_type == RedisType::Cluster {
-        return Some(
-            "hybrid counting needs one Redis server or Sentinel (--redis-type single or \
-             sentinel): a sync sends every counter in one script call, which Redis Cluster \
-             allows only within one hash slot",
         );
     }
     None
@@ -37,7 +30,7 @@ pub fn hybrid_options(
     charging: Charging,
     default_counting: Counting,
 ) -> Result<HybridOptions, String> {
-    if let Some(refusal) = refusal(args, charging) {
+    if let Some(refusal) = refusal(charging) {
         return Err(match default_counting {
             Counting::Hybrid => format!("--store hybrid: {refusal}; use --store redis"),
             Counting::Exact => refusal.to_owned(),
@@ -57,22 +50,22 @@ pub fn hybrid_options(
 /// (then unmarked limits stay exact), else `None`, and rules that say `counting: hybrid` are
 /// refused ([`refused_hybrid_rules`]).
 pub fn redis_hybrid_options(args: &ServeArgs, charging: Charging) -> Option<HybridOptions> {
-    if refusal(args, charging).is_some() {
+    if refusal(charging).is_some() {
         return None;
     }
     hybrid_options(args, charging, Counting::Exact).ok()
 }
 
-/// The `counting: hybrid` rules a Redis store without hybrid counting (a cluster, or `--charge
+/// The `counting: hybrid` rules a Redis store without hybrid counting (`--charge
 /// every-descriptor`) cannot honour, as errors: at start, and as a reload's store check.
 pub fn refused_hybrid_rules(rules: &RuleSet) -> Vec<String> {
     marked(rules, Counting::Hybrid)
         .into_iter()
         .map(|rule| {
             format!(
-                "{rule}: `counting: hybrid` cannot run here: it needs one Redis server or \
-                 Sentinel and all-or-nothing charging (not --redis-type cluster, not --charge \
-                 every-descriptor); remove `counting`, and the rule is counted exactly"
+                "{rule}: `counting: hybrid` cannot run here: it needs all-or-nothing charging \
+                 (not --charge every-descriptor); remove `counting`, and the rule is counted \
+                 exactly"
             )
         })
         .collect()

@@ -330,7 +330,7 @@ fn the_rules_counted_exactly_are_logged_at_start_and_at_every_reload() {
 }
 
 #[test]
-fn a_cluster_refuses_a_rule_counted_hybrid_at_start() {
+fn every_descriptor_charging_refuses_a_rule_counted_hybrid_at_start() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("rules.yaml");
     std::fs::write(
@@ -344,8 +344,8 @@ fn a_cluster_refuses_a_rule_counted_hybrid_at_start() {
         .args([
             "--store",
             "redis",
-            "--redis-type",
-            "cluster",
+            "--charge",
+            "every-descriptor",
             "--redis-url",
             "127.0.0.1:1",
             "--grpc-addr",
@@ -362,7 +362,7 @@ fn a_cluster_refuses_a_rule_counted_hybrid_at_start() {
     assert!(!output.status.success(), "{said}");
     assert!(
         said.contains("d.api: `counting: hybrid` cannot run here")
-            && said.contains("--redis-type cluster"),
+            && said.contains("--charge every-descriptor"),
         "{said}"
     );
 }

@@ -8,6 +8,8 @@
 //!   under `--redis-failure-policy local`: no call fails, and once it is back every admitted
 //!   hit is counted in Redis (none lost; a sync that Redis ran but whose answer the kill cut
 //!   may be sent again, counted twice: at most one interval's hits per instance).
+//! - The same bound on a Redis Cluster, the descriptors' counters in different slots (a sync
+//!   is one call per slot group).
 //! - An instance killed (SIGKILL) under load loses at most the hits it admitted since its last
 //!   sync: one interval's worth. The test watches Redis's count to see when each sync lands,
 //!   so the bound is the hits admitted since the last one, however late a loaded machine ran it.
@@ -19,7 +21,9 @@ use std::time::{Duration, Instant};
 use floodgate::proto::rate_limit_response::Code;
 use tokio::task::JoinHandle;
 
-use floodgate_testkit::redis::{keep_clear_of_the_day_boundary, scan_keys, RedisServer};
+use floodgate_testkit::redis::{
+    keep_clear_of_the_day_boundary, scan_keys, RedisCluster, RedisServer,
+};
 use floodgate_testkit::rls;
 use floodgate_testkit::{subdir, Floodgate};
 
@@ -290,6 +294,108 @@ async fn redis_killed_under_load_fails_no_call_and_the_counts_reconcile() {
         "Redis counts {in_redis} for {} admitted hits",
         tally.admitted
     );
+}
+
+#[test]
+fn three_instances_stay_within_the_bound_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
+    let config = dir.path().join("hot.yaml");
+    std::fs::write(&config, rules(LIMIT)).unwrap_or_else(|error| panic!("write rules: {error}"));
+    let (seeds, share, sync_ms) = (cluster.seeds(), SHARE.to_string(), SYNC_MS.to_string());
+    let flags = [
+        "--store",
+        "hybrid",
+        "--redis-type",
+        "cluster",
+        "--redis-url",
+        &seeds,
+        "--redis-hash-tag",
+        "descriptor",
+        "--redis-timeout-ms",
+        "2000",
+        "--hybrid-sync-ms",
+        &sync_ms,
+        "--hybrid-local-share",
+        &share,
+    ];
+    let processes: Vec<Floodgate> = (0..PROCESSES)
+        .map(|index| Floodgate::start(&config, &flags, &subdir(dir.path(), &format!("p{index}"))))
+        .collect();
+    let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
+    let bound = LIMIT as u64 + (SHARE * f64::from(LIMIT)).floor() as u64;
+    floodgate_testkit::runtime().block_on(async {
+        keep_clear_of_the_day_boundary().await;
+        // The other descriptor is read by every sync too: two slot groups per sync.
+        let warm = Arc::new(AtomicBool::new(false));
+        let warmed = urls
+            .iter()
+            .flat_map(|url| load(url, "sliding_window", 1, Some(1), Arc::clone(&warm)))
+            .collect();
+        let warm_tally = tally_of(warmed).await;
+        assert_eq!(warm_tally.failed, 0);
+        let calls_before = cluster_script_calls(&cluster).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = urls
+            .iter()
+            .flat_map(|url| {
+                load(
+                    url,
+                    "fixed_window",
+                    CLIENTS / PROCESSES,
+                    Some(CALLS / PROCESSES),
+                    Arc::clone(&stop),
+                )
+            })
+            .collect();
+        let tally = tally_of(tasks).await;
+        let calls = cluster_script_calls(&cluster).await - calls_before;
+        let mut in_redis = 0;
+        for _ in 0..100 {
+            in_redis = cluster_count(&cluster, "fixed_window").await;
+            if in_redis >= tally.admitted {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(SYNC_MS)).await;
+        }
+        let sliding = cluster_count(&cluster, "sliding_window").await;
+        println!(
+            "cluster: admitted {} of {CALLS} (limit {LIMIT}, bound {bound}), Redis counts \
+             {in_redis} (and {sliding} of the other descriptor), {calls} script calls",
+            tally.admitted
+        );
+        assert_eq!(tally.failed, 0, "failed calls");
+        assert!(
+            tally.admitted >= u64::from(LIMIT) && tally.admitted <= bound,
+            "admitted {} outside [{LIMIT}, {bound}]",
+            tally.admitted
+        );
+        assert_eq!(in_redis, tally.admitted, "Redis counts every admitted hit");
+        assert_eq!(sliding, warm_tally.admitted, "the other slot's counter");
+        assert!(
+            calls < CALLS as u64 / 2,
+            "{calls} script calls for {CALLS} decisions"
+        );
+    });
+    drop(processes);
+}
+
+/// `redis_count` summed over a cluster's nodes.
+async fn cluster_count(cluster: &RedisCluster, algorithm: &str) -> u64 {
+    let mut total = 0;
+    for node in &cluster.nodes {
+        total += redis_count(node, algorithm).await;
+    }
+    total
+}
+
+/// `evalsha_calls` summed over a cluster's nodes.
+async fn cluster_script_calls(cluster: &RedisCluster) -> u64 {
+    let mut total = 0;
+    for node in &cluster.nodes {
+        total += evalsha_calls(node).await;
+    }
+    total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

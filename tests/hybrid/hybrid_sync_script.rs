@@ -181,3 +181,94 @@ async fn a_sync_sent_again_adds_its_hits_once() {
         .map(count);
     assert_eq!(other, Ok(15));
 }
+
+/// On a Cluster a sync is one call per slot group: every counter's hits land on the node that
+/// owns it, a sync sent again adds nothing in any slot, and each slot counts the instances
+/// that sync there (an instance takes the largest count of its groups).
+#[test]
+fn a_sync_on_a_cluster_is_one_call_per_slot_group() {
+    let cluster = floodgate_testkit::redis::RedisCluster::start(3);
+    floodgate_testkit::runtime().block_on(async {
+        let clock = Arc::new(ManualClock::new(START));
+        let store = floodgate::store::redis::RedisStore::connect(
+            &cluster.options(Some(clock.clone() as Arc<dyn Clock>)),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("connect: {error}"));
+        // Tags whose slots belong to more than one node, so the groups really are apart.
+        let keys: Vec<String> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|tag| format!("floodgate:{{{tag}}}:k"))
+            .collect();
+        let owners: std::collections::BTreeSet<usize> = keys
+            .iter()
+            .map(|key| cluster.owner_of(cluster.slot_of(key)))
+            .collect();
+        assert!(owners.len() > 1, "every key on one node: {owners:?}");
+        let quota = Quota::new(100, Unit::Minute).with_algorithm(Algorithm::FixedWindow);
+        let start = quota.tiling().holding(START).start;
+        let items: Vec<SyncItem> = keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| SyncItem {
+                key: key.clone(),
+                quota: quota.clone(),
+                window_start: start,
+                hits: index as u64 + 1,
+            })
+            .collect();
+        let (horizon, deadline) = (Duration::from_secs(1), Duration::from_secs(2));
+        let counts = |reply: &floodgate::store::redis::SyncReply| -> Vec<u64> {
+            reply
+                .states
+                .iter()
+                .map(|state| match state {
+                    Some(State::FixedWindow { count, .. }) => *count,
+                    other => panic!("unexpected state {other:?}"),
+                })
+                .collect()
+        };
+        let first = store
+            .sync_hits(&items, (7, 1), horizon, deadline)
+            .await
+            .unwrap_or_else(|error| panic!("sync: {error}"));
+        assert_eq!(counts(&first), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(first.instances, 1);
+        assert_eq!(first.now, START);
+        // Its answer was lost: sent again, it adds nothing anywhere.
+        let again = store
+            .sync_hits(&items, (7, 1), horizon, deadline)
+            .await
+            .unwrap_or_else(|error| panic!("sync: {error}"));
+        assert_eq!(counts(&again), vec![1, 2, 3, 4, 5, 6]);
+        // Another instance syncs the first key's slot only: 7 sees it there, and takes it.
+        let other = store
+            .sync_hits(&items[..1], (8, 1), horizon, deadline)
+            .await
+            .unwrap_or_else(|error| panic!("sync: {error}"));
+        assert_eq!((counts(&other), other.instances), (vec![2], 2));
+        let next = store
+            .sync_hits(&items, (7, 2), horizon, deadline)
+            .await
+            .unwrap_or_else(|error| panic!("sync: {error}"));
+        assert_eq!(counts(&next), vec![3, 4, 6, 8, 10, 12]);
+        assert_eq!(next.instances, 2);
+        // Every counter lives on the node that owns its slot, beside its slot's bookkeeping.
+        for (node, keys) in cluster
+            .keys_per_node("floodgate:*")
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            for key in keys {
+                assert_eq!(cluster.owner_of(cluster.slot_of(&key)), node, "{key}");
+            }
+        }
+        // A sync with nothing to send still answers, from the `hybrid` tag's slot.
+        let empty = store
+            .sync_hits(&[], (9, 1), horizon, deadline)
+            .await
+            .unwrap_or_else(|error| panic!("sync: {error}"));
+        assert_eq!((empty.states.len(), empty.instances), (0, 1));
+    });
+}

@@ -1,15 +1,18 @@
 //! The hybrid store's call to Redis (`--store hybrid`, `crate::store::hybrid`): one script
 //! call (`lua/hybrid_sync.lua`) adds every unsent hit an instance holds to the counters' global
 //! states, reads those states back, and registers the instance in the set of instances that
-//! synced recently, whose size divides what is left of each limit between them. Single server
-//! and Sentinel only: the call touches keys of every slot, which a Cluster script cannot.
+//! synced recently, whose size divides what is left of each limit between them. On a Cluster,
+//! where a script touches keys of one slot only, a sync is one call per slot group of its
+//! counters, run together, each with its own set of instances and of syncs applied in that
+//! slot (`{<hash tag>}:hybrid:…`): an instance is counted where it syncs counters, and takes
+//! the largest count of its groups (more instances, smaller budgets).
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use redis::Script;
 
-use super::connection::{misconfigured, unavailable};
+use super::connection::unavailable;
 use super::script::{window_arg, Arg, Call};
 use super::{Link, RedisStore};
 use crate::core::algorithm::{Algorithm, Quota, State};
@@ -62,67 +65,182 @@ pub fn instances_key(prefix: &str) -> String {
     format!("{prefix}hybrid:instances")
 }
 
+/// The keys of the set of instances and of the syncs applied: on one server the prefix's
+/// own; on a Cluster those of the slot of `cluster_tag`, a hash tag of the call's counters.
+fn bookkeeping_keys(prefix: &str, cluster_tag: Option<&str>) -> [String; 2] {
+    match cluster_tag {
+        None => [instances_key(prefix), format!("{prefix}hybrid:applied")],
+        Some(tag) => [
+            format!("{prefix}{{{tag}}}:hybrid:instances"),
+            format!("{prefix}{{{tag}}}:hybrid:applied"),
+        ],
+    }
+}
+
+/// The tag of the bookkeeping keys of a Cluster call on `key`'s slot (`hybrid` for a call
+/// without counters, or a key without a tag).
+fn cluster_tag(key: Option<&str>) -> &str {
+    key.and_then(hash_tag_of).unwrap_or("hybrid")
+}
+
+/// What Redis Cluster hashes of `key`: the text between its first `{` and the next `}`, when
+/// not empty.
+fn hash_tag_of(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = key.get(open + 1..)?;
+    let close = rest.find('}')?;
+    rest.get(..close).filter(|tag| !tag.is_empty())
+}
+
+/// One sync call's keys and arguments: the bookkeeping keys, then each distinct counter key.
+fn sync_call<'i>(
+    bookkeeping: [String; 2],
+    items: impl ExactSizeIterator<Item = &'i SyncItem>,
+    (now_arg, extra_ttl_ms): (Arg, u64),
+    (instance, sequence): (u64, u64),
+    horizon: Duration,
+) -> Call {
+    let mut keys = Vec::from(bookkeeping);
+    let mut args = Vec::with_capacity(6 + 5 * items.len());
+    args.extend([
+        Arg::from(items.len()),
+        now_arg,
+        Arg::Unsigned(extra_ttl_ms),
+        if instance == 0 {
+            Arg::Text("")
+        } else {
+            Arg::Unsigned(instance)
+        },
+        Arg::Unsigned(u64::try_from(horizon.as_millis()).unwrap_or(u64::MAX)),
+        Arg::Unsigned(sequence),
+    ]);
+    for item in items {
+        let index = match keys.iter().skip(KEY_BASE).position(|key| *key == item.key) {
+            Some(index) => index + 1,
+            None => {
+                keys.push(item.key.clone());
+                keys.len() - KEY_BASE
+            }
+        };
+        args.extend([
+            Arg::from(index),
+            Arg::Text(match item.quota.algorithm {
+                Algorithm::SlidingWindow => "sliding_window",
+                _ => "fixed_window",
+            }),
+            Arg::Signed(window_arg(&item.quota)),
+            Arg::Signed(item.window_start),
+            Arg::Unsigned(item.hits),
+        ]);
+    }
+    Call { keys, args }
+}
+
 impl RedisStore {
-    /// Sends `items` in one call and reads the counters back; `instance` (non-zero) is
-    /// registered as present for `horizon`. `sequence` numbers the sync (increasing per
-    /// instance): a sync sent again with the same number, after its answer was lost, adds
-    /// nothing twice. Bypasses the circuit breaker: the caller retries on its own schedule.
+    /// Sends `items` (one call, or one per slot group on a Cluster) and reads the counters
+    /// back; `instance` (non-zero) is registered as present for `horizon`. `sequence` numbers
+    /// the sync (increasing per instance): a sync sent again with the same number, after its
+    /// answer was lost, adds nothing twice (on a Cluster, in each slot that applied it).
+    /// Bypasses the circuit breaker: the caller retries on its own schedule.
     pub async fn sync_hits(
         &self,
         items: &[SyncItem],
-        (instance, sequence): (u64, u64),
+        numbering: (u64, u64),
         horizon: Duration,
         deadline: Duration,
     ) -> Result<SyncReply, StoreError> {
-        let Link::Server(connection) = &self.link else {
-            return Err(misconfigured(
-                "--store hybrid needs one Redis server or Sentinel: a sync touches keys of \
-                 every hash slot, which a Redis Cluster script cannot"
-                    .to_owned(),
-            ));
-        };
         let prefix = self.key_prefix();
-        let mut keys = vec![instances_key(prefix), format!("{prefix}hybrid:applied")];
-        let (now_arg, extra_ttl_ms) = match self.now()? {
+        let now = match self.now()? {
             super::script::Now::RedisTime => (Arg::Text(""), 0),
             super::script::Now::Given { now, extra_ttl_ms } => (Arg::Signed(now), extra_ttl_ms),
         };
-        let mut args = Vec::with_capacity(6 + 5 * items.len());
-        args.extend([
-            Arg::from(items.len()),
-            now_arg,
-            Arg::Unsigned(extra_ttl_ms),
-            if instance == 0 {
-                Arg::Text("")
-            } else {
-                Arg::Unsigned(instance)
-            },
-            Arg::Unsigned(u64::try_from(horizon.as_millis()).unwrap_or(u64::MAX)),
-            Arg::Unsigned(sequence),
-        ]);
-        for item in items {
-            let index = match keys.iter().skip(KEY_BASE).position(|key| *key == item.key) {
-                Some(index) => index + 1,
-                None => {
-                    keys.push(item.key.clone());
-                    keys.len() - KEY_BASE
-                }
-            };
-            args.extend([
-                Arg::from(index),
-                Arg::Text(match item.quota.algorithm {
-                    Algorithm::SlidingWindow => "sliding_window",
-                    _ => "fixed_window",
-                }),
-                Arg::Signed(window_arg(&item.quota)),
-                Arg::Signed(item.window_start),
-                Arg::Unsigned(item.hits),
-            ]);
+        let cluster = match &self.link {
+            Link::Server(connection) => {
+                let call = sync_call(
+                    bookkeeping_keys(prefix, None),
+                    items.iter(),
+                    now,
+                    numbering,
+                    horizon,
+                );
+                let reply = connection.invoke(sync_script(), &call, deadline).await?;
+                return parse_sync_reply(&reply, items).map_err(unavailable);
+            }
+            Link::Cluster(cluster) => cluster,
+        };
+        if items.is_empty() {
+            let call = sync_call(
+                bookkeeping_keys(prefix, Some(cluster_tag(None))),
+                items.iter(),
+                now,
+                numbering,
+                horizon,
+            );
+            let reply = cluster.invoke(sync_script(), &call, deadline).await?;
+            return parse_sync_reply(&reply, items).map_err(unavailable);
         }
-        let reply = connection
-            .invoke(sync_script(), &Call { keys, args }, deadline)
-            .await?;
-        parse_sync_reply(&reply, items).map_err(unavailable)
+        let groups = super::slot::key_slot_groups(items.iter().map(|item| item.key.as_str()));
+        let calls = groups.iter().map(|positions| {
+            let group: Vec<SyncItem> = positions
+                .iter()
+                .filter_map(|&position| items.get(position).cloned())
+                .collect();
+            let call = sync_call(
+                bookkeeping_keys(
+                    prefix,
+                    Some(cluster_tag(group.first().map(|item| item.key.as_str()))),
+                ),
+                group.iter(),
+                now,
+                numbering,
+                horizon,
+            );
+            async move {
+                let reply = cluster.invoke(sync_script(), &call, deadline).await?;
+                parse_sync_reply(&reply, &group).map_err(unavailable)
+            }
+        });
+        let replies = futures_util::future::try_join_all(calls).await?;
+        merge_replies(items.len(), &groups, replies).map_err(unavailable)
+    }
+}
+
+/// One reply from the slot groups' (`groups[i]` answered by `replies[i]`): states back in the
+/// order of the items, the first group's clock, the largest count of instances.
+fn merge_replies(
+    items: usize,
+    groups: &[Vec<usize>],
+    replies: Vec<SyncReply>,
+) -> Result<SyncReply, String> {
+    let mut states: Vec<Option<Option<State>>> = vec![None; items];
+    let mut now = None;
+    let mut instances = 0;
+    for (positions, reply) in groups.iter().zip(replies) {
+        now.get_or_insert(reply.now);
+        instances = instances.max(reply.instances);
+        if reply.states.len() != positions.len() {
+            return Err(format!(
+                "a slot group of {} items got {} states back",
+                positions.len(),
+                reply.states.len()
+            ));
+        }
+        for (&position, state) in positions.iter().zip(reply.states) {
+            if let Some(slot) = states.get_mut(position) {
+                *slot = Some(state);
+            }
+        }
+    }
+    let states: Option<Vec<Option<State>>> = states.into_iter().collect();
+    match (now, states) {
+        (Some(now), Some(states)) => Ok(SyncReply {
+            now,
+            instances,
+            states,
+        }),
+        _ => Err(format!(
+            "the slot groups' replies do not cover the {items} items"
+        )),
     }
 }
 

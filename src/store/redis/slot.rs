@@ -22,10 +22,15 @@ use crate::store::Decided;
 /// The positions (indexes into `counters`) of each slot group, in order of first mention; a
 /// group keeps the request's order, so a descriptor's counters stay together.
 pub fn slot_groups(counters: &[Counter], layout: &KeyLayout) -> Vec<Vec<usize>> {
+    key_slot_groups(counters.iter().map(|counter| layout.key_of(counter)))
+}
+
+/// The positions of `keys` by slot, in order of first mention, each group in the keys' order.
+pub fn key_slot_groups<K: AsRef<str>>(keys: impl IntoIterator<Item = K>) -> Vec<Vec<usize>> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (position, counter) in counters.iter().enumerate() {
-        let slot = Slot::for_key(layout.key_of(counter));
+    for (position, key) in keys.into_iter().enumerate() {
+        let slot = Slot::for_key(key.as_ref());
         match slots.iter().position(|known| *known == slot) {
             Some(group) => groups[group].push(position),
             None => {
