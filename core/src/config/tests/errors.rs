@@ -17,6 +17,25 @@ fn yaml_syntax_error_names_line_and_column() {
 }
 
 #[test]
+fn flow_collections_nested_too_deep_are_refused_before_parsing() {
+    // 16 000 unclosed `[` (found by the config_loader fuzz target) took the parser 5 s.
+    let deep = format!(
+        "domain: d\ndescriptors:\n  - key: a\n    value: {}\n",
+        "[".repeat(16_000)
+    );
+    let error = single_error(&deep);
+    assert_eq!(error.path, "line 4 column 140", "{error}");
+    assert!(error.message.contains("more than 128"), "{error}");
+    // As deep as a rule could want loads (and fails for what it is, not for its depth).
+    let fine = format!("domain: d\nx: {}{}\n", "[".repeat(64), "]".repeat(64));
+    assert!(
+        single_error(&fine).message.contains("unknown"),
+        "{}",
+        single_error(&fine)
+    );
+}
+
+#[test]
 fn the_file_must_be_a_map() {
     let error = single_error("- domain: d\n");
     assert!(
