@@ -22,7 +22,7 @@ use floodgate::store::Store;
 use tokio::task::JoinHandle;
 
 use super::hybrid_differential::hybrid_store;
-use super::hybrid_processes::{evalsha_calls, tally_of, Tally};
+use super::hybrid_processes::{evalsha_calls, start_processes, tally_of, Tally};
 use floodgate_testkit::redis::{counter, keep_clear_of_the_day_boundary, RedisServer};
 use floodgate_testkit::rls;
 use floodgate_testkit::{subdir, Floodgate};
@@ -179,23 +179,14 @@ async fn mixed_fleet(store: &'static str) {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("mixed.yaml");
     std::fs::write(&config, mixed_rules(store)).unwrap_or_else(|error| panic!("write: {error}"));
-    let url = redis.url();
-    let share = SHARE.to_string();
-    let flags = [
-        "--store",
-        store,
-        "--redis-url",
-        &url,
-        "--redis-timeout-ms",
-        "2000",
-        "--hybrid-sync-ms",
-        "100",
-        "--hybrid-local-share",
-        &share,
-    ];
-    let processes: Vec<Floodgate> = (0..PROCESSES)
-        .map(|index| Floodgate::start(&config, &flags, &subdir(dir.path(), &format!("p{index}"))))
-        .collect();
+    let (url, share) = (redis.url(), SHARE.to_string());
+    let processes = start_processes(
+        &config,
+        dir.path(),
+        &["--store", store, "--redis-url", &url],
+        100,
+        &["--hybrid-local-share", &share],
+    );
     let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
 
     let logins: Vec<_> = urls

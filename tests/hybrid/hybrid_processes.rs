@@ -61,26 +61,36 @@ fn fleet_syncing(redis: RedisServer, limit: u32, sync_ms: u64, extra: &[&str]) -
     let config = dir.path().join("hot.yaml");
     std::fs::write(&config, rules(limit)).unwrap_or_else(|error| panic!("write rules: {error}"));
     let url = redis.url();
-    let sync_ms = sync_ms.to_string();
-    let mut flags = vec![
-        "--store",
-        "hybrid",
-        "--redis-url",
-        &url,
-        "--redis-timeout-ms",
-        "2000",
-        "--hybrid-sync-ms",
-        &sync_ms,
-    ];
-    flags.extend_from_slice(extra);
-    let processes = (0..PROCESSES)
-        .map(|index| Floodgate::start(&config, &flags, &subdir(dir.path(), &format!("p{index}"))))
-        .collect();
+    let processes = start_processes(
+        &config,
+        dir.path(),
+        &["--store", "hybrid", "--redis-url", &url],
+        sync_ms,
+        extra,
+    );
     Fleet {
         redis,
         processes,
         dir,
     }
+}
+
+/// PROCESSES floodgates on `config`, each in its own directory under `dir`: `store_flags`, a
+/// Redis deadline generous for debug builds, syncs every `sync_ms`, then `extra`.
+pub(super) fn start_processes(
+    config: &std::path::Path,
+    dir: &std::path::Path,
+    store_flags: &[&str],
+    sync_ms: u64,
+    extra: &[&str],
+) -> Vec<Floodgate> {
+    let sync_ms = sync_ms.to_string();
+    let mut flags = store_flags.to_vec();
+    flags.extend(["--redis-timeout-ms", "2000", "--hybrid-sync-ms", &sync_ms]);
+    flags.extend_from_slice(extra);
+    (0..PROCESSES)
+        .map(|index| Floodgate::start(config, &flags, &subdir(dir, &format!("p{index}"))))
+        .collect()
 }
 
 /// The count Redis holds for the hot key of `algorithm` (0 when it holds none): the last
@@ -302,26 +312,23 @@ fn three_instances_stay_within_the_bound_on_a_cluster() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("no temp dir: {error}"));
     let config = dir.path().join("hot.yaml");
     std::fs::write(&config, rules(LIMIT)).unwrap_or_else(|error| panic!("write rules: {error}"));
-    let (seeds, share, sync_ms) = (cluster.seeds(), SHARE.to_string(), SYNC_MS.to_string());
-    let flags = [
-        "--store",
-        "hybrid",
-        "--redis-type",
-        "cluster",
-        "--redis-url",
-        &seeds,
-        "--redis-hash-tag",
-        "descriptor",
-        "--redis-timeout-ms",
-        "2000",
-        "--hybrid-sync-ms",
-        &sync_ms,
-        "--hybrid-local-share",
-        &share,
-    ];
-    let processes: Vec<Floodgate> = (0..PROCESSES)
-        .map(|index| Floodgate::start(&config, &flags, &subdir(dir.path(), &format!("p{index}"))))
-        .collect();
+    let (seeds, share) = (cluster.seeds(), SHARE.to_string());
+    let processes = start_processes(
+        &config,
+        dir.path(),
+        &[
+            "--store",
+            "hybrid",
+            "--redis-type",
+            "cluster",
+            "--redis-url",
+            &seeds,
+            "--redis-hash-tag",
+            "descriptor",
+        ],
+        SYNC_MS,
+        &["--hybrid-local-share", &share],
+    );
     let urls: Vec<String> = processes.iter().map(Floodgate::grpc_url).collect();
     let bound = LIMIT as u64 + (SHARE * f64::from(LIMIT)).floor() as u64;
     floodgate_testkit::runtime().block_on(async {

@@ -217,7 +217,6 @@ fn a_sync_on_a_cluster_is_one_call_per_slot_group() {
                 hits: index as u64 + 1,
             })
             .collect();
-        let (horizon, deadline) = (Duration::from_secs(1), Duration::from_secs(2));
         let counts = |reply: &floodgate::store::redis::SyncReply| -> Vec<u64> {
             reply
                 .states
@@ -228,29 +227,17 @@ fn a_sync_on_a_cluster_is_one_call_per_slot_group() {
                 })
                 .collect()
         };
-        let first = store
-            .sync_hits(&items, (7, 1), horizon, deadline)
-            .await
-            .unwrap_or_else(|error| panic!("sync: {error}"));
+        let first = synced(&store, &items, (7, 1)).await;
         assert_eq!(counts(&first), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(first.instances, 1);
         assert_eq!(first.now, START);
         // Its answer was lost: sent again, it adds nothing anywhere.
-        let again = store
-            .sync_hits(&items, (7, 1), horizon, deadline)
-            .await
-            .unwrap_or_else(|error| panic!("sync: {error}"));
+        let again = synced(&store, &items, (7, 1)).await;
         assert_eq!(counts(&again), vec![1, 2, 3, 4, 5, 6]);
         // Another instance syncs the first key's slot only: 7 sees it there, and takes it.
-        let other = store
-            .sync_hits(&items[..1], (8, 1), horizon, deadline)
-            .await
-            .unwrap_or_else(|error| panic!("sync: {error}"));
+        let other = synced(&store, &items[..1], (8, 1)).await;
         assert_eq!((counts(&other), other.instances), (vec![2], 2));
-        let next = store
-            .sync_hits(&items, (7, 2), horizon, deadline)
-            .await
-            .unwrap_or_else(|error| panic!("sync: {error}"));
+        let next = synced(&store, &items, (7, 2)).await;
         assert_eq!(counts(&next), vec![3, 4, 6, 8, 10, 12]);
         assert_eq!(next.instances, 2);
         // Every counter lives on the node that owns its slot, beside its slot's bookkeeping.
@@ -265,10 +252,24 @@ fn a_sync_on_a_cluster_is_one_call_per_slot_group() {
             }
         }
         // A sync with nothing to send still answers, from the `hybrid` tag's slot.
-        let empty = store
-            .sync_hits(&[], (9, 1), horizon, deadline)
-            .await
-            .unwrap_or_else(|error| panic!("sync: {error}"));
+        let empty = synced(&store, &[], (9, 1)).await;
         assert_eq!((empty.states.len(), empty.instances), (0, 1));
     });
+}
+
+/// `store`'s sync of `items` under `numbering` (instance, sequence), which must succeed.
+async fn synced(
+    store: &floodgate::store::redis::RedisStore,
+    items: &[SyncItem],
+    numbering: (u64, u64),
+) -> floodgate::store::redis::SyncReply {
+    store
+        .sync_hits(
+            items,
+            numbering,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("sync: {error}"))
 }

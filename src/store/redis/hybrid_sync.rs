@@ -7,6 +7,7 @@
 //! slot (`{<hash tag>}:hybrid:…`): an instance is counted where it syncs counters, and takes
 //! the largest count of its groups (more instances, smaller budgets).
 
+use std::borrow::Borrow;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -168,29 +169,23 @@ impl RedisStore {
             }
             Link::Cluster(cluster) => cluster,
         };
-        if items.is_empty() {
-            let call = sync_call(
-                bookkeeping_keys(prefix, Some(cluster_tag(None))),
-                items.iter(),
-                now,
-                numbering,
-                horizon,
-            );
-            let reply = cluster.invoke(sync_script(), &call, deadline).await?;
-            return parse_sync_reply(&reply, items).map_err(unavailable);
+        // A sync with nothing to send still registers the instance: one call, on the slot
+        // of the tag `hybrid`.
+        let mut groups = super::slot::key_slot_groups(items.iter().map(|item| item.key.as_str()));
+        if groups.is_empty() {
+            groups.push(Vec::new());
         }
-        let groups = super::slot::key_slot_groups(items.iter().map(|item| item.key.as_str()));
         let calls = groups.iter().map(|positions| {
-            let group: Vec<SyncItem> = positions
+            let group: Vec<&SyncItem> = positions
                 .iter()
-                .filter_map(|&position| items.get(position).cloned())
+                .filter_map(|&position| items.get(position))
                 .collect();
             let call = sync_call(
                 bookkeeping_keys(
                     prefix,
                     Some(cluster_tag(group.first().map(|item| item.key.as_str()))),
                 ),
-                group.iter(),
+                group.iter().copied(),
                 now,
                 numbering,
                 horizon,
@@ -244,7 +239,7 @@ fn merge_replies(
     }
 }
 
-fn parse_sync_reply(reply: &[i64], items: &[SyncItem]) -> Result<SyncReply, String> {
+fn parse_sync_reply<I: Borrow<SyncItem>>(reply: &[i64], items: &[I]) -> Result<SyncReply, String> {
     if reply.len() != REPLY_HEADER + REPLY_FIELDS * items.len() {
         return Err(format!(
             "the hybrid sync script returned {} numbers for {} items",
@@ -266,7 +261,7 @@ fn parse_sync_reply(reply: &[i64], items: &[SyncItem]) -> Result<SyncReply, Stri
         let &[held, window_start, previous, current] = fields else {
             continue;
         };
-        states.push(match (held, item.quota.algorithm) {
+        states.push(match (held, item.borrow().quota.algorithm) {
             (0, _) => None,
             (_, Algorithm::SlidingWindow) => Some(State::SlidingWindow {
                 window_start,
