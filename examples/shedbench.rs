@@ -16,6 +16,14 @@
 //! Latency of an answered request: from when it was due to its refusal, or to the end of its
 //! service (its queue wait included). *Good* = served within `--slo-ms`; goodput = good per
 //! second.
+//!
+//! `--mode decide` measures floodgate's own admission instead (`--max-in-flight`,
+//! `--shed-above`): a request is one ShouldRateLimit of `pool` and its class, and the store
+//! behind floodgate is what has the limited capacity (the script puts Redis behind a proxy that
+//! holds each reply). A request is served when its decision comes back OK and refused when it
+//! gets floodgate's overload answer, which the script sets to OVER_LIMIT
+//! (`--overload-answer over_limit`) so that a store error (UNAVAILABLE) stays an error; shed
+//! and refused at the bound get the same answer and are told apart by floodgate's metrics.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +38,22 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
+/// What one request is.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// A lease, a backend worker's service, a release: concurrency rules.
+    Lease,
+    /// One decision: floodgate's own admission in front of a store of limited capacity.
+    Decide,
+}
+
 #[derive(Parser, Debug)]
 struct Args {
+    #[arg(long, value_enum, default_value_t = Mode::Lease)]
+    mode: Mode,
+    /// With `--mode decide`: the store's capacity in decisions per second, for the report.
+    #[arg(long)]
+    capacity_rps: Option<f64>,
     /// floodgate's gRPC address (loopback).
     #[arg(long)]
     addr: String,
@@ -138,7 +160,38 @@ impl Shared {
         }
     }
 
+    /// `--mode decide`: one decision; OVER_LIMIT (the overload answer: the rule's limit is
+    /// never reached) is a refusal, anything else but OK an error.
+    async fn decide(&self, class: &str, due: Instant) -> Fate {
+        let request = RateLimitRequest {
+            domain: self.args.domain.clone(),
+            descriptors: vec![descriptor(&[
+                ("pool", self.args.pool.as_str()),
+                ("priority", class),
+            ])],
+            hits_addend: 0,
+        };
+        let mut client = self.client.clone();
+        let call = client.should_rate_limit(request);
+        let answer = tokio::time::timeout(Duration::from_millis(self.args.timeout_ms), call).await;
+        let micros = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
+        match answer {
+            Ok(Ok(response)) => match response.get_ref().overall_code {
+                code if code == Code::Ok as i32 => Fate::Served {
+                    micros,
+                    released: true,
+                },
+                code if code == Code::OverLimit as i32 => Fate::Refused { micros },
+                _ => Fate::Error,
+            },
+            _ => Fate::Error,
+        }
+    }
+
     async fn request(&self, id: u64, class: &str, due: Instant) -> Fate {
+        if self.args.mode == Mode::Decide {
+            return self.decide(class, due).await;
+        }
         let lease = format!("r{id}");
         let pool = self.args.pool.as_str();
         let Some(answer) = self
@@ -272,7 +325,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = Report {
         label: args.label.clone(),
         offered_rps: sent as f64 / seconds,
-        capacity_rps: args.workers as f64 * 1000.0 / args.service_ms.max(1) as f64,
+        capacity_rps: args
+            .capacity_rps
+            .unwrap_or(args.workers as f64 * 1000.0 / args.service_ms.max(1) as f64),
         seconds,
         served: critical.served + low.served,
         good: critical.good + low.good,
