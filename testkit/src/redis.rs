@@ -422,13 +422,23 @@ pub fn decide_in_turn(memory: &MemoryStore, requests: &[(Vec<Counter>, bool)]) -
 /// The decision script calls (`EVALSHA`) the server behind `inspector` has run so far (`INFO
 /// commandstats`).
 pub async fn script_calls(inspector: &mut redis::aio::MultiplexedConnection) -> u64 {
+    command_calls(inspector, "evalsha").await
+}
+
+/// The calls of `command` (lower case, as `INFO commandstats` names it) the server behind
+/// `inspector` has run so far.
+pub async fn command_calls(
+    inspector: &mut redis::aio::MultiplexedConnection,
+    command: &str,
+) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(inspector)
         .await
         .unwrap_or_else(|error| panic!("INFO commandstats failed: {error}"));
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .and_then(|calls| calls.parse().ok())
         .unwrap_or(0)

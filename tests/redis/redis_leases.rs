@@ -15,7 +15,7 @@ use floodgate::store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use floodgate_testkit::redis::RedisServer;
+use floodgate_testkit::redis::{command_calls, RedisServer};
 
 const START: Micros = 1_764_000_000 * MICROS_PER_SECOND;
 const STEPS: usize = 600;
@@ -188,4 +188,30 @@ async fn a_lease_whose_release_is_lost_frees_after_its_ttl() {
     let after = acquire(&redis, &key, "next".into(), 1).await;
     assert!(after.admitted);
     assert_eq!(after.in_flight, 1);
+}
+
+/// Lease calls name the script by its hash (`EVALSHA`): its text crosses the wire, and Redis
+/// hashes it, once per server, not per call; a Redis that lost its scripts (a restart, `SCRIPT
+/// FLUSH`) gets the text again and answers the same call.
+#[tokio::test]
+async fn lease_calls_send_the_script_once() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let (_, redis) = stores(&server, &clock).await;
+    let mut inspector = server.inspector().await;
+    let key = identity(3);
+    for task in 0..5 {
+        assert!(acquire(&redis, &key, format!("t{task}"), 10).await.admitted);
+    }
+    assert_eq!(command_calls(&mut inspector, "eval").await, 0);
+    assert!(command_calls(&mut inspector, "evalsha").await >= 5);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut inspector)
+        .await
+        .unwrap_or_else(|error| panic!("SCRIPT FLUSH: {error}"));
+    let after = acquire(&redis, &key, "after-flush".into(), 10).await;
+    assert!(after.admitted);
+    assert_eq!(after.in_flight, 6);
+    assert_eq!(command_calls(&mut inspector, "eval").await, 0);
 }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script};
+use redis::{
+    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
+};
 
 use super::connection::{misconfigured, redact_url, scrub, unavailable, url_secrets, with_auth};
 use super::script::Call;
@@ -140,7 +142,16 @@ impl ClusterLink {
         call: &Call,
         deadline: Duration,
     ) -> Result<Vec<i64>, StoreError> {
-        let invocation = call.invocation(script);
+        self.run(&call.invocation(script), deadline).await
+    }
+
+    /// Runs a prepared script `invocation` on the node that owns its keys' slot, within
+    /// `deadline`, answering `T`.
+    pub async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
         let mut connection = self.connection.clone();
         self.within(deadline, invocation.invoke_async(&mut connection))
             .await

@@ -34,7 +34,7 @@ use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Role,
-    Script,
+    Script, ScriptInvocation,
 };
 
 use super::script::Call;
@@ -277,8 +277,28 @@ impl Connection {
         call: &Call,
         deadline: Duration,
     ) -> Result<Vec<i64>, StoreError> {
+        self.run_on(position, &call.invocation(script), deadline)
+            .await
+    }
+
+    /// Runs a prepared script `invocation` (`EVALSHA`, and `SCRIPT LOAD` again on
+    /// `NOSCRIPT`) on the next socket of the pool within `deadline`, answering `T`.
+    pub async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        self.run_on(self.shared.next_position(), invocation, deadline)
+            .await
+    }
+
+    async fn run_on<T: redis::FromRedisValue>(
+        &self,
+        position: usize,
+        invocation: &ScriptInvocation<'_>,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
         let (server, mut manager) = self.shared.pick_at(position);
-        let invocation = call.invocation(script);
         let result = self
             .shared
             .within(

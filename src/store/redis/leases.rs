@@ -1,19 +1,30 @@
-//! The Redis store's lease calls (concurrency rules, `core::lease`): one `EVAL` of
+//! The Redis store's lease calls (concurrency rules, `core::lease`): one `EVALSHA` of
 //! `lua/leases.lua` per request, which reads each counter's sorted set once, decides every
 //! call as the core does and writes all of them or none. The keys carry the domain's hash tag
 //! whatever `--redis-hash-tag` says, so on a cluster a request's leases share one slot.
+
+use std::sync::OnceLock;
+
+use redis::{Script, ScriptInvocation};
 
 use super::keys::KeyLayout;
 use super::script::Now;
 use crate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
 
-pub(super) const LEASE_SCRIPT: &str = include_str!("lua/leases.lua");
+fn lease_script() -> &'static Script {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| Script::new(include_str!("lua/leases.lua")))
+}
 
 /// Values the script answers per call.
 const REPLY_FIELDS: usize = 6;
 
-/// The `EVAL` deciding `calls` at `now`.
-pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> redis::Cmd {
+/// The script call deciding `calls` at `now`.
+pub(super) fn lease_invocation(
+    calls: &[LeaseCall],
+    now: Now,
+    keys: &KeyLayout,
+) -> ScriptInvocation<'static> {
     let mut distinct: Vec<&[u8]> = Vec::new();
     let mut key_indexes = Vec::with_capacity(calls.len());
     for call in calls {
@@ -26,21 +37,20 @@ pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> 
         };
         key_indexes.push(index + 1);
     }
-    let mut command = redis::cmd("EVAL");
-    command.arg(LEASE_SCRIPT).arg(distinct.len());
+    let mut invocation = lease_script().prepare_invoke();
     for identity in &distinct {
-        command.arg(keys.domain_key_for(identity));
+        invocation.key(keys.domain_key_for(identity));
     }
     match now {
-        Now::RedisTime => command.arg("time").arg(0),
-        Now::Given { now, extra_ttl_ms } => command.arg(now).arg(extra_ttl_ms),
+        Now::RedisTime => invocation.arg("time").arg(0),
+        Now::Given { now, extra_ttl_ms } => invocation.arg(now).arg(extra_ttl_ms),
     };
     for (call, key_index) in calls.iter().zip(key_indexes) {
         let action = match call.action {
             LeaseAction::Acquire => "acquire",
             LeaseAction::Release => "release",
         };
-        command
+        invocation
             .arg(key_index)
             .arg(action)
             .arg(call.lease_id.as_str())
@@ -50,7 +60,7 @@ pub(super) fn lease_command(calls: &[LeaseCall], now: Now, keys: &KeyLayout) -> 
             .arg(call.shed_above)
             .arg(call.draw);
     }
-    command
+    invocation
 }
 
 /// The script's reply as one outcome per call.

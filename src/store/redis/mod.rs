@@ -493,6 +493,20 @@ impl RedisStore {
         }
     }
 
+    /// One call of a script other than the decision script, prepared as `invocation`
+    /// (`EVALSHA`, and `SCRIPT LOAD` again on `NOSCRIPT`, so its text crosses the wire and
+    /// Redis hashes it only once per server), within `deadline`.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        match &self.link {
+            Link::Server(connection) => connection.run(invocation, deadline).await,
+            Link::Cluster(cluster) => cluster.run(invocation, deadline).await,
+        }
+    }
+
     fn with_breaker<T>(&self, change: impl FnOnce(&mut Breaker) -> T) -> T {
         // A panic elsewhere cannot leave the few integers inconsistent: use them anyway.
         let mut breaker = match self.breaker.lock() {
@@ -567,10 +581,10 @@ impl RedisStore {
         result
     }
 
-    /// One `EVAL` of the lease script (`leases.rs`), within `--redis-timeout-ms`.
+    /// One call of the lease script (`leases.rs`), within `--redis-timeout-ms`.
     async fn leases_in_redis(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
-        let command = leases::lease_command(calls, self.now()?, &self.keys);
-        let reply: Vec<i64> = self.command(&command, self.timeout).await?;
+        let invocation = leases::lease_invocation(calls, self.now()?, &self.keys);
+        let reply: Vec<i64> = self.run(&invocation, self.timeout).await?;
         leases::parse_lease_reply(&reply, calls.len()).map_err(unavailable)
     }
 

@@ -1,17 +1,23 @@
-//! RLQS across floodgates that share a Redis (`engine::quota::exchange`): one `EVAL` of
+//! RLQS across floodgates that share a Redis (`engine::quota::exchange`): one `EVALSHA` of
 //! `lua/quota_exchange.lua` per domain publishes this instance's demand on each of the
 //! domain's buckets and reads back every other instance's. The keys carry the domain's hash
 //! tag, so each call touches one slot: single server, Sentinel and Cluster alike.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use redis::Script;
 
 use super::connection::unavailable;
 use super::RedisStore;
 use crate::core::key::quota_bucket_key;
 use crate::store::{DemandItem, QuotaPeers, StoreError};
 
-const EXCHANGE_SCRIPT: &str = include_str!("lua/quota_exchange.lua");
+fn exchange_script() -> &'static Script {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| Script::new(include_str!("lua/quota_exchange.lua")))
+}
 
 impl QuotaPeers for RedisStore {
     async fn exchange_demands(
@@ -27,28 +33,27 @@ impl QuotaPeers for RedisStore {
             domains.entry(item.domain).or_default().push(index);
         }
         for indexes in domains.into_values() {
-            let mut command = redis::cmd("EVAL");
-            command.arg(EXCHANGE_SCRIPT).arg(indexes.len());
+            let mut invocation = exchange_script().prepare_invoke();
             for &index in &indexes {
                 let item = &items[index];
-                command.arg(
+                invocation.key(
                     self.keys
                         .domain_key_for(&quota_bucket_key(item.domain, item.bucket)),
                 );
             }
-            command.arg(instance).arg(
+            invocation.arg(instance).arg(
                 u64::try_from(horizon.as_millis())
                     .unwrap_or(u64::MAX)
                     .max(1),
             );
             for &index in &indexes {
-                command.arg(
+                invocation.arg(
                     items[index]
                         .demand
                         .map_or_else(String::new, |d| format!("{d:.3}")),
                 );
             }
-            let reply: Vec<String> = self.command(&command, deadline).await?;
+            let reply: Vec<String> = self.run(&invocation, deadline).await?;
             let parsed = parse_reply(&reply, indexes.len()).map_err(unavailable)?;
             for (index, found) in indexes.into_iter().zip(parsed) {
                 peers[index] = found;
