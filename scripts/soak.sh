@@ -7,7 +7,8 @@
 #      minute's counters expire (the rule's window is one minute) and new ones are made;
 #   3. every minute, half-way through, the rules file is rewritten (the limit moves by one), a
 #      reload that floodgate must take (floodgate_config_load_success_total is checked);
-#   4. every 10 s: floodgate's RSS and open file descriptors (/proc), the stage's p99 and its
+#   4. every 10 s: floodgate's RSS (and its anonymous and file-backed parts) and open file
+#      descriptors (/proc), the stage's p99 and its
 #      ratio to the first minute's median, errors, and Redis's key count and memory.
 # Flat means: after the warm-up (the first BENCH_WARMUP_MINUTES), RSS and descriptors stay
 # within 10 % of their first post-warm-up sample. p99 is reported, not judged (the host drifts).
@@ -103,18 +104,22 @@ print(next((line.split()[-1] for line in text.splitlines() if line.startswith(na
 PY
 }
 
-# sampler PID REDIS_PORT CSV: every 10 s, "t_s,rss_kib,fds,redis_keys,redis_used_kib,load1".
+# sampler PID REDIS_PORT METRICS_PORT CSV: every 10 s, "t_s,rss_kib,fds,redis_keys,
+# redis_used_kib,load1,anon_kib,file_kib,in_flight": RSS and its two parts, the process's own
+# memory (RssAnon, where a leak grows, and where calls queued in a backlog live) and the pages
+# of the binary and libraries it has touched (RssFile, which climbs as code runs for the first
+# time and stops at the code's size), and the calls being decided at that moment.
 sampler() {
-  local pid="$1" redis_port="$2" csv="$3" start keys used
+  local pid="$1" redis_port="$2" metrics_port="$3" csv="$4" start keys used
   start="$(date +%s.%N)"
-  echo "t_s,rss_kib,fds,redis_keys,redis_used_kib,load1" >"$csv"
+  echo "t_s,rss_kib,fds,redis_keys,redis_used_kib,load1,anon_kib,file_kib,in_flight" >"$csv"
   while kill -0 "$pid" 2>/dev/null; do
     keys="" used=""
     if [ -n "$redis_port" ]; then
       keys="$(redis-cli -p "$redis_port" DBSIZE 2>/dev/null || true)"
       used="$(redis-cli -p "$redis_port" INFO memory 2>/dev/null | awk -F: '/^used_memory:/ {printf "%d", $2 / 1024}' || true)"
     fi
-    echo "$(python3 -c "import time; print(f'{time.time() - $start:.1f}')"),$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status"),$(ls "/proc/$pid/fd" | wc -l),$keys,$used,$(cut -d' ' -f1 /proc/loadavg)" >>"$csv"
+    echo "$(python3 -c "import time; print(f'{time.time() - $start:.1f}')"),$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status"),$(ls "/proc/$pid/fd" | wc -l),$keys,$used,$(cut -d' ' -f1 /proc/loadavg),$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status"),$(awk '/^RssFile:/ {print $2}' "/proc/$pid/status"),$(metric "$metrics_port" floodgate_calls_in_flight 2>/dev/null || true)" >>"$csv"
     sleep 10
   done
 }
@@ -153,7 +158,7 @@ soak_store() {
   echo "soak: $store: peak $peak req/s; soaking at $rate req/s for $MINUTES min" >&2
   local loads_before
   loads_before="$(metric "$METRICS_PORT" floodgate_config_load_success_total)"
-  sampler "$SERVER_PID" "$redis_port" "$dir/samples.csv" &
+  sampler "$SERVER_PID" "$redis_port" "$METRICS_PORT" "$dir/samples.csv" &
   EXTRA_PIDS+=("$!")
   reloader "$dir/config/soak.yaml" 1000000 "$dir/reloads.log" &
   EXTRA_PIDS+=("$!")

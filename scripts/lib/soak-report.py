@@ -62,6 +62,7 @@ def judge(store):
         return rows, None
     rss = [int(r["rss_kib"]) for r in warm]
     fds = [int(r["fds"]) for r in warm]
+    anon = [int(r["anon_kib"]) for r in warm if r.get("anon_kib")]
     third = max(1, len(rss) // 3)
     return rows, {
         # A leak shows as a climb from the first third to the last; load swings do not.
@@ -71,6 +72,7 @@ def judge(store):
         "rss_spread": spread(rss, rss[0]),
         "fds_base": fds[0], "fds_min": min(fds), "fds_max": max(fds), "fds_last": fds[-1],
         "fds_spread": spread(fds, fds[0]),
+        "anon": (anon[0], min(anon), max(anon), anon[-1], spread(anon, anon[0])) if anon else None,
     }
 
 
@@ -94,8 +96,12 @@ w(f"- load: first the peak (closed loop, {env['SOAK_CONCURRENCY']} in flight, "
   "its limit; a rewrite of the rules file (the limit moves by one) half-way through every "
   "minute, which floodgate reloads")
 w(f"- Redis store: a redis-server of its own on loopback, `--redis-timeout-ms "
-  f"{env['SOAK_REDIS_TIMEOUT_MS']}`, one script call per request")
-w(f"- every 10 s: floodgate's RSS (`VmRSS`) and open file descriptors (`/proc/PID/fd`), the "
+  f"{env['SOAK_REDIS_TIMEOUT_MS']}`, batching as by default (`--redis-batch-max 64`)")
+w(f"- every 10 s: floodgate's RSS (`VmRSS`) with its two parts, anonymous (`RssAnon`: the "
+  "process's own memory, where a leak grows) and file-backed (`RssFile`: the pages of the "
+  "binary and its libraries touched so far, which climb as code first runs and stop at the "
+  "code's size), the calls being decided at that moment (`floodgate_calls_in_flight`: a "
+  "backlog's calls live in the anonymous part), and open file descriptors (`/proc/PID/fd`), the "
   "stage's client-side p99 and its ratio to the median p99 of the first minute, and for Redis "
   "its key count and `used_memory`")
 w(f"- **flat** means: after the warm-up (the first {warmup_minutes} min), RSS and descriptors "
@@ -105,8 +111,8 @@ w("")
 
 w("## Summary")
 w("")
-w("| store | peak req/s | soak req/s | calls | errors | shed | reloads done / taken | RSS after warm-up (first → min–max → last) | RSS spread | RSS median, first → last third | fds (first → min–max → last) | fds spread | flat | p99 first minute | p99 ratio, median (max) |")
-w("|---|--:|--:|--:|--:|--:|--:|---|--:|---|---|--:|---|--:|--:|")
+w("| store | peak req/s | soak req/s | calls | errors | shed | reloads done / taken | RSS after warm-up (first → min–max → last) | RSS spread | RSS median, first → last third | anonymous part (first → min–max → last) · spread | fds (first → min–max → last) | fds spread | flat | p99 first minute | p99 ratio, median (max) |")
+w("|---|--:|--:|--:|--:|--:|--:|---|--:|---|---|---|--:|---|--:|--:|")
 details = []
 for store in stores:
     peak, rate, loads_before, loads_after, reloads = open(f"{work}/{store}/summary.txt").read().split()
@@ -124,16 +130,22 @@ for store in stores:
         rss = (f"{verdict['rss_base'] / 1024:.1f} → {verdict['rss_min'] / 1024:.1f}–"
                f"{verdict['rss_max'] / 1024:.1f} → {verdict['rss_last'] / 1024:.1f} MiB")
         fds = f"{verdict['fds_base']} → {verdict['fds_min']}–{verdict['fds_max']} → {verdict['fds_last']}"
+        if verdict["anon"]:
+            a_first, a_min, a_max, a_last, a_spread = verdict["anon"]
+            anon = (f"{a_first / 1024:.1f} → {a_min / 1024:.1f}–{a_max / 1024:.1f} → "
+                    f"{a_last / 1024:.1f} MiB · {a_spread:.1%}")
+        else:
+            anon = "–"
         w(f"| {store} | {float(peak):,.0f} | {int(rate):,} | {calls:,} | {errors:,} | {shed:,} | {reloads} / {taken} "
           f"| {rss} | {verdict['rss_spread']:.1%} "
           f"| {verdict['rss_early'] / 1024:.1f} → {verdict['rss_late'] / 1024:.1f} MiB "
           f"({verdict['rss_late'] / verdict['rss_early'] - 1:+.1%}) "
-          f"| {fds} | {verdict['fds_spread']:.1%} "
+          f"| {anon} | {fds} | {verdict['fds_spread']:.1%} "
           f"| {'**yes**' if flat else '**no**'} | {base / 1000 if base else 0:.2f} ms "
           f"| {statistics.median(ratios) if ratios else 0:.2f}× ({max(ratios) if ratios else 0:.2f}×) |")
     else:
         w(f"| {store} | {float(peak):,.0f} | {int(rate):,} | {calls:,} | {errors:,} | {shed:,} | {reloads} / {taken} "
-          "| – | – | – | – | – | no samples after the warm-up | – | – |")
+          "| – | – | – | – | – | – | no samples after the warm-up | – | – |")
     details.append((store, st, base, rows))
 w("")
 w("*RSS median, first → last third*: the medians of the first and the last third of the "
@@ -151,8 +163,8 @@ for store, st, base, rows in details:
     w(f"## {store}: every 10 s")
     w("")
     has_redis = any(r["redis_keys"] for r in rows)
-    head = "| t (s) | RSS MiB | fds | p99 ms | p99 ratio | req/s | errors |"
-    rule = "|--:|--:|--:|--:|--:|--:|--:|"
+    head = "| t (s) | RSS MiB | anon MiB | file MiB | calls in flight | fds | p99 ms | p99 ratio | req/s | errors |"
+    rule = "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
     if has_redis:
         head += " Redis keys | Redis used MiB |"
         rule += "--:|--:|"
@@ -164,7 +176,9 @@ for store, st, base, rows in details:
         found = stage_at(st, float(row["t_s"]))
         stage = found[2] if found else None
         p99 = stage["p99_us"] if stage else None
-        cells = [f"{float(row['t_s']):.0f}", f"{int(row['rss_kib']) / 1024:.1f}", row["fds"],
+        part = lambda name: f"{int(row[name]) / 1024:.1f}" if row.get(name) else "–"
+        cells = [f"{float(row['t_s']):.0f}", f"{int(row['rss_kib']) / 1024:.1f}",
+                 part("anon_kib"), part("file_kib"), row.get("in_flight") or "–", row["fds"],
                  f"{p99 / 1000:.2f}" if p99 else "–",
                  f"{p99 / base:.2f}×" if p99 and base else "–",
                  f"{stage['achieved_rps']:,.0f}" if stage else "–",
