@@ -495,12 +495,14 @@ impl RedisStore {
 
     /// One call of a script other than the decision script, prepared as `invocation`
     /// (`EVALSHA`, and `SCRIPT LOAD` again on `NOSCRIPT`, so its text crosses the wire and
-    /// Redis hashes it only once per server), within `deadline`.
+    /// Redis hashes it only once per server), within `deadline` or the call timeout if that
+    /// is longer, as [`Self::command`].
     async fn run<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
         deadline: Duration,
     ) -> Result<T, StoreError> {
+        let deadline = deadline.max(self.timeout);
         match &self.link {
             Link::Server(connection) => connection.run(invocation, deadline).await,
             Link::Cluster(cluster) => cluster.run(invocation, deadline).await,
