@@ -207,6 +207,11 @@ NAMES = {"none": "Envoy, no limit", "local": "`local_ratelimit` (in Envoy)",
          "rls-redis": "`ratelimit` → floodgate, Redis store"}
 PY
 
+# send N: N requests from h2load, as the timed runs send them; prints h2load's report.
+send() {
+  h2load --h1 -c "$CONNECTIONS" -m 1 -n "$1" -H 'x-tenant: acme-corp' "http://127.0.0.1:$EDGE/" 2>&1
+}
+
 # count CONFIG: one Envoy on CONFIG under callgrind; prints its instructions per request over
 # REQUESTS requests, counted from after the warm-up. (--trace-children: .venv/bin/envoy is a
 # Python launcher that execs the binary.)
@@ -222,15 +227,12 @@ count() {
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $EDGE), 0.2).close()" 2>/dev/null && break
     sleep 1
   done
-  load() {
-    h2load --h1 -c "$CONNECTIONS" -m 1 -n "$1" -H 'x-tenant: acme-corp' "http://127.0.0.1:$EDGE/" 2>&1
-  }
-  load 3000 >/dev/null
+  send 3000 >/dev/null
   # RLQS: Envoy reports after 5 s; the assignments that answer it are then in place.
   sleep 6
-  load 2000 >/dev/null
+  send 2000 >/dev/null
   callgrind_control -z "$pid" >/dev/null
-  load "$REQUESTS" >"$WORK/h2load-$config.txt"
+  send "$REQUESTS" >"$WORK/h2load-$config.txt"
   callgrind_control -d "$pid" >/dev/null
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
