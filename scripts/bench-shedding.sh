@@ -16,7 +16,7 @@
 # (`examples/shedbench.rs --mode decide`) under a limit it never reaches; the overload answer is
 # OVER_LIMIT, and floodgate's metrics tell shed from refused at the bound.
 #
-#   scripts/bench-shedding.sh        # writes docs/benchmarks-shedding.md (about 5 minutes)
+#   scripts/bench-shedding.sh        # writes docs/benchmarks-shedding.md (about 3 minutes)
 #
 # Overrides (environment):
 #   BENCH_WORKERS      backend workers                      [8]
