@@ -163,27 +163,16 @@ impl Shared {
     /// `--mode decide`: one decision; OVER_LIMIT (the overload answer: the rule's limit is
     /// never reached) is a refusal, anything else but OK an error.
     async fn decide(&self, class: &str, due: Instant) -> Fate {
-        let request = RateLimitRequest {
-            domain: self.args.domain.clone(),
-            descriptors: vec![descriptor(&[
-                ("pool", self.args.pool.as_str()),
-                ("priority", class),
-            ])],
-            hits_addend: 0,
-        };
-        let mut client = self.client.clone();
-        let call = client.should_rate_limit(request);
-        let answer = tokio::time::timeout(Duration::from_millis(self.args.timeout_ms), call).await;
+        let answer = self
+            .call(&[("pool", self.args.pool.as_str()), ("priority", class)])
+            .await;
         let micros = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
-        match answer {
-            Ok(Ok(response)) => match response.get_ref().overall_code {
-                code if code == Code::Ok as i32 => Fate::Served {
-                    micros,
-                    released: true,
-                },
-                code if code == Code::OverLimit as i32 => Fate::Refused { micros },
-                _ => Fate::Error,
+        match answer.map(|response| response.overall_code) {
+            Some(code) if code == Code::Ok as i32 => Fate::Served {
+                micros,
+                released: true,
             },
+            Some(code) if code == Code::OverLimit as i32 => Fate::Refused { micros },
             _ => Fate::Error,
         }
     }
