@@ -107,10 +107,14 @@ def main():
         sys.exit("redis-script-cost: --batch, --calls, --keys and --in-flight must be at least 1")
 
     script = open(options.script).read() if options.script else example("source")
-    # One request's call: numkeys, its key, then ARGV (the request count first).
+    # One request's call: numkeys, its key, then ARGV: the counts of requests, settings and
+    # templates, the settings and the template (shared by every request of a batch), then the
+    # request's own part (decide.lua).
     lines = example("call", "1000000000").split("\n")
-    key, request_args = lines[1], lines[3:]
-    request_args = request_args[:len(request_args) - (request_args[-1] == "")]
+    key, argv = lines[1], lines[2:]
+    argv = argv[:len(argv) - (argv[-1] == "")]
+    shared_end = 3 + 4 * int(argv[1]) + 8 * int(argv[2])
+    shared_args, request_args = argv[1:shared_end], argv[shared_end:]
 
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
@@ -130,7 +134,7 @@ def main():
 
         def one_call():
             keys = [f"{key}:{random.randrange(options.keys)}" for _ in range(options.batch)]
-            return (["EVALSHA", sha, len(keys), *keys, options.batch]
+            return (["EVALSHA", sha, len(keys), *keys, options.batch, *shared_args]
                     + request_args * options.batch)
 
         connection.call(*one_call())  # fails loudly if the script refuses the call

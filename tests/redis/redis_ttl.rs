@@ -179,3 +179,98 @@ async fn a_one_second_window_vanishes_after_it_ends() {
         .unwrap_or_else(|error| panic!("DBSIZE failed: {error}"));
     assert_eq!(left, 0);
 }
+
+async fn pttl(inspector: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(inspector)
+        .await
+        .unwrap_or_else(|error| panic!("PTTL {key} failed: {error}"))
+}
+
+/// The server's major version, from `INFO server`.
+async fn redis_major_version(inspector: &mut redis::aio::MultiplexedConnection) -> u32 {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(inspector)
+        .await
+        .unwrap_or_else(|error| panic!("INFO server failed: {error}"));
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|version| version.split('.').next())
+        .and_then(|major| major.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no redis_version in INFO server: {info}"))
+}
+
+/// From Redis 7, which tells scripts its version, a write that leaves a state's expiry where it
+/// was keeps the key's TTL (`SET … KEEPTTL`, which costs Redis less than setting it again),
+/// on both of the script's paths (a request of one counter, and of several); a write that
+/// moves the expiry (a bucket's, at every charge) sets the TTL again. Seen by stretching each
+/// key's TTL between two charges. Before Redis 7 every write sets it again.
+#[tokio::test]
+async fn a_write_that_leaves_the_expiry_keeps_the_ttl() {
+    const STRETCHED_MS: i64 = 3_600_000;
+    let server = RedisServer::start();
+    let store = server.store(None).await;
+    let mut inspector = server.inspector().await;
+    let keeps = redis_major_version(&mut inspector).await >= 7;
+
+    let window = Quota::new(100, Unit::Minute);
+    let sliding = window.clone().with_algorithm(Algorithm::SlidingWindow);
+    let bucket = window.clone().with_algorithm(Algorithm::TokenBucket);
+    let lone = identity("keep", "user", "lone", 0, &window);
+    let first = identity("keep", "user", "first", 0, &window);
+    let second = identity("keep", "user", "second", 0, &sliding);
+    let drained = identity("keep", "user", "bucket", 0, &bucket);
+    let charge = |descriptor, key: &[u8], quota: &Quota| {
+        counter(descriptor, key, quota, Hits::Charge(1), Role::Enforced)
+    };
+    let requests = [
+        vec![charge(0, &lone, &window)],
+        vec![charge(0, &first, &window), charge(1, &second, &sliding)],
+        vec![charge(0, &drained, &bucket)],
+    ];
+    let windowed = [&lone, &first, &second].map(|identity| store.key_for(identity));
+    let bucket_key = store.key_for(&drained);
+
+    for _attempt in 0..4 {
+        let minute = window.tiling().holding(wall_clock_micros());
+        for round in 0..2 {
+            for request in &requests {
+                store
+                    .decide(request, false)
+                    .await
+                    .unwrap_or_else(|error| panic!("decide failed: {error}"));
+            }
+            if round == 0 {
+                for key in windowed.iter().chain([&bucket_key]) {
+                    let _: i64 = redis::cmd("PEXPIRE")
+                        .arg(key)
+                        .arg(STRETCHED_MS)
+                        .query_async(&mut inspector)
+                        .await
+                        .unwrap_or_else(|error| panic!("PEXPIRE {key} failed: {error}"));
+                }
+            }
+        }
+        if window.tiling().holding(wall_clock_micros()) != minute {
+            continue; // a minute ended between the charges: the windows moved
+        }
+        for key in &windowed {
+            let ttl_ms = pttl(&mut inspector, key).await;
+            // Without KEEPTTL: at most the state's lifetime, two minutes for a sliding window.
+            let kept = ttl_ms > 120_000;
+            assert_eq!(
+                kept, keeps,
+                "{key}: PTTL {ttl_ms} ms after a charge in its window"
+            );
+        }
+        let ttl_ms = pttl(&mut inspector, &bucket_key).await;
+        assert!(
+            ttl_ms > 0 && ttl_ms.unsigned_abs() <= longest_ttl_ms(&bucket),
+            "{bucket_key}: PTTL {ttl_ms} ms after a charge that moved its expiry"
+        );
+        return;
+    }
+    panic!("a minute ended during each of four attempts");
+}

@@ -160,8 +160,11 @@ fn deadline_after(timeout: Duration) -> Instant {
 /// Gives each request of `batch` its part of the call's `result`.
 fn answer_all(batch: Vec<Waiting>, result: Result<Vec<i64>, StoreError>) {
     let decided = result.and_then(|reply| {
-        parse_replies(&reply, batch.iter().map(|waiting| waiting.request.counters))
-            .map_err(|error| unavailable(error.to_string()))
+        parse_replies(
+            &reply,
+            batch.iter().map(|waiting| waiting.request.counters()),
+        )
+        .map_err(|error| unavailable(error.to_string()))
     });
     match decided {
         Ok(decided) => {

@@ -25,14 +25,22 @@ pub const SOURCE: &str = concat!(
     include_str!("lua/decide.lua"),
 );
 
-/// ARGV values per counter (`COUNTER_FIELDS` in decide.lua).
-const COUNTER_FIELDS: usize = 10;
+/// ARGV values before everything else: how many requests, settings and counter templates
+/// the call has (`BATCH_FIELDS` in decide.lua).
+const BATCH_FIELDS: usize = 3;
 
-/// ARGV values before a request's counters (`HEADER_FIELDS` in decide.lua).
-const HEADER_FIELDS: usize = 5;
+/// ARGV values per settings: global shadow, now, extra TTL, charging (`SETTINGS_FIELDS`).
+const SETTINGS_FIELDS: usize = 4;
 
-/// ARGV values before the first request: how many there are (`BATCH_FIELDS` in decide.lua).
-const BATCH_FIELDS: usize = 1;
+/// ARGV values per counter template: algorithm, limit, window, capacity, hits kind, hits,
+/// role, reserve (`TEMPLATE_FIELDS`).
+const TEMPLATE_FIELDS: usize = 8;
+
+/// ARGV values before a request's counters: how many, and its settings (`REQUEST_FIELDS`).
+const REQUEST_FIELDS: usize = 2;
+
+/// ARGV values per counter: key index, template, descriptor index (`COUNTER_FIELDS`).
+const COUNTER_FIELDS: usize = 3;
 
 /// Reply values per counter (`REPLY_FIELDS` in decide.lua).
 const REPLY_FIELDS: usize = 5;
@@ -134,13 +142,37 @@ pub struct Call {
     pub args: Vec<Arg>,
 }
 
-/// One request's part of a call: its distinct keys and its arguments (header, then counters).
+/// One request's part of a call: its distinct keys, its settings and its counters. A call
+/// sends each distinct settings and counter template once, however many of its requests use
+/// it (decide.lua says why).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestArgs {
     pub keys: Vec<String>,
-    pub args: Vec<Arg>,
+    settings: SettingsArgs,
+    counters: Vec<CounterArgs>,
+}
+
+/// What a request's counters share: global shadow, now, extra TTL, charging mode.
+type SettingsArgs = [Arg; SETTINGS_FIELDS];
+
+/// What a counter asks, whatever its key: algorithm, limit, window, capacity, hits kind, hits,
+/// role, reserve.
+type TemplateArgs = [Arg; TEMPLATE_FIELDS];
+
+/// One counter of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CounterArgs {
+    /// Into the request's own keys, from 1 (Lua arrays start at 1).
+    key_index: usize,
+    template: TemplateArgs,
+    descriptor: usize,
+}
+
+impl RequestArgs {
     /// How many counters it has: its reply holds one answer for each.
-    pub counters: usize,
+    pub fn counters(&self) -> usize {
+        self.counters.len()
+    }
 }
 
 /// One ARGV value. Numbers stay numbers until the redis crate writes them into its command
@@ -191,9 +223,7 @@ impl From<u32> for Arg {
 impl Call {
     /// A call deciding `request` alone.
     pub fn single(request: RequestArgs) -> Self {
-        let mut args = Vec::with_capacity(BATCH_FIELDS + request.args.len());
-        args.push(Arg::from(1_usize));
-        args.extend(request.args);
+        let args = arguments([&request].into_iter());
         Self {
             keys: request.keys,
             args,
@@ -203,17 +233,15 @@ impl Call {
     /// A call deciding `requests` one after the other, in this order, each as a call of its
     /// own would at that point (decide.lua).
     pub fn batch<'r>(requests: impl ExactSizeIterator<Item = &'r RequestArgs> + Clone) -> Self {
-        let count = requests.len();
         let keys_len: usize = requests.clone().map(|request| request.keys.len()).sum();
-        let args_len: usize = requests.clone().map(|request| request.args.len()).sum();
         let mut keys = Vec::with_capacity(keys_len);
-        let mut args = Vec::with_capacity(BATCH_FIELDS + args_len);
-        args.push(Arg::from(count));
-        for request in requests {
+        for request in requests.clone() {
             keys.extend(request.keys.iter().cloned());
-            args.extend_from_slice(&request.args);
         }
-        Self { keys, args }
+        Self {
+            keys,
+            args: arguments(requests),
+        }
     }
 
     /// `script` with these keys and arguments, ready for `invoke_async` (`EVALSHA`, and
@@ -227,6 +255,103 @@ impl Call {
             invocation.arg(arg);
         }
         invocation
+    }
+}
+
+/// The ARGV of a call deciding `requests` in order: the counts, each distinct settings and
+/// template once, in order of first use, then each request pointing at them.
+fn arguments<'r>(requests: impl ExactSizeIterator<Item = &'r RequestArgs> + Clone) -> Vec<Arg> {
+    let count = requests.len();
+    let mut settings: Vec<&SettingsArgs> = Vec::new();
+    let mut templates: Vec<&TemplateArgs> = Vec::new();
+    let counters: usize = requests.clone().map(RequestArgs::counters).sum();
+    let mut tail: Vec<Arg> = Vec::with_capacity(REQUEST_FIELDS * count + COUNTER_FIELDS * counters);
+    for request in requests {
+        tail.push(request.counters().into());
+        tail.push(position_or_push(&mut settings, &request.settings).into());
+        for counter in &request.counters {
+            tail.extend([
+                Arg::from(counter.key_index),
+                Arg::from(position_or_push(&mut templates, &counter.template)),
+                Arg::from(counter.descriptor),
+            ]);
+        }
+    }
+    let mut args = Vec::with_capacity(
+        BATCH_FIELDS
+            + SETTINGS_FIELDS * settings.len()
+            + TEMPLATE_FIELDS * templates.len()
+            + tail.len(),
+    );
+    args.extend([
+        Arg::from(count),
+        Arg::from(settings.len()),
+        Arg::from(templates.len()),
+    ]);
+    for entry in settings {
+        args.extend_from_slice(entry);
+    }
+    for template in templates {
+        args.extend_from_slice(template);
+    }
+    args.extend(tail);
+    args
+}
+
+/// Where `item` is in `table`, counted from 1, after adding it at the end if it is new. A
+/// linear search: a call's requests mostly share a few entries.
+fn position_or_push<'a, T: PartialEq>(table: &mut Vec<&'a T>, item: &'a T) -> usize {
+    match table.iter().position(|known| *known == item) {
+        Some(index) => index + 1,
+        None => {
+            table.push(item);
+            table.len()
+        }
+    }
+}
+
+/// A request as decide.lua reads it back from a call's ARGV (tests).
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SentRequest {
+    pub settings: Vec<Arg>,
+    /// Per counter: its key index, its template's values, its descriptor index.
+    pub counters: Vec<(usize, Vec<Arg>, usize)>,
+}
+
+#[cfg(test)]
+impl Call {
+    /// The requests of this call, read back from its ARGV as decide.lua reads them.
+    pub(super) fn sent_requests(&self) -> Vec<SentRequest> {
+        let index = |at: usize| match self.args.get(at) {
+            Some(Arg::Unsigned(number)) => usize::try_from(*number).expect("a small index"),
+            other => panic!(
+                "expected a count or an index at ARGV[{}], got {other:?}",
+                at + 1
+            ),
+        };
+        let fields = |table: usize, entry: usize, width: usize| {
+            let from = table + (entry - 1) * width;
+            self.args[from..from + width].to_vec()
+        };
+        let settings_at = BATCH_FIELDS;
+        let templates_at = settings_at + SETTINGS_FIELDS * index(1);
+        let mut at = templates_at + TEMPLATE_FIELDS * index(2);
+        let mut requests = Vec::new();
+        for _ in 0..index(0) {
+            let counter_count = index(at);
+            let settings = fields(settings_at, index(at + 1), SETTINGS_FIELDS);
+            at += REQUEST_FIELDS;
+            let mut counters = Vec::new();
+            for _ in 0..counter_count {
+                let template = fields(templates_at, index(at + 1), TEMPLATE_FIELDS);
+                counters.push((index(at), template, index(at + 2)));
+                at += COUNTER_FIELDS;
+            }
+            requests.push(SentRequest { settings, counters });
+        }
+        assert_eq!(at, self.args.len(), "ARGV left over after the last request");
+        requests
     }
 }
 
@@ -284,39 +409,46 @@ pub fn build_request(
         Now::RedisTime => (Arg::Text(""), 0),
         Now::Given { now, extra_ttl_ms } => (Arg::Signed(now), extra_ttl_ms),
     };
-    let mut args = Vec::with_capacity(HEADER_FIELDS + COUNTER_FIELDS * counters.len());
-    args.push(Arg::Text(if settling.global_shadow { "1" } else { "0" }));
-    args.push(now_arg);
-    args.push(Arg::Unsigned(extra_ttl_ms));
-    args.push(counters.len().into());
-    args.push(Arg::Text(settling.charging.name()));
-    for (counter, key_index) in counters.iter().zip(key_indexes) {
-        let quota = &counter.quota;
-        let (hits_kind, hits) = match counter.hits {
-            // Recorded whatever its verdict (core::charging::records): the core decides which.
-            Hits::Charge(n) if settling.charging.records(counter) => ("record", n),
-            Hits::Charge(n) => ("charge", n),
-            Hits::CheckOnly => ("check", 0),
-            Hits::Refund(n) => ("refund", n),
-        };
-        args.extend([
-            key_index.into(),
-            Arg::Text(algorithm_name(quota.algorithm)),
-            quota.requests_per_unit.into(),
-            Arg::Signed(window_arg(quota)),
-            Arg::Unsigned(quota.capacity()),
-            Arg::Text(hits_kind),
-            Arg::Unsigned(hits),
-            counter.descriptor.into(),
-            Arg::Text(role_name(counter.role)),
-            // Computed here, from the quota in force, so both stores use the same integer.
-            Arg::Unsigned(quota.reserve(counter.share)),
-        ]);
-    }
+    let settings = [
+        Arg::Text(if settling.global_shadow { "1" } else { "0" }),
+        now_arg,
+        Arg::Unsigned(extra_ttl_ms),
+        Arg::Text(settling.charging.name()),
+    ];
+    let counter_args = counters
+        .iter()
+        .zip(key_indexes)
+        .map(|(counter, key_index)| {
+            let quota = &counter.quota;
+            let (hits_kind, hits) = match counter.hits {
+                // Recorded whatever its verdict (core::charging::records): the core decides.
+                Hits::Charge(n) if settling.charging.records(counter) => ("record", n),
+                Hits::Charge(n) => ("charge", n),
+                Hits::CheckOnly => ("check", 0),
+                Hits::Refund(n) => ("refund", n),
+            };
+            CounterArgs {
+                key_index,
+                template: [
+                    Arg::Text(algorithm_name(quota.algorithm)),
+                    quota.requests_per_unit.into(),
+                    Arg::Signed(window_arg(quota)),
+                    Arg::Unsigned(quota.capacity()),
+                    Arg::Text(hits_kind),
+                    Arg::Unsigned(hits),
+                    Arg::Text(role_name(counter.role)),
+                    // Computed here, from the quota in force, so both stores use the same
+                    // integer.
+                    Arg::Unsigned(quota.reserve(counter.share)),
+                ],
+                descriptor: counter.descriptor,
+            }
+        })
+        .collect();
     RequestArgs {
         keys: identities.into_iter().map(key_of).collect(),
-        args,
-        counters: counters.len(),
+        settings,
+        counters: counter_args,
     }
 }
 
@@ -479,42 +611,48 @@ mod tests {
         });
         assert_eq!(call.keys, ["b", "a"]);
         let expected: Vec<&str> = vec![
-            "1", // one request
+            "1", // one request,
+            "1", // one settings,
+            "3", // three templates
             "1",
             "",
             "0",
-            "3",
-            "every-descriptor", //
-            "1",
+            "every-descriptor", // the settings
             "gcra",
             "5",
             "60000000",
             "1",
             "charge",
             "2",
-            "0",
             "enforced",
-            "0", //
-            "2",
+            "0", // template 1
             "gcra",
             "5",
             "60000000",
             "1",
             "check",
             "0",
-            "1",
             "quota",
-            "0", //
-            "1",
+            "0", // template 2
             "gcra",
             "5",
             "60000000",
             "1",
             "refund",
             "3",
-            "2",
             "shadow",
-            "0",
+            "0", // template 3
+            "3",
+            "1", // the request: 3 counters, settings 1
+            "1",
+            "1",
+            "0", // key 1, template 1, descriptor 0
+            "2",
+            "2",
+            "1",
+            "1",
+            "3",
+            "2",
         ];
         assert_eq!(texts(&call.args), expected);
     }
@@ -533,13 +671,14 @@ mod tests {
         let call = build_call(&[low.clone()], Settling::default(), Now::RedisTime, |_| {
             "k".to_owned()
         });
+        let reserve = |call: &Call| texts(&call.sent_requests()[0].counters[0].1)[7].clone();
         // floor(7 × 50 %) = 3 usable, 4 reserved.
-        assert_eq!(texts(&call.args).last().map(String::as_str), Some("4"));
+        assert_eq!(reserve(&call), "4");
         low.quota.requests_per_unit = 100;
         let call = build_call(&[low], Settling::default(), Now::RedisTime, |_| {
             "k".to_owned()
         });
-        assert_eq!(texts(&call.args).last().map(String::as_str), Some("50"));
+        assert_eq!(reserve(&call), "50");
     }
 
     #[test]
@@ -558,7 +697,7 @@ mod tests {
         let call = build_call(&counters, Settling::default(), now, |_| "key".to_owned());
         assert_eq!(
             &texts(&call.args)[..7],
-            ["1", "0", "-5", "600000", "1", "all-or-nothing", "1"]
+            ["1", "1", "1", "0", "-5", "600000", "all-or-nothing"]
         );
     }
 
@@ -616,14 +755,62 @@ mod tests {
                 String::from_utf8_lossy(&counter.key).into_owned()
             })
         };
-        let (first, second) = (one(b"a", Hits::Charge(1)), one(b"a", Hits::CheckOnly));
-        let batch = Call::batch([&first, &second].into_iter());
+        let (first, second, third) = (
+            one(b"a", Hits::Charge(1)),
+            one(b"a", Hits::CheckOnly),
+            one(b"b", Hits::Charge(1)),
+        );
+        let batch = Call::batch([&first, &second, &third].into_iter());
         // Each request numbers its own keys from 1: the script finds them from its count.
-        assert_eq!(batch.keys, ["a", "a"]);
-        let mut expected = vec!["2".to_owned()];
-        expected.extend(texts(&first.args));
-        expected.extend(texts(&second.args));
+        assert_eq!(batch.keys, ["a", "a", "b"]);
+        // The settings, and the template of the first and third, are sent once.
+        let expected = [
+            "3",
+            "1",
+            "2",
+            "0",
+            "",
+            "0",
+            "all-or-nothing", // counts, settings
+            "fixed_window",
+            "5",
+            "60000000",
+            "5",
+            "charge",
+            "1",
+            "enforced",
+            "0", // template 1
+            "fixed_window",
+            "5",
+            "60000000",
+            "5",
+            "check",
+            "0",
+            "enforced",
+            "0", // template 2
+            "1",
+            "1",
+            "1",
+            "1",
+            "0", // first: one counter, settings 1; key 1, template 1
+            "1",
+            "1",
+            "1",
+            "2",
+            "0", // second: template 2
+            "1",
+            "1",
+            "1",
+            "1",
+            "0", // third: template 1 again
+        ];
         assert_eq!(texts(&batch.args), expected);
+        // What each request sends is what it sends alone.
+        let alone = |request: &RequestArgs| Call::single(request.clone()).sent_requests();
+        assert_eq!(
+            batch.sent_requests(),
+            [alone(&first), alone(&second), alone(&third)].concat()
+        );
         assert_eq!(
             Call::single(first.clone()),
             Call::batch([&first].into_iter())
@@ -678,7 +865,7 @@ mod tests {
             let call = build_call(&counters, Settling::default(), Now::RedisTime, |_| {
                 "k".to_owned()
             });
-            texts(&call.args)[9].clone()
+            texts(&call.sent_requests()[0].counters[0].1)[2].clone()
         };
         assert_eq!(window_of(monthly(Algorithm::FixedWindow)), "-3");
         assert_eq!(window_of(monthly(Algorithm::SlidingWindow)), "-3");
@@ -752,13 +939,15 @@ mod tests {
             "local function define_sliding_window()",
             "local function define_sliding_log()",
             "local function define_gcra()",
-            "local COUNTER_FIELDS = 10",
+            "local COUNTER_FIELDS = 3",
         ] {
             assert!(SOURCE.contains(part), "missing {part}");
         }
         for (name, value) in [
             ("BATCH_FIELDS", BATCH_FIELDS),
-            ("HEADER_FIELDS", HEADER_FIELDS),
+            ("SETTINGS_FIELDS", SETTINGS_FIELDS),
+            ("TEMPLATE_FIELDS", TEMPLATE_FIELDS),
+            ("REQUEST_FIELDS", REQUEST_FIELDS),
             ("COUNTER_FIELDS", COUNTER_FIELDS),
             ("REPLY_FIELDS", REPLY_FIELDS),
         ] {

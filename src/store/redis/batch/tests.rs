@@ -75,14 +75,11 @@ fn number(arg: Option<&Arg>) -> i64 {
 /// Each request: not over; each counter admitted, charged, with its hits as `remaining`.
 fn reply_to(call: &Call) -> Vec<i64> {
     let mut reply = Vec::new();
-    let mut at = 1;
-    for _ in 0..number(call.args.first()) {
-        let counters = number(call.args.get(at + 3));
-        at += 5;
-        reply.extend([0]); // not over
-        for _ in 0..counters {
-            reply.extend([1, number(call.args.get(at + 6)), 0, 0, 1]);
-            at += 10;
+    for request in call.sent_requests() {
+        reply.push(0); // not over
+        for (_, template, _) in &request.counters {
+            // The template's sixth value is the hits.
+            reply.extend([1, number(template.get(5)), 0, 0, 1]);
         }
     }
     reply

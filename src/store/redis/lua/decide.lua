@@ -7,17 +7,24 @@
 -- cost (the EVALSHA, the script's set-up, TIME) between its requests.
 --
 -- KEYS: each request's distinct counter keys, request after request.
--- ARGV: the number of requests (BATCH_FIELDS), then per request HEADER_FIELDS values:
---       global_shadow ('1' or '0'), now ('' to read Redis TIME, once per call; a test clock's
---       µs otherwise), extra TTL in ms (0 unless a test clock runs: Redis expires keys on its
---       own clock), the number of counters, the charging mode ('all-or-nothing' or
---       'every-descriptor'),
---       then per counter of that request COUNTER_FIELDS values:
---       key index (into the request's own keys: 1 is its first), algorithm, limit L, window W
---       µs (−N: N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
---       whatever its verdict, 'check' or 'refund'),
---       hits amount, descriptor index, role ('enforced', 'quota' or 'shadow'), reserve (units
---       a priority class must leave unused, core::algorithm::share; 0 without classes).
+-- ARGV: what the batch's requests share, then the requests. Requests of one call mostly name
+--       the same few limits, and every ARGV string costs Redis about as much to receive as a
+--       counter's arithmetic (about 800 instructions), so each distinct set of settings and
+--       each distinct counter template is sent once per call and requests point at them: a
+--       request of one counter is 5 strings, not 15.
+--       BATCH_FIELDS values: the number of requests, of settings and of counter templates;
+--       then per settings SETTINGS_FIELDS values: global_shadow ('1' or '0'), now ('' to read
+--       Redis TIME, once per call; a test clock's µs otherwise), extra TTL in ms (0 unless a
+--       test clock runs: Redis expires keys on its own clock), the charging mode
+--       ('all-or-nothing' or 'every-descriptor');
+--       then per counter template TEMPLATE_FIELDS values: algorithm, limit L, window W µs (−N:
+--       N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
+--       whatever its verdict, 'check' or 'refund'), hits amount, role ('enforced', 'quota' or
+--       'shadow'), reserve (units a priority class must leave unused, core::algorithm::share;
+--       0 without classes);
+--       then per request REQUEST_FIELDS values: the number of its counters, its settings (1 is
+--       the first), and per counter of that request COUNTER_FIELDS values: key index (into the
+--       request's own keys: 1 is its first), template (1 is the first), descriptor index.
 --       A request's keys are numbered in order of first mention, so its highest key index is
 --       how many of KEYS are its own.
 -- Reply: per request, in order: over_limit, then per counter: admitted, remaining,
@@ -29,9 +36,11 @@
 -- sets, and each request leaves the tables empty for the next (see the cost note in
 -- prelude.lua; in a batch a request costs Redis about half what it costs alone).
 
-local BATCH_FIELDS = 1
-local HEADER_FIELDS = 5
-local COUNTER_FIELDS = 10
+local BATCH_FIELDS = 3
+local SETTINGS_FIELDS = 4
+local TEMPLATE_FIELDS = 8
+local REQUEST_FIELDS = 2
+local COUNTER_FIELDS = 3
 local REPLY_FIELDS = 5
 
 -- Before Redis 5 a script that reads TIME may only write with effects replication.
@@ -43,20 +52,32 @@ end
 -- call, which Redis runs as one atomic step.
 local redis_now
 
+-- Whether a write that leaves its key's expiry where it was may keep the key's TTL (SET …
+-- KEEPTTL, Redis 6.0) rather than set it again (SET … PX costs Redis more than a plain SET).
+-- Redis tells scripts its version from 7.0; an older one sets the TTL every time.
+local keep_ttl = redis.REDIS_VERSION_NUM ~= nil
+
 -- Algorithm name → the algorithm (see prelude.lua). Redis runs a script's whole top level at
 -- every call, so each is defined when a request first needs it.
 local counter_kinds = {}
 
 local request_count = tonumber(ARGV[1])
--- The request being decided: its settings, where its counters start in ARGV (counter i's
--- field f is ARGV[argv_base + (i − 1) · COUNTER_FIELDS + f]), where its keys start in KEYS, and
--- where its answer starts in the reply (its over_limit is reply[reply_base + 1]).
-local global_shadow, now, extra_ttl_ms, counter_count, every_descriptor
-local argv_base, key_base, reply_base = BATCH_FIELDS + HEADER_FIELDS, 0, 0
+-- Where the settings (settings s's field f is ARGV[settings_base + (s − 1) · SETTINGS_FIELDS
+-- + f]) and the templates (likewise from templates_base) start.
+local settings_base = BATCH_FIELDS
+local templates_base = settings_base + tonumber(ARGV[2]) * SETTINGS_FIELDS
+-- The request being decided: its settings (now_is_redis_time: its now is Redis TIME), where
+-- its counters start in ARGV (counter i's field f is ARGV[argv_base + (i − 1) ·
+-- COUNTER_FIELDS + f]), where its keys start in KEYS, and where its answer starts in the reply
+-- (its over_limit is reply[reply_base + 1]).
+local global_shadow, now, now_is_redis_time, extra_ttl_ms, counter_count, every_descriptor
+local argv_base = templates_base + tonumber(ARGV[3]) * TEMPLATE_FIELDS + REQUEST_FIELDS
+local key_base, reply_base = 0, 0
 -- Counter i of the request answers in reply[reply_base + 5i − 3 .. reply_base + 5i + 1]:
 -- admitted, the snapshot as committed, retry, charged. (Made at its full size for the common
 -- lone request of one counter: a table that grows is made again at each doubling.)
-local reply = (request_count == 1 and ARGV[BATCH_FIELDS + 4] == '1') and { 0, 0, 0, 0, 0, 0 }
+local reply = (request_count == 1 and ARGV[argv_base - REQUEST_FIELDS + 1] == '1')
+    and { 0, 0, 0, 0, 0, 0 }
   or { 0 }
 -- Per request, emptied by its last loop (entries of the request's counters and keys only):
 -- counter i's snapshot if nothing is charged, at [2i − 1] and [2i], for those it would change;
@@ -76,6 +97,9 @@ local pinned = {}
 local next_states = {}
 -- key → the state its last kept mention leaves: what is written.
 local commits = {}
+-- key → the expiry of the state Redis held (nil: none), which a write that leaves it unchanged
+-- keeps with the key's TTL. Made by the first request of several counters.
+local stored_expiries
 -- Every descriptor only (all or nothing has one unit, which may change any table and is never
 -- given up, so it uses neither table: they are nil for its requests):
 -- key → what Redis holds (false: nothing), which a given-up unit goes back to;
@@ -103,6 +127,14 @@ local function kind_named(name)
   return kind
 end
 
+-- Where counter `index` of the request finds its template: the template's field f is
+-- ARGV[template_of(index) + f] (1 algorithm, 2 limit, 3 window, 4 capacity, 5 hits kind,
+-- 6 hits, 7 role, 8 reserve).
+local function template_of(index)
+  return templates_base
+    + (number(ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 2]) - 1) * TEMPLATE_FIELDS
+end
+
 -- Whether the counters first..last, whose descriptors come together, are over their limits
 -- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
 -- descriptor index is compared as the string script.rs writes, one per integer.)
@@ -114,13 +146,13 @@ local function over_limit_of(first, last)
   local quota_descriptors, quota_descriptors_over = 0, 0
   local index = first
   while index <= last do
-    local base = argv_base + (index - 1) * COUNTER_FIELDS
-    local descriptor, role = ARGV[base + 8], ARGV[base + 9]
+    local descriptor = ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 3]
+    local role = ARGV[template_of(index) + 7]
     local over = false
     repeat
       over = over or reply[reply_base + REPLY_FIELDS * index - 3] == 0
       index = index + 1
-    until index > last or ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 8] ~= descriptor
+    until index > last or ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 3] ~= descriptor
     if role == 'enforced' then
       enforced_over = enforced_over or over
     elseif role == 'quota' then
@@ -134,12 +166,6 @@ local function over_limit_of(first, last)
     or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
 end
 
--- Whether counter `index` records its hits whatever its verdict: its hits kind says so
--- (core::charging::records decides, script.rs writes 'record').
-local function records(index)
-  return ARGV[argv_base + (index - 1) * COUNTER_FIELDS + 6] == 'record'
-end
-
 -- Settles the unit of counters first..last: which keep their new state (not a check, and
 -- admitted in a unit that passes, or recorded), what their keys go back to when not. Whether
 -- the unit is over its limits.
@@ -149,7 +175,8 @@ local function settle_unit(first, last)
     local base = argv_base + (index - 1) * COUNTER_FIELDS
     local at = reply_base + REPLY_FIELDS * index - 3
     local admitted = reply[at] == 1
-    local kept = ARGV[base + 6] ~= 'check' and ((admitted and not unit_over) or records(index))
+    local hits_kind = ARGV[template_of(index) + 5]
+    local kept = hits_kind ~= 'check' and ((admitted and not unit_over) or hits_kind == 'record')
     if kept then
       commits[number(ARGV[base + 1])] = next_states[index]
       reply[at + 4] = 1
@@ -173,23 +200,34 @@ local function settle_unit(first, last)
   return unit_over
 end
 
+-- Whether a write of a state expiring at `expires_at` may keep its key's TTL: the state Redis
+-- held expires then too, so the TTL written with it still holds (`expires_at` rounded up to
+-- the ms, on Redis's clock). Only on Redis time: a test clock's TTL counts on another clock,
+-- plus its extra.
+local function keeps_ttl(expires_at, stored_expiry)
+  return keep_ttl and now_is_redis_time and expires_at == stored_expiry
+end
+
 -- A request of one counter (the common case), decided without the tables a request of several
 -- needs: its one unit sees no other mention of its key and is never given up once kept, so
 -- its state is changed in place and written if kept. The same verdict as the general path
 -- below (the differential tests run both): over ⇔ refused unless shadowed; kept ⇔ not a check
 -- and admitted or recorded; the reply shows the snapshot after the charge only if admitted.
 local function decide_lone_counter()
-  local base = argv_base
-  local name = ARGV[base + 2]
+  local template = template_of(1)
+  local name = ARGV[template + 1]
   local kind = counter_kinds[name] or kind_named(name)
   local key = KEYS[key_base + 1]
   local state = kind('load', key, now)
-  kind('at', number(ARGV[base + 3]), number(ARGV[base + 4]), number(ARGV[base + 5]), state, now)
-  local hits_kind = ARGV[base + 6]
-  local recorded = records(1)
+  local stored_expiry = state and state[1]
+  kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
+    number(ARGV[template + 4]), state, now)
+  local hits_kind = ARGV[template + 5]
+  local recorded = hits_kind == 'record'
   local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-    evaluate_counter(kind, hits_kind, number(ARGV[base + 7]), number(ARGV[base + 10]), recorded)
-  local over = not admitted and not global_shadow and ARGV[base + 9] ~= 'shadow'
+    evaluate_counter(kind, hits_kind, number(ARGV[template + 6]), number(ARGV[template + 8]),
+      recorded)
+  local over = not admitted and not global_shadow and ARGV[template + 7] ~= 'shadow'
   local kept = hits_kind ~= 'check' and (admitted or recorded)
   reply[reply_base + 1] = over and 1 or 0
   reply[reply_base + 2] = admitted and 1 or 0
@@ -204,7 +242,7 @@ local function decide_lone_counter()
     local next_state = kind('state', state)
     local ttl_ms = math.ceil((next_state[1] - now) / 1000) + extra_ttl_ms
     if ttl_ms > 0 then
-      kind('write', key, next_state, ttl_ms)
+      kind('write', key, next_state, ttl_ms, keeps_ttl(next_state[1], stored_expiry))
     else
       redis.call('UNLINK', key)
     end
@@ -216,6 +254,7 @@ end
 local function decide_several_counters()
   loaded = every_descriptor and loaded_table or nil
   made_in = every_descriptor and made_in_table or nil
+  stored_expiries = stored_expiries or {}
   -- The request's over_limit, set once its counters are: filled now so the reply stays a
   -- sequence (Redis returns a table only up to its first hole).
   reply[reply_base + 1] = 0
@@ -225,8 +264,9 @@ local function decide_several_counters()
   local unit_first, last_unit_over = 1, nil
   for index = 1, counter_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
+    local template = template_of(index)
     local key = number(ARGV[base + 1])
-    local name = ARGV[base + 2]
+    local name = ARGV[template + 1]
     local kind = counter_kinds[name] or kind_named(name)
     if key > key_count then
       key_count = key
@@ -235,11 +275,13 @@ local function decide_several_counters()
     if state == nil then
       state = kind('load', KEYS[key_base + key], now) or false
       states[key] = state
+      stored_expiries[key] = state and state[1] or nil
       if loaded then
         loaded[key] = state
       end
     end
-    local recorded = records(index)
+    local hits_kind = ARGV[template + 5]
+    local recorded = hits_kind == 'record'
     -- May this counter change its key's table in place? A recorded count is always kept;
     -- any other only if the table is not a recorded mention's (pinned), and, with every
     -- descriptor, only a table this unit made.
@@ -249,11 +291,10 @@ local function decide_several_counters()
       -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
       state = kind('copy', state)
     end
-    kind('at', number(ARGV[base + 3]), number(ARGV[base + 4]), number(ARGV[base + 5]),
-      state or nil, now)
-    local hits_kind = ARGV[base + 6]
+    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
+      number(ARGV[template + 4]), state or nil, now)
     local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-      evaluate_counter(kind, hits_kind, number(ARGV[base + 7]), number(ARGV[base + 10]),
+      evaluate_counter(kind, hits_kind, number(ARGV[template + 6]), number(ARGV[template + 8]),
         recorded)
     local at = reply_base + REPLY_FIELDS * index - 3
     reply[at] = admitted and 1 or 0
@@ -280,7 +321,7 @@ local function decide_several_counters()
       uncommitted[2 * index - 1], uncommitted[2 * index] = before_remaining, before_reset_after
     end
     local last_of_unit = index == counter_count
-      or (every_descriptor and ARGV[base + COUNTER_FIELDS + 8] ~= ARGV[base + 8])
+      or (every_descriptor and ARGV[base + COUNTER_FIELDS + 3] ~= ARGV[base + 3])
     if last_of_unit then
       last_unit_over = settle_unit(unit_first, index)
       unit_first = index + 1
@@ -302,7 +343,8 @@ local function decide_several_counters()
   for index = 1, counter_count do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
     local key = number(ARGV[base + 1])
-    states[key], next_states[index], pinned[key] = nil, nil, nil
+    local stored_expiry = stored_expiries[key]
+    states[key], next_states[index], pinned[key], stored_expiries[key] = nil, nil, nil, nil
     uncommitted[2 * index - 1], uncommitted[2 * index] = nil, nil
     if made_in then
       loaded[key], made_in[key] = nil, nil
@@ -312,7 +354,8 @@ local function decide_several_counters()
       commits[key] = nil -- written once, with its last commit
       local ttl_ms = math.ceil((state[1] - now) / 1000) + extra_ttl_ms
       if ttl_ms > 0 then
-        counter_kinds[ARGV[base + 2]]('write', KEYS[key_base + key], state, ttl_ms)
+        counter_kinds[ARGV[template_of(index) + 1]]('write', KEYS[key_base + key], state, ttl_ms,
+          keeps_ttl(state[1], stored_expiry))
       else
         redis.call('UNLINK', KEYS[key_base + key])
       end
@@ -322,9 +365,12 @@ local function decide_several_counters()
 end
 
 for _ = 1, request_count do
-  local header = argv_base - HEADER_FIELDS
-  global_shadow = ARGV[header + 1] == '1'
-  now = tonumber(ARGV[header + 2])
+  local request = argv_base - REQUEST_FIELDS
+  counter_count = number(ARGV[request + 1])
+  local settings = settings_base + (number(ARGV[request + 2]) - 1) * SETTINGS_FIELDS
+  global_shadow = ARGV[settings + 1] == '1'
+  now = tonumber(ARGV[settings + 2])
+  now_is_redis_time = now == nil
   if now == nil then
     if redis_now == nil then
       local time = redis.call('TIME')
@@ -332,9 +378,8 @@ for _ = 1, request_count do
     end
     now = redis_now
   end
-  extra_ttl_ms = number(ARGV[header + 3])
-  counter_count = number(ARGV[header + 4])
-  every_descriptor = ARGV[header + 5] == 'every-descriptor'
+  extra_ttl_ms = number(ARGV[settings + 3])
+  every_descriptor = ARGV[settings + 4] == 'every-descriptor'
   local key_count = 1
   if counter_count == 1 then
     decide_lone_counter()
@@ -342,7 +387,7 @@ for _ = 1, request_count do
     key_count = decide_several_counters()
   end
 
-  argv_base = argv_base + counter_count * COUNTER_FIELDS + HEADER_FIELDS
+  argv_base = argv_base + counter_count * COUNTER_FIELDS + REQUEST_FIELDS
   key_base = key_base + key_count
   reply_base = reply_base + 1 + REPLY_FIELDS * counter_count
 end

@@ -60,8 +60,8 @@ local function define_fixed_window()
       local key, load_now = a, b
       return load_state(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
     elseif method == 'write' then
-      local key, state, ttl_ms = a, b, c
-      write_state(key, 'F %d %d %d', state, ttl_ms)
+      local key, state, ttl_ms, keep_ttl = a, b, c, d
+      write_state(key, 'F %d %d %d', state, ttl_ms, keep_ttl)
     end
   end
 end

@@ -83,7 +83,7 @@ end
 -- (see below) reads a key's state with kind('load', key, now) (nil when there is none or it
 -- has expired), gives the state of the counter it looks at with kind('state', into) (filling
 -- the table `into` when given, so a key's table is reused), and writes a state with
--- kind('write', key, state, ttl_ms).
+-- kind('write', key, state, ttl_ms, keep_ttl).
 
 -- The state at `key`, { expires_at, fields… } as numbers, from its record matched by
 -- `pattern` (expires_at, then up to three fields); nil when there is no record, it is of
@@ -103,10 +103,15 @@ local function load_state(key, pattern, now)
 end
 
 -- Writes `state` as the record `format` makes of its numbers (a format with fewer fields
--- ignores the rest).
-local function write_state(key, format, state, ttl_ms)
+-- ignores the rest), expiring in `ttl_ms`, or when the key's TTL says if `keep_ttl` (the
+-- caller knows that TTL is still the state's: decide.lua's keeps_ttl).
+local function write_state(key, format, state, ttl_ms, keep_ttl)
   local record = string.format(format, state[1], state[2], state[3], state[4])
-  redis.call('SET', key, record, 'PX', string.format('%d', ttl_ms))
+  if keep_ttl then
+    redis.call('SET', key, record, 'KEEPTTL')
+  else
+    redis.call('SET', key, record, 'PX', string.format('%d', ttl_ms))
+  end
 end
 
 -- How hits turn into an evaluation once an algorithm has brought a counter up to `now`

@@ -173,8 +173,8 @@ local function define_sliding_window()
       local key, load_now = a, b
       return load_state(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
     elseif method == 'write' then
-      local key, state, ttl_ms = a, b, c
-      write_state(key, 'S %d %d %d %d', state, ttl_ms)
+      local key, state, ttl_ms, keep_ttl = a, b, c, d
+      write_state(key, 'S %d %d %d %d', state, ttl_ms, keep_ttl)
     end
   end
 end
