@@ -89,7 +89,8 @@ w(f"- machine: {env['SOAK_NPROC']} CPUs ({env['SOAK_CPU']}), shared by floodgate
 w(f"- **this run: {minutes} min per store** (`scripts/soak.sh --minutes {minutes}`"
   + ("; the script's default is an hour per store" if minutes != 60 else "") + ")")
 w(f"- load: first the peak (closed loop, {env['SOAK_CONCURRENCY']} in flight, "
-  f"{env['SOAK_PEAK_SECONDS']} s), then open loop at half of it: each minute one loadgen run of "
+  f"{env['SOAK_PEAK_SECONDS']} s), then open loop at a fraction of it (the *soak req/s* column; "
+  f"half unless `BENCH_SOAK_FRACTION` says otherwise): each minute one loadgen run of "
   "six 10 s stages, 19 calls in 20 on `generic_key=soak, client_id=m<minute>-<key>` with "
   f"{int(env['SOAK_KEYS']):,} keys drawn uniformly (new keys every minute: the key space churns "
   "and last minute's counters expire, one-minute fixed windows) and 1 in 20 on a hot key over "
