@@ -11,7 +11,7 @@
 --       the same few limits, and every ARGV string costs Redis about as much to receive as a
 --       counter's arithmetic (about 800 instructions), so each distinct set of settings and
 --       each distinct counter template is sent once per call and requests point at them: a
---       request of one counter is 5 strings, not 15.
+--       request of one counter is 1 string, not 15.
 --       BATCH_FIELDS values: the number of requests, of settings and of counter templates;
 --       then per settings SETTINGS_FIELDS values: global_shadow ('1' or '0'), now ('' to read
 --       Redis TIME, once per call; a test clock's µs otherwise), extra TTL in ms (0 unless a
@@ -22,9 +22,11 @@
 --       whatever its verdict, 'check' or 'refund'), hits amount, role ('enforced', 'quota' or
 --       'shadow'), reserve (units a priority class must leave unused, core::algorithm::share;
 --       0 without classes);
---       then per request REQUEST_FIELDS values: the number of its counters, its settings (1 is
---       the first), and per counter of that request COUNTER_FIELDS values: key index (into the
---       request's own keys: 1 is its first), template (1 is the first), descriptor index.
+--       then per request, if it has one counter (most do), one negative value, −((template −
+--       1) · the number of settings + settings), its key the request's one key; otherwise
+--       REQUEST_FIELDS values: the number of its counters, its settings (1 is the first), and
+--       per counter of that request COUNTER_FIELDS values: key index (into the request's own
+--       keys: 1 is its first), template (1 is the first), descriptor index.
 --       A request's keys are numbered in order of first mention, so its highest key index is
 --       how many of KEYS are its own.
 -- Reply: per request, in order: over_limit, then per counter: admitted, remaining,
@@ -76,7 +78,7 @@ local key_base, reply_base = 0, 0
 -- Counter i of the request answers in reply[reply_base + 5i − 3 .. reply_base + 5i + 1]:
 -- admitted, the snapshot as committed, retry, charged. (Made at its full size for the common
 -- lone request of one counter: a table that grows is made again at each doubling.)
-local reply = (request_count == 1 and ARGV[argv_base - REQUEST_FIELDS + 1] == '1')
+local reply = (request_count == 1 and tonumber(ARGV[argv_base - REQUEST_FIELDS + 1]) < 0)
     and { 0, 0, 0, 0, 0, 0 }
   or { 0 }
 -- Per request, emptied by its last loop (entries of the request's counters and keys only):
@@ -213,8 +215,7 @@ end
 -- its state is changed in place and written if kept. The same verdict as the general path
 -- below (the differential tests run both): over ⇔ refused unless shadowed; kept ⇔ not a check
 -- and admitted or recorded; the reply shows the snapshot after the charge only if admitted.
-local function decide_lone_counter()
-  local template = template_of(1)
+local function decide_lone_counter(template)
   local name = ARGV[template + 1]
   local kind = counter_kinds[name] or kind_named(name)
   local key = KEYS[key_base + 1]
@@ -364,10 +365,23 @@ local function decide_several_counters()
   return key_count
 end
 
+local settings_count = tonumber(ARGV[2])
 for _ = 1, request_count do
   local request = argv_base - REQUEST_FIELDS
-  counter_count = number(ARGV[request + 1])
-  local settings = settings_base + (number(ARGV[request + 2]) - 1) * SETTINGS_FIELDS
+  local head = number(ARGV[request + 1])
+  local settings_index, lone_template, fields
+  if head < 0 then
+    local code = -head - 1
+    local template_index = math.floor(code / settings_count)
+    settings_index = code - template_index * settings_count + 1
+    lone_template = templates_base + template_index * TEMPLATE_FIELDS
+    counter_count, fields = 1, 1
+  else
+    counter_count = head
+    settings_index = number(ARGV[request + 2])
+    fields = REQUEST_FIELDS + counter_count * COUNTER_FIELDS
+  end
+  local settings = settings_base + (settings_index - 1) * SETTINGS_FIELDS
   global_shadow = ARGV[settings + 1] == '1'
   now = tonumber(ARGV[settings + 2])
   now_is_redis_time = now == nil
@@ -381,13 +395,15 @@ for _ = 1, request_count do
   extra_ttl_ms = number(ARGV[settings + 3])
   every_descriptor = ARGV[settings + 4] == 'every-descriptor'
   local key_count = 1
-  if counter_count == 1 then
-    decide_lone_counter()
+  if lone_template then
+    decide_lone_counter(lone_template)
+  elseif counter_count == 1 then
+    decide_lone_counter(template_of(1))
   else
     key_count = decide_several_counters()
   end
 
-  argv_base = argv_base + counter_count * COUNTER_FIELDS + REQUEST_FIELDS
+  argv_base = argv_base + fields
   key_base = key_base + key_count
   reply_base = reply_base + 1 + REPLY_FIELDS * counter_count
 end
