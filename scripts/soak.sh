@@ -11,7 +11,11 @@
 #      descriptors (/proc), the stage's p99 and its
 #      ratio to the first minute's median, errors, and Redis's key count and memory.
 # Flat means: after the warm-up (the first BENCH_WARMUP_MINUTES), RSS and descriptors stay
-# within 10 % of their first post-warm-up sample. p99 is reported, not judged (the host drifts).
+# within 10 % of their first post-warm-up sample. Settled (the report's other judgement): the
+# first minute from which every later minute's median RSS and descriptors stay within 10 % of
+# that minute's, within the first quarter of the run: the warm-up read from the run (a store
+# grows its tables to the churning key space's high-water; a leak never settles). p99 is
+# reported, not judged (the host drifts).
 #
 #   scripts/soak.sh                   # an hour per store (two hours), writes docs/soak.md
 #   scripts/soak.sh --minutes 10      # a shorter run

@@ -1,5 +1,9 @@
 """Writes docs/soak.md from the work directory scripts/soak.sh filled (one folder per store:
-peak.json, minute-N.json of six 10 s stages each, samples.csv every 10 s, summary.txt)."""
+peak.json, minute-N.json of six 10 s stages each, samples.csv every 10 s, summary.txt).
+
+    soak-report.py --settle REPORT.md   reads a report's every-10-s tables back and prints when
+                                        each store settled (see settled_after), for reports
+                                        written before the report said so."""
 
 import csv
 import json
@@ -7,14 +11,74 @@ import os
 import statistics
 import sys
 
+# Flat: within this share of the first sample after the warm-up.
+FLAT = 0.10
+# Settled in time: within this share of the run (see settled_after).
+SETTLE_WITHIN = 0.25
+
+
+def settled_after(rows):
+    """The first whole minute from which every later minute's median RSS and median
+    descriptors stay within FLAT of that minute's: how long the process took to grow to its
+    working set (a store's tables double as its live counters reach their high-water). A leak
+    never settles; a sample that caught a burst of queued calls moves its minute's median
+    little. None if it never settles."""
+    by_minute = {}
+    for row in rows:
+        by_minute.setdefault(int(float(row["t_s"]) // 60), []).append(row)
+    medians = [(minute,
+                statistics.median(int(r["rss_kib"]) for r in by_minute[minute]),
+                statistics.median(int(r["fds"]) for r in by_minute[minute]))
+               for minute in sorted(by_minute)]
+    for at, (minute, rss, fds) in enumerate(medians):
+        if all(abs(later_rss - rss) <= FLAT * rss and abs(later_fds - fds) <= FLAT * fds
+               for _, later_rss, later_fds in medians[at:]):
+            return minute
+    return None
+
+
+def settle_verdict(rows, run_minutes):
+    """'settled after N min' and whether that is within SETTLE_WITHIN of the run."""
+    minute = settled_after(rows)
+    if minute is None:
+        return "never", False
+    return f"{minute} min", minute <= SETTLE_WITHIN * run_minutes
+
+
+def rows_of_report(path):
+    """Each store's samples from a report's "<store>: every 10 s" tables (MiB back to KiB)."""
+    found, store, columns = {}, None, None
+    for line in open(path):
+        if line.startswith("## ") and line.rstrip().endswith(": every 10 s"):
+            store, columns = line[3:].split(":")[0], None
+            found[store] = []
+        elif store and line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if columns is None:
+                columns = cells
+            elif cells[0][:1].isdigit():
+                row = dict(zip(columns, cells))
+                found[store].append({"t_s": row["t (s)"], "fds": row["fds"],
+                                     "rss_kib": str(round(float(row["RSS MiB"]) * 1024))})
+        elif store and line.startswith("## "):
+            store = None
+    return found
+
+
+if len(sys.argv) == 3 and sys.argv[1] == "--settle":
+    for name, samples_of_store in rows_of_report(sys.argv[2]).items():
+        last = int(float(samples_of_store[-1]["t_s"]) // 60) + 1
+        when, in_time = settle_verdict(samples_of_store, last)
+        print(f"{name}: settled after {when} of {last} "
+              f"({'within' if in_time else 'not within'} the first {SETTLE_WITHIN:.0%})")
+    sys.exit(0)
+
 env = os.environ
 work = env["SOAK_WORK"]
 stores = env["SOAK_STORES"].split()
 minutes = int(env["SOAK_MINUTES"])
 warmup_minutes = int(env["SOAK_WARMUP"])
 out = sys.argv[1]
-# Flat: within this share of the first sample after the warm-up.
-FLAT = 0.10
 
 
 def stages(store):
@@ -112,8 +176,8 @@ w("")
 
 w("## Summary")
 w("")
-w("| store | peak req/s | soak req/s | calls | errors | shed | reloads done / taken | RSS after warm-up (first → min–max → last) | RSS spread | RSS median, first → last third | anonymous part (first → min–max → last) · spread | fds (first → min–max → last) | fds spread | flat | p99 first minute | p99 ratio, median (max) |")
-w("|---|--:|--:|--:|--:|--:|--:|---|--:|---|---|---|--:|---|--:|--:|")
+w("| store | peak req/s | soak req/s | calls | errors | shed | reloads done / taken | RSS after warm-up (first → min–max → last) | RSS spread | RSS median, first → last third | anonymous part (first → min–max → last) · spread | fds (first → min–max → last) | fds spread | flat | settled (minute medians) | p99 first minute | p99 ratio, median (max) |")
+w("|---|--:|--:|--:|--:|--:|--:|---|--:|---|---|---|--:|---|---|--:|--:|")
 details = []
 for store in stores:
     peak, rate, loads_before, loads_after, reloads = open(f"{work}/{store}/summary.txt").read().split()
@@ -128,6 +192,7 @@ for store in stores:
     rows, verdict = judge(store)
     if verdict:
         flat = verdict["rss_spread"] <= FLAT and verdict["fds_spread"] <= FLAT
+        settle = settle_verdict(rows, minutes)
         rss = (f"{verdict['rss_base'] / 1024:.1f} → {verdict['rss_min'] / 1024:.1f}–"
                f"{verdict['rss_max'] / 1024:.1f} → {verdict['rss_last'] / 1024:.1f} MiB")
         fds = f"{verdict['fds_base']} → {verdict['fds_min']}–{verdict['fds_max']} → {verdict['fds_last']}"
@@ -142,12 +207,21 @@ for store in stores:
           f"| {verdict['rss_early'] / 1024:.1f} → {verdict['rss_late'] / 1024:.1f} MiB "
           f"({verdict['rss_late'] / verdict['rss_early'] - 1:+.1%}) "
           f"| {anon} | {fds} | {verdict['fds_spread']:.1%} "
-          f"| {'**yes**' if flat else '**no**'} | {base / 1000 if base else 0:.2f} ms "
+          f"| {'**yes**' if flat else '**no**'} "
+          f"| after {settle[0]}: {'**yes**' if settle[1] else '**no**'} "
+          f"| {base / 1000 if base else 0:.2f} ms "
           f"| {statistics.median(ratios) if ratios else 0:.2f}× ({max(ratios) if ratios else 0:.2f}×) |")
     else:
         w(f"| {store} | {float(peak):,.0f} | {int(rate):,} | {calls:,} | {errors:,} | {shed:,} | {reloads} / {taken} "
-          "| – | – | – | – | – | – | no samples after the warm-up | – | – |")
+          "| – | – | – | – | – | – | no samples after the warm-up | – | – | – |")
     details.append((store, st, base, rows))
+w("")
+w(f"*settled (minute medians)*: the first minute from which every later minute's median RSS "
+  f"and median descriptors stay within {FLAT:.0%} of that minute's, and whether that came "
+  f"within the first {SETTLE_WITHIN:.0%} of the run: the warm-up read from the run rather "
+  "than fixed. A leak never settles; a store growing its tables to the key space's high-water "
+  "settles once it is there, and one sample caught in a burst moves its minute's median "
+  "little. *flat* judges every sample after the fixed warm-up.")
 w("")
 w("*RSS median, first → last third*: the medians of the first and the last third of the "
   "samples after the warm-up; a leak climbs from one to the other, while the swings of a "
