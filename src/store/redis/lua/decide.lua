@@ -397,8 +397,6 @@ for _ = 1, request_count do
   local key_count = 1
   if lone_template then
     decide_lone_counter(lone_template)
-  elseif counter_count == 1 then
-    decide_lone_counter(template_of(1))
   else
     key_count = decide_several_counters()
   end
