@@ -59,13 +59,6 @@ impl FailurePolicy {
         }
     }
 
-    /// Whether calls are still answered while the store is unreachable: every policy but
-    /// `error` answers them (OK, OVER_LIMIT or locally), so an instance under one of them stays
-    /// in rotation; under `error` every call fails and health must say so.
-    pub fn answers_without_store(self) -> bool {
-        !matches!(self, FailurePolicy::Error)
-    }
-
     /// What the shell does with a request the store failed, given what it has: `local` needs
     /// an in-process store beside the shared one (otherwise the call fails as under `error`),
     /// and `--shadow-mode` (`global_shadow`) answers OK to everything, a failed store included.
@@ -219,18 +212,6 @@ impl LogPace {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_the_error_policy_leaves_calls_unanswered_without_a_store() {
-        assert!(!FailurePolicy::Error.answers_without_store());
-        for policy in [
-            FailurePolicy::FailOpen,
-            FailurePolicy::FailClosed,
-            FailurePolicy::Local,
-        ] {
-            assert!(policy.answers_without_store(), "{policy}");
-        }
-    }
 
     #[test]
     fn local_needs_a_local_store_and_global_shadow_admits_what_fail_closed_rejects() {

@@ -13,7 +13,6 @@ use crate::cmd::hybrid_settings::CountingNotes;
 use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
 use crate::core::algorithm::Counting;
 use crate::core::charging::Charging;
-use crate::core::failure::FailurePolicy;
 use crate::core::headers::HeaderMode;
 use crate::core::overload::OverloadAnswer;
 use crate::core::plan::PlanSettings;
@@ -316,7 +315,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             default_deadline: args.connections.grpc_default_deadline(),
         },
         connections: connection_limits(&args, admin.is_some()),
-        store_gate: store_gate(args.redis_failure_policy, |name| std::env::var(name).ok()),
+        store_gate: store_gate(|name| std::env::var(name).ok()),
         quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
         without_grpc_reflection: !args.grpc_reflection,
     };
@@ -726,7 +725,6 @@ fn connection_limits(
     limits
 }
 
-/// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
 /// `limiter`, failing every call until the first configuration loads unless one did.
 fn awaiting<S: Store>(limiter: Limiter<S>, loaded: bool) -> Limiter<S> {
     if loaded {
@@ -736,18 +734,21 @@ fn awaiting<S: Store>(limiter: Limiter<S>, loaded: bool) -> Limiter<S> {
     }
 }
 
-/// Whether an unreachable store takes the instance out of rotation: under the failure policy
-/// `error` every call fails, so yes; under the others the policy answers, so not, unless the
-/// reference's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` asks for it.
-fn store_gate(policy: FailurePolicy, env: impl Fn(&str) -> Option<String>) -> health::StoreGate {
+/// Whether an unreachable store takes the instance out of rotation: as in envoyproxy/ratelimit,
+/// only when its `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` asks, whatever the failure policy. A
+/// store that every instance shares fails them all at once, so leaving rotation saves no call,
+/// and where one endpoint serves liveness too (Envoy Gateway probes `/healthcheck`) it would get
+/// every pod restarted until Redis is back.
+fn store_gate(env: impl Fn(&str) -> Option<String>) -> health::StoreGate {
     let asked = env("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_some_and(|value| parse_bool(&value));
-    if asked || !policy.answers_without_store() {
+    if asked {
         health::StoreGate::NotServing
     } else {
         health::StoreGate::KeepServing
     }
 }
 
+/// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
 fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let files = tls::files_from_settings(

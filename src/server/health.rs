@@ -155,12 +155,12 @@ pub async fn mirror_to_grpc(health: Health, reporter: HealthReporter, shutdown: 
 /// What an unreachable store does to health.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StoreGate {
-    /// NOT_SERVING while the store is unreachable: calls fail (failure policy `error`, or the
-    /// reference's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
-    #[default]
+    /// NOT_SERVING while the store is unreachable (the reference's
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
     NotServing,
-    /// SERVING: the failure policy answers calls meanwhile; `floodgate_store_up` says the store
-    /// is down.
+    /// SERVING: calls get what the failure policy makes of the outage (`UNAVAILABLE` under
+    /// `error`); `floodgate_store_up` says the store is down.
+    #[default]
     KeepServing,
 }
 
@@ -192,7 +192,7 @@ pub async fn poll_store<S: Store>(
             }
             (false, StoreGate::KeepServing) => tracing::error!(
                 store = store.backend(),
-                "store unreachable: still serving, the failure policy answers calls"
+                "store unreachable: still serving, calls get the failure policy's answer"
             ),
         }
     })

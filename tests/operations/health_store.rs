@@ -1,6 +1,7 @@
-//! Health follows the store: a store that says it is not ready makes grpc.health.v1 and
-//! `/healthcheck` report not serving, and serving again once it is back. In process, with a
-//! store whose readiness the test sets.
+//! Health follows the store when asked (`StoreGate::NotServing`, which the reference's
+//! `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true` selects): a store that says it is not ready makes
+//! grpc.health.v1 and `/healthcheck` report not serving, and serving again once it is back. In
+//! process, with a store whose readiness the test sets.
 
 use floodgate_testkit as common;
 
@@ -12,7 +13,7 @@ use floodgate::core::config::{load, LoadOptions, SourceFile};
 use floodgate::core::plan::Counter;
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::engine::shutdown;
-use floodgate::server::health::Health;
+use floodgate::server::health::{Health, StoreGate};
 use floodgate::server::{serve_with, HttpSettings, Listeners, Operations};
 use floodgate::store::{Decided, Store, StoreError};
 use tokio::net::TcpListener;
@@ -128,6 +129,7 @@ async fn health_follows_the_store() {
     health.set_config_loaded();
     let operations = Operations {
         health,
+        store_gate: StoreGate::NotServing,
         ..Operations::default()
     };
     let (trigger, shutdown) = shutdown::channel();

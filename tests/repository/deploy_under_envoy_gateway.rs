@@ -462,18 +462,23 @@ fn envoy_gateway_config_runs_floodgates_image_on_the_overlays_redis() {
         &redis_password, auth,
         "REDIS_AUTH must be Redis' own password"
     );
-    // A failure policy that answers without Redis keeps /healthcheck, Envoy Gateway's liveness
-    // probe, serving while Redis is down: that is why the overlay sets one.
+    // While Redis is down floodgate answers as Envoy would treat a failed call: what
+    // `rateLimit.failClosed` asks (false, the default: let the request through).
     let policy = env
         .get("FLOODGATE_FAILURE_POLICY")
         .and_then(|variable| variable["value"].as_str())
-        .unwrap_or_else(|| panic!("{CONFIG_FILE}: set FLOODGATE_FAILURE_POLICY (liveness)"));
+        .unwrap_or_else(|| panic!("{CONFIG_FILE}: set FLOODGATE_FAILURE_POLICY (failClosed)"));
     let parsed = FailurePolicy::parse(policy)
         .unwrap_or_else(|| panic!("FLOODGATE_FAILURE_POLICY={policy} is not a failure policy"));
-    assert!(
-        parsed.answers_without_store(),
-        "FLOODGATE_FAILURE_POLICY={policy} turns /healthcheck off while Redis is down, and Envoy \
-         Gateway's liveness probe would restart the pods"
+    let fail_closed = config["rateLimit"]["failClosed"].as_bool().unwrap_or(false);
+    let expected = if fail_closed {
+        FailurePolicy::FailClosed
+    } else {
+        FailurePolicy::FailOpen
+    };
+    assert_eq!(
+        parsed, expected,
+        "rateLimit.failClosed: {fail_closed} asks FLOODGATE_FAILURE_POLICY={expected}"
     );
 }
 
