@@ -215,39 +215,49 @@ end
 -- its state is changed in place and written if kept. The same verdict as the general path
 -- below (the differential tests run both): over ⇔ refused unless shadowed; kept ⇔ not a check
 -- and admitted or recorded; the reply shows the snapshot after the charge only if admitted.
+-- A fixed window's charge, the most common request of all, the algorithm decides and writes
+-- in one call ('charge_alone').
 local function decide_lone_counter(template)
   local name = ARGV[template + 1]
   local kind = counter_kinds[name] or kind_named(name)
   local key = KEYS[key_base + 1]
-  local state = kind('load', key, now)
-  local stored_expiry = state and state[1]
-  kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
-    number(ARGV[template + 4]), state, now)
   local hits_kind = ARGV[template + 5]
-  local recorded = hits_kind == 'record'
-  local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
-    evaluate_counter(kind, hits_kind, number(ARGV[template + 6]), number(ARGV[template + 8]),
-      recorded)
-  local over = not admitted and not global_shadow and ARGV[template + 7] ~= 'shadow'
-  local kept = hits_kind ~= 'check' and (admitted or recorded)
-  reply[reply_base + 1] = over and 1 or 0
-  reply[reply_base + 2] = admitted and 1 or 0
-  if admitted then
-    reply[reply_base + 3], reply[reply_base + 4] = remaining, reset_after
+  local hits = number(ARGV[template + 6])
+  local admitted, remaining, reset_after, retry_after, kept
+  if hits_kind == 'charge' and name == 'fixed_window' then
+    admitted, remaining, reset_after, retry_after = kind('charge_alone', key,
+      number(ARGV[template + 2]), number(ARGV[template + 3]), hits,
+      hits + number(ARGV[template + 8]), now, extra_ttl_ms, keep_ttl and now_is_redis_time)
+    kept = admitted
   else
-    reply[reply_base + 3], reply[reply_base + 4] = before_remaining, before_reset_after
-  end
-  reply[reply_base + 5] = retry_after
-  reply[reply_base + 6] = kept and 1 or 0
-  if kept then
-    local next_state = kind('state', state)
-    local ttl_ms = math.ceil((next_state[1] - now) / 1000) + extra_ttl_ms
-    if ttl_ms > 0 then
-      kind('write', key, next_state, ttl_ms, keeps_ttl(next_state[1], stored_expiry))
-    else
-      redis.call('UNLINK', key)
+    local state = kind('load', key, now)
+    local stored_expiry = state and state[1]
+    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
+      number(ARGV[template + 4]), state, now)
+    local recorded = hits_kind == 'record'
+    local before_remaining, before_reset_after
+    admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
+      evaluate_counter(kind, hits_kind, hits, number(ARGV[template + 8]), recorded)
+    if not admitted then
+      remaining, reset_after = before_remaining, before_reset_after
+    end
+    kept = hits_kind ~= 'check' and (admitted or recorded)
+    if kept then
+      local next_state = kind('state', state)
+      local ttl_ms = math.ceil((next_state[1] - now) / 1000) + extra_ttl_ms
+      if ttl_ms > 0 then
+        kind('write', key, next_state, ttl_ms, keeps_ttl(next_state[1], stored_expiry))
+      else
+        redis.call('UNLINK', key)
+      end
     end
   end
+  local over = not admitted and not global_shadow and ARGV[template + 7] ~= 'shadow'
+  reply[reply_base + 1] = over and 1 or 0
+  reply[reply_base + 2] = admitted and 1 or 0
+  reply[reply_base + 3], reply[reply_base + 4] = remaining, reset_after
+  reply[reply_base + 5] = retry_after
+  reply[reply_base + 6] = kept and 1 or 0
 end
 
 -- A request of several counters: evaluated counter by counter, settled unit by unit, written

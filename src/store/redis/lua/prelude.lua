@@ -85,11 +85,11 @@ end
 -- the table `into` when given, so a key's table is reused), and writes a state with
 -- kind('write', key, state, ttl_ms, keep_ttl).
 
--- The state at `key`, { expires_at, fields… } as numbers, from its record matched by
--- `pattern` (expires_at, then up to three fields); nil when there is no record, it is of
--- another kind, or it has expired. Past `expires_at` a state means the same as no state: the
--- key's TTL only collects garbage, and it runs on Redis's clock, which a test clock is not.
-local function load_state(key, pattern, now)
+-- The record at `key` as numbers: expires_at, then up to three fields, from the record matched
+-- by `pattern`; nil when there is no record, it is of another kind, or it has expired. Past
+-- `expires_at` a state means the same as no state: the key's TTL only collects garbage, and it
+-- runs on Redis's clock, which a test clock is not.
+local function read_record(key, pattern, now)
   local value = redis.call('GET', key)
   if not value then
     return nil
@@ -99,19 +99,30 @@ local function load_state(key, pattern, now)
   if not expires_at or expires_at <= now then
     return nil
   end
-  return { expires_at, number(first), number(second), third and number(third) }
+  return expires_at, number(first), number(second), third and number(third)
 end
 
--- Writes `state` as the record `format` makes of its numbers (a format with fewer fields
--- ignores the rest), expiring in `ttl_ms`, or when the key's TTL says if `keep_ttl` (the
--- caller knows that TTL is still the state's: decide.lua's keeps_ttl).
-local function write_state(key, format, state, ttl_ms, keep_ttl)
-  local record = string.format(format, state[1], state[2], state[3], state[4])
+-- The state at `key`, { expires_at, fields… } (read_record's numbers), or nil.
+local function load_state(key, pattern, now)
+  local expires_at, first, second, third = read_record(key, pattern, now)
+  return expires_at and { expires_at, first, second, third }
+end
+
+-- Writes `record`, expiring in `ttl_ms`, or when the key's TTL says if `keep_ttl` (the caller
+-- knows that TTL is still the state's: decide.lua's keeps_ttl).
+local function write_record(key, record, ttl_ms, keep_ttl)
   if keep_ttl then
     redis.call('SET', key, record, 'KEEPTTL')
   else
     redis.call('SET', key, record, 'PX', string.format('%d', ttl_ms))
   end
+end
+
+-- Writes `state` as the record `format` makes of its numbers (a format with fewer fields
+-- ignores the rest), as write_record does.
+local function write_state(key, format, state, ttl_ms, keep_ttl)
+  write_record(key, string.format(format, state[1], state[2], state[3], state[4]), ttl_ms,
+    keep_ttl)
 end
 
 -- How hits turn into an evaluation once an algorithm has brought a counter up to `now`
