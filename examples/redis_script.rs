@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! redis_script source            # the Lua script (for SCRIPT LOAD)
-//! redis_script call LIMIT        # numkeys, keys and arguments, one per line
+//! redis_script call LIMIT [ALGORITHM]   # numkeys, keys and arguments, one per line
 //! ```
 //!
-//! The call is for rule `edge.generic_key_api` of a fixed window of LIMIT per minute, one hit,
-//! on Redis time; the key is the one the store uses for `client_id=bench`.
+//! The call is for rule `edge.generic_key_api` of LIMIT per minute, one hit, on Redis time,
+//! counted by ALGORITHM (a rule's `algorithm:` name; `fixed_window` when left out); the key is
+//! the one the store uses for `client_id=bench`.
 
 use std::process::ExitCode;
 
@@ -31,20 +32,29 @@ fn main() -> ExitCode {
             print!("{SCRIPT_SOURCE}");
             ExitCode::SUCCESS
         }
-        ["call", limit] => match limit.parse::<u32>() {
-            Ok(limit) if limit > 0 => print_call(limit),
-            _ => usage(),
-        },
+        ["call", limit] => call(limit, "fixed_window"),
+        ["call", limit, algorithm] => call(limit, algorithm),
         _ => usage(),
     }
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: redis_script source | redis_script call LIMIT");
+    eprintln!(
+        "usage: redis_script source | redis_script call LIMIT [ALGORITHM]\n\
+         LIMIT: a whole number above 0; ALGORITHM: one of {}",
+        Algorithm::ALL.map(Algorithm::name).join(", ")
+    );
     ExitCode::from(2)
 }
 
-fn print_call(limit: u32) -> ExitCode {
+fn call(limit: &str, algorithm: &str) -> ExitCode {
+    match (limit.parse::<u32>(), Algorithm::parse(algorithm)) {
+        (Ok(limit), Some(algorithm)) if limit > 0 => print_call(limit, algorithm),
+        _ => usage(),
+    }
+}
+
+fn print_call(limit: u32, algorithm: Algorithm) -> ExitCode {
     let layout = match KeyLayout::new(DEFAULT_PREFIX) {
         Ok(layout) => layout,
         Err(error) => {
@@ -52,7 +62,7 @@ fn print_call(limit: u32) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let quota = Quota::new(limit, Unit::Minute).with_algorithm(Algorithm::FixedWindow);
+    let quota = Quota::new(limit, Unit::Minute).with_algorithm(algorithm);
     let entries = [Entry::new("client_id", "bench")];
     let levels = [MatchedLevel::Exact];
     let identity = counter_key(

@@ -3,7 +3,8 @@
 
 A quick loop for working on the Lua (docs/redis.md, "Batching"): it starts its own
 redis-server on a free loopback port, loads the script, and sends CALLS script calls of BATCH
-single-counter fixed-window requests each (10 calls in flight), on random keys. It prints
+single-counter requests each (a fixed window unless --algorithm names another), 10 calls in
+flight, on random keys. It prints
 redis-server's CPU time per decision (/proc/<pid>/stat, which counts reading the commands and
 writing the replies) and INFO commandstats' script time per decision (wall time inside the
 script, which a busy host inflates). Compare two scripts in turns, in one sitting: the host's
@@ -11,7 +12,7 @@ noise moves both alike.
 
     cargo build --release --example redis_script
     scripts/lib/redis-script-cost.py [--script FILE] [--batch 64] [--calls 2000] [--keys 1000]
-        [--in-flight 10]
+        [--in-flight 10] [--algorithm fixed_window]
 
 The default script is the one floodgate runs (`redis_script source`); --script takes another
 (e.g. an edited copy of src/store/redis/lua/*.lua joined in script.rs's order).
@@ -99,6 +100,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64, help="requests per script call")
     parser.add_argument("--calls", type=int, default=2000, help="script calls measured")
     parser.add_argument("--keys", type=int, default=1000, help="distinct counters")
+    parser.add_argument("--algorithm", default="fixed_window",
+                        help="the counters' algorithm, as a rule names it")
     parser.add_argument("--in-flight", type=int, default=10,
                         help="script calls sent together (1: each waits for the one before, "
                         "as redis-benchmark without pipelining)")
@@ -110,7 +113,7 @@ def main():
     # One request's call: numkeys, its key, then ARGV: the counts of requests, settings and
     # templates, the settings and the template (shared by every request of a batch), then the
     # request's own part (decide.lua).
-    lines = example("call", "1000000000").split("\n")
+    lines = example("call", "1000000000", options.algorithm).split("\n")
     key, argv = lines[1], lines[2:]
     argv = argv[:len(argv) - (argv[-1] == "")]
     shared_end = 3 + 4 * int(argv[1]) + 8 * int(argv[2])

@@ -157,6 +157,33 @@ async fn checks_and_rejected_requests_write_nothing() {
     assert!(keys.is_empty(), "{keys:?}");
 }
 
+/// A descriptor's own `hits_addend: 0` charges nothing. On an empty bucket that leaves a state
+/// that means nothing at once (a TTL of 0, which `SET … PX` refuses): the bucket's key is
+/// deleted rather than written, and the call answers as any other.
+#[tokio::test]
+async fn charging_nothing_to_an_empty_bucket_answers_and_leaves_no_key() {
+    let server = RedisServer::start();
+    let store = server.store(None).await;
+    let mut inspector = server.inspector().await;
+
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::new(2, Unit::Minute).with_algorithm(algorithm);
+        let key = identity("nothing", "user", algorithm.name(), 0, &quota);
+        let nothing = [counter(0, &key, &quota, Hits::Charge(0), Role::Enforced)];
+        let before = scan_keys(&mut inspector, "*").await.len();
+        let decided = store
+            .decide(&nothing, false)
+            .await
+            .unwrap_or_else(|error| panic!("{}: decide failed: {error}", algorithm.name()));
+        assert!(!decided.over_limit, "{}: {decided:?}", algorithm.name());
+        if !algorithm.accepts_burst() {
+            continue;
+        }
+        let keys = scan_keys(&mut inspector, "*").await;
+        assert_eq!(keys.len(), before, "{}: {keys:?}", algorithm.name());
+    }
+}
+
 #[tokio::test]
 async fn a_one_second_window_vanishes_after_it_ends() {
     let server = RedisServer::start();

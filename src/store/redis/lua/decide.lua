@@ -215,8 +215,9 @@ end
 -- its state is changed in place and written if kept. The same verdict as the general path
 -- below (the differential tests run both): over ⇔ refused unless shadowed; kept ⇔ not a check
 -- and admitted or recorded; the reply shows the snapshot after the charge only if admitted.
--- A fixed window's charge, the most common request of all, the algorithm decides and writes
--- in one call ('charge_alone').
+-- A charge, the most common request of all, the algorithm decides and writes in one call
+-- ('charge_alone', given the capacity as sent: the windows have no use for it), except the
+-- sliding log's (its log is a hash, read and written in parts).
 local function decide_lone_counter(template)
   local name = ARGV[template + 1]
   local kind = counter_kinds[name] or kind_named(name)
@@ -224,9 +225,9 @@ local function decide_lone_counter(template)
   local hits_kind = ARGV[template + 5]
   local hits = number(ARGV[template + 6])
   local admitted, remaining, reset_after, retry_after, kept
-  if hits_kind == 'charge' and name == 'fixed_window' then
+  if hits_kind == 'charge' and name ~= 'sliding_log' then
     admitted, remaining, reset_after, retry_after = kind('charge_alone', key,
-      number(ARGV[template + 2]), number(ARGV[template + 3]), hits,
+      number(ARGV[template + 2]), number(ARGV[template + 3]), ARGV[template + 4], hits,
       hits + number(ARGV[template + 8]), now, extra_ttl_ms, keep_ttl and now_is_redis_time)
     kept = admitted
   else

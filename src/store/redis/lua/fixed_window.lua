@@ -39,7 +39,7 @@ local function define_fixed_window()
     end
   end
 
-  return function(method, a, b, c, d, e, f, g, h)
+  return function(method, a, b, c, d, e, f, g, h, i)
     if method == 'at' then
       local quota_limit, window, state, at_now = a, b, d, e
       if state then
@@ -49,7 +49,8 @@ local function define_fixed_window()
       end
     elseif method == 'charge_alone' then
       -- A request of this one counter charging `hits` (`asked` with its class's reserve),
-      -- decided and written in one go: what 'load', 'at', evaluate_counter's charge, 'state'
+      -- decided and written in one go (a window has no use for the quota's capacity, the
+      -- buckets' argument): what 'load', 'at', evaluate_counter's charge, 'state'
       -- and 'write' do for it, without their calls and the state's table, which cost Redis
       -- about a fifth of such a decision in a batch (the default algorithm's common case;
       -- see decide_lone_counter). `may_keep_ttl`: whether a write may keep the key's TTL
@@ -57,7 +58,7 @@ local function define_fixed_window()
       -- admitted, then remaining, reset_after (after the charge if admitted) and
       -- retry_after.
       local key, quota_limit, window, hits, asked, at_now, extra_ttl_ms, may_keep_ttl =
-        a, b, c, d, e, f, g, h
+        a, b, c, e, f, g, h, i
       local stored_expiry, stored_start, stored_count =
         read_record(key, FIXED_WINDOW_PATTERN, at_now)
       look_at(quota_limit, window, stored_start, stored_count, at_now)

@@ -27,6 +27,9 @@
 --
 -- State: "G <expires_at> <tat> <tat_remainder>", { expires_at, tat, tat_remainder } here.
 
+local GCRA_PATTERN = '^G (%-?%d+) (%-?%d+) (%-?%d+)$'
+local GCRA_FORMAT = 'G %d %d %d'
+
 -- Defined on first use (see decide.lua). The methods are the branches of one function (see
 -- the cost note in prelude.lua), each naming its arguments.
 local function define_gcra()
@@ -80,43 +83,125 @@ local function define_gcra()
     return q
   end
 
-  return function(method, a, b, c, d, e)
+  -- Looks at the bucket at `at_now`, given the stored arrival time and its remainder (nil:
+  -- none).
+  local function look_at(quota_limit, quota_window, quota_capacity, tat, tat_remainder, at_now)
+    now, window = at_now, quota_window
+    closed = quota_limit == 0 or quota_capacity == 0
+    if closed then
+      return
+    end
+    ticks_per_micro, hit_cost, capacity = quota_limit, math.max(quota_window, 1), quota_capacity
+    micros_rest = hit_cost % ticks_per_micro
+    whole_micros = (hit_cost - micros_rest) / ticks_per_micro
+    ahead, remainder = 0, 0
+    if tat then
+      -- The stored remainder reaches L when the limit was lowered on reload: carry it.
+      local carry = math.floor(tat_remainder / ticks_per_micro)
+      ahead = tat - now + carry
+      remainder = tat_remainder - carry * ticks_per_micro
+      if ahead < 0 then
+        -- (ahead · L + remainder) < 0 since remainder < L: no debt.
+        ahead, remainder = 0, 0
+      end
+    end
+  end
+
+  local function fits(hits)
+    -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W.
+    return not closed
+      and hits <= capacity
+      and debt_at_most(cost_pair(capacity - hits))
+  end
+
+  -- Never on a closed bucket: nothing fits it.
+  local function charge(hits)
+    local q, r = cost_pair(hits)
+    ahead, remainder = ahead + q, remainder + r
+    if remainder >= ticks_per_micro then
+      ahead, remainder = ahead + 1, remainder - ticks_per_micro
+    end
+  end
+
+  local function snapshot()
+    if closed then
+      return 0, 0
+    end
+    -- room = floor((C·W − debt) / W) = C − ceil(debt / W) while debt < C·W, else 0:
+    -- ceil(debt / W), the fewest hits whose cost covers the debt, is at most C there, so
+    -- each candidate's cost is an exact pair; the estimate in doubles is off by one or two.
+    local room = 0
+    if debt_below(cost_pair(capacity)) then
+      local covering = math.floor((ahead * ticks_per_micro + remainder) / hit_cost)
+      covering = math.min(math.max(covering, 0), capacity)
+      while covering < capacity and not debt_at_most(cost_pair(covering)) do
+        covering = covering + 1
+      end
+      while covering > 0 and debt_at_most(cost_pair(covering - 1)) do
+        covering = covering - 1
+      end
+      room = capacity - covering
+    end
+    return room, micros_to_drain(ahead, remainder)
+  end
+
+  local function retry_after(hits)
+    if closed then
+      return window
+    end
+    if hits > capacity then
+      return micros_to_drain(ahead, remainder) -- reset_after
+    end
+    -- Called only when the hits do not fit, so debt > (C − n)·W.
+    return micros_to_drain(debt_minus(cost_pair(capacity - hits)))
+  end
+
+  -- The state of the bucket looked at: expires_at = now + reset_after, tat = now + q, and
+  -- tat's remainder.
+  local function next_state()
+    if closed then
+      return now, now, 0
+    end
+    return now + micros_to_drain(ahead, remainder), now + ahead, remainder
+  end
+
+  return function(method, a, b, c, d, e, f, g, h, i)
     if method == 'at' then
       local quota_limit, quota_window, quota_capacity, state, at_now = a, b, c, d, e
-      now, window = at_now, quota_window
-      closed = quota_limit == 0 or quota_capacity == 0
-      if closed then
-        return
-      end
-      ticks_per_micro, hit_cost, capacity = quota_limit, math.max(quota_window, 1), quota_capacity
-      micros_rest = hit_cost % ticks_per_micro
-      whole_micros = (hit_cost - micros_rest) / ticks_per_micro
-      ahead, remainder = 0, 0
       if state then
-        local tat, tat_remainder = state[2], state[3]
-        -- The stored remainder reaches L when the limit was lowered on reload: carry it.
-        local carry = math.floor(tat_remainder / ticks_per_micro)
-        ahead = tat - now + carry
-        remainder = tat_remainder - carry * ticks_per_micro
-        if ahead < 0 then
-          -- (ahead · L + remainder) < 0 since remainder < L: no debt.
-          ahead, remainder = 0, 0
-        end
+        look_at(quota_limit, quota_window, quota_capacity, state[2], state[3], at_now)
+      else
+        look_at(quota_limit, quota_window, quota_capacity, nil, nil, at_now)
       end
+    elseif method == 'charge_alone' then
+      -- A request of this one counter charging `hits` (`asked` with its class's reserve),
+      -- decided and written in one go, as the fixed window's 'charge_alone' (see there).
+      local key, quota_limit, quota_window, capacity_text, hits, asked, at_now, extra_ttl_ms,
+        may_keep_ttl = a, b, c, d, e, f, g, h, i
+      local stored_expiry, tat, tat_remainder = read_record(key, GCRA_PATTERN, at_now)
+      look_at(quota_limit, quota_window, number(capacity_text), tat, tat_remainder, at_now)
+      if not fits(asked) then
+        local remaining, until_reset = snapshot()
+        return false, remaining, until_reset, math.max(retry_after(asked), 1)
+      end
+      charge(hits)
+      local expires_at, next_tat, next_remainder = next_state()
+      -- Charging nothing to an empty bucket leaves a state that means nothing already.
+      local ttl_ms = math.ceil((expires_at - now) / 1000) + extra_ttl_ms
+      if ttl_ms > 0 then
+        write_record(key, string.format(GCRA_FORMAT, expires_at, next_tat, next_remainder),
+          ttl_ms, may_keep_ttl and expires_at == stored_expiry)
+      else
+        redis.call('UNLINK', key)
+      end
+      local remaining, until_reset = snapshot()
+      return true, remaining, until_reset, 0
     elseif method == 'fits' then
       local hits = a
-      -- debt + n·W ≤ C·W ⇔ debt ≤ (C − n)·W.
-      return not closed
-        and hits <= capacity
-        and debt_at_most(cost_pair(capacity - hits))
+      return fits(hits)
     elseif method == 'charge' then
-      -- Never on a closed bucket: nothing fits it.
       local hits = a
-      local q, r = cost_pair(hits)
-      ahead, remainder = ahead + q, remainder + r
-      if remainder >= ticks_per_micro then
-        ahead, remainder = ahead + 1, remainder - ticks_per_micro
-      end
+      charge(hits)
     elseif method == 'refund' then
       local hits = a
       if closed then
@@ -147,43 +232,14 @@ local function define_gcra()
       local rest_remainder = rest % ticks_per_micro
       ahead, remainder = (rest - rest_remainder) / ticks_per_micro, rest_remainder
     elseif method == 'snapshot' then
-      if closed then
-        return 0, 0
-      end
-      -- room = floor((C·W − debt) / W) = C − ceil(debt / W) while debt < C·W, else 0:
-      -- ceil(debt / W), the fewest hits whose cost covers the debt, is at most C there, so
-      -- each candidate's cost is an exact pair; the estimate in doubles is off by one or two.
-      local room = 0
-      if debt_below(cost_pair(capacity)) then
-        local covering = math.floor((ahead * ticks_per_micro + remainder) / hit_cost)
-        covering = math.min(math.max(covering, 0), capacity)
-        while covering < capacity and not debt_at_most(cost_pair(covering)) do
-          covering = covering + 1
-        end
-        while covering > 0 and debt_at_most(cost_pair(covering - 1)) do
-          covering = covering - 1
-        end
-        room = capacity - covering
-      end
-      return room, micros_to_drain(ahead, remainder)
+      return snapshot()
     elseif method == 'retry_after' then
       local hits = a
-      if closed then
-        return window
-      end
-      if hits > capacity then
-        return micros_to_drain(ahead, remainder) -- reset_after
-      end
-      -- Called only when the hits do not fit, so debt > (C − n)·W.
-      return micros_to_drain(debt_minus(cost_pair(capacity - hits)))
+      return retry_after(hits)
     elseif method == 'state' then
-      -- expires_at = now + reset_after, tat = now + q. Into the table `into` when given.
-      local expires_at, tat, tat_remainder = now, now, 0
-      if not closed then
-        expires_at, tat, tat_remainder =
-          now + micros_to_drain(ahead, remainder), now + ahead, remainder
-      end
+      -- Into the table `into` when given.
       local into = a
+      local expires_at, tat, tat_remainder = next_state()
       if into then
         into[1], into[2], into[3] = expires_at, tat, tat_remainder
         return into
@@ -191,10 +247,10 @@ local function define_gcra()
       return { expires_at, tat, tat_remainder }
     elseif method == 'load' then
       local key, load_now = a, b
-      return load_state(key, '^G (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
+      return load_state(key, GCRA_PATTERN, load_now)
     elseif method == 'write' then
       local key, state, ttl_ms, keep_ttl = a, b, c, d
-      write_state(key, 'G %d %d %d', state, ttl_ms, keep_ttl)
+      write_state(key, GCRA_FORMAT, state, ttl_ms, keep_ttl)
     end
   end
 end

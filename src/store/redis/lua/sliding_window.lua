@@ -35,6 +35,9 @@
 -- State: "S <expires_at> <window_start> <previous> <current>", { expires_at, window_start,
 -- previous, current } here.
 
+local SLIDING_WINDOW_PATTERN = '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$'
+local SLIDING_WINDOW_FORMAT = 'S %d %d %d %d'
+
 -- Defined on first use (see decide.lua). The methods are the branches of one function (see
 -- the cost note in prelude.lua), each naming its arguments.
 local function define_sliding_window()
@@ -108,15 +111,81 @@ local function define_sliding_window()
     return length - math.floor(allowance)
   end
 
-  return function(method, a, b, c, d, e)
+  -- Looks at the windows holding `at_now`, given the stored start and counts (nil: none).
+  local function look_at(quota_limit, quota_window, stored_start, stored_previous,
+                         stored_current, at_now)
+    limit, now, window = quota_limit, at_now, quota_window
+    start, stop = window_span(now, window)
+    previous, current = 0, 0
+    if stored_start then
+      start, stop, previous, current =
+        carried_over(stored_start, stored_previous, stored_current, start, stop)
+    end
+  end
+
+  local function snapshot()
+    local room = math.floor(limit - estimate_of(now, start, stop, previous, current))
+    return math.min(math.max(room, 0), limit), reset_after()
+  end
+
+  local function retry_after(hits)
+    if hits > limit then
+      return reset_after()
+    end
+    local room = limit - (current + hits)
+    local guess
+    if room >= 0 then
+      guess = start + decay_time(previous, room, stop - start)
+    else
+      guess = stop + decay_time(current, limit - hits, next_length())
+    end
+    -- Rust's first_fit_near: the first µs near `guess` at which the admission test accepts
+    -- the hits.
+    local at = guess
+    for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
+      if fits_at(at, hits) then
+        break
+      end
+      at = at + 1
+    end
+    for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
+      if not fits_at(at - 1, hits) then
+        break
+      end
+      at = at - 1
+    end
+    return at - now
+  end
+
+  return function(method, a, b, c, d, e, f, g, h, i)
     if method == 'at' then
       local quota_limit, quota_window, state, at_now = a, b, d, e
-      limit, now, window = quota_limit, at_now, quota_window
-      start, stop = window_span(now, window)
-      previous, current = 0, 0
       if state then
-        start, stop, previous, current = carried_over(state[2], state[3], state[4], start, stop)
+        look_at(quota_limit, quota_window, state[2], state[3], state[4], at_now)
+      else
+        look_at(quota_limit, quota_window, nil, nil, nil, at_now)
       end
+    elseif method == 'charge_alone' then
+      -- A request of this one counter charging `hits` (`asked` with its class's reserve),
+      -- decided and written in one go, as the fixed window's 'charge_alone' (see there).
+      local key, quota_limit, quota_window, hits, asked, at_now, extra_ttl_ms, may_keep_ttl =
+        a, b, c, e, f, g, h, i
+      local stored_expiry, stored_start, stored_previous, stored_current =
+        read_record(key, SLIDING_WINDOW_PATTERN, at_now)
+      look_at(quota_limit, quota_window, stored_start, stored_previous, stored_current, at_now)
+      if estimate_of(now, start, stop, previous, current) + asked > limit then
+        local remaining, until_reset = snapshot()
+        return false, remaining, until_reset, math.max(retry_after(asked), 1)
+      end
+      current = math.min(current + hits, 4294967295)
+      -- Its expiry, the end of the window after this one, is ahead of now: always a write.
+      local _, expires_at = window_span(stop, window)
+      write_record(key,
+        string.format(SLIDING_WINDOW_FORMAT, expires_at, start, previous, current),
+        math.ceil((expires_at - now) / 1000) + extra_ttl_ms,
+        may_keep_ttl and expires_at == stored_expiry)
+      local remaining, until_reset = snapshot()
+      return true, remaining, until_reset, 0
     elseif method == 'fits' then
       local hits = a
       return estimate_of(now, start, stop, previous, current) + hits <= limit
@@ -130,36 +199,10 @@ local function define_sliding_window()
       previous = math.max(previous - (hits - from_current), 0)
       current = current - from_current
     elseif method == 'snapshot' then
-      local room = math.floor(limit - estimate_of(now, start, stop, previous, current))
-      return math.min(math.max(room, 0), limit), reset_after()
+      return snapshot()
     elseif method == 'retry_after' then
       local hits = a
-      if hits > limit then
-        return reset_after()
-      end
-      local room = limit - (current + hits)
-      local guess
-      if room >= 0 then
-        guess = start + decay_time(previous, room, stop - start)
-      else
-        guess = stop + decay_time(current, limit - hits, next_length())
-      end
-      -- Rust's first_fit_near: the first µs near `guess` at which the admission test
-      -- accepts the hits.
-      local at = guess
-      for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
-        if fits_at(at, hits) then
-          break
-        end
-        at = at + 1
-      end
-      for _ = 1, SLIDING_WINDOW_MAX_NUDGES do
-        if not fits_at(at - 1, hits) then
-          break
-        end
-        at = at - 1
-      end
-      return at - now
+      return retry_after(hits)
     elseif method == 'state' then
       -- expires_at = the end of the window after this one. Into the table `into` when given.
       local into = a
@@ -171,10 +214,10 @@ local function define_sliding_window()
       return { expires_at, start, previous, current }
     elseif method == 'load' then
       local key, load_now = a, b
-      return load_state(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', load_now)
+      return load_state(key, SLIDING_WINDOW_PATTERN, load_now)
     elseif method == 'write' then
       local key, state, ttl_ms, keep_ttl = a, b, c, d
-      write_state(key, 'S %d %d %d %d', state, ttl_ms, keep_ttl)
+      write_state(key, SLIDING_WINDOW_FORMAT, state, ttl_ms, keep_ttl)
     end
   end
 end
