@@ -39,8 +39,6 @@
 //!   address) can be confirmed by hashing guesses, which is fine for keeping it out of sight,
 //!   not for keeping it secret from someone who can read Redis.
 
-use std::fmt::Write as _;
-
 use sha2::{Digest, Sha256};
 
 use crate::core::plan::Counter;
@@ -233,9 +231,14 @@ fn push_sanitized(key: &mut String, domain: &[u8]) {
 }
 
 fn push_hex(key: &mut String, bytes: &[u8]) {
-    for byte in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{byte:02x}");
+    // Not `write!("{byte:02x}")`: the formatter cost a decision about 0.25 µs of floodgate's
+    // CPU in Redis mode, a sixtieth of it (perf, 2026-12-04).
+    let mut digits = [0u8; 2 * COUNTER_DIGEST_BYTES];
+    for chunk in bytes.chunks(COUNTER_DIGEST_BYTES) {
+        let digits = &mut digits[..2 * chunk.len()];
+        if hex::encode_to_slice(chunk, digits).is_ok() {
+            key.extend(digits.iter().map(|&digit| char::from(digit)));
+        }
     }
 }
 
@@ -290,6 +293,28 @@ mod tests {
         assert_eq!(hashes[0].len(), 2 * RULE_DIGEST_BYTES);
         assert_eq!(hashes[1].len(), 2 * COUNTER_DIGEST_BYTES);
         assert!(parts[2].bytes().all(|b| b == b':' || b.is_ascii_hexdigit()));
+    }
+
+    /// Counters outlive a version: a rolling upgrade's old and new pods must name each counter
+    /// alike, or each would count apart. The key of one identity, written by an earlier version.
+    #[test]
+    fn a_counters_key_is_what_earlier_versions_wrote() {
+        let id = identity(
+            "edge",
+            "edge.remote_address",
+            &[Entry::new("remote_address", "10.0.0.1")],
+        );
+        assert_eq!(
+            layout().key_for(&id),
+            "floodgate:{edge}:d08d560d1bfac05b:00812f599da81b4945ff5d37958ffadd"
+        );
+        let tagged = KeyLayout::new(DEFAULT_PREFIX)
+            .expect("the default prefix is valid")
+            .with_hash_tag(HashTag::Descriptor);
+        assert_eq!(
+            tagged.key_for(&id),
+            "floodgate:{edge:cd7942fff139de0e}:d08d560d1bfac05b:00812f599da81b4945ff5d37958ffadd"
+        );
     }
 
     #[test]
