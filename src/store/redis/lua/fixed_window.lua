@@ -14,10 +14,8 @@
 --   retry_after = reset_after            (even when n > L: it never fits, but the window turns)
 --   expires_at  = stop
 --
--- State: "F <expires_at> <window_start> <count>", { expires_at, window_start, count } here.
-
-local FIXED_WINDOW_PATTERN = '^F (%-?%d+) (%-?%d+) (%-?%d+)$'
-local FIXED_WINDOW_FORMAT = 'F %d %d %d'
+-- State: "F <expires_at> <window_start> <count>" (its pattern and format in prelude.lua),
+-- { expires_at, window_start, count } here.
 
 -- Defined on first use (see decide.lua). The methods are the branches of one function (see
 -- the cost note in prelude.lua), each naming its arguments.

@@ -91,9 +91,9 @@ for item = 1, item_count do
   end
   if state == nil then
     if sliding then
-      state = load_state(key, '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$', now) or false
+      state = load_state(key, SLIDING_WINDOW_PATTERN, now) or false
     else
-      state = load_state(key, '^F (%-?%d+) (%-?%d+) (%-?%d+)$', now) or false
+      state = load_state(key, FIXED_WINDOW_PATTERN, now) or false
     end
   end
   if hits > 0 then
@@ -147,9 +147,9 @@ for index, _ in pairs(changed) do
     local ttl_ms = math.ceil((state[1] - now) / 1000) + extra_ttl_ms
     if ttl_ms > 0 then
       if #state == 4 then
-        write_state(KEYS[index + KEY_BASE], 'S %d %d %d %d', state, ttl_ms)
+        write_state(KEYS[index + KEY_BASE], SLIDING_WINDOW_FORMAT, state, ttl_ms)
       else
-        write_state(KEYS[index + KEY_BASE], 'F %d %d %d', state, ttl_ms)
+        write_state(KEYS[index + KEY_BASE], FIXED_WINDOW_FORMAT, state, ttl_ms)
       end
     end
   end

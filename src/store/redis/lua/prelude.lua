@@ -19,6 +19,14 @@
 -- written with one string.format, and library functions are called as math.max rather than
 -- through local aliases (each alias a function uses is one more upvalue per call).
 
+-- The windows' stored records (fixed_window.lua and sliding_window.lua say what each field
+-- is), here because the hybrid store's sync script (hybrid_sync.lua, after this file) reads
+-- and writes the same records.
+local FIXED_WINDOW_PATTERN = '^F (%-?%d+) (%-?%d+) (%-?%d+)$'
+local FIXED_WINDOW_FORMAT = 'F %d %d %d'
+local SLIDING_WINDOW_PATTERN = '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$'
+local SLIDING_WINDOW_FORMAT = 'S %d %d %d %d'
+
 -- The number a decimal string holds (tonumber). In a batch (ARGV[1], the request count, above
 -- 1; see decide.lua) each string is parsed once per call: most recur from request to request
 -- (limits, windows, hits, key indexes, and in stored states a window's start and end), and a

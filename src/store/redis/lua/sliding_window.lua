@@ -32,11 +32,8 @@
 --       retry_after = at − now;  n > L → reset_after;  always at least 1
 --   expires_at = end of the window after [start, stop)
 --
--- State: "S <expires_at> <window_start> <previous> <current>", { expires_at, window_start,
--- previous, current } here.
-
-local SLIDING_WINDOW_PATTERN = '^S (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$'
-local SLIDING_WINDOW_FORMAT = 'S %d %d %d %d'
+-- State: "S <expires_at> <window_start> <previous> <current>" (its pattern and format in
+-- prelude.lua), { expires_at, window_start, previous, current } here.
 
 -- Defined on first use (see decide.lua). The methods are the branches of one function (see
 -- the cost note in prelude.lua), each naming its arguments.
