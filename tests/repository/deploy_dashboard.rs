@@ -18,11 +18,13 @@ const DASHBOARD: &str = "deploy/kubernetes/components/observability/dashboards/f
 /// belongs to every histogram bucket.
 const TARGET_LABELS: &[&str] = &["instance", "job", "le"];
 
+/// A sliding log, not the default fixed window: five OK then OVER_LIMIT whenever the test runs
+/// (a fixed window would start afresh if the hour turned between two checks).
 const RULES: &str = "\
 domain: dashboard
 descriptors:
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 5, name: per_user}
+    rate_limit: {unit: hour, requests_per_unit: 5, name: per_user, algorithm: sliding_log}
 ";
 
 /// One PromQL expression of a panel, with the legend that titles its series.
