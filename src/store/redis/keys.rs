@@ -256,17 +256,22 @@ mod tests {
         counter_key(domain, path, 0, &quota, entries, &levels)
     }
 
+    /// Rule `edge.remote_address`'s counter for 10.0.0.1.
+    fn remote_address_identity() -> Vec<u8> {
+        identity(
+            "edge",
+            "edge.remote_address",
+            &[Entry::new("remote_address", "10.0.0.1")],
+        )
+    }
+
     fn layout() -> KeyLayout {
         KeyLayout::new(DEFAULT_PREFIX).expect("the default prefix is valid")
     }
 
     #[test]
     fn reads_domain_and_rule_path_from_core_identities() {
-        let id = identity(
-            "edge",
-            "edge.remote_address",
-            &[Entry::new("remote_address", "10.0.0.1")],
-        );
+        let id = remote_address_identity();
         assert_eq!(
             leading_fields(&id),
             Some((&b"edge"[..], &b"edge.remote_address"[..]))
@@ -275,11 +280,7 @@ mod tests {
 
     #[test]
     fn key_shows_prefix_domain_tag_and_hashes_only() {
-        let id = identity(
-            "edge",
-            "edge.remote_address",
-            &[Entry::new("remote_address", "10.0.0.1")],
-        );
+        let id = remote_address_identity();
         let key = layout().key_for(&id);
         assert!(key.starts_with("floodgate:{edge}:"), "{key}");
         assert!(
@@ -299,11 +300,7 @@ mod tests {
     /// alike, or each would count apart. The key of one identity, written by an earlier version.
     #[test]
     fn a_counters_key_is_what_earlier_versions_wrote() {
-        let id = identity(
-            "edge",
-            "edge.remote_address",
-            &[Entry::new("remote_address", "10.0.0.1")],
-        );
+        let id = remote_address_identity();
         assert_eq!(
             layout().key_for(&id),
             "floodgate:{edge}:d08d560d1bfac05b:00812f599da81b4945ff5d37958ffadd"
