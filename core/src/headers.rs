@@ -12,6 +12,21 @@
 //! still had room for the hit but it is kept for the classes above (`reserved-for`, smallest
 //! share first; absent for a class with the largest share), `reason=full` when it had none.
 //! Retry-After is when the hit fits above the class's reserve.
+//!
+//! A concurrency rule's refusal (full, its class over its share, or shed) is described by its
+//! in-flight limit (`response::InFlightLimit`), never as a rate, and gets `Retry-After` in every
+//! mode, `none` included: no proxy can work it out, since the status has no `current_limit`.
+//! Each mode shows it as:
+//!
+//!   ratelimit   RateLimit-Limit: 4, RateLimit-Remaining: 0, RateLimit-Reset: 7
+//!   draft03     X-RateLimit-Limit: 4 (the expiring limit; draft-03's quota policies are time
+//!               windows, so only the rate limits are listed after it), -Remaining: 0, -Reset: 7
+//!   ietf        RateLimit-Policy: "slow_backend_in_flight";q=4;qu="concurrent-requests"
+//!               RateLimit: "slow_backend_in_flight";r=0;t=7
+//!
+//! with 4 the leases the class may hold and 7 the seconds until the earliest lease expires
+//! (until a slot may free). An admitted lease shows nothing: its slot frees when some request
+//! ends, not at a time a client could pace itself on.
 
 use super::response::{Code, DescriptorStatus};
 use super::time::ceil_seconds;
@@ -74,13 +89,10 @@ impl HeaderMode {
 
 /// The headers for `statuses`; `Retry-After` (whole seconds, ≥ 1) when any is over its limit.
 pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<(String, String)> {
-    if mode == HeaderMode::None {
+    if !writes_headers(mode, statuses) {
         return Vec::new();
     }
-    let visible: Vec<&DescriptorStatus> = statuses
-        .iter()
-        .filter(|status| status.current_limit.is_some() && !status.shadowed)
-        .collect();
+    let visible = visible(statuses);
     let Some(driving) = most_restrictive(&visible) else {
         return Vec::new();
     };
@@ -94,6 +106,27 @@ pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<
         headers.push(("Retry-After".to_owned(), retry_after.to_string()));
     }
     headers
+}
+
+/// Whether [`response_headers`] writes any header, Retry-After included: every mode but
+/// `none`, and `none` too for a concurrency rule's refusal (see the module docs).
+fn writes_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> bool {
+    mode != HeaderMode::None || statuses.iter().any(is_lease_refusal)
+}
+
+/// The statuses the headers describe: those with a limit, a concurrency rule's only when it
+/// refuses; never a shadowed one.
+fn visible(statuses: &[DescriptorStatus]) -> Vec<&DescriptorStatus> {
+    statuses
+        .iter()
+        .filter(|status| {
+            !status.shadowed && (status.current_limit.is_some() || is_lease_refusal(status))
+        })
+        .collect()
+}
+
+fn is_lease_refusal(status: &DescriptorStatus) -> bool {
+    status.in_flight_limit.is_some() && status.code == Code::OverLimit && !status.shadowed
 }
 
 /// The header naming a refused priority class and why.
@@ -144,12 +177,8 @@ pub fn priority_headers(
         value.push_str(&sf_string(&refusal.reserved_for.join(" ")));
     }
     let mut headers = vec![(PRIORITY_HEADER.to_owned(), value)];
-    if mode == HeaderMode::None {
-        let visible: Vec<&DescriptorStatus> = statuses
-            .iter()
-            .filter(|status| status.current_limit.is_some() && !status.shadowed)
-            .collect();
-        if let Some(retry_after) = retry_after_seconds(&visible) {
+    if !writes_headers(mode, statuses) {
+        if let Some(retry_after) = retry_after_seconds(&visible(statuses)) {
             headers.push(("Retry-After".to_owned(), retry_after.to_string()));
         }
     }
@@ -176,18 +205,13 @@ fn reset_seconds(status: &DescriptorStatus) -> i64 {
     ceil_seconds(status.duration_until_reset.unwrap_or(0))
 }
 
+/// A rate limit's requests per window, or the leases a concurrency rule's class may hold.
 fn limit_of(status: &DescriptorStatus) -> u32 {
-    status
-        .current_limit
-        .as_ref()
-        .map_or(0, |limit| limit.requests_per_unit)
-}
-
-fn window_of(status: &DescriptorStatus) -> u64 {
-    status
-        .current_limit
-        .as_ref()
-        .map_or(0, |limit| limit.window_seconds())
+    match (&status.current_limit, &status.in_flight_limit) {
+        (Some(limit), _) => limit.requests_per_unit,
+        (None, Some(limit)) => limit.max_in_flight,
+        (None, None) => 0,
+    }
 }
 
 fn plain_headers(names: PlainHeaderNames, driving: &DescriptorStatus) -> Vec<(String, String)> {
@@ -206,13 +230,17 @@ fn draft03_headers(
     visible: &[&DescriptorStatus],
 ) -> Vec<(String, String)> {
     let mut limit = limit_of(driving).to_string();
-    for status in visible {
-        limit.push_str(&format!(", {};w={}", limit_of(status), window_of(status)));
-        if let Some(name) = status
-            .current_limit
-            .as_ref()
-            .and_then(|l| l.name.as_deref())
-        {
+    // A quota policy is a time window: a concurrency rule has none to list.
+    for rate in visible
+        .iter()
+        .filter_map(|status| status.current_limit.as_ref())
+    {
+        limit.push_str(&format!(
+            ", {};w={}",
+            rate.requests_per_unit,
+            rate.window_seconds()
+        ));
+        if let Some(name) = rate.name.as_deref() {
             limit.push_str(&format!(";name={}", sf_string(name)));
         }
     }
@@ -227,17 +255,7 @@ fn ietf_headers(
     driving: &DescriptorStatus,
     visible: &[&DescriptorStatus],
 ) -> Vec<(String, String)> {
-    let policies: Vec<String> = visible
-        .iter()
-        .map(|status| {
-            format!(
-                "{};q={};w={}",
-                sf_string(&policy_name(status)),
-                limit_of(status),
-                window_of(status)
-            )
-        })
-        .collect();
+    let policies: Vec<String> = visible.iter().map(|status| ietf_policy(status)).collect();
     let state = format!(
         "{};r={};t={}",
         sf_string(&policy_name(driving)),
@@ -250,11 +268,26 @@ fn ietf_headers(
     ]
 }
 
+/// A rate limit's quota per window, or a concurrency rule's in the draft's own quota unit.
+fn ietf_policy(status: &DescriptorStatus) -> String {
+    let name = sf_string(&policy_name(status));
+    match &status.current_limit {
+        Some(rate) => format!(
+            "{name};q={};w={}",
+            rate.requests_per_unit,
+            rate.window_seconds()
+        ),
+        None => format!("{name};q={};qu=\"concurrent-requests\"", limit_of(status)),
+    }
+}
+
 fn policy_name(status: &DescriptorStatus) -> String {
-    status
-        .current_limit
-        .as_ref()
-        .and_then(|limit| limit.name.clone())
+    let configured = match (&status.current_limit, &status.in_flight_limit) {
+        (Some(limit), _) => limit.name.clone(),
+        (None, Some(limit)) => limit.name.clone(),
+        (None, None) => None,
+    };
+    configured
         .or_else(|| status.rule_path.clone())
         .unwrap_or_else(|| "default".to_owned())
 }
@@ -298,6 +331,7 @@ mod tests {
                 unit_multiplier: 1,
                 name: None,
             }),
+            in_flight_limit: None,
             limit_remaining: remaining,
             duration_until_reset: Some(reset_ms * 1000),
             rule_path: Some("edge.client_id".to_owned()),
@@ -417,6 +451,48 @@ mod tests {
             header(&headers, "Retry-After"),
             None,
             "the ietf headers carry it already"
+        );
+    }
+
+    #[test]
+    fn a_concurrency_refusal_is_an_in_flight_quota_never_a_window() {
+        let refused = DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: None,
+            in_flight_limit: Some(crate::response::InFlightLimit {
+                max_in_flight: 4,
+                name: None,
+            }),
+            limit_remaining: 0,
+            duration_until_reset: Some(2_500_000),
+            rule_path: Some("backend.backend_slow".to_owned()),
+            shadowed: false,
+        };
+        let statuses = [refused, status(10, Unit::Second, 3, 400, Code::Ok)];
+        let draft03 = response_headers(HeaderMode::Draft03, &statuses);
+        assert_eq!(header(&draft03, "X-RateLimit-Limit"), Some("4, 10;w=1"));
+        assert_eq!(header(&draft03, "X-RateLimit-Reset"), Some("3"));
+        let ietf = response_headers(HeaderMode::Ietf, &statuses);
+        assert_eq!(
+            header(&ietf, "RateLimit-Policy"),
+            Some(
+                "\"backend.backend_slow\";q=4;qu=\"concurrent-requests\", \
+                 \"edge.client_id\";q=10;w=1"
+            )
+        );
+        assert_eq!(header(&ietf, "Retry-After"), Some("3"));
+        let mut admitted = statuses[0].clone();
+        admitted.code = Code::Ok;
+        assert!(
+            response_headers(HeaderMode::None, &[admitted.clone()]).is_empty(),
+            "an admitted lease has nothing to pace on"
+        );
+        assert_eq!(
+            header(
+                &response_headers(HeaderMode::Ietf, &[admitted]),
+                "RateLimit-Policy"
+            ),
+            None
         );
     }
 

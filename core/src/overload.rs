@@ -84,6 +84,7 @@ pub fn overload_reply(answer: OverloadAnswer, descriptor_count: usize) -> Overlo
     let status = DescriptorStatus {
         code,
         current_limit: None,
+        in_flight_limit: None,
         limit_remaining: 0,
         duration_until_reset: None,
         rule_path: None,

@@ -6,17 +6,26 @@
 //! `current_limit.requests_per_unit` its share of the limit (floor(L × share)), and
 //! `duration_until_reset` of a refused class the time until the hit fits above its reserve.
 //! A refused class also gets the `x-floodgate-priority` header (`headers::priority_headers`).
+//!
+//! A concurrency rule's descriptor (`response::leases`) carries its in-flight limit apart from
+//! `current_limit`, which has a rate unit: the headers describe it, the proxy reads no rate.
 
 use super::algorithm::{Hits, Quota, Share, Snapshot};
 use super::failure::UNAVAILABLE_HEADER;
 use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
-use super::lease::{LeaseCall, LeaseOutcome};
+use super::lease::LeaseOutcome;
 use super::metadata::MetadataStruct;
 use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
 use super::priority::ClassChoice;
 use super::time::Micros;
 use super::unit::Unit;
 use super::verdict::Role;
+
+#[cfg(test)]
+mod lease_refusal_tests;
+mod leases;
+
+pub use leases::UNDECIDED_LEASE_RETRY_AFTER;
 
 /// What the store found for one counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,11 +73,24 @@ impl CurrentLimit {
     }
 }
 
+/// A concurrency rule's limit as the descriptor's class sees it: the leases the class may hold
+/// at once (`max_in_flight` in force less the class's reserve), and the rule's `name`. Never
+/// sent as `current_limit`: that has a rate unit, and Envoy would build its `x-ratelimit-*`
+/// headers on a rate that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightLimit {
+    pub max_in_flight: u32,
+    pub name: Option<String>,
+}
+
 /// One descriptor's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescriptorStatus {
     pub code: Code,
     pub current_limit: Option<CurrentLimit>,
+    /// Set for a concurrency rule's descriptor (`current_limit` is `None` then), so that its
+    /// refusal gets headers (`core::headers`).
+    pub in_flight_limit: Option<InFlightLimit>,
     pub limit_remaining: u32,
     /// Until the counter is whole again (OK) or until the request could pass (OVER_LIMIT).
     pub duration_until_reset: Option<Micros>,
@@ -83,6 +105,7 @@ impl DescriptorStatus {
         Self {
             code: Code::Ok,
             current_limit: None,
+            in_flight_limit: None,
             limit_remaining: remaining,
             duration_until_reset: None,
             rule_path,
@@ -171,9 +194,10 @@ fn status_of(
     leases: &[LeaseOutcome],
 ) -> DescriptorStatus {
     match descriptor {
-        DescriptorPlan::Concurrency { rule, lease, .. } => {
-            let call = lease.and_then(|at| Some((plan.leases.get(at)?, leases.get(at)?)));
-            lease_status(&rule.path, call)
+        DescriptorPlan::Concurrency { rule, lease, class } => {
+            let call = lease.and_then(|at| plan.leases.get(at));
+            let outcome = lease.and_then(|at| leases.get(at));
+            leases::lease_status(rule, *class, call, outcome)
         }
         DescriptorPlan::NoRule => DescriptorStatus::without_limit(0, None),
         DescriptorPlan::Replaced { rule } => {
@@ -307,6 +331,7 @@ fn limited_status(
             limit.name(),
             counter.share,
         )),
+        in_flight_limit: None,
         limit_remaining: if over {
             0
         } else {
@@ -315,31 +340,6 @@ fn limited_status(
         duration_until_reset: Some(duration.max(0)),
         rule_path: Some(limit.path().to_owned()),
         shadowed: over && shadow,
-    }
-}
-
-/// A concurrency rule's descriptor: OK while its lease call was admitted, with the slots its
-/// class may still take, else OVER_LIMIT until the earliest lease expires. No call or no
-/// outcome (no lease id, or a store that could not decide) is OVER_LIMIT: nothing could
-/// release such a lease.
-fn lease_status(path: &str, call: Option<(&LeaseCall, &LeaseOutcome)>) -> DescriptorStatus {
-    let Some((call, outcome)) = call.filter(|(_, outcome)| outcome.admitted) else {
-        return DescriptorStatus {
-            code: Code::OverLimit,
-            current_limit: None,
-            limit_remaining: 0,
-            duration_until_reset: call.map(|(_, outcome)| outcome.retry_after.max(0)),
-            rule_path: Some(path.to_owned()),
-            shadowed: false,
-        };
-    };
-    DescriptorStatus {
-        code: Code::Ok,
-        current_limit: None,
-        limit_remaining: outcome.remaining(call),
-        duration_until_reset: None,
-        rule_path: Some(path.to_owned()),
-        shadowed: false,
     }
 }
 

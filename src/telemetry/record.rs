@@ -436,6 +436,7 @@ descriptors:
         let status = DescriptorStatus {
             code: Code::OverLimit,
             current_limit: None,
+            in_flight_limit: None,
             limit_remaining: 0,
             duration_until_reset: None,
             rule_path: Some("d.tight".into()),

@@ -117,13 +117,13 @@ fn serve(
     }
 }
 
-fn guide_rules() -> String {
+pub(super) fn guide_rules() -> String {
     let path = repo_file("deploy/envoy/concurrency-rules/backend.yaml");
     std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()))
 }
 
-fn start_envoy(rls_port: u16, upstream: u16, dir: &Path, name: &str) -> Envoy {
+pub(super) fn start_envoy(rls_port: u16, upstream: u16, dir: &Path, name: &str) -> Envoy {
     let path = repo_file("deploy/envoy/concurrency.yaml");
     let template = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));

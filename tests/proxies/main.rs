@@ -3,6 +3,7 @@
 //! parity.
 
 mod envoy_concurrency;
+mod envoy_concurrency_headers;
 mod envoy_dynamic_metadata;
 mod envoy_e2e;
 mod envoy_usage_after_response;

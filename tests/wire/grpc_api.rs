@@ -39,6 +39,13 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: leaky_bucket, burst: 1}
   - key: half_minute
     rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 5}
+  - key: pool
+    concurrency: {name: pool_in_flight, max_in_flight: 2, lease: request_id,
+                  release: {key: phase, value: done}, ttl: 30s}
+    priority: {key: class, classes: {critical: 100%, batch: 50%}, default: critical}
+  - key: render
+    concurrency: {max_in_flight: 100, shed_above: 1, lease: request_id,
+                  release: {key: phase, value: done}, ttl: 30s}
 "#;
 
 /// 2026-11-30 00:00:10 UTC: 10 s into a minute, so fixed windows have 50 s left.
@@ -386,6 +393,106 @@ async fn headers_and_global_shadow_mode() {
         "{headers:?}"
     );
     server.stop().await;
+}
+
+/// One acquire of a concurrency rule: the rule's entries, the lease id, then the priority
+/// class entry if any (it ends the descriptor).
+fn acquire(entries: &[(&str, &str)], lease: &str) -> RateLimitRequest {
+    let (class, mut entries): (Vec<_>, Vec<_>) =
+        entries.iter().partition(|(key, _)| *key == "class");
+    entries.push(("request_id", lease));
+    entries.extend(class);
+    request(vec![descriptor(&entries)])
+}
+
+/// Acquires new leases of the shedding rule until one is shed: each admitted one deepens the
+/// queue (survival 1 / depth), so twenty tries all surviving has odds of 1 in 20!.
+async fn until_shed(server: &mut Server) -> RateLimitResponse {
+    for attempt in 0..20 {
+        let answer = server
+            .call(acquire(&[("render", "r")], &format!("job-{attempt}")))
+            .await;
+        if overall(&answer) == Code::OverLimit {
+            return answer;
+        }
+    }
+    panic!("twenty new leases past shed_above 1 and none shed");
+}
+
+fn header_pairs(response: &RateLimitResponse) -> Vec<(&str, &str)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|header| (header.key.as_str(), header.value.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_concurrency_refusal_carries_retry_after_and_the_mode_headers() {
+    let cases = [
+        (HeaderMode::None, ["Retry-After"].as_slice()),
+        (
+            HeaderMode::Draft03,
+            &[
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset",
+                "Retry-After",
+            ],
+        ),
+        (
+            HeaderMode::Ietf,
+            &["RateLimit-Policy", "RateLimit", "Retry-After"],
+        ),
+    ];
+    for (header_mode, names) in cases {
+        let settings = LimiterSettings {
+            header_mode,
+            ..LimiterSettings::default()
+        };
+        let mut server = start(settings).await;
+        let critical = [("pool", "full")];
+        server.call(acquire(&critical, "a")).await;
+        server.call(acquire(&critical, "b")).await;
+        let full = server.call(acquire(&critical, "c")).await;
+        // batch may hold 1 of the 2 slots: its second lease is kept out for critical.
+        let batch = [("pool", "shared"), ("class", "batch")];
+        server.call(acquire(&batch, "a")).await;
+        let over_share = server.call(acquire(&batch, "b")).await;
+        let shed = until_shed(&mut server).await;
+        for (refusal, answer, wait) in [
+            ("full", &full, "30"),
+            ("class over its share", &over_share, "30"),
+            ("shed", &shed, "1"),
+        ] {
+            let headers = header_pairs(answer);
+            let context = format!("{header_mode:?}, {refusal}: {headers:?}");
+            assert_eq!(overall(answer), Code::OverLimit, "{context}");
+            let status = &answer.statuses[0];
+            assert_eq!(status.current_limit, None, "{context}");
+            assert_eq!(reset_seconds(status).to_string(), wait, "{context}");
+            let sent: Vec<&str> = headers
+                .iter()
+                .map(|(name, _)| *name)
+                .filter(|name| *name != "x-floodgate-priority")
+                .collect();
+            assert_eq!(sent, names, "{context}");
+            assert!(headers.contains(&("Retry-After", wait)), "{context}");
+        }
+        if header_mode == HeaderMode::Ietf {
+            assert_eq!(
+                header_pairs(&over_share)[..2],
+                [
+                    (
+                        "RateLimit-Policy",
+                        "\"pool_in_flight\";q=1;qu=\"concurrent-requests\""
+                    ),
+                    ("RateLimit", "\"pool_in_flight\";r=0;t=30"),
+                ]
+            );
+        }
+        server.stop().await;
+    }
 }
 
 #[tokio::test]

@@ -233,6 +233,7 @@ mod tests {
                 unit_multiplier: 1,
                 name: Some("per_user".to_owned()),
             }),
+            in_flight_limit: None,
             limit_remaining: if code == Code::Ok { 4 } else { 0 },
             duration_until_reset: Some(300_000),
             rule_path: Some("web.user".to_owned()),

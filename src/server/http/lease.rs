@@ -10,7 +10,8 @@
 //! application` builds that request), in the same counter. The answer is JSON: 200
 //! `{"code":"OK","rule":…,"remaining":N}` (what the caller's class may still take), or 429
 //! `{"code":"OVER_LIMIT","rule":…,"retryAfterMs":…}` with `Retry-After` (seconds, rounded up:
-//! when the earliest lease expires, at the latest). A release is always 200; an unknown id
+//! when the earliest lease expires, at the latest) and the `--response-headers` fields, the
+//! headers the same refusal gets over gRPC (`core::headers`). A release is always 200; an unknown id
 //! releases nothing. Errors are as `/json`'s: 400 with the reason (a body that is not such a
 //! request, no concurrency rule matching), 503 when the store cannot decide.
 
@@ -116,8 +117,8 @@ async fn lease_endpoint<S: Store>(
     }
 }
 
-/// 200 or 429, the descriptor's status as JSON, the answer's headers (`Retry-After` always
-/// when refused).
+/// 200 or 429, the descriptor's status as JSON, the answer's headers: the core gives every
+/// concurrency refusal `Retry-After` and the header mode's fields, as over gRPC.
 fn lease_answer(decision: Decision) -> Response {
     let status = decision.statuses.first();
     let rule = status.and_then(|status| status.rule_path.clone());
@@ -155,13 +156,6 @@ fn lease_answer(decision: Decision) -> Response {
         ) {
             headers.insert(name, value);
         }
-    }
-    if code == StatusCode::TOO_MANY_REQUESTS && !headers.contains_key(header::RETRY_AFTER) {
-        let micros = status
-            .and_then(|status| status.duration_until_reset)
-            .unwrap_or(0);
-        let seconds = (micros + 999_999) / 1_000_000;
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     }
     response
 }

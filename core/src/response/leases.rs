@@ -1,0 +1,75 @@
+//! A concurrency rule's descriptor status. OK while its lease call was admitted, with the slots
+//! its class may still take; otherwise OVER_LIMIT, `duration_until_reset` the time until it
+//! may pass:
+//!
+//!   full, or the class over its share   until the earliest lease expires (`core::lease`)
+//!   shed                                 that, at most 1 s (`lease::SHED_RETRY_AFTER`)
+//!   no outcome                           [`UNDECIDED_LEASE_RETRY_AFTER`]
+//!
+//! Every status carries the class's in-flight limit ([`InFlightLimit`]), so that a refusal
+//! gets `Retry-After` and the header mode's fields (`core::headers`) as a rate limit's does.
+
+use super::{Code, DescriptorStatus, InFlightLimit};
+use crate::lease::{reserve_at, LeaseCall, LeaseOutcome};
+use crate::priority::ClassChoice;
+use crate::rules::Rule;
+use crate::time::Micros;
+
+/// What a refusal with no lease outcome is told to wait: a descriptor without a lease id
+/// (nothing could release such a lease, so it is refused until it carries one), or calls a
+/// store could not decide, refused by `fail_closed`. No lease expiry is known; the short wait
+/// a shed lease gets, so that clients come back soon once the store answers again.
+pub const UNDECIDED_LEASE_RETRY_AFTER: Micros = 1_000_000;
+
+/// The status of a concurrency rule's descriptor, from its lease call and the call's outcome
+/// (either absent: no lease id, or no store answer).
+pub(super) fn lease_status(
+    rule: &Rule,
+    class: Option<ClassChoice<'_>>,
+    call: Option<&LeaseCall>,
+    outcome: Option<&LeaseOutcome>,
+) -> DescriptorStatus {
+    let in_flight_limit = Some(InFlightLimit {
+        max_in_flight: class_slots(rule, class, call),
+        name: rule.name.clone(),
+    });
+    let rule_path = Some(rule.path.clone());
+    match (call, outcome) {
+        (Some(call), Some(outcome)) if outcome.admitted => DescriptorStatus {
+            code: Code::Ok,
+            current_limit: None,
+            in_flight_limit,
+            limit_remaining: outcome.remaining(call),
+            duration_until_reset: None,
+            rule_path,
+            shadowed: false,
+        },
+        _ => DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: None,
+            in_flight_limit,
+            limit_remaining: 0,
+            duration_until_reset: Some(
+                outcome.map_or(UNDECIDED_LEASE_RETRY_AFTER, |o| o.retry_after.max(1)),
+            ),
+            rule_path,
+            shadowed: false,
+        },
+    }
+}
+
+/// The leases the class may hold: the limit in force (the call's, which an adaptive
+/// controller may have moved) less the class's reserve; the configured limit without a call.
+fn class_slots(rule: &Rule, class: Option<ClassChoice<'_>>, call: Option<&LeaseCall>) -> u32 {
+    if let Some(call) = call {
+        return call.max_in_flight.saturating_sub(call.reserve);
+    }
+    let max = rule
+        .concurrency
+        .as_ref()
+        .map_or(0, |concurrency| concurrency.max_in_flight);
+    match class {
+        Some(class) => max.saturating_sub(reserve_at(max, class.share())),
+        None => max,
+    }
+}
