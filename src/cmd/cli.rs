@@ -768,7 +768,8 @@ fn parse_count(text: &str, max: usize, what: &str) -> Result<usize, String> {
 }
 
 /// TLS on the gRPC listener. envoyproxy/ratelimit's GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT,
-/// GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT are honoured when these flags are not given.
+/// GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT are honoured when these flags are not given,
+/// its GRPC_CLIENT_TLS_SAN when --grpc-tls-client-san is not.
 #[derive(Debug, Args)]
 pub struct GrpcTlsArgs {
     /// Serve gRPC over TLS with this certificate chain (PEM). Reloaded when the file changes:
@@ -781,6 +782,11 @@ pub struct GrpcTlsArgs {
     /// Mutual TLS: require a client certificate signed by a CA in this file (PEM).
     #[arg(long, env = "FLOODGATE_GRPC_TLS_CLIENT_CA", requires = "grpc_tls_cert")]
     pub grpc_tls_client_ca: Option<PathBuf>,
+    /// Mutual TLS: client certificates must also carry this name, as a DNS SAN (one whose
+    /// leftmost label is `*` covers one label) or, for an IP address, as an IP SAN; URI SANs and
+    /// the CN do not count. Needs a client CA: without one, floodgate does not start.
+    #[arg(long, env = "FLOODGATE_GRPC_TLS_CLIENT_SAN", value_name = "NAME")]
+    pub grpc_tls_client_san: Option<String>,
 }
 
 /// How long and how many connections every listener holds (`server::connections`): a client

@@ -46,7 +46,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("GRPC_SERVER_TLS_CERT", Honoured),
     ("GRPC_SERVER_TLS_KEY", Honoured),
     ("GRPC_CLIENT_TLS_CACERT", Honoured),
-    ("GRPC_CLIENT_TLS_SAN", NotSupported("client certificates are checked against GRPC_CLIENT_TLS_CACERT only")),
+    ("GRPC_CLIENT_TLS_SAN", Honoured),
     ("LOG_LEVEL", Honoured),
     ("LOG_FORMAT", Honoured),
     ("CONFIG_TYPE", Honoured),

@@ -755,8 +755,12 @@ fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
         args.grpc_tls_cert.as_deref(),
         args.grpc_tls_key.as_deref(),
         args.grpc_tls_client_ca.as_deref(),
+        args.grpc_tls_client_san.as_deref(),
         env,
     )?;
+    if let Some(san) = files.as_ref().and_then(|files| files.client_san.as_ref()) {
+        tracing::info!(name = %san, "gRPC client certificates must carry this name");
+    }
     Ok(files.map(ServerTls::load).transpose()?)
 }
 

@@ -5,6 +5,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod admission;
+pub(crate) mod client_san;
 pub(crate) mod connections;
 pub(crate) mod convert;
 mod debug;

@@ -18,6 +18,7 @@ use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
+use super::client_san::{ClientSan, ClientSanVerifier};
 use crate::engine::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
 use crate::engine::shutdown::Shutdown;
 
@@ -30,6 +31,9 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// CA certificates (PEM) client certificates must chain to: mutual TLS when set.
     pub client_ca: Option<PathBuf>,
+    /// The name client certificates must carry besides; only with `client_ca`
+    /// ([`files_from_settings`] refuses it alone).
+    pub client_san: Option<ClientSan>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +59,23 @@ pub enum TlsError {
     ClientCa { path: PathBuf, reason: String },
     #[error("TLS settings: {0}")]
     Settings(String),
+    #[error("{setting}={value:?}: {reason}")]
+    ClientSan {
+        setting: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error(
+        "{setting}={san} names the client certificates to accept, but no client CA is set, so \
+         none is asked for: set --grpc-tls-client-ca (with --grpc-tls-cert and --grpc-tls-key), \
+         or GRPC_CLIENT_TLS_CACERT (with GRPC_SERVER_USE_TLS=true, GRPC_SERVER_TLS_CERT and \
+         GRPC_SERVER_TLS_KEY); or remove {setting}. (envoyproxy/ratelimit ignores the name \
+         then; floodgate does not start, rather than take every client for the named one)"
+    )]
+    ClientSanWithoutCa {
+        setting: &'static str,
+        san: ClientSan,
+    },
 }
 
 /// The live server configuration, swapped whole when the files change.
@@ -217,7 +238,13 @@ fn build_config(files: &TlsFiles, contents: &FileContents) -> Result<ServerConfi
                     path: path.clone(),
                     reason: error.to_string(),
                 })?;
-            builder.with_client_cert_verifier(verifier)
+            match &files.client_san {
+                Some(san) => builder.with_client_cert_verifier(Arc::new(ClientSanVerifier::new(
+                    verifier,
+                    san.clone(),
+                ))),
+                None => builder.with_client_cert_verifier(verifier),
+            }
         }
         _ => builder.with_no_client_auth(),
     };
@@ -236,8 +263,49 @@ fn build_config(files: &TlsFiles, contents: &FileContents) -> Result<ServerConfi
 
 /// The TLS files from the flags, or from envoyproxy/ratelimit's variables
 /// (`GRPC_SERVER_USE_TLS=true` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
-/// `GRPC_CLIENT_TLS_CACERT`). `None`: plain gRPC.
+/// `GRPC_CLIENT_TLS_CACERT`), with the name client certificates must carry from `client_san`
+/// (`--grpc-tls-client-san`), else `GRPC_CLIENT_TLS_SAN`, whichever way the files came. `None`:
+/// plain gRPC. A name without a client CA is refused.
 pub fn files_from_settings(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+    client_san: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<TlsFiles>, TlsError> {
+    let san = client_san_from_settings(client_san, &env)?;
+    let files = files_without_san(cert, key, client_ca, env)?;
+    match (files, san) {
+        (files, None) => Ok(files),
+        (Some(files), Some((_, san))) if files.client_ca.is_some() => Ok(Some(TlsFiles {
+            client_san: Some(san),
+            ..files
+        })),
+        (_, Some((setting, san))) => Err(TlsError::ClientSanWithoutCa { setting, san }),
+    }
+}
+
+/// `--grpc-tls-client-san` (`flag`), else `GRPC_CLIENT_TLS_SAN`, with the setting it came from.
+fn client_san_from_settings(
+    flag: Option<&str>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<(&'static str, ClientSan)>, TlsError> {
+    let (setting, value) = match (flag, env("GRPC_CLIENT_TLS_SAN")) {
+        (Some(value), _) => ("--grpc-tls-client-san", value.to_owned()),
+        (None, Some(value)) => ("GRPC_CLIENT_TLS_SAN", value),
+        (None, None) => return Ok(None),
+    };
+    match ClientSan::parse(&value) {
+        Ok(san) => Ok(Some((setting, san))),
+        Err(reason) => Err(TlsError::ClientSan {
+            setting,
+            value,
+            reason,
+        }),
+    }
+}
+
+fn files_without_san(
     cert: Option<&Path>,
     key: Option<&Path>,
     client_ca: Option<&Path>,
@@ -248,6 +316,7 @@ pub fn files_from_settings(
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             client_ca: client_ca.map(Path::to_path_buf),
+            client_san: None,
         }));
     }
     let use_tls = env("GRPC_SERVER_USE_TLS")
@@ -260,6 +329,7 @@ pub fn files_from_settings(
             cert: cert.into(),
             key: key.into(),
             client_ca: env("GRPC_CLIENT_TLS_CACERT").map(PathBuf::from),
+            client_san: None,
         })),
         _ => Err(TlsError::Settings(
             "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (or pass \
@@ -289,12 +359,20 @@ mod tests {
             Some(Path::new("c.pem")),
             Some(Path::new("k.pem")),
             None,
+            None,
             env(&[("GRPC_SERVER_USE_TLS", "true")]),
         );
         assert!(matches!(from_flags, Ok(Some(files)) if files.cert == Path::new("c.pem")));
-        let none = files_from_settings(None, None, None, env(&[("GRPC_SERVER_TLS_CERT", "x")]));
+        let none = files_from_settings(
+            None,
+            None,
+            None,
+            None,
+            env(&[("GRPC_SERVER_TLS_CERT", "x")]),
+        );
         assert!(matches!(none, Ok(None)));
         let from_env = files_from_settings(
+            None,
             None,
             None,
             None,
@@ -313,8 +391,91 @@ mod tests {
             other => panic!("expected files, got {other:?}"),
         }
         let incomplete =
-            files_from_settings(None, None, None, env(&[("GRPC_SERVER_USE_TLS", "1")]));
+            files_from_settings(None, None, None, None, env(&[("GRPC_SERVER_USE_TLS", "1")]));
         assert!(matches!(incomplete, Err(TlsError::Settings(_))));
+    }
+
+    const REFERENCE_MUTUAL_TLS: [(&str, &str); 5] = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+        ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+        ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.example.com"),
+    ];
+
+    fn flags() -> (
+        Option<&'static Path>,
+        Option<&'static Path>,
+        Option<&'static Path>,
+    ) {
+        (
+            Some(Path::new("c.pem")),
+            Some(Path::new("k.pem")),
+            Some(Path::new("ca.pem")),
+        )
+    }
+
+    #[test]
+    fn a_client_san_is_the_flag_else_the_reference_variable_whichever_gave_the_files() {
+        let san = |files: Result<Option<TlsFiles>, TlsError>| match files {
+            Ok(Some(files)) => files.client_san.map(|san| san.to_string()),
+            other => panic!("expected files, got {other:?}"),
+        };
+        let reference = env(&REFERENCE_MUTUAL_TLS);
+        let from_env = files_from_settings(None, None, None, None, &reference);
+        assert_eq!(san(from_env).as_deref(), Some("envoy.example.com"));
+        let flag_wins = files_from_settings(None, None, None, Some("10.0.0.7"), &reference);
+        assert_eq!(san(flag_wins).as_deref(), Some("10.0.0.7"));
+        let (cert, key, ca) = flags();
+        let files_from_flags = files_from_settings(cert, key, ca, None, &reference);
+        assert_eq!(san(files_from_flags).as_deref(), Some("envoy.example.com"));
+        let no_san = files_from_settings(cert, key, ca, None, env(&[]));
+        assert_eq!(san(no_san), None);
+    }
+
+    #[test]
+    fn a_client_san_without_a_client_ca_or_that_is_no_name_is_refused() {
+        let refused = |files: Result<Option<TlsFiles>, TlsError>| match files {
+            Err(error) => error.to_string(),
+            Ok(files) => panic!("expected a refusal, got {files:?}"),
+        };
+        let mut no_ca = REFERENCE_MUTUAL_TLS.to_vec();
+        no_ca.retain(|(name, _)| *name != "GRPC_CLIENT_TLS_CACERT");
+        let without_ca = refused(files_from_settings(None, None, None, None, env(&no_ca)));
+        assert!(
+            without_ca.starts_with("GRPC_CLIENT_TLS_SAN=envoy.example.com")
+                && without_ca.contains("GRPC_CLIENT_TLS_CACERT"),
+            "{without_ca}"
+        );
+        let without_tls = refused(files_from_settings(
+            None,
+            None,
+            None,
+            Some("envoy"),
+            env(&[]),
+        ));
+        assert!(
+            without_tls.starts_with("--grpc-tls-client-san=envoy")
+                && without_tls.contains("--grpc-tls-client-ca"),
+            "{without_tls}"
+        );
+        let (cert, key, ca) = flags();
+        let flags_without_ca = files_from_settings(cert, key, None, Some("envoy"), env(&[]));
+        assert!(matches!(
+            flags_without_ca,
+            Err(TlsError::ClientSanWithoutCa { .. })
+        ));
+        let not_a_name = refused(files_from_settings(
+            cert,
+            key,
+            ca,
+            Some("envoy proxy"),
+            env(&[]),
+        ));
+        assert!(
+            not_a_name.contains("neither a DNS name nor an IP address"),
+            "{not_a_name}"
+        );
     }
 
     #[test]
@@ -326,6 +487,7 @@ mod tests {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: None,
+            client_san: None,
         };
         assert!(
             matches!(ServerTls::load(files.clone()), Err(TlsError::Read { path, .. }) if path == cert)

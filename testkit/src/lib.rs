@@ -12,6 +12,7 @@ pub mod http;
 pub mod netns;
 pub mod netns_redis;
 pub mod nginx;
+pub mod openssl_ca;
 pub mod ops;
 pub mod otlp;
 pub mod prom;
@@ -184,6 +185,19 @@ impl Running {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// The log of a process that should refuse to start: it must exit with an error within
+    /// `timeout` (one still running is reported, and killed when dropped).
+    pub fn log_of_a_refused_start(&mut self, timeout: Duration) -> String {
+        let status = self.exit_within(timeout);
+        let log = self.log_text();
+        assert!(
+            status.is_some_and(|status| !status.success()),
+            "{} should have exited with an error: {status:?}\n{log}",
+            self.name
+        );
+        log
     }
 
     pub fn log_text(&self) -> String {

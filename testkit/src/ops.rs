@@ -53,6 +53,7 @@ pub fn start(args: &[&str], env: &[(&str, &str)], log_dir: &Path) -> Server {
         "GRPC_SERVER_TLS_CERT",
         "GRPC_SERVER_TLS_KEY",
         "GRPC_CLIENT_TLS_CACERT",
+        "GRPC_CLIENT_TLS_SAN",
     ] {
         command.env_remove(name);
     }

@@ -170,14 +170,7 @@ fn refused_at_start(config: &Path, extra: &[&str], dir: &Path) -> String {
         .arg(config)
         .args(extra)
         .env("LOG_LEVEL", "info");
-    let mut process = Running::spawn("floodgate", &mut command, dir);
-    let status = process.exit_within(START_TIMEOUT);
-    let log = process.log_text();
-    assert!(
-        status.is_some_and(|status| !status.success()),
-        "should have exited with an error: {status:?}\n{log}"
-    );
-    log
+    Running::spawn("floodgate", &mut command, dir).log_of_a_refused_start(START_TIMEOUT)
 }
 
 #[test]

@@ -7,5 +7,6 @@ mod http_check;
 mod http_json;
 mod http_leases;
 mod http_shedding;
+mod tls_client_san;
 mod tls_grpc;
 mod worker_threads;

@@ -15,19 +15,19 @@ use tonic::transport::{Channel, Endpoint};
 const RULES: &str =
     "domain: t\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 
-struct Files {
+pub(super) struct Files {
     _temp: tempfile::TempDir,
-    dir: PathBuf,
-    rules: String,
-    cert: String,
-    key: String,
+    pub(super) dir: PathBuf,
+    pub(super) rules: String,
+    pub(super) cert: String,
+    pub(super) key: String,
 }
 
-fn write(path: &Path, text: &str) {
+pub(super) fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|error| panic!("write {}: {error}", path.display()));
 }
 
-fn files(server: &Pair) -> Files {
+pub(super) fn files(server: &Pair) -> Files {
     let temp = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let dir = temp.path().to_path_buf();
     let tls = dir.join("tls");
@@ -46,7 +46,7 @@ fn files(server: &Pair) -> Files {
 
 impl Files {
     /// floodgate serving these rules over TLS with this certificate and key, plus `extra`.
-    fn serve_tls(&self, extra: &[&str]) -> Server {
+    pub(super) fn serve_tls(&self, extra: &[&str]) -> Server {
         let mut args = vec![
             "--config",
             &self.rules,
@@ -74,7 +74,7 @@ async fn call(channel: Channel) -> Result<(), String> {
 }
 
 /// A new connection trusting `ca` (with `identity`) and one call on it.
-fn new_connection_works(server: &Server, ca: &TestCa, identity: Option<&Pair>) -> bool {
+pub(super) fn new_connection_works(server: &Server, ca: &TestCa, identity: Option<&Pair>) -> bool {
     ops::runtime().block_on(async {
         match channel(server, ca, identity).await {
             Ok(channel) => call(channel).await.is_ok(),
