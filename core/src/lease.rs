@@ -1,15 +1,19 @@
-//! Concurrency rules as arithmetic: how many requests are in flight, counted as leases that a
-//! start call acquires and a release call (or the lease's TTL) frees. A rate limit counts
+//! Concurrency rules as arithmetic: how many requests are in flight, counted as slots that a
+//! start call acquires and a release call (or the slot's TTL) frees. A rate limit counts
 //! requests that start; a lease counts requests that have started and not yet ended, which is
 //! what protects a slow backend from a pile-up.
 //!
-//!   leases      = lease id → expires_at, per counter; a lease with expires_at ≤ now is gone
-//!   acquire id  : held already → admitted, expiry moved to now + ttl, still one slot
-//!                 count + 1 + reserve ≤ max → admitted, id → now + ttl
+//!   leases      = per counter, lease id → its slots, each with its own expiry; a slot with
+//!                 expires_at ≤ now is gone; count = the slots of every id
+//!   acquire id  : count + 1 + reserve ≤ max → admitted, one more slot for id until now + ttl
+//!                 (an id that holds slots already takes another: one slot per acquire, so
+//!                 that requests sharing an id cannot share a slot)
 //!                 otherwise → refused, retry_after = earliest expiry − now (≥ 1)
-//!                 (a new lease past `shed_above`: it must also survive `core::shed`, or it is
+//!                 (past `shed_above` an acquire must also survive `core::shed`, or it is
 //!                 refused as shed, retry_after = min(earliest expiry − now, 1 s), ≥ 1)
-//!   release id  : admitted; the lease is removed if held (an unknown id releases nothing)
+//!   release id  : admitted; frees the one slot of id that expires soonest, the earliest
+//!                 acquired while the TTL is unchanged (an id holding no slot frees nothing):
+//!                 N admitted acquires and N releases of one id leave it no slot
 //!   reserve     = max − floor(max × share) for a priority class (`algorithm::Share`), as a
 //!                 class leaves headroom in a rate limit
 //!
@@ -18,23 +22,31 @@
 //! acquire is refused, none of its calls change anything.
 
 pub mod application;
+mod slots;
 
-use std::collections::BTreeMap;
+pub use slots::Leases;
 
 use super::algorithm::Share;
 use super::plan::{DescriptorPlan, Plan};
 use super::shed;
 use super::time::Micros;
 
-/// The most leases one concurrency rule may hold: each lease is stored (and the Redis store
-/// reads every lease of a counter at each call), as a sliding log keeps each hit.
+/// The most slots one concurrency rule may hold: each slot is stored (and the Redis store
+/// reads every slot of a counter at each call), as a sliding log keeps each hit.
 pub const MAX_IN_FLIGHT: u32 = 10_000;
 
 /// The longest lease TTL: a day. A lease that lives longer is a leak, not a request.
 pub const MAX_LEASE_TTL: Micros = 86_400 * 1_000_000;
 
-/// The longest lease id kept: ids are stored per lease (`x-request-id` is a UUID, 36 bytes).
+/// The longest lease id kept: ids are stored per slot (`x-request-id` is a UUID, 36 bytes).
 pub const MAX_LEASE_ID_LEN: usize = 256;
+
+/// Whether `id` can name a lease: not empty, at most [`MAX_LEASE_ID_LEN`] bytes, and no NUL
+/// byte, since the Redis store names an id's further slots `id NUL n` and an id holding a NUL
+/// could then be read as another id's slot.
+pub fn is_usable_lease_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_LEASE_ID_LEN && !id.contains('\0')
+}
 
 /// `concurrency:` of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,20 +130,17 @@ pub struct LeaseCall {
     pub draw: u32,
 }
 
-/// The leases of one counter: lease id → when it expires.
-pub type Leases = BTreeMap<String, Micros>;
-
 /// What a call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseOutcome {
     pub admitted: bool,
-    /// Leases held after the call (as judged, when refused).
+    /// Slots held after the call (as judged, when refused).
     pub in_flight: u32,
-    /// When refused: until the earliest lease expires (µs, ≥ 1); 0 when admitted.
+    /// When refused: until the earliest slot expires (µs, ≥ 1); 0 when admitted.
     pub retry_after: Micros,
-    /// A release that found its lease (false for an unknown id, and for acquires).
+    /// A release that freed a slot (false for an id holding none, and for acquires).
     pub released: bool,
-    /// For a release that found its lease: how long it was held, from its last acquire (µs);
+    /// For a release that freed a slot: how long the slot was held, from its acquire (µs);
     /// what adaptive concurrency learns the backend's latency from. 0 otherwise.
     pub held_for: Micros,
     /// A refused acquire that had a slot but did not survive shedding.
@@ -147,76 +156,60 @@ impl LeaseOutcome {
     }
 }
 
-/// Drops the leases that have expired at `now`.
-pub fn expire(leases: &mut Leases, now: Micros) {
-    leases.retain(|_, expires_at| *expires_at > now);
-}
-
-/// Applies `call` to `leases` (expired ones already dropped) at `now`, in place.
+/// Applies `call` to `leases` (expired slots already dropped) at `now`, in place.
 pub fn apply(leases: &mut Leases, now: Micros, call: &LeaseCall) -> LeaseOutcome {
-    let held = count(leases);
     match call.action {
         LeaseAction::Release => {
-            let removed = leases.remove(&call.lease_id);
+            let freed = leases.free_soonest(&call.lease_id);
             LeaseOutcome {
                 admitted: true,
-                in_flight: count(leases),
+                in_flight: leases.held(),
                 retry_after: 0,
-                released: removed.is_some(),
-                held_for: removed.map_or(0, |expiry| held_for(now, expiry, call.lease_ttl)),
+                released: freed.is_some(),
+                held_for: freed.map_or(0, |expiry| held_for(now, expiry, call.lease_ttl)),
                 shed: false,
             }
         }
-        LeaseAction::Acquire => {
-            let expires_at = now.saturating_add(call.lease_ttl.max(1));
-            let fits =
-                u64::from(held) + 1 + u64::from(call.reserve) <= u64::from(call.max_in_flight);
-            let survives = || shed::survives(call.shed_above, held.saturating_add(1), call.draw);
-            if let Some(expiry) = leases.get_mut(&call.lease_id) {
-                *expiry = expires_at;
-            } else if fits && survives() {
-                leases.insert(call.lease_id.clone(), expires_at);
-            } else {
-                let earliest = leases.values().min().copied().unwrap_or(expires_at);
-                let wait = (earliest - now).max(1);
-                return LeaseOutcome {
-                    admitted: false,
-                    in_flight: held,
-                    retry_after: if fits {
-                        wait.min(SHED_RETRY_AFTER)
-                    } else {
-                        wait
-                    },
-                    released: false,
-                    held_for: 0,
-                    shed: fits,
-                };
-            }
-            LeaseOutcome {
-                admitted: true,
-                in_flight: count(leases),
-                retry_after: 0,
-                released: false,
-                held_for: 0,
-                shed: false,
-            }
-        }
+        LeaseAction::Acquire => acquire(leases, now, call),
     }
 }
 
-/// How long a lease that expires at `expiry` has been held at `now`: it was (last) acquired
-/// at `expiry − ttl`. At least 0 (a TTL shortened by a reload since).
+/// An acquire: one more slot when one is free and the call survives shedding.
+fn acquire(leases: &mut Leases, now: Micros, call: &LeaseCall) -> LeaseOutcome {
+    let held = leases.held();
+    let expires_at = now.saturating_add(call.lease_ttl.max(1));
+    let fits = u64::from(held) + 1 + u64::from(call.reserve) <= u64::from(call.max_in_flight);
+    if fits && shed::survives(call.shed_above, held.saturating_add(1), call.draw) {
+        leases.take(&call.lease_id, expires_at);
+        return LeaseOutcome {
+            admitted: true,
+            in_flight: leases.held(),
+            retry_after: 0,
+            released: false,
+            held_for: 0,
+            shed: false,
+        };
+    }
+    let earliest = leases.earliest_expiry().unwrap_or(expires_at);
+    let wait = (earliest - now).max(1);
+    LeaseOutcome {
+        admitted: false,
+        in_flight: held,
+        retry_after: if fits {
+            wait.min(SHED_RETRY_AFTER)
+        } else {
+            wait
+        },
+        released: false,
+        held_for: 0,
+        shed: fits,
+    }
+}
+
+/// How long a slot that expires at `expiry` has been held at `now`: it was acquired at
+/// `expiry − ttl`. At least 0 (a TTL shortened by a reload since).
 pub fn held_for(now: Micros, expiry: Micros, ttl: Micros) -> Micros {
     now.saturating_sub(expiry.saturating_sub(ttl.max(1))).max(0)
-}
-
-/// When a counter's leases all expire (the store may forget it then); `None` when empty.
-pub fn expires_at(leases: &Leases) -> Option<Micros> {
-    leases.values().max().copied()
-}
-
-fn count(leases: &Leases) -> u32 {
-    u32::try_from(leases.len()).unwrap_or(u32::MAX)
 }
 
 /// The outcome of a request's lease calls, and which counters change.
@@ -228,7 +221,7 @@ pub struct Settled {
 }
 
 /// Decides every call of one request against the counters `load` gives (loaded once per key,
-/// expired leases dropped), in order, each call seeing the ones before it: all or nothing.
+/// expired slots dropped), in order, each call seeing the ones before it: all or nothing.
 /// Returns the outcomes and the counters' next leases, keyed as the calls name them (only
 /// when kept).
 pub fn settle(
@@ -243,7 +236,7 @@ pub fn settle(
             Some(at) => at,
             None => {
                 let mut leases = load(&call.key);
-                expire(&mut leases, now);
+                leases.expire(now);
                 working.push((call.key.clone(), leases));
                 working.len() - 1
             }

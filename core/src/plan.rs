@@ -4,7 +4,9 @@
 use super::adjustment::{Adjustment, AdjustmentsAt};
 use super::algorithm::{Hits, Quota, Share};
 use super::key::{counter_key, lease_key};
-use super::lease::{adjusted_max_in_flight, reserve_at, LeaseAction, LeaseCall, MAX_LEASE_ID_LEN};
+use super::lease::{
+    adjusted_max_in_flight, is_usable_lease_id, reserve_at, LeaseAction, LeaseCall,
+};
 use super::priority::ClassChoice;
 use super::request::{Descriptor, LimitOverride, Request};
 use super::rules::{DomainRules, Entry, MatchedLevel, Rule};
@@ -35,8 +37,8 @@ pub enum DescriptorPlan<'a> {
     Unlimited { rule: &'a Rule },
     /// A concurrency rule decides it with the lease call `lease` (an index into
     /// `Plan::leases`); `None` when the descriptor carries no usable lease id (no lease entry,
-    /// or one empty or longer than `lease::MAX_LEASE_ID_LEN`): refused, as nothing could
-    /// release it.
+    /// or one that `lease::is_usable_lease_id` refuses): refused, as nothing could release
+    /// it.
     Concurrency {
         rule: &'a Rule,
         lease: Option<usize>,
@@ -195,7 +197,7 @@ pub fn plan_adjusted<'a>(
                 let lease_id = lease_entry
                     .and_then(|at| descriptor.entries.get(at))
                     .map(|entry| entry.value.as_str())
-                    .filter(|id| !id.is_empty() && id.len() <= MAX_LEASE_ID_LEN);
+                    .filter(|id| is_usable_lease_id(id));
                 let counted = descriptor
                     .entries
                     .get(..levels.len())

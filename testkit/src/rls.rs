@@ -50,21 +50,28 @@ pub async fn call(
         .map(tonic::Response::into_inner)
 }
 
-/// The overall code, and the first descriptor's `limit_remaining` and `duration_until_reset`
-/// (whole seconds) of a one-descriptor answer.
-pub fn first_outcome(response: &RateLimitResponse) -> (Code, u32, i64) {
+/// The overall code and the first descriptor's `limit_remaining` of a one-descriptor answer.
+pub fn code_and_remaining(response: &RateLimitResponse) -> (Code, u32) {
     let code = Code::try_from(response.overall_code)
         .unwrap_or_else(|_| panic!("unknown code {}", response.overall_code));
     let status = response
         .statuses
         .first()
         .unwrap_or_else(|| panic!("no status in {response:?}"));
-    let reset = status
-        .duration_until_reset
-        .as_ref()
+    (code, status.limit_remaining)
+}
+
+/// The overall code, and the first descriptor's `limit_remaining` and `duration_until_reset`
+/// (whole seconds) of a one-descriptor answer.
+pub fn first_outcome(response: &RateLimitResponse) -> (Code, u32, i64) {
+    let (code, remaining) = code_and_remaining(response);
+    let reset = response
+        .statuses
+        .first()
+        .and_then(|status| status.duration_until_reset.as_ref())
         .map(|reset| reset.seconds)
         .unwrap_or_else(|| panic!("no duration_until_reset in {response:?}"));
-    (code, status.limit_remaining, reset)
+    (code, remaining, reset)
 }
 
 /// A TLS channel to 127.0.0.1:`port` that trusts `ca_pem` for the name `localhost`, presenting

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::envoy::Envoy;
@@ -33,7 +33,18 @@ struct SlowUpstream {
     port: u16,
     most_in_flight: Arc<AtomicUsize>,
     served: Arc<AtomicUsize>,
+    /// The x-request-id of each request served, as Envoy forwarded it.
+    request_ids: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
+}
+
+/// What `serve` counts and keeps, shared by every connection.
+#[derive(Clone)]
+struct Tally {
+    in_flight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    served: Arc<AtomicUsize>,
+    request_ids: Arc<Mutex<Vec<String>>>,
 }
 
 impl SlowUpstream {
@@ -44,37 +55,32 @@ impl SlowUpstream {
         listener
             .set_nonblocking(true)
             .unwrap_or_else(|error| panic!("nonblocking: {error}"));
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let most_in_flight = Arc::new(AtomicUsize::new(0));
-        let served = Arc::new(AtomicUsize::new(0));
+        let tally = Tally {
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            most: Arc::new(AtomicUsize::new(0)),
+            served: Arc::new(AtomicUsize::new(0)),
+            request_ids: Arc::new(Mutex::new(Vec::new())),
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let counts = (
-            Arc::clone(&in_flight),
-            Arc::clone(&most_in_flight),
-            Arc::clone(&served),
-        );
-        let stopped = Arc::clone(&stop);
+        let upstream = SlowUpstream {
+            port,
+            most_in_flight: Arc::clone(&tally.most),
+            served: Arc::clone(&tally.served),
+            request_ids: Arc::clone(&tally.request_ids),
+            stop: Arc::clone(&stop),
+        };
         std::thread::spawn(move || {
-            while !stopped.load(Ordering::SeqCst) {
+            while !stop.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let counts = (
-                            Arc::clone(&counts.0),
-                            Arc::clone(&counts.1),
-                            Arc::clone(&counts.2),
-                        );
-                        std::thread::spawn(move || serve(stream, counts));
+                        let tally = tally.clone();
+                        std::thread::spawn(move || serve(stream, tally));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
-        SlowUpstream {
-            port,
-            most_in_flight,
-            served,
-            stop,
-        }
+        upstream
     }
 }
 
@@ -85,10 +91,7 @@ impl Drop for SlowUpstream {
 }
 
 /// Serves one keep-alive connection: request heads in, a short 200 out.
-fn serve(
-    mut stream: TcpStream,
-    (in_flight, most, served): (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>),
-) {
+fn serve(mut stream: TcpStream, tally: Tally) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let mut pending = Vec::new();
@@ -104,17 +107,32 @@ fn serve(
             .windows(4)
             .position(|window| window == b"\r\n\r\n")
             .map_or(pending.len(), |at| at + 4);
-        pending.drain(..end);
-        let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        most.fetch_max(now, Ordering::SeqCst);
+        let head: Vec<u8> = pending.drain(..end).collect();
+        if let Some(id) = request_id(&head) {
+            if let Ok(mut ids) = tally.request_ids.lock() {
+                ids.push(id);
+            }
+        }
+        let now = tally.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        tally.most.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(SERVICE_TIME);
-        in_flight.fetch_sub(1, Ordering::SeqCst);
-        served.fetch_add(1, Ordering::SeqCst);
+        tally.in_flight.fetch_sub(1, Ordering::SeqCst);
+        tally.served.fetch_add(1, Ordering::SeqCst);
         let answer = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n";
         if stream.write_all(answer.as_bytes()).is_err() {
             return;
         }
     }
+}
+
+/// The x-request-id header of a request head, if it has one.
+fn request_id(head: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(head).lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("x-request-id")
+            .then(|| value.trim().to_owned())
+    })
 }
 
 pub(super) fn guide_rules() -> String {
@@ -312,4 +330,63 @@ fn a_lease_whose_release_is_lost_frees_after_its_ttl() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(upstream.served.load(Ordering::SeqCst), 1);
+}
+
+/// A client that names its own requests cannot make them share a slot: 10 requests in
+/// flight together, all carrying one x-request-id the client chose, put at most the limit in
+/// the backend. They start 20 ms apart, well within the upstream's 250 ms, so that the
+/// stream-end calls of the first ones refused come before the last ones start: were the id
+/// kept, those calls would free the slots of requests still in the backend. The guide's Envoy
+/// (`use_remote_address: true`) gives every external request an x-request-id of its own
+/// instead, so each request's lease is its own and its stream-end call frees only that one.
+#[test]
+fn requests_carrying_one_client_chosen_request_id_never_exceed_the_limit() {
+    const PARALLEL: usize = 10;
+    const FORGED: &str = "one-id-for-every-request";
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let floodgate = Floodgate::start_with_rules(dir.path(), "backend.yaml", &guide_rules(), &[]);
+    let upstream = SlowUpstream::start();
+    let envoy = start_envoy(floodgate.grpc_port, upstream.port, dir.path(), "envoy.yaml");
+    let clients: Vec<_> = (0..PARALLEL)
+        .map(|_| {
+            let port = envoy.port;
+            let client = std::thread::spawn(move || {
+                get(port, "/", &[("x-request-id", FORGED)])
+                    .unwrap_or_else(|error| panic!("request through envoy: {error}"))
+                    .status
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            client
+        })
+        .collect();
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .map(|client| {
+            client
+                .join()
+                .unwrap_or_else(|_| panic!("a client thread panicked"))
+        })
+        .collect();
+    let logs = || floodgate.process.log_text();
+    let passed = statuses.iter().filter(|status| **status == 200).count();
+    let refused = statuses.iter().filter(|status| **status == 429).count();
+    assert_eq!(passed + refused, PARALLEL, "{statuses:?}\n{}", logs());
+    let most = upstream.most_in_flight.load(Ordering::SeqCst);
+    assert!(
+        most <= LIMIT,
+        "{PARALLEL} requests with one x-request-id: the upstream served {most} at once, above \
+         the limit of {LIMIT} ({statuses:?})"
+    );
+    assert!(passed >= 1 && refused >= 1, "{statuses:?}");
+    assert_eq!(upstream.served.load(Ordering::SeqCst), passed);
+    let ids = upstream
+        .request_ids
+        .lock()
+        .map(|ids| ids.clone())
+        .unwrap_or_default();
+    assert!(
+        ids.len() == passed && !ids.iter().any(|id| id == FORGED),
+        "Envoy forwarded the client's x-request-id: {ids:?}"
+    );
+    wait_until_every_slot_is_free(&[envoy.port], &logs);
 }

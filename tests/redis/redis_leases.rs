@@ -1,14 +1,18 @@
 //! Concurrency rules' leases in Redis (`src/store/redis/lua/leases.lua`) decide exactly as in
-//! memory (`core::lease`): seeded random sequences of acquires, repeated acquires, releases of
-//! known and unknown ids, priority reserves and requests of several calls run against both
-//! stores with one manual clock, which jumps past lease TTLs now and then; every outcome must
-//! be identical. Then the properties themselves on Redis: concurrent acquires from many tasks
-//! never hold more than the limit, and a lease whose release is lost frees after its TTL.
+//! memory (`core::lease`): seeded random sequences of acquires (an id holding slots already
+//! takes another), releases of known and unknown ids, priority reserves and requests of several
+//! calls run against both stores with one manual clock, which jumps past lease TTLs now and
+//! then; every outcome must be identical. Then the properties themselves: N acquires with one
+//! id hold N slots and N releases free them all, in memory, Redis and hybrid alike; a set
+//! written by earlier versions (one member per id) reads as one slot per id; concurrent
+//! acquires from many tasks never hold more than the limit; and a lease whose release is lost
+//! frees after its TTL.
 
 use std::sync::Arc;
 
 use floodgate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::store::hybrid::{HybridOptions, HybridStore};
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::Store;
@@ -142,12 +146,108 @@ async fn leases_in_redis_decide_as_in_memory() {
     }
 }
 
-async fn acquire(store: &RedisStore, key: &[u8], id: String, max: u32) -> LeaseOutcome {
-    let calls = [call(key, id, LeaseAction::Acquire, max, 0)];
-    match store.leases(&calls).await {
+async fn one_call(store: &impl Store, call: LeaseCall) -> LeaseOutcome {
+    match store.leases(&[call]).await {
         Ok(outcomes) => outcomes[0],
-        Err(error) => panic!("acquire: {error}"),
+        Err(error) => panic!("lease call: {error}"),
     }
+}
+
+async fn acquire(store: &impl Store, key: &[u8], id: String, max: u32) -> LeaseOutcome {
+    one_call(store, call(key, id, LeaseAction::Acquire, max, 0)).await
+}
+
+async fn release(store: &impl Store, key: &[u8], id: &str) -> LeaseOutcome {
+    one_call(store, call(key, id.to_owned(), LeaseAction::Release, 1, 0)).await
+}
+
+/// `max` acquires with one id hold `max` slots and leave none for another; `max` releases of
+/// it bring the count back to 0, and one more frees nothing.
+async fn one_id_holds_a_slot_per_acquire(store: &impl Store, key: &[u8], max: u32) {
+    for n in 1..=max {
+        let again = acquire(store, key, "shared".into(), max).await;
+        assert!(
+            again.admitted && again.in_flight == n,
+            "acquire {n}: {again:?}"
+        );
+    }
+    assert!(!acquire(store, key, "shared".into(), max).await.admitted);
+    assert!(!acquire(store, key, "other".into(), max).await.admitted);
+    for n in (0..max).rev() {
+        let freed = release(store, key, "shared").await;
+        assert!(freed.released && freed.in_flight == n, "{freed:?}");
+    }
+    assert!(!release(store, key, "shared").await.released);
+    assert_eq!(acquire(store, key, "other".into(), max).await.in_flight, 1);
+}
+
+#[tokio::test]
+async fn one_id_holds_a_slot_per_acquire_in_every_store() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let (memory, redis) = stores(&server, &clock).await;
+    one_id_holds_a_slot_per_acquire(&memory, &identity(4), 5).await;
+    one_id_holds_a_slot_per_acquire(&redis, &identity(5), 5).await;
+    let (_, for_hybrid) = stores(&server, &clock).await;
+    let hybrid = HybridStore::new(for_hybrid, clock.clone(), false, HybridOptions::default())
+        .unwrap_or_else(|error| panic!("hybrid store: {error}"));
+    one_id_holds_a_slot_per_acquire(&hybrid, &identity(6), 5).await;
+}
+
+async fn members(inspector: &mut redis::aio::MultiplexedConnection) -> (String, Vec<String>) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(inspector)
+        .await
+        .unwrap_or_else(|error| panic!("KEYS: {error}"));
+    assert_eq!(keys.len(), 1, "one lease counter: {keys:?}");
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys[0])
+        .arg(0)
+        .arg(-1)
+        .query_async(inspector)
+        .await
+        .unwrap_or_else(|error| panic!("ZRANGE: {error}"));
+    (keys[0].clone(), members)
+}
+
+/// An id's first slot is stored as earlier versions stored a lease (member = the id), its
+/// further slots as `id NUL n`; a set those versions wrote reads as one slot per member, and
+/// their leases are released as before.
+#[tokio::test]
+async fn slots_are_stored_so_that_earlier_versions_sets_read_as_one_slot_per_id() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(START));
+    let (_, redis) = stores(&server, &clock).await;
+    let mut inspector = server.inspector().await;
+    let key = identity(7);
+    for _ in 0..3 {
+        assert!(acquire(&redis, &key, "same".into(), 10).await.admitted);
+    }
+    let (stored, mut written) = members(&mut inspector).await;
+    written.sort();
+    assert_eq!(written, ["same", "same\u{0}2", "same\u{0}3"]);
+    // Two leases as an earlier version wrote them, expiring with the others.
+    for old in ["old-a", "old-b"] {
+        let _: () = redis::cmd("ZADD")
+            .arg(&stored)
+            .arg(START + TTL)
+            .arg(old)
+            .query_async(&mut inspector)
+            .await
+            .unwrap_or_else(|error| panic!("ZADD: {error}"));
+    }
+    assert_eq!(acquire(&redis, &key, "new".into(), 10).await.in_flight, 6);
+    let freed = release(&redis, &key, "old-a").await;
+    assert!(freed.released && freed.in_flight == 5, "{freed:?}");
+    assert!(!release(&redis, &key, "old-a").await.released);
+    // Whichever slot of "same" is freed (the three expire together), the next acquire takes
+    // its name again: the smallest free one.
+    assert!(release(&redis, &key, "same").await.released);
+    assert!(acquire(&redis, &key, "same".into(), 10).await.admitted);
+    let (_, mut after) = members(&mut inspector).await;
+    after.sort();
+    assert_eq!(after, ["new", "old-b", "same", "same\u{0}2", "same\u{0}3"]);
 }
 
 #[tokio::test]
@@ -161,7 +261,7 @@ async fn concurrent_acquires_never_hold_more_than_the_limit() {
     let tasks: Vec<_> = (0..200)
         .map(|task| {
             let (redis, key) = (Arc::clone(&redis), key.clone());
-            tokio::spawn(async move { acquire(&redis, &key, format!("t{task}"), MAX).await })
+            tokio::spawn(async move { acquire(&*redis, &key, format!("t{task}"), MAX).await })
         })
         .collect();
     let mut admitted = 0;

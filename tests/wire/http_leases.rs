@@ -1,6 +1,6 @@
 //! `/lease/acquire` and `/lease/release` over a socket against the real binary, in memory and
-//! in Redis: slots up to the limit, then 429 with `Retry-After`; a release frees exactly its
-//! lease; an unknown id and a repeated acquire change nothing; a priority class leaves the
+//! in Redis: slots up to the limit, then 429 with `Retry-After`; a repeated acquire takes
+//! another slot and each release of the id frees one; an unknown id changes nothing; a priority class leaves the
 //! reserve to the classes above; a request that a rate limit refuses gives its lease back
 //! (all or nothing across both); refusals are counted by class; errors are 400 with what to
 //! send.
@@ -74,9 +74,8 @@ fn remaining(response: &HttpResponse) -> u64 {
 fn leases_hold_their_slots(dir: &Path, flags: &[&str]) {
     let floodgate = Floodgate::start_with_rules(dir, "jobs.yaml", RULES, flags);
     assert_eq!(remaining(&acquire(&floodgate, "a")), 1);
-    // The same id again: renewed, not a second slot.
-    assert_eq!(remaining(&acquire(&floodgate, "a")), 1);
-    assert_eq!(remaining(&acquire(&floodgate, "b")), 0);
+    // The same id again takes a second slot: two requests cannot share one.
+    assert_eq!(remaining(&acquire(&floodgate, "a")), 0);
     let refused = acquire(&floodgate, "c");
     assert_eq!(refused.status, 429, "{refused:?}");
     let body = json(&refused);
@@ -88,8 +87,14 @@ fn leases_hold_their_slots(dir: &Path, flags: &[&str]) {
         .and_then(|value| value.parse().ok())
         .unwrap_or(0);
     assert!((1..=60).contains(&retry), "{refused:?}");
+    // Each release of a frees one of its slots; then a holds none, and frees nothing.
+    assert_eq!(remaining(&release(&floodgate, "a")), 1);
+    assert_eq!(remaining(&release(&floodgate, "a")), 2);
+    assert_eq!(remaining(&release(&floodgate, "a")), 2);
 
     // An unknown id releases nothing; a known one frees exactly its slot.
+    assert_eq!(remaining(&acquire(&floodgate, "a")), 1);
+    assert_eq!(remaining(&acquire(&floodgate, "b")), 0);
     assert_eq!(remaining(&release(&floodgate, "nobody")), 0);
     assert_eq!(acquire(&floodgate, "c").status, 429);
     assert_eq!(remaining(&release(&floodgate, "a")), 1);
@@ -97,7 +102,7 @@ fn leases_hold_their_slots(dir: &Path, flags: &[&str]) {
     assert_eq!(
         acquire(&floodgate, "a").status,
         429,
-        "a was released: a new lease"
+        "a was released, and b and c hold the two slots"
     );
 
     // A batch job may take half of 4; the rest is kept for critical ones.
@@ -188,6 +193,10 @@ fn a_request_that_names_no_concurrency_rule_is_told_what_to_send() {
         (
             r#"{"domain": "jobs", "entries": [{"key": "pool", "value": "render"}], "lease": ""}"#,
             "the lease id is empty",
+        ),
+        (
+            r#"{"domain": "jobs", "entries": [{"key": "pool", "value": "render"}], "lease": "a\u0000b"}"#,
+            "holds a NUL byte",
         ),
     ];
     for (body, hint) in cases {

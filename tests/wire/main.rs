@@ -2,6 +2,7 @@
 //! clients and the worker threads that serve them.
 
 mod grpc_api;
+mod grpc_leases;
 mod hostile_clients;
 mod http_check;
 mod http_json;

@@ -3,7 +3,7 @@
 //! lease id; this builds the request Envoy's two calls would be, so that both tiers count in
 //! the same counter and are decided by the same path.
 
-use super::{LeaseAction, MAX_LEASE_ID_LEN};
+use super::{is_usable_lease_id, LeaseAction, MAX_LEASE_ID_LEN};
 use crate::request::{Descriptor, Request};
 use crate::rules::{Entry, RuleSet};
 
@@ -19,8 +19,8 @@ pub struct LeaseRequest {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseRequestError {
     #[error(
-        "the lease id is empty or longer than {MAX_LEASE_ID_LEN} bytes: give each request its \
-         own short id (a UUID), and the same one to its release"
+        "the lease id is empty, longer than {MAX_LEASE_ID_LEN} bytes or holds a NUL byte: give \
+         each request its own short id (a UUID), and the same one to its release"
     )]
     BadLeaseId,
     #[error("no domain {0:?} in the rules: give a domain that `floodgate validate` lists")]
@@ -40,7 +40,7 @@ pub fn as_request(
     lease: &LeaseRequest,
     action: LeaseAction,
 ) -> Result<Request, LeaseRequestError> {
-    if lease.lease_id.is_empty() || lease.lease_id.len() > MAX_LEASE_ID_LEN {
+    if !is_usable_lease_id(&lease.lease_id) {
         return Err(LeaseRequestError::BadLeaseId);
     }
     let domain = rules
@@ -162,10 +162,16 @@ mod tests {
             as_request(&rules, &unknown, LeaseAction::Acquire),
             Err(LeaseRequestError::UnknownDomain(_))
         ));
-        unknown.lease_id = String::new();
-        assert_eq!(
-            as_request(&rules, &unknown, LeaseAction::Acquire),
-            Err(LeaseRequestError::BadLeaseId)
-        );
+        for bad in [
+            String::new(),
+            "a\0b".to_owned(),
+            "x".repeat(MAX_LEASE_ID_LEN + 1),
+        ] {
+            unknown.lease_id = bad;
+            assert_eq!(
+                as_request(&rules, &unknown, LeaseAction::Acquire),
+                Err(LeaseRequestError::BadLeaseId)
+            );
+        }
     }
 }

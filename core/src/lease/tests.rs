@@ -73,21 +73,22 @@ fn a_release_frees_exactly_its_lease() {
     let released = store.one(release("a"), NOW + 1);
     assert!(released.released && released.admitted);
     assert_eq!(released.in_flight, 1);
-    assert!(store.counters[&b"pool".to_vec()].contains_key("b"));
+    assert_eq!(store.counters[&b"pool".to_vec()].slots_of("b"), [NOW + TTL]);
     assert!(store.one(acquire("c", 2), NOW + 2).admitted);
     assert!(!store.one(acquire("d", 2), NOW + 3).admitted);
 }
 
 #[test]
-fn a_release_says_how_long_its_lease_was_held_since_its_last_acquire() {
+fn a_release_says_how_long_its_slot_was_held_since_its_acquire() {
     let mut store = Store::default();
     store.one(acquire("a", 2), NOW);
     assert_eq!(store.one(release("a"), NOW + 4_250).held_for, 4_250);
+    // Two slots of one id: the first release frees the one acquired first.
     store.one(acquire("b", 2), NOW);
-    // A retry renews the lease: the time held counts from it.
     store.one(acquire("b", 2), NOW + 1_000);
-    assert_eq!(store.one(release("b"), NOW + 1_600).held_for, 600);
-    assert_eq!(store.one(release("b"), NOW + 1_700).held_for, 0);
+    assert_eq!(store.one(release("b"), NOW + 1_600).held_for, 1_600);
+    assert_eq!(store.one(release("b"), NOW + 1_700).held_for, 700);
+    assert_eq!(store.one(release("b"), NOW + 1_800).held_for, 0);
     assert_eq!(store.one(acquire("c", 2), NOW).held_for, 0);
 }
 
@@ -103,16 +104,45 @@ fn an_unknown_id_releases_nothing() {
 }
 
 #[test]
-fn a_repeated_acquire_takes_one_slot_and_renews_the_lease() {
+fn each_acquire_of_one_id_takes_a_slot_and_each_release_frees_one() {
+    const N: u32 = 5;
     let mut store = Store::default();
-    store.one(acquire("a", 2), NOW);
-    let again = store.one(acquire("a", 2), NOW + TTL - 1);
-    assert!(again.admitted);
-    assert_eq!(again.in_flight, 1);
-    // Renewed at NOW + TTL − 1: still held just after the first expiry.
-    assert_eq!(store.one(acquire("b", 2), NOW + TTL + 1).in_flight, 2);
-    // A full counter still renews a lease it holds.
-    assert!(store.one(acquire("a", 2), NOW + TTL + 2).admitted);
+    for n in 1..=N {
+        let again = store.one(acquire("same", N), NOW + Micros::from(n));
+        assert!(again.admitted && again.in_flight == n, "{again:?}");
+    }
+    // The id holds every slot: one more acquire with it is refused like any other.
+    let full = store.one(acquire("same", N), NOW + 10);
+    assert!(!full.admitted);
+    assert_eq!(
+        full.retry_after,
+        TTL + 1 - 10,
+        "until the first slot expires"
+    );
+    assert!(!store.one(acquire("other", N), NOW + 10).admitted);
+    for n in (0..N).rev() {
+        let freed = store.one(release("same"), NOW + 20);
+        assert!(freed.released && freed.in_flight == n, "{freed:?}");
+    }
+    assert!(!store.one(release("same"), NOW + 21).released);
+    assert!(store.counters[&b"pool".to_vec()].is_empty());
+}
+
+#[test]
+fn a_release_frees_the_slot_of_its_id_that_expires_soonest() {
+    let mut store = Store::default();
+    store.one(acquire("a", 3), NOW);
+    // A reload shortened the TTL since: the second slot expires first.
+    let short = LeaseCall {
+        lease_ttl: TTL / 3,
+        ..acquire("a", 3)
+    };
+    store.one(short, NOW + 1);
+    store.one(acquire("b", 3), NOW + 2);
+    assert!(store.one(release("a"), NOW + 3).released);
+    let left = &store.counters[&b"pool".to_vec()];
+    assert_eq!(left.slots_of("a"), [NOW + TTL]);
+    assert_eq!(left.slots_of("b"), [NOW + 2 + TTL]);
 }
 
 #[test]
@@ -179,7 +209,7 @@ fn calls_of_one_request_see_each_other() {
     let in_flight: Vec<u32> = settled.outcomes.iter().map(|o| o.in_flight).collect();
     assert_eq!(in_flight, [1, 2, 1]);
     assert_eq!(
-        expires_at(&store.counters[&b"pool".to_vec()]),
+        store.counters[&b"pool".to_vec()].latest_expiry(),
         Some(NOW + TTL)
     );
 }
@@ -219,11 +249,12 @@ fn past_shed_above_a_new_lease_survives_by_its_draw_and_a_shed_one_waits_briefly
     let shed = apply(&mut leases, 0, &shedding("c", u32::MAX / 10 * 9));
     assert!(!shed.admitted && shed.shed, "{shed:?}");
     assert_eq!(shed.retry_after, SHED_RETRY_AFTER.min(TTL));
-    assert_eq!(leases.len(), 2, "a shed lease takes nothing");
+    assert_eq!(leases.held(), 2, "a shed lease takes nothing");
     let survived = apply(&mut leases, 0, &shedding("c", u32::MAX / 10 * 6));
     assert!(survived.admitted && !survived.shed);
-    // A lease already held renews whatever the draw: shedding refuses only new work.
-    assert!(apply(&mut leases, 1, &shedding("a", u32::MAX)).admitted);
+    // An id that holds a slot already asks for another one: shed like any new slot.
+    let again = apply(&mut leases, 1, &shedding("a", u32::MAX));
+    assert!(!again.admitted && again.shed, "{again:?}");
     // At the hard bound it is a plain refusal, not a shed.
     let full = apply(
         &mut leases,

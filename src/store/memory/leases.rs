@@ -1,5 +1,5 @@
-//! The memory store's lease counters (concurrency rules, `core::lease`): one map of lease id →
-//! expiry per counter, behind one lock, since a lease call is rare beside a rate-limit decision
+//! The memory store's lease counters (concurrency rules, `core::lease`): the slots of each
+//! lease id, with their expiries, per counter, behind one lock, since a lease call is rare beside a rate-limit decision
 //! and touches one or two counters. Bounded like the counters: a new lease counter past
 //! `max_keys` is refused ([`StoreError::Full`]) after the expired ones are dropped.
 
@@ -60,6 +60,6 @@ impl LeaseTable {
 
 fn drop_expired(counters: &mut HashMap<Vec<u8>, Leases>, now: Micros) -> usize {
     let before = counters.len();
-    counters.retain(|_, leases| lease::expires_at(leases).is_some_and(|at| at > now));
+    counters.retain(|_, leases| leases.latest_expiry().is_some_and(|at| at > now));
     before - counters.len()
 }

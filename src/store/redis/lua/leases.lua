@@ -2,23 +2,27 @@
 -- atomic as every script. Keep it in step with core/src/lease.rs: the differential test
 -- (tests/redis/redis_leases.rs) demands the same outcomes from both.
 --
---   a counter   = a sorted set: member lease id, score its expiry (µs); a score ≤ now is gone
---   acquire id  : held → admitted, score now + ttl, still one slot
---                 count + 1 + reserve ≤ max → admitted, id → now + ttl
---                 a new lease past shed_above must survive (core::shed): draw × (count + 1)
+--   a counter   = a sorted set, one member per slot, score its expiry (µs); a score ≤ now is
+--                 gone. An id's first slot is the member `id` (as earlier versions wrote a
+--                 lease, so their sets read as one slot per id), its further ones `id NUL n`
+--                 with n ≥ 2 the smallest free (floodgate refuses ids holding a NUL)
+--   acquire id  : count + 1 + reserve ≤ max → admitted, one more slot for id, score now + ttl
+--                 (an id holding slots takes another: one slot per acquire)
+--                 past shed_above it must also survive (core::shed): draw × (count + 1)
 --                 < shed_above × 2^32, or it is refused as shed, retry_after capped at 1 s
 --                 otherwise → refused, retry_after = max(earliest expiry − now, 1)
---   release id  : admitted; removed if held (an unknown id releases nothing)
+--   release id  : admitted; frees the slot of id that expires soonest (an id holding no slot
+--                 frees nothing)
 --   all or nothing: when an acquire is refused, no call of the request changes anything.
 --
 -- KEYS: the request's distinct counters.
--- ARGV[1]: now in µs, or 'time' for Redis TIME; ARGV[2]: ms a key outlives its last lease
+-- ARGV[1]: now in µs, or 'time' for Redis TIME; ARGV[2]: ms a key outlives its last slot
 -- (a test clock's instants are not Redis's); then per call CALL_FIELDS values: key index,
 -- action ('acquire' or 'release'), lease id, max in flight, reserve, lease ttl (µs), shed
 -- threshold (0: none), draw (0..2^32).
--- Reply: per call admitted (1 or 0), in flight after it, retry_after (µs), released (1 or 0),
--- held for (µs since the released lease's last acquire, expiry − ttl; 0 unless released),
--- shed (1 or 0). Shedding's products stay below 2^46: exact in doubles.
+-- Reply: per call admitted (1 or 0), slots in flight after it, retry_after (µs), released (1
+-- or 0), held for (µs since the freed slot's acquire, expiry − ttl; 0 unless released), shed
+-- (1 or 0). Shedding's products stay below 2^46: exact in doubles.
 --
 -- Scores are integers below 2^53 µs, exact in doubles; Redis returns them with 17
 -- significant digits, so tonumber reads back exactly what was written.
@@ -35,26 +39,74 @@ else
 end
 local extra_ttl_ms = tonumber(ARGV[2])
 
--- key index → { leases = id → expiry, count = n, changed = id → expiry or false }, read once
--- per request with the expired leases left out.
+-- The lease id a member holds a slot of: the member itself, or what comes before `NUL n`.
+local function id_of(member)
+  return string.match(member, '^(.*)%z%d+$') or member
+end
+
+-- key index → { slots = id → { member → expiry }, count = n, changed = member → expiry or
+-- false }, read once per request with the expired slots left out.
 local counters = {}
 local function counter_at(index)
   local counter = counters[index]
   if counter then
     return counter
   end
-  local leases, count = {}, 0
+  local slots, count = {}, 0
   local stored = redis.call('ZRANGE', KEYS[index], 0, -1, 'WITHSCORES')
   for at = 1, #stored, 2 do
     local expiry = tonumber(stored[at + 1])
     if expiry > now then
-      leases[stored[at]] = expiry
+      local member = stored[at]
+      local id = id_of(member)
+      slots[id] = slots[id] or {}
+      slots[id][member] = expiry
       count = count + 1
     end
   end
-  counter = { leases = leases, count = count, changed = {} }
+  counter = { slots = slots, count = count, changed = {} }
   counters[index] = counter
   return counter
+end
+
+-- One more slot for id until expiry, under the first member name of id that is free.
+local function take(counter, id, expiry)
+  local owned = counter.slots[id] or {}
+  counter.slots[id] = owned
+  local member, n = id, 1
+  while owned[member] do
+    n = n + 1
+    member = id .. '\0' .. n
+  end
+  owned[member], counter.changed[member] = expiry, expiry
+  counter.count = counter.count + 1
+end
+
+-- Frees id's slot that expires soonest: its expiry, or nil when id holds none.
+local function free_soonest(counter, id)
+  local owned = counter.slots[id]
+  local soonest, soonest_expiry = nil, nil
+  for member, expiry in pairs(owned or {}) do
+    if not soonest_expiry or expiry < soonest_expiry then
+      soonest, soonest_expiry = member, expiry
+    end
+  end
+  if soonest then
+    owned[soonest], counter.changed[soonest] = nil, false
+    counter.count = counter.count - 1
+  end
+  return soonest_expiry
+end
+
+-- The expiry of the counter's first slot to expire (or the latest), `fallback` when empty.
+local function expiry_edge(counter, pick, fallback)
+  local edge = nil
+  for _, owned in pairs(counter.slots) do
+    for _, expiry in pairs(owned) do
+      edge = edge and pick(edge, expiry) or expiry
+    end
+  end
+  return edge or fallback
 end
 
 local reply = {}
@@ -69,11 +121,9 @@ for call = 1, calls do
   local shed_above, draw = tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8])
   local admitted, retry_after, released, held_for, shed = 1, 0, 0, 0, 0
   if action == 'release' then
-    local expiry = counter.leases[id]
+    local expiry = free_soonest(counter, id)
     if expiry then
       held_for = math.max(now - (expiry - math.max(ttl, 1)), 0)
-      counter.leases[id], counter.changed[id] = nil, false
-      counter.count = counter.count - 1
       released = 1
     end
   elseif action == 'acquire' then
@@ -82,16 +132,10 @@ for call = 1, calls do
     local depth = counter.count + 1
     local survives = shed_above == 0 or depth <= shed_above
       or draw * depth < shed_above * DRAW_RANGE
-    if counter.leases[id] then
-      counter.leases[id], counter.changed[id] = expiry, expiry
-    elseif fits and survives then
-      counter.leases[id], counter.changed[id] = expiry, expiry
-      counter.count = counter.count + 1
+    if fits and survives then
+      take(counter, id, expiry)
     else
-      local earliest = expiry
-      for _, at in pairs(counter.leases) do
-        earliest = math.min(earliest, at)
-      end
+      local earliest = expiry_edge(counter, math.min, expiry)
       admitted, retry_after, kept = 0, math.max(earliest - now, 1), false
       if fits then
         shed, retry_after = 1, math.min(retry_after, SHED_RETRY_AFTER)
@@ -115,18 +159,15 @@ if kept then
       redis.call('DEL', key)
     else
       redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
-      local last = now
-      for id, expiry in pairs(counter.changed) do
+      for member, expiry in pairs(counter.changed) do
         if expiry then
-          redis.call('ZADD', key, string.format('%d', expiry), id)
+          redis.call('ZADD', key, string.format('%d', expiry), member)
         else
-          redis.call('ZREM', key, id)
+          redis.call('ZREM', key, member)
         end
       end
-      for _, expiry in pairs(counter.leases) do
-        last = math.max(last, expiry)
-      end
-      -- The key goes when its last lease does (rounded up to whole ms).
+      local last = math.max(now, expiry_edge(counter, math.max, now))
+      -- The key goes when its last slot does (rounded up to whole ms).
       local ttl_ms = math.floor((last - now + 999) / 1000) + extra_ttl_ms
       redis.call('PEXPIRE', key, string.format('%d', math.max(ttl_ms, 1)))
     end
