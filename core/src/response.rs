@@ -25,7 +25,7 @@ use super::verdict::Role;
 mod lease_refusal_tests;
 mod leases;
 
-pub use leases::UNDECIDED_LEASE_RETRY_AFTER;
+pub use leases::LEASE_REFUSAL_WAIT;
 
 /// What the store found for one counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -461,8 +461,8 @@ async fn every_concurrency_refusal_carries_retry_after_and_the_mode_headers() {
         let over_share = server.call(acquire(&batch, "b")).await;
         let shed = until_shed(&mut server).await;
         for (refusal, answer, wait) in [
-            ("full", &full, "30"),
-            ("class over its share", &over_share, "30"),
+            ("full", &full, "1"),
+            ("class over its share", &over_share, "1"),
             ("shed", &shed, "1"),
         ] {
             let headers = header_pairs(answer);
@@ -487,7 +487,7 @@ async fn every_concurrency_refusal_carries_retry_after_and_the_mode_headers() {
                         "RateLimit-Policy",
                         "\"pool_in_flight\";q=1;qu=\"concurrent-requests\""
                     ),
-                    ("RateLimit", "\"pool_in_flight\";r=0;t=30"),
+                    ("RateLimit", "\"pool_in_flight\";r=0;t=1"),
                 ]
             );
         }

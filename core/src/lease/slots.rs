@@ -15,6 +15,17 @@ pub struct Leases {
     held: usize,
 }
 
+/// One slot per pair: an id named twice holds two slots (how a store's stored slots are read).
+impl FromIterator<(String, Micros)> for Leases {
+    fn from_iter<I: IntoIterator<Item = (String, Micros)>>(slots: I) -> Leases {
+        let mut leases = Leases::new();
+        for (id, expires_at) in slots {
+            leases.take(&id, expires_at);
+        }
+        leases
+    }
+}
+
 impl Leases {
     pub fn new() -> Leases {
         Leases::default()

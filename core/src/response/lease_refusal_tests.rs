@@ -23,7 +23,7 @@ descriptors:
 ";
 
 const NOW: Micros = 1_796_083_200 * MICROS_PER_SECOND;
-/// When the earliest held lease expires: a refusal at the bound says 8 s.
+/// When the earliest held lease expires: past LEASE_REFUSAL_WAIT, which a refusal says instead.
 const EARLIEST_EXPIRY: Micros = 7_300_000;
 
 const MODES: [HeaderMode; 4] = [
@@ -44,7 +44,19 @@ fn answer(
     rules: &RuleSet,
     entries: &[(&str, &str)],
     lease_id: Option<&str>,
+    counter: (usize, u32),
+    mode: HeaderMode,
+) -> Response {
+    answer_at(rules, entries, lease_id, counter, EARLIEST_EXPIRY, mode)
+}
+
+/// [`answer`], the earliest held lease expiring in `earliest`.
+fn answer_at(
+    rules: &RuleSet,
+    entries: &[(&str, &str)],
+    lease_id: Option<&str>,
     (held, draw): (usize, u32),
+    earliest: Micros,
     mode: HeaderMode,
 ) -> Response {
     let mut entries: Vec<Entry> = entries.iter().map(|(k, v)| Entry::new(*k, *v)).collect();
@@ -61,7 +73,7 @@ fn answer(
     let held: Leases = (0..held)
         .map(|at| {
             let later = Micros::try_from(at).unwrap_or(0) * MICROS_PER_SECOND;
-            (format!("held-{at}"), NOW + EARLIEST_EXPIRY + later)
+            (format!("held-{at}"), NOW + earliest + later)
         })
         .collect();
     let (settled, _) = settle(&planned.leases, NOW, |_| held.clone());
@@ -139,17 +151,32 @@ fn assert_refused_in_every_mode(
 }
 
 #[test]
-fn a_full_rule_says_when_the_earliest_lease_expires_in_every_mode() {
-    assert_refused_in_every_mode(&[("pool", "p")], (4, 0), EARLIEST_EXPIRY, |mode| {
-        expected(mode, "4", "8", "pool_in_flight")
+fn a_full_rule_says_one_second_at_most_in_every_mode() {
+    assert_refused_in_every_mode(&[("pool", "p")], (4, 0), LEASE_REFUSAL_WAIT, |mode| {
+        expected(mode, "4", "1", "pool_in_flight")
     });
+}
+
+#[test]
+fn a_full_rule_whose_earliest_lease_expires_sooner_says_when() {
+    let rules = rules();
+    let refused = answer_at(
+        &rules,
+        &[("pool", "p")],
+        Some("new"),
+        (4, 0),
+        300_000,
+        HeaderMode::None,
+    );
+    assert_refused(&refused, 300_000);
+    assert_eq!(headers(&refused), [("Retry-After", "1")], "rounded up");
 }
 
 #[test]
 fn a_class_over_its_share_shows_its_share_and_its_priority_header_in_every_mode() {
     // batch may hold 2 of the 4 slots; 2 are held, so the 2 free are critical's.
-    assert_refused_in_every_mode(&[("jobs", "j")], (2, 0), EARLIEST_EXPIRY, |mode| {
-        let mut wanted = expected(mode, "2", "8", "d.jobs");
+    assert_refused_in_every_mode(&[("jobs", "j")], (2, 0), LEASE_REFUSAL_WAIT, |mode| {
+        let mut wanted = expected(mode, "2", "1", "d.jobs");
         wanted.push((
             PRIORITY_HEADER.to_owned(),
             "batch;reason=reserved;reserved-for=\"critical\"".to_owned(),
@@ -170,7 +197,7 @@ fn a_shed_lease_is_told_one_second_at_most_in_every_mode() {
 fn a_refusal_with_no_lease_outcome_gets_the_short_wait() {
     let rules = rules();
     let no_lease_id = answer(&rules, &[("pool", "p")], None, (0, 0), HeaderMode::None);
-    assert_refused(&no_lease_id, UNDECIDED_LEASE_RETRY_AFTER);
+    assert_refused(&no_lease_id, LEASE_REFUSAL_WAIT);
     assert_eq!(headers(&no_lease_id), [("Retry-After", "1")]);
     let request = Request {
         domain: "d".to_owned(),
@@ -182,7 +209,7 @@ fn a_refusal_with_no_lease_outcome_gets_the_short_wait() {
     };
     let planned = plan(&request, rules.domain("d"), PlanSettings::default());
     let closed = fail_closed(&planned, HeaderMode::Draft03, "redis");
-    assert_refused(&closed, UNDECIDED_LEASE_RETRY_AFTER);
+    assert_refused(&closed, LEASE_REFUSAL_WAIT);
     assert_eq!(
         headers(&closed),
         [

@@ -1,10 +1,10 @@
 //! A concurrency rule's descriptor status. OK while its lease call was admitted, with the slots
 //! its class may still take; otherwise OVER_LIMIT, `duration_until_reset` the time until it
-//! may pass:
+//! may pass, at most [`LEASE_REFUSAL_WAIT`]:
 //!
-//!   full, or the class over its share   until the earliest lease expires (`core::lease`)
-//!   shed                                 that, at most 1 s (`lease::SHED_RETRY_AFTER`)
-//!   no outcome                           [`UNDECIDED_LEASE_RETRY_AFTER`]
+//!   full, or the class over its share   until the earliest lease expires
+//!   shed                                 that (`lease::SHED_RETRY_AFTER` caps it already)
+//!   no outcome                           [`LEASE_REFUSAL_WAIT`]
 //!
 //! Every status carries the class's in-flight limit ([`InFlightLimit`]), so that a refusal
 //! gets `Retry-After` and the header mode's fields (`core::headers`) as a rate limit's does.
@@ -15,11 +15,14 @@ use crate::priority::ClassChoice;
 use crate::rules::Rule;
 use crate::time::Micros;
 
-/// What a refusal with no lease outcome is told to wait: a descriptor without a lease id
-/// (nothing could release such a lease, so it is refused until it carries one), or calls a
-/// store could not decide, refused by `fail_closed`. No lease expiry is known; the short wait
-/// a shed lease gets, so that clients come back soon once the store answers again.
-pub const UNDECIDED_LEASE_RETRY_AFTER: Micros = 1_000_000;
+/// The longest a concurrency refusal tells a client to wait. A slot frees when any request in
+/// flight ends, usually long before the earliest lease's TTL runs out (the TTL is only the
+/// latest a slot frees by itself: 30 s in the guide, against a backend answering in
+/// milliseconds), so the expiry alone would keep a client that obeys `Retry-After` away for
+/// far too long. Also what a refusal with no lease outcome says: a descriptor without a lease
+/// id (refused until it carries one), or calls a store could not decide, refused by
+/// `fail_closed`.
+pub const LEASE_REFUSAL_WAIT: Micros = 1_000_000;
 
 /// The status of a concurrency rule's descriptor, from its lease call and the call's outcome
 /// (either absent: no lease id, or no store answer).
@@ -49,9 +52,9 @@ pub(super) fn lease_status(
             current_limit: None,
             in_flight_limit,
             limit_remaining: 0,
-            duration_until_reset: Some(
-                outcome.map_or(UNDECIDED_LEASE_RETRY_AFTER, |o| o.retry_after.max(1)),
-            ),
+            duration_until_reset: Some(outcome.map_or(LEASE_REFUSAL_WAIT, |o| {
+                o.retry_after.clamp(1, LEASE_REFUSAL_WAIT)
+            })),
             rule_path,
             shadowed: false,
         },
