@@ -234,13 +234,14 @@ fn build_config(files: &TlsFiles, contents: &FileContents) -> Result<ServerConfi
     Ok(config)
 }
 
-/// The TLS files from the flags, or from envoyproxy/ratelimit's variables
-/// (`GRPC_SERVER_USE_TLS=true` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
-/// `GRPC_CLIENT_TLS_CACERT`). `None`: plain gRPC.
+/// The TLS files from the flags, or from envoyproxy/ratelimit's variables (`reference_tls`: its
+/// `GRPC_SERVER_USE_TLS`, read by the command line, with `GRPC_SERVER_TLS_CERT`,
+/// `GRPC_SERVER_TLS_KEY` and optionally `GRPC_CLIENT_TLS_CACERT`). `None`: plain gRPC.
 pub fn files_from_settings(
     cert: Option<&Path>,
     key: Option<&Path>,
     client_ca: Option<&Path>,
+    reference_tls: bool,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<TlsFiles>, TlsError> {
     if let (Some(cert), Some(key)) = (cert, key) {
@@ -250,9 +251,7 @@ pub fn files_from_settings(
             client_ca: client_ca.map(Path::to_path_buf),
         }));
     }
-    let use_tls = env("GRPC_SERVER_USE_TLS")
-        .is_some_and(|value| matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True"));
-    if !use_tls {
+    if !reference_tls {
         return Ok(None);
     }
     match (env("GRPC_SERVER_TLS_CERT"), env("GRPC_SERVER_TLS_KEY")) {
@@ -289,17 +288,24 @@ mod tests {
             Some(Path::new("c.pem")),
             Some(Path::new("k.pem")),
             None,
-            env(&[("GRPC_SERVER_USE_TLS", "true")]),
+            true,
+            env(&[]),
         );
         assert!(matches!(from_flags, Ok(Some(files)) if files.cert == Path::new("c.pem")));
-        let none = files_from_settings(None, None, None, env(&[("GRPC_SERVER_TLS_CERT", "x")]));
+        let none = files_from_settings(
+            None,
+            None,
+            None,
+            false,
+            env(&[("GRPC_SERVER_TLS_CERT", "x"), ("GRPC_SERVER_TLS_KEY", "y")]),
+        );
         assert!(matches!(none, Ok(None)));
         let from_env = files_from_settings(
             None,
             None,
             None,
+            true,
             env(&[
-                ("GRPC_SERVER_USE_TLS", "true"),
                 ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
                 ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
                 ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
@@ -312,8 +318,7 @@ mod tests {
             }
             other => panic!("expected files, got {other:?}"),
         }
-        let incomplete =
-            files_from_settings(None, None, None, env(&[("GRPC_SERVER_USE_TLS", "1")]));
+        let incomplete = files_from_settings(None, None, None, true, env(&[]));
         assert!(matches!(incomplete, Err(TlsError::Settings(_))));
     }
 
