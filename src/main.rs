@@ -51,6 +51,17 @@ fn main() -> ExitCode {
             return ExitCode::from(floodgate::cmd::EXIT_USAGE);
         }
     };
+    // Printed, not logged: there is no log before its level is known.
+    let log_filter =
+        match floodgate::cmd::setting_values::log_filter(door.default_log_level(), |name| {
+            std::env::var(name).ok()
+        }) {
+            Ok(filter) => filter,
+            Err(error) => {
+                eprintln!("floodgate: {error}");
+                return ExitCode::from(floodgate::cmd::EXIT_USAGE);
+            }
+        };
     let (threads, default_threads) = match &cli.command {
         // The store decides the default thread count; a store that cannot be chosen is
         // reported by `serve` itself.
@@ -74,13 +85,14 @@ fn main() -> ExitCode {
         Command::Validate(_) | Command::Check(_) => None,
     };
     // Inside the runtime: the OTLP exporter's gRPC channel is spawned on it.
-    let telemetry = match runtime.block_on(async { telemetry::init(trace_options.as_ref()) }) {
-        Ok(telemetry) => telemetry,
-        Err(error) => {
-            eprintln!("floodgate: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let telemetry =
+        match runtime.block_on(async { telemetry::init(trace_options.as_ref(), log_filter) }) {
+            Ok(telemetry) => telemetry,
+            Err(error) => {
+                eprintln!("floodgate: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     let code = match cli.command {
         Command::Serve(args) => match runtime.block_on(serve::serve(*args, door)) {
             Ok(()) => ExitCode::SUCCESS,

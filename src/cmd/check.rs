@@ -12,7 +12,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::cmd::cli::{CheckArgs, ClientTlsArgs};
-use crate::cmd::config_location::{location, NoConfiguration};
+use crate::cmd::config_location::{location, LocationError};
 use crate::core::config::load;
 use crate::core::rules::Entry as RuleEntry;
 use crate::engine::config_source::read_sources;
@@ -54,7 +54,7 @@ pub enum CheckError {
     #[error("the configuration has errors:\n{0}")]
     Config(#[from] crate::core::config::ConfigErrors),
     #[error(transparent)]
-    NoConfiguration(#[from] NoConfiguration),
+    Location(#[from] LocationError),
 }
 
 impl CheckError {
@@ -62,7 +62,7 @@ impl CheckError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            CheckError::BadDescriptor(_) | CheckError::Usage(_) | CheckError::NoConfiguration(_)
+            CheckError::BadDescriptor(_) | CheckError::Usage(_) | CheckError::Location(_)
         )
     }
 }

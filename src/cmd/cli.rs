@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::cmd::setting_values::GoBool;
 use crate::core::algorithm::Algorithm;
 use crate::core::charging::Charging;
 use crate::core::config::{LoadOptions, DEFAULT_MAX_RULES};
@@ -172,8 +173,9 @@ pub enum ConfigTypeArg {
 }
 
 /// The xDS config source (`--config-type grpc-xds-sotw`), under envoyproxy/ratelimit's
-/// variables. Durations are Go durations (`10s`, `500ms`, `1m30s`); an empty variable is the
-/// default, as deployments often set them empty. Read only with `grpc-xds-sotw`.
+/// variables. Durations are Go durations (`10s`, `500ms`, `1m30s`); an empty one is the
+/// default, as deployments often set them empty (booleans are Go's, `setting_values`). Read
+/// only with `grpc-xds-sotw`.
 #[derive(Debug, Args)]
 pub struct XdsArgs {
     /// Where the rules come from: file or grpc-xds-sotw (envoyproxy/ratelimit's CONFIG_TYPE,
@@ -216,7 +218,7 @@ pub struct XdsArgs {
     )]
     pub xds_connect_retry_interval: String,
     /// TLS to the management server.
-    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub xds_tls: bool,
     /// A client certificate (PEM) for mutual TLS with the management server; needs
     /// --xds-tls-key.
@@ -249,8 +251,8 @@ pub struct XdsArgs {
     #[arg(long, env = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", default_value = "0.5")]
     pub xds_backoff_factor: String,
     /// Draw each pause at random between the initial interval and the grown one.
-    #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value = "true")]
-    pub xds_backoff_jitter: String,
+    #[arg(long, env = "XDS_CLIENT_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
+    pub xds_backoff_jitter: bool,
     /// The largest xDS response accepted, in bytes [default: gRPC's 4 MiB].
     #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value = "")]
     pub xds_max_message_bytes: String,
@@ -271,11 +273,11 @@ pub struct ConfigArgs {
     )]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub merge_domain_config: bool,
     /// MONTH windows of fixed and sliding windows are UTC calendar months, reset at 00:00 UTC
     /// on the 1st, instead of 30 days (envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT).
-    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
@@ -364,7 +366,7 @@ pub struct ServeArgs {
     pub grpc_addr: Option<SocketAddr>,
     /// Serve gRPC server reflection (v1 and v1alpha, what `grpcurl list` reads) on the gRPC
     /// listener; `--grpc-reflection=false` leaves it out, so the port describes nothing.
-    #[arg(long, env = "FLOODGATE_GRPC_REFLECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "FLOODGATE_GRPC_REFLECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub grpc_reflection: bool,
     /// HTTP listen address [default: 0.0.0.0:8080, or HOST:PORT].
     #[arg(long, env = "FLOODGATE_HTTP_ADDR")]
@@ -375,7 +377,7 @@ pub struct ServeArgs {
     /// Serve envoyproxy/ratelimit's stats under the names of its default statsd → Prometheus
     /// mapping (`ratelimit_service_rate_limit_total_hits{domain,key1,key2}` and the others) on
     /// a listener of their own (envoyproxy/ratelimit's USE_PROMETHEUS).
-    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_PROMETHEUS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub use_prometheus: bool,
     /// Where --use-prometheus listens, as Go's net.Listen takes it (envoyproxy/ratelimit's
     /// PROMETHEUS_ADDR).
@@ -391,17 +393,17 @@ pub struct ServeArgs {
     pub prometheus_mapper_yaml: Option<std::path::PathBuf>,
     /// --use-prometheus's response_time histogram observes milliseconds, its name unchanged,
     /// under the default mapping (envoyproxy/ratelimit's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
-    #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub prometheus_response_time_as_milliseconds: bool,
     /// Send envoyproxy/ratelimit's stats to statsd under its names
     /// (`ratelimit.service.rate_limit.<key>.total_hits` and the others) every
     /// --stats-flush-interval (envoyproxy/ratelimit's USE_STATSD) [default: on when started as
     /// `ratelimit`, as in the reference; off for `floodgate serve`].
-    #[arg(long, env = "USE_STATSD", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_STATSD", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub use_statsd: Option<bool>,
     /// Send the stats as DogStatsD, EXTRA_TAGS as `|#key:value` tags (envoyproxy/ratelimit's
     /// USE_DOG_STATSD); turns the statsd sink on.
-    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_DOG_STATSD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub use_dog_statsd: bool,
     /// DogStatsD mogrifiers, comma-separated names, each defined by
     /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS (envoyproxy/ratelimit's
@@ -503,10 +505,10 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOODGATE_MAX_KEYS", default_value_t = 1_000_000)]
     pub max_keys: usize,
     /// Answer OK to everything while still counting and reporting (SHADOW_MODE).
-    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "SHADOW_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub shadow_mode: bool,
     /// Treat every limited descriptor as a quota (QUOTA_MODE).
-    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub quota_mode: bool,
     /// Which counters a request charges: all-or-nothing (a rejected request charges none) or
     /// every-descriptor (each descriptor by its own verdict, refused hits counted by the
@@ -521,7 +523,7 @@ pub struct ServeArgs {
     /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
     /// and the `metadata:` of the rules whose descriptors passed [default: off, or
     /// RESPONSE_DYNAMIC_METADATA].
-    #[arg(long, env = "FLOODGATE_RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "FLOODGATE_RESPONSE_DYNAMIC_METADATA", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub response_dynamic_metadata: Option<bool>,
     /// Most descriptors one request may carry.
     #[arg(long, env = "FLOODGATE_MAX_DESCRIPTORS", default_value_t = 64)]
@@ -660,7 +662,7 @@ fn parse_unmatched_bucket(text: &str) -> Result<crate::core::quota::UnmatchedBuc
 pub struct RedisConnectionArgs {
     /// TLS to a Redis given as a bare host:port (envoyproxy/ratelimit's REDIS_TLS); a
     /// rediss:// URL needs no flag. With --redis-type sentinel: TLS to the sentinels and master.
-    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "REDIS_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub redis_tls: bool,
     // The files are strings, not paths: envoyproxy/ratelimit deployments often set these
     // variables empty, which means "none" (a path may not be empty).
@@ -675,7 +677,7 @@ pub struct RedisConnectionArgs {
     #[arg(long, env = "REDIS_TLS_CLIENT_KEY", value_name = "FILE")]
     pub redis_tls_key: Option<String>,
     /// Accept a Redis certificate issued for another host name (the chain is still verified).
-    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub redis_tls_skip_hostname_verification: bool,
     /// Password, or user:password, for the sentinels (--redis-type sentinel) when their
     /// addresses carry none (envoyproxy/ratelimit's REDIS_SENTINEL_AUTH).
@@ -722,18 +724,8 @@ impl RedisConnectionArgs {
     }
 }
 
-/// A boolean as envoyproxy/ratelimit reads it (Go's `strconv.ParseBool`, any case), where an
-/// empty value, as deployments often set them, means false.
 fn parse_statsd_protocol(text: &str) -> Result<crate::telemetry::statsd_options::Protocol, String> {
     crate::telemetry::statsd_options::Protocol::parse(text).map_err(|error| error.to_string())
-}
-
-fn parse_reference_bool(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "" | "0" | "f" | "false" | "no" | "off" => Ok(false),
-        "1" | "t" | "true" | "yes" | "on" => Ok(true),
-        _ => Err("expected true or false".to_owned()),
-    }
 }
 
 fn parse_pool_size(text: &str) -> Result<usize, String> {
@@ -852,7 +844,7 @@ pub struct TelemetryArgs {
     pub trace_sample_ratio: f64,
     /// Put descriptor values into spans as they are; by default they are hashed, since they
     /// often identify people (client ids, addresses).
-    #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub trace_descriptor_values: bool,
 }
 
@@ -895,10 +887,10 @@ pub struct ValidateArgs {
     #[arg(long, value_enum, default_value = "fixed-window")]
     pub default_algorithm: AlgorithmArg,
     /// Let several files share one domain (MERGE_DOMAIN_CONFIG).
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub merge_domain_config: bool,
     /// MONTH windows are UTC calendar months (USE_CALENDAR_MONTH_RATE_LIMIT), as `serve`.
-    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_reference_bool)]
+    #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub calendar_months: bool,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,

@@ -30,6 +30,15 @@ impl FrontDoor {
         }
     }
 
+    /// The log level when neither `LOG_LEVEL` nor `RUST_LOG` says: the reference's default
+    /// (`WARN`) started as `ratelimit`, floodgate's (info) otherwise.
+    pub fn default_log_level(self) -> tracing_subscriber::filter::LevelFilter {
+        match self {
+            FrontDoor::Floodgate => tracing_subscriber::filter::LevelFilter::INFO,
+            FrontDoor::Reference => tracing_subscriber::filter::LevelFilter::WARN,
+        }
+    }
+
     /// The command line floodgate parses: the reference's binary takes no subcommand, so
     /// `ratelimit ARGS…` is `floodgate serve ARGS…` (its flags, and every variable, still apply).
     pub fn command_line(self, args: Vec<OsString>) -> Vec<OsString> {

@@ -16,6 +16,7 @@ pub mod reference_env;
 pub mod runtime;
 pub mod serve;
 pub(crate) mod serve_source;
+pub mod setting_values;
 pub(crate) mod statsd_settings;
 pub mod validate;
 pub(crate) mod xds_settings;

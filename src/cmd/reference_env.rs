@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::cmd::config_location::parse_bool;
+use crate::cmd::setting_values::{env_bool, go_bool, SettingError};
 use crate::core::charging::Charging;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
 use crate::store::redis::StartupRetry;
@@ -168,7 +168,9 @@ pub fn header_mode(
     if let Some(mode) = flag {
         return Ok(mode);
     }
-    if !env("LIMIT_RESPONSE_HEADERS_ENABLED").is_some_and(|value| parse_bool(&value)) {
+    let enabled =
+        env_bool("LIMIT_RESPONSE_HEADERS_ENABLED", &env).map_err(|error| error.to_string())?;
+    if enabled != Some(true) {
         return Ok(HeaderMode::None);
     }
     let reference = PlainHeaderNames::REFERENCE;
@@ -181,8 +183,14 @@ pub fn header_mode(
 
 /// Whether answers carry dynamic metadata: `--response-dynamic-metadata` (`flag`), else the
 /// reference's `RESPONSE_DYNAMIC_METADATA`, read as Go's `strconv.ParseBool` reads it.
-pub fn response_dynamic_metadata(flag: Option<bool>, env: impl Fn(&str) -> Option<String>) -> bool {
-    flag.unwrap_or_else(|| env("RESPONSE_DYNAMIC_METADATA").is_some_and(|value| parse_bool(&value)))
+pub fn response_dynamic_metadata(
+    flag: Option<bool>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<bool, SettingError> {
+    match flag {
+        Some(on) => Ok(on),
+        None => Ok(env_bool("RESPONSE_DYNAMIC_METADATA", env)?.unwrap_or(false)),
+    }
 }
 
 /// The header name `variable` gives, or `default`. A name given is kept for the life of the
@@ -211,9 +219,9 @@ fn header_name(
 /// Which counters a request charges: `--charge` (`flag`), else the reference's
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when it is set — `false`, the reference's own
 /// default, charges every descriptor as the reference does; `true` is all or nothing, the
-/// closest floodgate has to checking before incrementing — else all or nothing. Unset (or
-/// empty), the reference's default is not taken: floodgate's all-or-nothing is a deliberate
-/// difference, for `floodgate serve` and the `ratelimit` front door alike.
+/// closest floodgate has to checking before incrementing — else all or nothing. Unset, the
+/// reference's default is not taken: floodgate's all-or-nothing is a deliberate difference, for
+/// `floodgate serve` and the `ratelimit` front door alike.
 pub fn charging(
     flag: Option<Charging>,
     env: impl Fn(&str) -> Option<String>,
@@ -221,26 +229,12 @@ pub fn charging(
     if let Some(charging) = flag {
         return Ok(charging);
     }
-    let variable = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
-    match env(variable).filter(|text| !text.trim().is_empty()) {
-        None => Ok(Charging::AllOrNothing),
-        Some(text) => match go_bool(text.trim()) {
-            Some(true) => Ok(Charging::AllOrNothing),
-            Some(false) => Ok(Charging::EveryDescriptor),
-            None => Err(format!(
-                "{variable}={text:?} is not a boolean: write true or false as envoyproxy/ratelimit \
-                 reads it, or use --charge all-or-nothing|every-descriptor"
-            )),
-        },
-    }
-}
-
-/// Go's `strconv.ParseBool`, which the reference's settings use for booleans.
-pub(crate) fn go_bool(text: &str) -> Option<bool> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
+    match env_bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", env) {
+        Ok(None | Some(true)) => Ok(Charging::AllOrNothing),
+        Ok(Some(false)) => Ok(Charging::EveryDescriptor),
+        Err(error) => Err(format!(
+            "{error}; or use --charge all-or-nothing|every-descriptor"
+        )),
     }
 }
 
@@ -353,10 +347,8 @@ pub fn go_duration(text: &str) -> Option<Duration> {
 /// Whether a switch's value turns it on: anything but empty, `0` or a false boolean (Go's
 /// `strconv.ParseBool` spellings, which the reference uses).
 fn switched_on(value: &str) -> bool {
-    !matches!(
-        value.trim(),
-        "" | "0" | "f" | "F" | "FALSE" | "false" | "False"
-    )
+    let value = value.trim();
+    !value.is_empty() && go_bool(value) != Some(false)
 }
 
 /// The reference's variables floodgate does not read that are set here (non-empty; switches
@@ -453,7 +445,6 @@ mod tests {
             }
         };
         assert_eq!(charging(None, |_| None), Ok(Charging::AllOrNothing));
-        assert_eq!(charging(None, stop("")), Ok(Charging::AllOrNothing));
         for value in ["false", "False", "0", "f"] {
             assert_eq!(
                 charging(None, stop(value)),
@@ -461,7 +452,7 @@ mod tests {
                 "{value}"
             );
         }
-        for value in ["true", "TRUE", "1", " t "] {
+        for value in ["true", "TRUE", "1", "t"] {
             assert_eq!(
                 charging(None, stop(value)),
                 Ok(Charging::AllOrNothing),
@@ -476,13 +467,15 @@ mod tests {
             charging(Some(Charging::EveryDescriptor), |_| None),
             Ok(Charging::EveryDescriptor)
         );
-        let refused = charging(None, stop("yes"));
-        assert!(
-            refused
-                .as_ref()
-                .is_err_and(|message| message.contains("--charge")),
-            "{refused:?}"
-        );
+        for value in ["yes", "", " t "] {
+            let refused = charging(None, stop(value));
+            assert!(
+                refused.as_ref().is_err_and(|message| message
+                    .starts_with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=")
+                    && message.contains("--charge")),
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]
@@ -511,6 +504,10 @@ mod tests {
         assert!(
             matches!(header_mode(None, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
         );
+        let not_a_boolean =
+            |name: &str| (name == "LIMIT_RESPONSE_HEADERS_ENABLED").then(|| "yes".to_owned());
+        assert!(matches!(header_mode(None, not_a_boolean),
+            Err(error) if error.starts_with("LIMIT_RESPONSE_HEADERS_ENABLED=")));
     }
 
     #[test]
@@ -519,14 +516,35 @@ mod tests {
             move |name: &str| (name == "RESPONSE_DYNAMIC_METADATA").then(|| value.to_owned())
         };
         for on in ["true", "1", "t", "True", "TRUE"] {
-            assert!(response_dynamic_metadata(None, set_to(on)), "{on}");
+            assert_eq!(
+                response_dynamic_metadata(None, set_to(on)),
+                Ok(true),
+                "{on}"
+            );
         }
-        for off in ["false", "0", "yes", ""] {
-            assert!(!response_dynamic_metadata(None, set_to(off)), "{off:?}");
+        for off in ["false", "0", "F"] {
+            assert_eq!(
+                response_dynamic_metadata(None, set_to(off)),
+                Ok(false),
+                "{off}"
+            );
         }
-        assert!(!response_dynamic_metadata(None, |_| None));
-        assert!(!response_dynamic_metadata(Some(false), set_to("true")));
-        assert!(response_dynamic_metadata(Some(true), |_| None));
+        for refused in ["yes", "on", ""] {
+            let error =
+                response_dynamic_metadata(None, set_to(refused)).map_err(|error| error.to_string());
+            assert!(
+                error
+                    .as_ref()
+                    .is_err_and(|error| error.starts_with("RESPONSE_DYNAMIC_METADATA=")),
+                "{refused:?}: {error:?}"
+            );
+        }
+        assert_eq!(response_dynamic_metadata(None, |_| None), Ok(false));
+        assert_eq!(
+            response_dynamic_metadata(Some(false), set_to("true")),
+            Ok(false)
+        );
+        assert_eq!(response_dynamic_metadata(Some(true), |_| None), Ok(true));
     }
 
     #[test]

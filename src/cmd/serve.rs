@@ -7,10 +7,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
-use crate::cmd::config_location::{parse_bool, NoConfiguration};
+use crate::cmd::config_location::LocationError;
 use crate::cmd::front_door::{choose_store, FrontDoor};
 use crate::cmd::hybrid_settings::CountingNotes;
 use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
+use crate::cmd::setting_values::{env_bool, SettingError};
 use crate::core::algorithm::Counting;
 use crate::core::charging::Charging;
 use crate::core::headers::HeaderMode;
@@ -57,7 +58,9 @@ pub enum AppError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    NoConfiguration(#[from] NoConfiguration),
+    Location(#[from] LocationError),
+    #[error(transparent)]
+    Setting(#[from] SettingError),
     #[error(transparent)]
     Serve(#[from] server::ServeError),
     #[error("gRPC TLS: {0}")]
@@ -76,7 +79,7 @@ impl From<FirstRulesError> for AppError {
     fn from(error: FirstRulesError) -> Self {
         match error {
             FirstRulesError::Usage(message) => Self::Usage(message),
-            FirstRulesError::NoConfiguration(error) => Self::NoConfiguration(error),
+            FirstRulesError::Location(error) => Self::Location(error),
             FirstRulesError::XdsTls(error) => Self::XdsTls(error),
             FirstRulesError::FirstLoad(error) => error.into(),
         }
@@ -86,7 +89,10 @@ impl From<FirstRulesError> for AppError {
 impl AppError {
     /// Whether the command line was wrong (exit code `cmd::EXIT_USAGE`).
     pub fn is_usage(&self) -> bool {
-        matches!(self, AppError::Usage(_) | AppError::NoConfiguration(_))
+        matches!(
+            self,
+            AppError::Usage(_) | AppError::Location(_) | AppError::Setting(_)
+        )
     }
 }
 
@@ -240,12 +246,14 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),
-        ),
+        )?,
     };
     let grpc_addr = listen_address(args.grpc_addr, "GRPC_HOST", "GRPC_PORT", 8081)?;
     let http_addr = listen_address(args.http_addr, "HOST", "PORT", 8080)?;
     let debug_addr = listen_address(args.metrics_addr, "DEBUG_HOST", "DEBUG_PORT", 6070)?;
     let grpc_tls = grpc_tls(&args.grpc_tls)?;
+    let config_gate = ConfigGate::from_env(|name| std::env::var(name).ok())?;
+    let store_gate = store_gate(|name| std::env::var(name).ok())?;
     // Last before the ports open: everything else on the command line was checked before a
     // wait for the first xDS snapshot.
     let Some(first) = crate::cmd::serve_source::first_rules(&args, door, signalled.clone()).await?
@@ -288,7 +296,6 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     // SIGTERM first turns health NOT_SERVING; the listeners close --drain-seconds later.
     let (trigger, shutdown) = shutdown::channel();
     let health = Health::not_ready();
-    let config_gate = ConfigGate::from_env(|name| std::env::var(name).ok());
     config_gate.apply(&health, &rules);
     tokio::spawn(health::drain_then_stop(
         signalled,
@@ -315,7 +322,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             default_deadline: args.connections.grpc_default_deadline(),
         },
         connections: connection_limits(&args, admin.is_some()),
-        store_gate: store_gate(|name| std::env::var(name).ok()),
+        store_gate,
         quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
         without_grpc_reflection: !args.grpc_reflection,
     };
@@ -575,11 +582,11 @@ struct ConfigGate {
 }
 
 impl ConfigGate {
-    fn from_env(env: impl Fn(&str) -> Option<String>) -> Self {
-        Self {
-            needs_a_domain: env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
-                .is_some_and(|value| parse_bool(&value)),
-        }
+    fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Self, SettingError> {
+        Ok(Self {
+            needs_a_domain: env_bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", env)?
+                .unwrap_or(false),
+        })
     }
 
     fn apply(self, health: &Health, rules: &RuleSet) {
@@ -739,23 +746,25 @@ fn awaiting<S: Store>(limiter: Limiter<S>, loaded: bool) -> Limiter<S> {
 /// store that every instance shares fails them all at once, so leaving rotation saves no call,
 /// and where one endpoint serves liveness too (Envoy Gateway probes `/healthcheck`) it would get
 /// every pod restarted until Redis is back.
-fn store_gate(env: impl Fn(&str) -> Option<String>) -> health::StoreGate {
-    let asked = env("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_some_and(|value| parse_bool(&value));
-    if asked {
+fn store_gate(env: impl Fn(&str) -> Option<String>) -> Result<health::StoreGate, SettingError> {
+    let asked = env_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", env)?;
+    Ok(if asked == Some(true) {
         health::StoreGate::NotServing
     } else {
         health::StoreGate::KeepServing
-    }
+    })
 }
 
 /// TLS for the gRPC listener from the flags or envoyproxy/ratelimit's variables, if any.
 fn grpc_tls(args: &GrpcTlsArgs) -> Result<Option<ServerTls>, AppError> {
+    let reference_tls = env_bool("GRPC_SERVER_USE_TLS", |name| std::env::var(name).ok())?;
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let files = tls::files_from_settings(
         args.grpc_tls_cert.as_deref(),
         args.grpc_tls_key.as_deref(),
         args.grpc_tls_client_ca.as_deref(),
         args.grpc_tls_client_san.as_deref(),
+        reference_tls == Some(true),
         env,
     )?;
     if let Some(san) = files.as_ref().and_then(|files| files.client_san.as_ref()) {

@@ -13,8 +13,9 @@
 use std::sync::Arc;
 
 use crate::cmd::cli::{ConfigTypeArg, ServeArgs};
-use crate::cmd::config_location::{location, parse_bool, NoConfiguration};
+use crate::cmd::config_location::{location, LocationError};
 use crate::cmd::front_door::FrontDoor;
+use crate::cmd::setting_values::env_bool;
 use crate::core::rules::RuleSet;
 use crate::engine::config_source::xds::{XdsClient, XdsTlsError};
 use crate::engine::reload::{self, ConfigReloader, ReloadStatus, Retired, XdsReloader};
@@ -27,7 +28,7 @@ pub enum FirstRulesError {
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]
-    NoConfiguration(#[from] NoConfiguration),
+    Location(#[from] LocationError),
     #[error("TLS to the xDS management server: {0}")]
     XdsTls(#[from] XdsTlsError),
     #[error(transparent)]
@@ -96,8 +97,11 @@ pub async fn first_rules(
     door: FrontDoor,
     stopped: Shutdown,
 ) -> Result<Option<FirstRules>, FirstRulesError> {
-    let force_start = door == FrontDoor::Reference
-        || std::env::var("FORCE_START_WITHOUT_INITIAL_CONFIG").is_ok_and(|v| parse_bool(&v));
+    let asked = env_bool("FORCE_START_WITHOUT_INITIAL_CONFIG", |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|error| FirstRulesError::Usage(error.to_string()))?;
+    let force_start = door == FrontDoor::Reference || asked == Some(true);
     match args.xds.config_type {
         ConfigTypeArg::File => first_from_files(args, force_start).await.map(Some),
         ConfigTypeArg::GrpcXdsSotw => first_from_xds(args, force_start, stopped).await,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cmd::cli::XdsArgs;
-use crate::cmd::reference_env::{go_bool, go_duration};
+use crate::cmd::reference_env::go_duration;
 use crate::engine::config_source::xds::{
     parse_node_metadata, BackoffSettings, ServerAddress, StreamHeaders, XdsSettings, XdsTlsFiles,
 };
@@ -28,7 +28,7 @@ pub fn xds_settings(args: &XdsArgs) -> Result<XdsSettings, String> {
             defaults.max,
         )?,
         factor: factor(&args.xds_backoff_factor, defaults.factor)?,
-        jitter: switch(&args.xds_backoff_jitter, defaults.jitter)?,
+        jitter: args.xds_backoff_jitter,
     };
     let (node_metadata, skipped) = parse_node_metadata(&args.xds_node_metadata);
     for entry in skipped {
@@ -141,19 +141,6 @@ fn factor(text: &str, default: f64) -> Result<f64, String> {
              write one such as 0.5 or 2"
         )),
     }
-}
-
-fn switch(text: &str, default: bool) -> Result<bool, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(default);
-    }
-    go_bool(text).ok_or_else(|| {
-        format!(
-            "--xds-backoff-jitter (XDS_CLIENT_BACKOFF_JITTER)={text:?} is not a boolean: write \
-             true or false"
-        )
-    })
 }
 
 /// 0 or empty: gRPC's default.

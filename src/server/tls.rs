@@ -261,20 +261,22 @@ fn build_config(files: &TlsFiles, contents: &FileContents) -> Result<ServerConfi
     Ok(config)
 }
 
-/// The TLS files from the flags, or from envoyproxy/ratelimit's variables
-/// (`GRPC_SERVER_USE_TLS=true` with `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY` and optionally
-/// `GRPC_CLIENT_TLS_CACERT`), with the name client certificates must carry from `client_san`
-/// (`--grpc-tls-client-san`), else `GRPC_CLIENT_TLS_SAN`, whichever way the files came. `None`:
-/// plain gRPC. A name without a client CA is refused.
+/// The TLS files from the flags, or from envoyproxy/ratelimit's variables (`reference_tls`: its
+/// `GRPC_SERVER_USE_TLS`, read by the command line, with `GRPC_SERVER_TLS_CERT`,
+/// `GRPC_SERVER_TLS_KEY` and optionally `GRPC_CLIENT_TLS_CACERT`), with the name client
+/// certificates must carry from `client_san` (`--grpc-tls-client-san`), else
+/// `GRPC_CLIENT_TLS_SAN`, whichever way the files came. `None`: plain gRPC. A name without a
+/// client CA is refused.
 pub fn files_from_settings(
     cert: Option<&Path>,
     key: Option<&Path>,
     client_ca: Option<&Path>,
     client_san: Option<&str>,
+    reference_tls: bool,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<TlsFiles>, TlsError> {
     let san = client_san_from_settings(client_san, &env)?;
-    let files = files_without_san(cert, key, client_ca, env)?;
+    let files = files_without_san(cert, key, client_ca, reference_tls, env)?;
     match (files, san) {
         (files, None) => Ok(files),
         (Some(files), Some((_, san))) if files.client_ca.is_some() => Ok(Some(TlsFiles {
@@ -309,6 +311,7 @@ fn files_without_san(
     cert: Option<&Path>,
     key: Option<&Path>,
     client_ca: Option<&Path>,
+    reference_tls: bool,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<TlsFiles>, TlsError> {
     if let (Some(cert), Some(key)) = (cert, key) {
@@ -319,9 +322,7 @@ fn files_without_san(
             client_san: None,
         }));
     }
-    let use_tls = env("GRPC_SERVER_USE_TLS")
-        .is_some_and(|value| matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True"));
-    if !use_tls {
+    if !reference_tls {
         return Ok(None);
     }
     match (env("GRPC_SERVER_TLS_CERT"), env("GRPC_SERVER_TLS_KEY")) {
@@ -360,7 +361,8 @@ mod tests {
             Some(Path::new("k.pem")),
             None,
             None,
-            env(&[("GRPC_SERVER_USE_TLS", "true")]),
+            true,
+            env(&[]),
         );
         assert!(matches!(from_flags, Ok(Some(files)) if files.cert == Path::new("c.pem")));
         let none = files_from_settings(
@@ -368,7 +370,8 @@ mod tests {
             None,
             None,
             None,
-            env(&[("GRPC_SERVER_TLS_CERT", "x")]),
+            false,
+            env(&[("GRPC_SERVER_TLS_CERT", "x"), ("GRPC_SERVER_TLS_KEY", "y")]),
         );
         assert!(matches!(none, Ok(None)));
         let from_env = files_from_settings(
@@ -376,8 +379,8 @@ mod tests {
             None,
             None,
             None,
+            true,
             env(&[
-                ("GRPC_SERVER_USE_TLS", "true"),
                 ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
                 ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
                 ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
@@ -390,8 +393,7 @@ mod tests {
             }
             other => panic!("expected files, got {other:?}"),
         }
-        let incomplete =
-            files_from_settings(None, None, None, None, env(&[("GRPC_SERVER_USE_TLS", "1")]));
+        let incomplete = files_from_settings(None, None, None, None, true, env(&[]));
         assert!(matches!(incomplete, Err(TlsError::Settings(_))));
     }
 
@@ -422,14 +424,14 @@ mod tests {
             other => panic!("expected files, got {other:?}"),
         };
         let reference = env(&REFERENCE_MUTUAL_TLS);
-        let from_env = files_from_settings(None, None, None, None, &reference);
+        let from_env = files_from_settings(None, None, None, None, true, &reference);
         assert_eq!(san(from_env).as_deref(), Some("envoy.example.com"));
-        let flag_wins = files_from_settings(None, None, None, Some("10.0.0.7"), &reference);
+        let flag_wins = files_from_settings(None, None, None, Some("10.0.0.7"), true, &reference);
         assert_eq!(san(flag_wins).as_deref(), Some("10.0.0.7"));
         let (cert, key, ca) = flags();
-        let files_from_flags = files_from_settings(cert, key, ca, None, &reference);
+        let files_from_flags = files_from_settings(cert, key, ca, None, true, &reference);
         assert_eq!(san(files_from_flags).as_deref(), Some("envoy.example.com"));
-        let no_san = files_from_settings(cert, key, ca, None, env(&[]));
+        let no_san = files_from_settings(cert, key, ca, None, false, env(&[]));
         assert_eq!(san(no_san), None);
     }
 
@@ -441,7 +443,14 @@ mod tests {
         };
         let mut no_ca = REFERENCE_MUTUAL_TLS.to_vec();
         no_ca.retain(|(name, _)| *name != "GRPC_CLIENT_TLS_CACERT");
-        let without_ca = refused(files_from_settings(None, None, None, None, env(&no_ca)));
+        let without_ca = refused(files_from_settings(
+            None,
+            None,
+            None,
+            None,
+            true,
+            env(&no_ca),
+        ));
         assert!(
             without_ca.starts_with("GRPC_CLIENT_TLS_SAN=envoy.example.com")
                 && without_ca.contains("GRPC_CLIENT_TLS_CACERT"),
@@ -452,6 +461,7 @@ mod tests {
             None,
             None,
             Some("envoy"),
+            false,
             env(&[]),
         ));
         assert!(
@@ -460,7 +470,7 @@ mod tests {
             "{without_tls}"
         );
         let (cert, key, ca) = flags();
-        let flags_without_ca = files_from_settings(cert, key, None, Some("envoy"), env(&[]));
+        let flags_without_ca = files_from_settings(cert, key, None, Some("envoy"), false, env(&[]));
         assert!(matches!(
             flags_without_ca,
             Err(TlsError::ClientSanWithoutCa { .. })
@@ -470,6 +480,7 @@ mod tests {
             key,
             ca,
             Some("envoy proxy"),
+            false,
             env(&[]),
         ));
         assert!(

@@ -1,7 +1,8 @@
 //! Logs, metrics and traces.
 //!
-//! Logging: `LOG_LEVEL` (as envoyproxy/ratelimit; `RUST_LOG` directives also work) and
-//! `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug port's `/metrics`.
+//! Logging: the filter the command line builds (`LOG_LEVEL` as envoyproxy/ratelimit reads it, or
+//! `RUST_LOG` directives) and `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug
+//! port's `/metrics`.
 //! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
 
 pub(crate) mod config_source;
@@ -70,20 +71,10 @@ impl Telemetry {
     }
 }
 
-/// Logging only (the subcommands that serve nothing).
-pub fn init_logging() {
-    let _ = init(None);
-}
-
-/// Logging and, when `traces` names an endpoint, trace export. Call it inside the Tokio
-/// runtime (`Runtime::enter`): the OTLP exporter's gRPC channel is spawned there.
-pub fn init(traces: Option<&TraceOptions>) -> Result<Telemetry, TraceError> {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .or_else(|| std::env::var("LOG_LEVEL").ok())
-        .map(|level| level.to_ascii_lowercase())
-        .unwrap_or_else(|| "info".to_owned());
-    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+/// Logging, of the lines `filter` lets through, and, when `traces` names an endpoint, trace
+/// export. Call it inside the Tokio runtime (`Runtime::enter`): the OTLP exporter's gRPC channel
+/// is spawned there.
+pub fn init(traces: Option<&TraceOptions>, filter: EnvFilter) -> Result<Telemetry, TraceError> {
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     // Colours only for a person at a terminal: in files and log collectors they are noise.
     let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());

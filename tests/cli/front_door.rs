@@ -13,7 +13,7 @@ use floodgate_testkit::{
     Running,
 };
 
-const RULES: &str = "
+pub(crate) const RULES: &str = "
 domain: edge
 descriptors:
   - key: client
@@ -22,14 +22,14 @@ descriptors:
 
 /// `dir/config/config.yaml`: the reference's layout under `RUNTIME_ROOT=dir`,
 /// `RUNTIME_SUBDIRECTORY=.`.
-fn reference_layout(dir: &Path) {
+pub(crate) fn reference_layout(dir: &Path) {
     let config = subdir(dir, "config");
     std::fs::write(config.join("config.yaml"), RULES)
         .unwrap_or_else(|error| panic!("write config: {error}"));
 }
 
 /// `floodgate check` against `grpc_port`: its exit code.
-fn check(grpc_port: u16, client: &str) -> Option<i32> {
+pub(crate) fn check(grpc_port: u16, client: &str) -> Option<i32> {
     check_clients(grpc_port, &[client])
 }
 
@@ -44,6 +44,8 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
         .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
         .env("EXPIRATION_JITTER_MAX_SECONDS", "300")
         .env("REDIS_PERSECOND", "true")
+        // What this test reads is said at info; started as `ratelimit` the default is warn.
+        .env("LOG_LEVEL", "info")
         .env_remove("BACKEND_TYPE")
         .env_remove("FLOODGATE_STORE");
     let server = Running::spawn("ratelimit", &mut command, dir.path());

@@ -5,3 +5,4 @@ mod config_files;
 mod explain_cli;
 mod front_door;
 mod newcomer;
+mod settings;
