@@ -1,9 +1,17 @@
 //! What the rules cost in memory: starts a floodgate binary with a generated configuration of
 //! `--rules` rules and with one of no rules (the baseline, same binary, same run), and reads
-//! each process's resident memory (`/proc/PID/status`: `VmRSS`, and `VmHWM` for the peak) at
-//! rest, after traffic that touches every rule once, and across reloads that replace every
-//! file with new limits. Prints a Markdown report with the bytes per rule: the difference to
-//! the baseline divided by the rule count. `scripts/bench-rules-memory.sh` builds and runs it.
+//! each process's resident memory (`/proc/PID/status`: `VmRSS` with its anonymous and
+//! file-backed parts, and `VmHWM` for the peak) at rest, after traffic that touches every rule
+//! once, and across reloads that replace every file with new limits. Prints a Markdown report
+//! with the bytes per rule: the difference to the baseline divided by the rule count.
+//! `scripts/bench-rules-memory.sh` builds and runs it.
+//!
+//! At rest is read twice, as soon as the process answers a connection and 3 s later without
+//! traffic, each process at the same moments after it answers: a process that starts slowly
+//! (many rules, a busy host) is still faulting in its binary's code when it first answers, and
+//! reading it earlier in its life than the baseline would count those pages as the rules'. A
+//! third process with half the rules gives the slope, what a further rule costs, in which
+//! everything a process holds whatever its rule count cancels.
 //!
 //! ```text
 //! cargo run --release --example rules_memory -- --floodgate target/release/floodgate --rules 20000
@@ -44,7 +52,7 @@ struct Args {
     /// Reloads after the traffic, each replacing every file with new limits.
     #[arg(long, default_value_t = 3)]
     reloads: u32,
-    /// How long RSS is watched before a reading (start-up, traffic, reload); the reading is
+    /// How long RSS is watched before a reading after traffic and after a reload; the reading is
     /// its lowest value in that time, once the allocator has handed freed memory back.
     #[arg(long, default_value = "5000")]
     settle_ms: u64,
@@ -53,13 +61,43 @@ struct Args {
     extra: Vec<String>,
 }
 
+/// How long after the first reading at rest the second is taken: memory that grows by itself
+/// once the process is up (background tasks' first ticks, threads started late, the
+/// allocator's delayed purges) shows between the two.
+const REST_LATER: Duration = Duration::from_secs(3);
+
+/// One reading of `/proc/PID/status`, in KiB: the resident set and its two parts.
+#[derive(Debug, Default, Clone, Copy)]
+struct Resident {
+    /// `VmRSS`.
+    total: u64,
+    /// `RssAnon`: the process's own memory (heap, stacks), what the rules take.
+    anon: u64,
+    /// `RssFile`: the pages of the binary and its libraries touched so far.
+    file: u64,
+}
+
+impl Resident {
+    fn read(pid: u32) -> Self {
+        let kib = |field: &str| status_kib(pid, field).unwrap_or(0);
+        Self {
+            total: kib("VmRSS"),
+            anon: kib("RssAnon"),
+            file: kib("RssFile"),
+        }
+    }
+}
+
 /// Readings of one process, in KiB.
 #[derive(Debug, Default, Clone)]
 struct Readings {
     config_bytes: usize,
     /// Peak of the start-up (loading the rules included).
     start_peak: u64,
-    rest: u64,
+    /// At rest, as soon as the server answers a connection.
+    rest_at_once: Resident,
+    /// At rest, [`REST_LATER`] after that, no traffic in between.
+    rest_later: Resident,
     after_traffic: u64,
     /// Each reload's own peak, and the RSS once it settled.
     reload_peaks: Vec<u64>,
@@ -114,13 +152,28 @@ fn main() -> ExitCode {
 
 async fn run(args: &Args) -> Result<String, BenchError> {
     let work = tempfile::tempdir().map_err(|error| BenchError::Io(format!("tempdir: {error}")))?;
-    let baseline = measure(args, work.path(), 0).await?;
-    let measured = measure(args, work.path(), args.rules).await?;
-    Ok(report(args, &baseline, &measured))
+    let baseline = measure(args, work.path(), 0, Span::Whole).await?;
+    let half = measure(args, work.path(), args.rules / 2, Span::AtRest).await?;
+    let measured = measure(args, work.path(), args.rules, Span::Whole).await?;
+    Ok(report(args, &baseline, &half, &measured))
 }
 
-/// One process with `rules` rules, from start to its last reload.
-async fn measure(args: &Args, work: &Path, rules: usize) -> Result<Readings, BenchError> {
+/// How far a process is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Span {
+    /// Its two readings at rest, then it stops.
+    AtRest,
+    /// From start to its last reload.
+    Whole,
+}
+
+/// One process with `rules` rules, over `span`.
+async fn measure(
+    args: &Args,
+    work: &Path,
+    rules: usize,
+    span: Span,
+) -> Result<Readings, BenchError> {
     let dir = work.join(format!("rules-{rules}"));
     let config = dir.join("config");
     std::fs::create_dir_all(&config)
@@ -140,8 +193,14 @@ async fn measure(args: &Args, work: &Path, rules: usize) -> Result<Readings, Ben
     let mut client = server.connect().await.map_err(&fail)?;
     let pid = server.pid();
     let kib = |field: &str| status_kib(pid, field).unwrap_or(0);
-    readings.rest = settled_rss(pid, settle).await;
+    readings.rest_at_once = Resident::read(pid);
+    tokio::time::sleep(REST_LATER).await;
+    readings.rest_later = Resident::read(pid);
     readings.start_peak = kib("VmHWM");
+    if span == Span::AtRest {
+        server.stop();
+        return Ok(readings);
+    }
 
     for request in traffic(rules, args.domains, 64) {
         client
@@ -269,9 +328,47 @@ impl Drop for Server {
     }
 }
 
-fn report(args: &Args, baseline: &Readings, measured: &Readings) -> String {
-    let rules =
-        args.rules.div_ceil(generated_rules::RULES_PER_GROUP) * generated_rules::RULES_PER_GROUP;
+/// `path` as a report shows it: relative to the working directory (the checkout, when the
+/// script runs it) when it lies below it, else its file name alone, so that no report carries
+/// the layout of the machine it was made on.
+fn shown_path(path: &Path) -> String {
+    let relative = std::env::current_dir()
+        .ok()
+        .and_then(|dir| path.strip_prefix(dir).ok().map(Path::to_path_buf));
+    match relative {
+        Some(relative) => relative.display().to_string(),
+        None if path.is_relative() => path.display().to_string(),
+        None => path
+            .file_name()
+            .map_or_else(String::new, |name| name.to_string_lossy().into_owned()),
+    }
+}
+
+/// The rules a configuration of `requested` rules holds: whole groups.
+fn generated_count(requested: usize) -> usize {
+    requested.div_ceil(generated_rules::RULES_PER_GROUP) * generated_rules::RULES_PER_GROUP
+}
+
+/// What one more rule costs at rest: the difference between two rule counts over the rules
+/// between them, for the whole resident set and for its anonymous part, at once and 3 s later.
+/// Whatever a process holds whatever its rule count (the binary's pages, thread stacks, the
+/// runtime) cancels, even where the two processes reached it at different moments.
+fn slope_text(half_rules: usize, rules: usize, half: &Readings, measured: &Readings) -> String {
+    let between = i128::try_from(rules.saturating_sub(half_rules).max(1)).unwrap_or(1);
+    let slope = |with: u64, without: u64| (i128::from(with) - i128::from(without)) * 1024 / between;
+    format!(
+        "\nPer rule as the slope between {half_rules} and {rules} rules (the same readings of a \
+         third process with {half_rules} rules): at once {} bytes (anonymous part {}), 3 s \
+         later {} bytes (anonymous part {}).\n",
+        slope(measured.rest_at_once.total, half.rest_at_once.total),
+        slope(measured.rest_at_once.anon, half.rest_at_once.anon),
+        slope(measured.rest_later.total, half.rest_later.total),
+        slope(measured.rest_later.anon, half.rest_later.anon),
+    )
+}
+
+fn report(args: &Args, baseline: &Readings, half: &Readings, measured: &Readings) -> String {
+    let rules = generated_count(args.rules);
     let per_rule = |with: u64, without: u64| {
         let bytes = (i128::from(with) - i128::from(without)) * 1024;
         let rules = i128::try_from(rules.max(1)).unwrap_or(1);
@@ -284,7 +381,36 @@ fn report(args: &Args, baseline: &Readings, measured: &Readings) -> String {
             baseline.start_peak,
             measured.start_peak,
         ),
-        ("at rest (VmRSS)", baseline.rest, measured.rest),
+        (
+            "at rest, at once (VmRSS)",
+            baseline.rest_at_once.total,
+            measured.rest_at_once.total,
+        ),
+        (
+            "— of which anonymous (RssAnon)",
+            baseline.rest_at_once.anon,
+            measured.rest_at_once.anon,
+        ),
+        (
+            "— of which file-backed (RssFile)",
+            baseline.rest_at_once.file,
+            measured.rest_at_once.file,
+        ),
+        (
+            "at rest, 3 s later (VmRSS)",
+            baseline.rest_later.total,
+            measured.rest_later.total,
+        ),
+        (
+            "— of which anonymous (RssAnon)",
+            baseline.rest_later.anon,
+            measured.rest_later.anon,
+        ),
+        (
+            "— of which file-backed (RssFile)",
+            baseline.rest_later.file,
+            measured.rest_later.file,
+        ),
         (
             "after traffic touching every rule",
             baseline.after_traffic,
@@ -302,12 +428,12 @@ fn report(args: &Args, baseline: &Readings, measured: &Readings) -> String {
         ),
     ];
     let mut text = format!(
-        "{rules} rules in {} domains ({:.2} MB of YAML), {} reloads, floodgate {}\n\n\
+        "{rules} rules in {} domains ({:.2} MB of YAML), {} reloads, floodgate `{}`\n\n\
          | reading | 0 rules, MiB | {rules} rules, MiB | bytes per rule |\n|---|---|---|---|\n",
         args.domains,
         measured.config_bytes as f64 / 1e6,
         args.reloads,
-        args.floodgate.display(),
+        shown_path(&args.floodgate),
     );
     for (label, without, with) in rows {
         text.push_str(&format!(
@@ -328,6 +454,12 @@ fn report(args: &Args, baseline: &Readings, measured: &Readings) -> String {
         "\nEach reload's peak, MiB: {}\nRSS after each reload, MiB: {}\n",
         list(&measured.reload_peaks),
         list(&measured.after_reloads),
+    ));
+    text.push_str(&slope_text(
+        generated_count(args.rules / 2),
+        rules,
+        half,
+        measured,
     ));
     text
 }

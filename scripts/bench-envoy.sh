@@ -257,13 +257,14 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     echo "bench-envoy: $config $count instructions per request" >&2
     echo "$config $count" >>"$WORK/counts"
   done
-  python3 - "$WORK/counts" "$REQUESTS" "$CONNECTIONS" "$(report_commit)" <<'PY'
+  python3 - "$WORK/counts" "$REQUESTS" "$CONNECTIONS" "$(report_provenance "scripts/bench-envoy.sh (BENCH_INSTRUCTIONS=1)")" <<'PY'
 import os, sys
-path, requests, connections, commit = sys.argv[1:]
+path, requests, connections, provenance = sys.argv[1:]
 sys.path.insert(0, os.path.dirname(path))
 from names import NAMES as names
 counts = dict((line.split()[0], int(line.split()[1])) for line in open(path))
-print(f"commit {commit}; Envoy's instructions (callgrind) per request over {requests} requests, "
+print(provenance + "\n")
+print(f"Envoy's instructions (callgrind) per request over {requests} requests, "
       f"{connections} HTTP/1.1 connections, Envoy on one worker, after a warm-up\n")
 print("| configuration | instructions per request | ratio to no limit | its inverse (the throughput if instructions alone set it) |")
 print("|---|--:|--:|--:|")
@@ -285,9 +286,9 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$WORK/results" "$ROUNDS" "$SECONDS_PER_RUN" "$CONNECTIONS" "$LOAD_BEFORE" "$LOAD_AFTER" "$(report_commit)" <<'PY'
+python3 - "$WORK/results" "$ROUNDS" "$SECONDS_PER_RUN" "$CONNECTIONS" "$LOAD_BEFORE" "$LOAD_AFTER" "$(report_provenance scripts/bench-envoy.sh)" <<'PY'
 import os, statistics, sys
-path, rounds, seconds, connections, before, after, commit = sys.argv[1:]
+path, rounds, seconds, connections, before, after, provenance = sys.argv[1:]
 runs = {}
 for line in open(path):
     config, rate = line.split()
@@ -295,7 +296,8 @@ for line in open(path):
 base = statistics.median(runs["none"])
 sys.path.insert(0, os.path.dirname(path))
 from names import NAMES as names
-print(f"commit {commit}; {rounds} rounds of {seconds} s, {connections} HTTP/1.1 connections, "
+print(provenance + "\n")
+print(f"{rounds} rounds of {seconds} s, {connections} HTTP/1.1 connections, "
       f"Envoy on one worker; load average before {before}, after {after}\n")
 print("| configuration | median ratio to no limit | each round's ratio to that round's no limit |")
 print("|---|---|---|")

@@ -190,15 +190,13 @@ soak_store() {
   stop_floodgate
 }
 
-# Taken before the hours of running: the tree the binaries were built from, not later work.
-COMMIT="$(report_commit)"
 for store in $STORES; do
   soak_store "$store"
 done
 
-CPU_MODEL="$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+# The commit is start_workspace's, taken before the hours of running.
 SOAK_WORK="$WORK" SOAK_STORES="$STORES" SOAK_MINUTES="$MINUTES" SOAK_WARMUP="$WARMUP_MINUTES" \
-SOAK_COMMIT="$COMMIT" SOAK_CPU="${CPU_MODEL:-$(uname -m)}" SOAK_NPROC="$(nproc)" \
-SOAK_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" SOAK_KEYS="$KEYS" SOAK_CONCURRENCY="$CONCURRENCY" \
+SOAK_PROVENANCE="$(report_provenance scripts/soak.sh)" SOAK_NPROC="$(nproc)" \
+SOAK_KEYS="$KEYS" SOAK_CONCURRENCY="$CONCURRENCY" \
 SOAK_PEAK_SECONDS="$PEAK_SECONDS" SOAK_REDIS_TIMEOUT_MS="$REDIS_TIMEOUT_MS" \
 python3 scripts/lib/soak-report.py "$OUT"

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Where floodgate's own CPU goes at peak, by function and by crate (`perf record`, the kernel
+# included): floodgate on Redis (batches, `--redis-batch-max 64`, the default) and on its
+# memory store, each on one worker thread, loaded in turn by the same closed loop. Every
+# share of samples is turned into µs of floodgate's CPU per decision (the share times the CPU
+# per decision measured over the profiled run), so the two stores read side by side and their
+# difference is what the Redis call costs floodgate. A run without the profiler comes first for
+# each store: the profiler's own cost is the difference between the two CPU figures. Beside
+# the profile, `perf stat` counts floodgate's system calls per decision (all, and the reads,
+# writes and waits among them): how many answers and Redis calls leave in one write.
+#
+#   scripts/profile-perf.sh        # prints the report; BENCH_OUT=FILE writes it there too
+#
+# Needs perf (linux-perf) and the right to profile (root, or kernel.perf_event_paranoid ≤ 1 for
+# the kernel's share), redis-server and redis-cli. Loopback only. The rules: one fixed window of
+# 1,000,000 per minute on `generic_key=api,client_id={key}`, so every decision is admitted and
+# writes its counter (as in scripts/bench-redis.sh).
+#
+# Overrides (environment):
+#   BENCH_MODES          stores, in order: redis, memory                     [redis memory]
+#   BENCH_SECONDS        length of each run (unprofiled and profiled), s     [10]
+#   BENCH_CLIENTS        calls in flight (loadgen --concurrency)             [50]
+#   BENCH_KEYS           distinct {key} values                               [10000]
+#   BENCH_REDIS_TIMEOUT_MS  floodgate's --redis-timeout-ms                   [100]
+#   BENCH_FREQUENCY      samples per second (perf record -F)                 [999]
+#   BENCH_TOP            functions listed per report                         [30]
+#   BENCH_OUT            also write the report here                          [none]
+#   BENCH_PREBUILT       take the binaries from this directory instead of building
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODES="${BENCH_MODES:-redis memory}"
+SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
+CLIENTS="${BENCH_CLIENTS:-50}"
+KEYS="${BENCH_KEYS:-10000}"
+REDIS_TIMEOUT_MS="${BENCH_REDIS_TIMEOUT_MS:-100}"
+FREQUENCY="${BENCH_FREQUENCY:-999}"
+TOP="${BENCH_TOP:-30}"
+OUT="${BENCH_OUT:-}"
+
+die() { echo "profile-perf: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib/bench-common.sh
+. scripts/lib/bench-common.sh
+for tool in python3 perf redis-server redis-cli; do
+  command -v "$tool" >/dev/null || die "$tool is needed"
+done
+for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP"; do
+  [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
+done
+for mode in $MODES; do
+  [[ "$mode" == redis || "$mode" == memory ]] || die "BENCH_MODES: redis or memory (got '$mode')"
+done
+
+start_workspace profile-perf
+release_build profile-perf --bin floodgate --example loadgen
+
+read -r REDIS_PORT < <(free_ports 1)
+start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
+REDIS_PID_KEPT="$REDIS_PID"
+write_counter_config "$WORK/config" 1000000
+
+# What perf stat counts beside the profile: every system call, and those that move the
+# answers, the Redis calls and the wake-ups.
+SYSCALL_EVENTS="raw_syscalls:sys_enter,syscalls:sys_enter_writev,syscalls:sys_enter_write"
+SYSCALL_EVENTS+=",syscalls:sys_enter_sendto,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom"
+SYSCALL_EVENTS+=",syscalls:sys_enter_epoll_wait"
+
+# CPU seconds a process has used so far (utime + stime).
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+
+# drive NAME: the closed loop against the running floodgate; figures in NAME.json, and
+# "NAME CPU-SECONDS" (floodgate's, over the run) in $WORK/cpu.
+drive() {
+  local name="$1" before
+  before="$(cpu_seconds "$SERVER_PID")"
+  "$BIN/examples/loadgen" --addr "http://127.0.0.1:$GRPC_PORT" --label "$name" \
+    --domain edge --descriptor 'generic_key=api,client_id={key}' --keys "$KEYS" \
+    --max-rate --concurrency "$CLIENTS" --duration "${SECONDS_PER_RUN}s" \
+    --json "$WORK/$name.json" >"$WORK/$name.txt" 2>&1 ||
+    { tail -n 20 "$WORK/$name.txt" >&2; die "loadgen failed ($name)"; }
+  echo "$name $(awk -v a="$(cpu_seconds "$SERVER_PID")" -v b="$before" 'BEGIN {print a - b}')" \
+    >>"$WORK/cpu"
+}
+
+: >"$WORK/cpu"
+for mode in $MODES; do
+  flags=(--store memory)
+  [ "$mode" = memory ] ||
+    flags=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-batch-max 64
+      --redis-timeout-ms "$REDIS_TIMEOUT_MS")
+  start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
+    --worker-threads 1 "${flags[@]}"
+  PIDS+=("$REDIS_PID_KEPT")
+  echo "profile-perf: $mode: unprofiled run" >&2
+  drive "$mode-plain"
+  echo "profile-perf: $mode: profiled run" >&2
+  perf record -e cpu-clock -F "$FREQUENCY" -p "$SERVER_PID" -o "$WORK/$mode.data" \
+    >"$WORK/perf-$mode.log" 2>&1 &
+  PERF_PID=$!
+  perf stat -x, -o "$WORK/$mode.syscalls" -p "$SERVER_PID" -e "$SYSCALL_EVENTS" \
+    >"$WORK/perf-stat-$mode.log" 2>&1 &
+  STAT_PID=$!
+  PIDS+=("$PERF_PID" "$STAT_PID")
+  sleep 0.5
+  drive "$mode-profiled"
+  kill -INT "$PERF_PID" "$STAT_PID" 2>/dev/null || true
+  wait "$PERF_PID" "$STAT_PID" 2>/dev/null || true
+  [ -s "$WORK/$mode.data" ] || { cat "$WORK/perf-$mode.log" >&2; die "perf recorded nothing ($mode)"; }
+  perf report -i "$WORK/$mode.data" --stdio --no-children --sort dso,symbol --percent-limit 0 \
+    -t $'\t' 2>/dev/null | grep -v '^#' | grep -v '^$' >"$WORK/$mode.symbols" ||
+    die "perf report read nothing ($mode)"
+  stop_floodgate
+  PIDS=("$REDIS_PID_KEPT")
+done
+
+python3 - "$WORK" "$MODES" "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP" \
+  "$(report_provenance scripts/profile-perf.sh)" "$(perf --version)" \
+  "$(redis-server --version | awk '{print $3}')" >"$WORK/report.md" <<'PY'
+import collections, json, re, sys
+work, modes, seconds, clients, keys, timeout, frequency, top, provenance, perf, redis = sys.argv[1:]
+modes, top = modes.split(), int(top)
+cpu = dict((line.split()[0], float(line.split()[1])) for line in open(f"{work}/cpu"))
+
+def decisions(name):
+    total = json.load(open(f"{work}/{name}.json"))["total"]["legit"]
+    return total["ok"] + total["over_limit"], total["achieved_rps"], total["error"]
+
+def crate(dso, symbol):
+    """Who a function belongs to: the kernel, the allocator, the C library, else the Rust crate
+    its path starts with (the type's crate for `<T as Trait>::f`)."""
+    if dso.startswith("[kernel"):
+        return "kernel"
+    if dso == "[vdso]":
+        return "vdso (clock reads)"
+    if symbol.startswith(("mi_", "_mi_")):
+        return "mimalloc"
+    if dso.startswith(("libc", "ld-linux", "libpthread")):
+        return "libc"
+    path = symbol.lstrip("<&_ ")
+    path = re.sub(r"^(dyn |mut |impl )+", "", path)
+    match = re.match(r"([A-Za-z_][A-Za-z0-9_]*)::", path)
+    return match.group(1) if match else "other"
+
+per_decision, by_crate, figures = {}, {}, {}
+for mode in modes:
+    done, rps, errors = decisions(f"{mode}-profiled")
+    plain_done, plain_rps, plain_errors = decisions(f"{mode}-plain")
+    us = cpu[f"{mode}-profiled"] * 1e6 / max(done, 1)
+    figures[mode] = (plain_rps, cpu[f"{mode}-plain"] * 1e6 / max(plain_done, 1), rps, us,
+                     errors + plain_errors)
+    functions, crates = collections.Counter(), collections.Counter()
+    for line in open(f"{work}/{mode}.symbols"):
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) < 3 or not fields[0].strip().endswith("%"):
+            continue
+        share = float(fields[0].strip().rstrip("%")) / 100
+        dso = fields[1].strip()
+        symbol = re.sub(r"^\[[.k]\] ", "", fields[2].strip())
+        functions[symbol] += share * us
+        crates[crate(dso, symbol)] += share * us
+    per_decision[mode], by_crate[mode] = functions, crates
+
+w = print
+w("# Where floodgate's CPU goes at peak (perf)")
+w()
+w(provenance)
+w()
+w(f"- {perf}; redis-server {redis}; release build, `--worker-threads 1` (Redis: "
+  f"`--redis-batch-max 64 --redis-timeout-ms {timeout}`); loadgen closed loop, "
+  f"{clients} calls in flight, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
+  f"`perf record -e cpu-clock -F {frequency} -p <floodgate>` over the second run of each store")
+w("- *µs per decision*: floodgate's CPU (user + system, `/proc/<pid>/stat`) over the run "
+  "divided by the decisions answered; by function and by crate: that figure times the "
+  "function's share of the samples (self time, kernel included)")
+w()
+w("| store | decisions/s, unprofiled | CPU µs per decision, unprofiled | decisions/s, profiled | "
+  "CPU µs per decision, profiled | errors |")
+w("|---|--:|--:|--:|--:|--:|")
+for mode in modes:
+    plain_rps, plain_us, rps, us, errors = figures[mode]
+    w(f"| {mode} | {plain_rps:,.0f} | {plain_us:.1f} | {rps:,.0f} | {us:.1f} | {errors:,} |")
+w()
+w("System calls per decision (`perf stat` over the profiled run; the sampling itself makes none "
+  "in floodgate):")
+w()
+events = ["raw_syscalls:sys_enter", "syscalls:sys_enter_writev", "syscalls:sys_enter_write",
+          "syscalls:sys_enter_sendto", "syscalls:sys_enter_read", "syscalls:sys_enter_recvfrom",
+          "syscalls:sys_enter_epoll_wait"]
+w("| store | all | " + " | ".join(e.split("sys_enter_")[-1] for e in events[1:]) + " |")
+w("|---|" + "--:|" * len(events))
+for mode in modes:
+    counted = {}
+    for line in open(f"{work}/{mode}.syscalls"):
+        fields = line.strip().split(",")
+        if len(fields) > 2 and fields[0].replace(".", "").isdigit():
+            counted[fields[2]] = float(fields[0])
+    done = decisions(f"{mode}-profiled")[0] or 1
+    w(f"| {mode} | " + " | ".join(f"{counted.get(e, 0) / done:.2f}" for e in events) + " |")
+w()
+first = modes[0]
+other = modes[1] if len(modes) > 1 else None
+heading = " | ".join(f"{mode} µs" for mode in modes)
+diff = f" | {first} − {other} µs" if other else ""
+w("## By crate")
+w()
+w(f"| crate | {heading}{diff} |")
+w("|---|" + "--:|" * (len(modes) + (1 if other else 0)))
+names = set().union(*(by_crate[mode] for mode in modes))
+for name in sorted(names, key=lambda n: -max(by_crate[m][n] for m in modes)):
+    values = [by_crate[mode][name] for mode in modes]
+    if max(values) < 0.05:
+        continue
+    row = " | ".join(f"{v:.2f}" for v in values)
+    if other:
+        row += f" | {by_crate[first][name] - by_crate[other][name]:+.2f}"
+    w(f"| {name} | {row} |")
+w()
+w(f"## By function (the {top} largest in either store)")
+w()
+w(f"| function | {heading}{diff} |")
+w("|---|" + "--:|" * (len(modes) + (1 if other else 0)))
+ranked = sorted(set().union(*(per_decision[mode] for mode in modes)),
+                key=lambda n: -max(per_decision[m][n] for m in modes))
+for name in ranked[:top]:
+    values = [per_decision[mode][name] for mode in modes]
+    row = " | ".join(f"{v:.3f}" for v in values)
+    if other:
+        row += f" | {per_decision[first][name] - per_decision[other][name]:+.3f}"
+    shown = name if len(name) <= 110 else name[:107] + "…"
+    w(f"| `{shown}` | {row} |")
+PY
+[ -z "$OUT" ] || { mkdir -p "$(dirname "$OUT")"; cp "$WORK/report.md" "$OUT"; }
+cat "$WORK/report.md"
