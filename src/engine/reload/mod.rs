@@ -48,6 +48,10 @@ pub enum Trigger {
     FileChange,
     /// SIGHUP: reload even when the files look unchanged.
     Signal,
+    /// The watch has just started: a file changed between the first read and the watch sent no
+    /// event, so the files are compared once with that read. A read that fails says nothing
+    /// new (the first load reported it).
+    WatchStarted,
 }
 
 impl Trigger {
@@ -55,6 +59,7 @@ impl Trigger {
         match self {
             Trigger::FileChange => "file change",
             Trigger::Signal => "SIGHUP",
+            Trigger::WatchStarted => "file change before the watch started",
         }
     }
 }
@@ -203,6 +208,7 @@ impl ConfigReloader {
     pub fn reload(&mut self, trigger: Trigger) -> Option<Reloaded> {
         let sources = match read_sources(&self.location, self.max_config_bytes) {
             Ok(sources) => sources,
+            Err(_) if trigger == Trigger::WatchStarted => return None,
             Err(error) => {
                 let version = self.status.record_failure(error.to_string());
                 crate::telemetry::metrics::reload_failed();
@@ -217,7 +223,7 @@ impl ConfigReloader {
             }
         };
         let digest = SourcesDigest::of(&sources);
-        if trigger == Trigger::FileChange && digest == self.last_read {
+        if trigger != Trigger::Signal && digest == self.last_read {
             tracing::debug!("configuration files unchanged; nothing to reload");
             return None;
         }
@@ -334,13 +340,17 @@ pub async fn run(
     trim_after_load();
     let mut watch = DirectoryWatch::new("configuration");
     watch.ensure(&targets);
+    let mut catch_up = Some(Trigger::WatchStarted);
     let stop = shutdown.fired();
     tokio::pin!(stop);
     loop {
-        let trigger = tokio::select! {
-            () = &mut stop => return,
-            () = watch.changed() => Trigger::FileChange,
-            () = hangup.recv() => Trigger::Signal,
+        let trigger = match catch_up.take() {
+            Some(trigger) => trigger,
+            None => tokio::select! {
+                () = &mut stop => return,
+                () = watch.changed() => Trigger::FileChange,
+                () = hangup.recv() => Trigger::Signal,
+            },
         };
         watch.ensure(&targets);
         // Reading files blocks; keep it off the threads that answer requests.

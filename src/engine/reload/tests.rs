@@ -50,6 +50,26 @@ fn unchanged_files_are_not_reloaded_unless_asked_by_signal() {
 }
 
 #[test]
+fn the_files_are_compared_once_when_the_watch_starts() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let file = dir.path().join("d.yaml");
+    write(&file, GOOD_A);
+    let mut reloader = reloader(&file);
+    assert!(
+        reloader.reload(Trigger::WatchStarted).is_none(),
+        "the files the first load read: nothing to reload"
+    );
+    // Changed after the first read, before the watch: no event ever comes for it.
+    write(&file, GOOD_B);
+    go_live(&mut reloader, Trigger::WatchStarted);
+    assert_eq!(reloader.status().version(), 2);
+    // A read that fails was reported by the first load: not counted again.
+    std::fs::remove_file(&file).unwrap_or_else(|error| panic!("remove: {error}"));
+    assert!(reloader.reload(Trigger::WatchStarted).is_none());
+    assert_eq!(reloader.status().snapshot().failures, 0);
+}
+
+#[test]
 fn a_good_change_is_a_new_version_and_a_bad_one_keeps_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let file = dir.path().join("d.yaml");
