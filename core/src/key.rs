@@ -37,6 +37,64 @@ pub fn counter_key(
     key
 }
 
+/// What a counter identity ([`counter_key`]) names, read back: its domain and its entries, a
+/// shared wildcard's pattern in place of the value. A store that writes keys of another layout
+/// (envoyproxy/ratelimit's, `crate::reference_cache`) builds them from this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterName<'a> {
+    pub domain: &'a str,
+    /// (key, value) in the descriptor's order.
+    pub entries: Vec<(&'a str, &'a str)>,
+}
+
+/// Reads back what [`counter_key`] wrote; `None` for bytes it did not write (a lease or RLQS
+/// identity, or anything else).
+pub fn counter_name(identity: &[u8]) -> Option<CounterName<'_>> {
+    let mut reader = FieldReader { rest: identity };
+    let domain = reader.text()?;
+    let _rule_path = reader.field()?;
+    let _algorithm = reader.field()?;
+    let _limit_index = reader.number()?;
+    let _window = reader.number()?;
+    let count = usize::try_from(reader.number()?).ok()?;
+    // Each entry takes at least two 8-byte lengths: a count beyond that is not ours.
+    if count > reader.rest.len() / 16 {
+        return None;
+    }
+    let mut entries = Vec::with_capacity(count);
+    for _ in 0..count {
+        entries.push((reader.text()?, reader.text()?));
+    }
+    reader
+        .rest
+        .is_empty()
+        .then_some(CounterName { domain, entries })
+}
+
+/// Walks the length-prefixed fields [`push_field`] writes.
+struct FieldReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> FieldReader<'a> {
+    fn number(&mut self) -> Option<u64> {
+        let (head, rest) = self.rest.split_first_chunk::<8>()?;
+        self.rest = rest;
+        Some(u64::from_le_bytes(*head))
+    }
+
+    fn field(&mut self) -> Option<&'a [u8]> {
+        let length = usize::try_from(self.number()?).ok()?;
+        let (field, rest) = self.rest.split_at_checked(length)?;
+        self.rest = rest;
+        Some(field)
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.field()?).ok()
+    }
+}
+
 /// The entries' count, then each key and value (a shared wildcard's pattern in place of the
 /// value, so every value it matches shares one counter).
 fn push_entries(key: &mut Vec<u8>, entries: &[Entry], levels: &[MatchedLevel<'_>]) {
@@ -184,6 +242,41 @@ mod tests {
                 .with_calendar_months(calendar_months)
         };
         assert_eq!(key(&bucket(true)), key(&bucket(false)));
+    }
+
+    #[test]
+    fn a_counter_identity_reads_back_its_domain_and_entries() {
+        let shared = [
+            MatchedLevel::Exact,
+            MatchedLevel::Wildcard {
+                pattern: "files/*",
+                shared: true,
+            },
+        ];
+        let identity = counter_key(
+            "edge",
+            "edge.tenant.path",
+            1,
+            &Quota::new(5, Unit::Hour),
+            &[Entry::new("tenant", "acme"), Entry::new("path", "files/a")],
+            &shared,
+        );
+        let name = counter_name(&identity).unwrap_or_else(|| panic!("not read back"));
+        assert_eq!(name.domain, "edge");
+        assert_eq!(name.entries, [("tenant", "acme"), ("path", "files/*")]);
+        let none = counter_key("d", "d", 0, &Quota::new(1, Unit::Second), &[], &[]);
+        assert_eq!(counter_name(&none).map(|name| name.entries.len()), Some(0));
+    }
+
+    #[test]
+    fn other_bytes_are_not_read_as_a_counter() {
+        let identity = key_of(&[Entry::new("k", "v")]);
+        assert!(counter_name(&identity[..identity.len() - 1]).is_none());
+        let mut longer = identity.clone();
+        longer.push(0);
+        assert!(counter_name(&longer).is_none());
+        assert!(counter_name(&lease_key("d", "d.k", &[Entry::new("k", "v")], &[])).is_none());
+        assert!(counter_name(b"").is_none());
     }
 
     #[test]

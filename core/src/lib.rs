@@ -23,6 +23,7 @@ pub mod overload;
 pub mod plan;
 pub mod priority;
 pub mod quota;
+pub mod reference_cache;
 pub mod request;
 pub mod response;
 pub mod rules;

@@ -19,7 +19,7 @@ use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
 use super::priority::ClassChoice;
 use super::time::Micros;
 use super::unit::Unit;
-use super::verdict::Role;
+use super::verdict::{request_over_limit, Role, Vote};
 
 #[cfg(test)]
 mod lease_refusal_tests;
@@ -351,4 +351,29 @@ pub struct Decided {
     /// The request's verdict (`core::verdict::request_over_limit`); all or nothing, nothing
     /// was charged if true (`core::charging`).
     pub over_limit: bool,
+}
+
+impl Decided {
+    /// A request's answer from each of its `counters`' outcome, in order, for a store that
+    /// judged every counter by itself (envoyproxy/ratelimit's keys, `core::reference_cache`):
+    /// the verdict is every store's (`core::verdict`: roles, quota mode, `--shadow-mode`).
+    pub fn from_outcomes(
+        counters: &[Counter],
+        outcomes: Vec<CounterOutcome>,
+        global_shadow: bool,
+    ) -> Self {
+        let votes: Vec<Vote> = counters
+            .iter()
+            .zip(&outcomes)
+            .map(|(counter, outcome)| Vote {
+                descriptor: counter.descriptor,
+                role: counter.role,
+                admitted: outcome.admitted,
+            })
+            .collect();
+        Self {
+            over_limit: request_over_limit(&votes, global_shadow),
+            outcomes,
+        }
+    }
 }

@@ -85,6 +85,15 @@ impl From<HashTagArg> for crate::store::redis::HashTag {
     }
 }
 
+/// `--redis-counters`: whose keys and arithmetic the Redis store's fixed windows use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisCountersArg {
+    /// envoyproxy/ratelimit's keys and INCRBY/EXPIRE, shared with its pods on the same Redis.
+    Reference,
+    /// floodgate's own hashed keys (which cannot collide), decided by its scripts.
+    Floodgate,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AlgorithmArg {
     FixedWindow,
@@ -463,6 +472,13 @@ pub struct ServeArgs {
     /// CACHE_KEY_PREFIX when set, else `floodgate:`].
     #[arg(long, env = "FLOODGATE_REDIS_PREFIX")]
     pub redis_prefix: Option<String>,
+    /// Whose counters fixed windows keep in Redis: `reference` (envoyproxy/ratelimit's keys,
+    /// CACHE_KEY_PREFIX + domain_key_value…_window, counted with its INCRBY and EXPIRE, so its
+    /// pods and floodgate's share one count; needs every-descriptor charging) or `floodgate`
+    /// (floodgate's own keys, which cannot collide) [default: reference when started as
+    /// `ratelimit` with every-descriptor charging, else floodgate]. docs/redis.md.
+    #[arg(long, env = "FLOODGATE_REDIS_COUNTERS", value_enum)]
+    pub redis_counters: Option<RedisCountersArg>,
     /// What a key's Redis Cluster hash tag holds: `domain` (a request is one script call, all or
     /// nothing; a domain lives on one shard) or `descriptor` (a domain spreads over the shards;
     /// one call per slot group, all or nothing within each; README: Redis Cluster).

@@ -12,6 +12,7 @@ pub mod front_door;
 pub(crate) mod hybrid_settings;
 pub mod output;
 pub(crate) mod prometheus_settings;
+pub mod reference_counters;
 pub mod reference_env;
 pub mod runtime;
 pub mod serve;

@@ -26,7 +26,6 @@ pub enum Treatment {
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
-const PER_SECOND: &str = "one Redis for every unit";
 const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
 const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself, and can \
                     gather the decisions that meet into one script call (--redis-batch-max)";
@@ -84,7 +83,7 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("RUNTIME_APPDIRECTORY", Honoured),
     ("RUNTIME_IGNOREDOTFILES", Honoured),
     ("RUNTIME_WATCH_ROOT", Honoured),
-    ("EXPIRATION_JITTER_MAX_SECONDS", NotSupported("each key expires when its state stops meaning anything")),
+    ("EXPIRATION_JITTER_MAX_SECONDS", Honoured),
     ("LOCAL_CACHE_SIZE_IN_BYTES", NotSupportedWhenOn("no cache of its own: --store hybrid decides refusals (and most admissions) locally; --store redis makes one call per decision")),
     ("NEAR_LIMIT_RATIO", Honoured),
     ("CACHE_KEY_PREFIX", Honoured),
@@ -108,23 +107,23 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("REDIS_PIPELINE_WINDOW", NotSupported(POOL)),
     ("REDIS_PIPELINE_LIMIT", NotSupported(POOL)),
     ("REDIS_CLUSTER_PIPELINE_PARALLELISM", NotSupported(POOL)),
-    ("REDIS_PERSECOND", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_SOCKET_TYPE", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_TYPE", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_URL", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_POOL_SIZE", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_AUTH", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_TLS", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND", Honoured),
+    ("REDIS_PERSECOND_SOCKET_TYPE", Honoured),
+    ("REDIS_PERSECOND_TYPE", Honoured),
+    ("REDIS_PERSECOND_URL", Honoured),
+    ("REDIS_PERSECOND_POOL_SIZE", Honoured),
+    ("REDIS_PERSECOND_AUTH", Honoured),
+    ("REDIS_PERSECOND_TLS", Honoured),
     ("REDIS_SENTINEL_AUTH", Honoured),
-    ("REDIS_PERSECOND_SENTINEL_AUTH", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_PIPELINE_WINDOW", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_PIPELINE_LIMIT", NotSupported(PER_SECOND)),
-    ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_SENTINEL_AUTH", Honoured),
+    ("REDIS_PERSECOND_PIPELINE_WINDOW", NotSupported(POOL)),
+    ("REDIS_PERSECOND_PIPELINE_LIMIT", NotSupported(POOL)),
+    ("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", NotSupported(POOL)),
     ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Honoured),
     ("REDIS_TIMEOUT", Honoured),
-    ("REDIS_PERSECOND_TIMEOUT", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_TIMEOUT", Honoured),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),
-    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", NotSupported(PER_SECOND)),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", NotSupported(POOL)),
     ("REDIS_STARTUP_INITIAL_INTERVAL", Honoured),
     ("REDIS_STARTUP_MAX_INTERVAL", Honoured),
     ("REDIS_STARTUP_MAX_ELAPSED_TIME", Honoured),
@@ -241,10 +240,10 @@ pub fn charging(
 /// floodgate's own prefix of Redis keys when neither `--redis-prefix` nor `CACHE_KEY_PREFIX` says.
 const DEFAULT_REDIS_PREFIX: &str = "floodgate:";
 
-/// The prefix of every Redis key: `--redis-prefix` (`flag`), else the reference's
-/// `CACHE_KEY_PREFIX` (deployments that share one Redis keep their keys apart as before; the
-/// keys after the prefix are floodgate's own, so counts do not carry over from the reference),
-/// else `floodgate:`.
+/// The prefix of floodgate's own Redis keys: `--redis-prefix` (`flag`), else the reference's
+/// `CACHE_KEY_PREFIX` (deployments that share one Redis keep their keys apart as before), else
+/// `floodgate:`. The reference's keys (`cmd::reference_counters`) take `CACHE_KEY_PREFIX` as it
+/// is, whatever `--redis-prefix` says.
 pub fn redis_prefix(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) -> String {
     match flag {
         Some(prefix) => prefix.to_owned(),
@@ -371,24 +370,35 @@ pub fn unsupported_in(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str
 /// `REDIS_SOCKET_TYPE` against the form of `REDIS_URL` (floodgate reads the socket type from the
 /// address itself: a path is a Unix socket, host:port is TCP): what to say when they disagree.
 pub fn redis_socket_type_mismatch(env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let socket_type = env("REDIS_SOCKET_TYPE")?.trim().to_ascii_lowercase();
-    let url = env("REDIS_URL").unwrap_or_default();
+    socket_type_mismatch("REDIS_SOCKET_TYPE", "REDIS_URL", env)
+}
+
+/// The socket type variable `type_variable` against the form of the address in `url_variable`
+/// (`REDIS_SOCKET_TYPE` and `REDIS_URL`, or their `REDIS_PERSECOND_` twins).
+pub fn socket_type_mismatch(
+    type_variable: &str,
+    url_variable: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let socket_type = env(type_variable)?.trim().to_ascii_lowercase();
+    let url = env(url_variable).unwrap_or_default();
     let url = url.trim();
     let is_path = url.starts_with('/') || url.starts_with("unix:");
     match socket_type.as_str() {
         "" => None,
         "tcp" if is_path => Some(format!(
-            "REDIS_SOCKET_TYPE=tcp, but REDIS_URL={url:?} is a Unix socket path: floodgate \
-             connects to the socket; give REDIS_URL as host:port for TCP"
+            "{type_variable}=tcp, but {url_variable}={url:?} is a Unix socket path: floodgate \
+             connects to the socket; give {url_variable} as host:port for TCP"
         )),
         "unix" if !is_path && !url.is_empty() => Some(format!(
-            "REDIS_SOCKET_TYPE=unix, but REDIS_URL={url:?} is not a path: floodgate connects \
-             over TCP; give REDIS_URL as the socket's path (/run/redis.sock) for a Unix socket"
+            "{type_variable}=unix, but {url_variable}={url:?} is not a path: floodgate connects \
+             over TCP; give {url_variable} as the socket's path (/run/redis.sock) for a Unix \
+             socket"
         )),
         "tcp" | "unix" => None,
         other => Some(format!(
-            "REDIS_SOCKET_TYPE={other:?} is neither tcp nor unix; floodgate goes by the form of \
-             REDIS_URL (a path is a Unix socket, host:port is TCP)"
+            "{type_variable}={other:?} is neither tcp nor unix; floodgate goes by the form of \
+             {url_variable} (a path is a Unix socket, host:port is TCP)"
         )),
     }
 }

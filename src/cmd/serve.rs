@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::cmd::cli::{reference_address, GrpcTlsArgs, ServeArgs, StoreKind};
+use crate::cmd::cli::{reference_address, GrpcTlsArgs, RedisCountersArg, ServeArgs, StoreKind};
 use crate::cmd::config_location::LocationError;
 use crate::cmd::front_door::{choose_store, FrontDoor};
 use crate::cmd::hybrid_settings::CountingNotes;
@@ -374,7 +374,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             if hybrid.is_none() && !refused.is_empty() {
                 return Err(AppError::Usage(refused.join("\n")));
             }
-            let Some(redis) = connect_redis(&args, charging, &rules, "redis", &serving).await?
+            let Some(redis) =
+                connect_redis(&args, (door, charging), &rules, "redis", &serving).await?
             else {
                 return Ok(());
             };
@@ -418,7 +419,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
                 ..serving
             };
             serving.counting_notes.log(&rules);
-            let Some(redis) = connect_redis(&args, charging, &rules, "hybrid", &serving).await?
+            let Some(redis) =
+                connect_redis(&args, (door, charging), &rules, "hybrid", &serving).await?
             else {
                 return Ok(());
             };
@@ -500,10 +502,11 @@ async fn share_overrides<S: crate::engine::adaptive::shared::SharesLimits>(
 }
 
 /// Connects the Redis store of `--store redis` (or beneath `--store hybrid`, `store` naming
-/// which in errors and metrics); `None`: stopped before Redis answered.
+/// which in errors and metrics), with the counters `--redis-counters` or the door chooses;
+/// `None`: stopped before Redis answered.
 async fn connect_redis(
     args: &ServeArgs,
-    charging: Charging,
+    (door, charging): (FrontDoor, Charging),
     rules: &RuleSet,
     store: &'static str,
     serving: &Serving,
@@ -515,7 +518,7 @@ async fn connect_redis(
             problems.join("\n  ")
         )));
     }
-    let options = RedisOptions {
+    let mut options = RedisOptions {
         auth: args.redis_auth.clone(),
         key_prefix: crate::cmd::reference_env::redis_prefix(args.redis_prefix.as_deref(), |name| {
             std::env::var(name).ok()
@@ -535,6 +538,7 @@ async fn connect_redis(
         charging,
         ..RedisOptions::new(args.redis_url.clone())
     };
+    options.reference_counters = reference_counters(args, (door, charging), &options, store)?;
     let retry = crate::cmd::reference_env::redis_startup_retry(|name| std::env::var(name).ok())
         .map_err(AppError::Usage)?;
     crate::telemetry::metrics::store_state(store, false);
@@ -551,6 +555,47 @@ async fn connect_redis(
         };
     tracing::info!(redis = %store.server(), "connected to Redis");
     Ok(Some(store))
+}
+
+/// envoyproxy/ratelimit's counters for fixed windows, or `None` for floodgate's own
+/// (`cmd::reference_counters`), said at start either way. `--store hybrid` counts in each
+/// instance and syncs floodgate's keys, so it keeps them.
+fn reference_counters(
+    args: &ServeArgs,
+    (door, charging): (FrontDoor, Charging),
+    options: &RedisOptions,
+    store: &'static str,
+) -> Result<Option<crate::store::redis::ReferenceCounters>, AppError> {
+    let flag = match (store, args.redis_counters) {
+        ("hybrid", Some(RedisCountersArg::Reference)) => {
+            return Err(AppError::Usage(
+                "--redis-counters reference counts in Redis on every call, as \
+                 envoyproxy/ratelimit does; --store hybrid counts in each instance: use \
+                 --store redis"
+                    .to_owned(),
+            ))
+        }
+        ("hybrid", _) => Some(RedisCountersArg::Floodgate),
+        (_, flag) => flag,
+    };
+    let choice =
+        crate::cmd::reference_counters::counter_choice(flag, door, charging, options, |name| {
+            std::env::var(name).ok()
+        })
+        .map_err(AppError::Usage)?;
+    for note in &choice.notes {
+        tracing::warn!("{note}");
+    }
+    match &choice.reference {
+        Some(counters) => tracing::info!(
+            prefix = %counters.key_prefix,
+            per_second_redis = counters.per_second.is_some(),
+            "fixed windows are counted under envoyproxy/ratelimit's Redis keys, with its \
+             INCRBY and EXPIRE: its pods on this Redis share the counts"
+        ),
+        None => tracing::info!("counters are kept under floodgate's own Redis keys"),
+    }
+    Ok(choice.reference)
 }
 
 /// What every store's server needs, made before the store is chosen.

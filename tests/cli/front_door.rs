@@ -42,8 +42,8 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     command
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
-        .env("EXPIRATION_JITTER_MAX_SECONDS", "300")
-        .env("REDIS_PERSECOND", "true")
+        .env("REDIS_PIPELINE_WINDOW", "150us")
+        .env("REDIS_PERSECOND_PIPELINE_WINDOW", "150us")
         // What this test reads is said at info; started as `ratelimit` the default is warn.
         .env("LOG_LEVEL", "info")
         .env_remove("BACKEND_TYPE")
@@ -58,7 +58,7 @@ fn started_as_ratelimit_it_serves_the_reference_environment_from_redis() {
     assert_eq!(check(grpc, "ada"), Some(0));
     assert_eq!(check(grpc, "ada"), Some(2), "the limit of 1 per hour");
     // The reference's settings floodgate does not read are said, once each, not refused.
-    for variable in ["EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PERSECOND"] {
+    for variable in ["REDIS_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_WINDOW"] {
         let said = format!("{variable} is set, but floodgate does not support it");
         assert_eq!(log.matches(&said).count(), 1, "{variable}:\n{log}");
     }

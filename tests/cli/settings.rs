@@ -144,7 +144,7 @@ fn every_go_spelling_is_taken_from_the_environment() {
 /// The process's log once it has served one call and stopped.
 fn log_of_a_served_call(name: &str, command: &mut Command, grpc: u16, dir: &Path) -> String {
     // Said at warn at start: an unsupported variable of the reference.
-    command.env("EXPIRATION_JITTER_MAX_SECONDS", "300");
+    command.env("GRPC_MAX_CONNECTION_AGE", "24h");
     let mut server = Running::spawn(name, command, dir);
     wait_for_port(grpc, START_BOUND, name);
     assert_eq!(check(grpc), Some(0), "{name}");
@@ -153,7 +153,7 @@ fn log_of_a_served_call(name: &str, command: &mut Command, grpc: u16, dir: &Path
     server.log_text()
 }
 
-const WARN_LINE: &str = "EXPIRATION_JITTER_MAX_SECONDS is set, but floodgate does not support it";
+const WARN_LINE: &str = "GRPC_MAX_CONNECTION_AGE is set, but floodgate does not support it";
 const INFO_LINE: &str = "floodgate serving";
 
 #[test]

@@ -15,6 +15,8 @@ mod redis_leases;
 mod redis_pool;
 mod redis_processes;
 mod redis_quota_exchange;
+mod redis_reference_door;
+mod redis_reference_keys;
 mod redis_scripts;
 mod redis_sentinel;
 mod redis_startup;

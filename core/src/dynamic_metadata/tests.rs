@@ -7,10 +7,9 @@ use crate::config::{load, LoadOptions, SourceFile};
 use crate::headers::HeaderMode;
 use crate::plan::{plan, PlanSettings};
 use crate::request::LimitOverride;
-use crate::response::{assemble, CounterOutcome};
+use crate::response::{assemble, CounterOutcome, Decided};
 use crate::rules::{Entry, RuleSet};
 use crate::unit::Unit;
-use crate::verdict::{request_over_limit, Vote};
 
 /// Two rules with `metadata:`, a third without, one unlimited, one in shadow mode, one that
 /// `replaces` another, and two whose stats keys the request's values shape.
@@ -101,17 +100,8 @@ fn answer(
             }
         })
         .collect();
-    let votes: Vec<Vote> = planned
-        .counters
-        .iter()
-        .zip(&outcomes)
-        .map(|(counter, outcome)| Vote {
-            descriptor: counter.descriptor,
-            role: counter.role,
-            admitted: outcome.admitted,
-        })
-        .collect();
-    let over_limit = request_over_limit(&votes, global_shadow);
+    let over_limit =
+        Decided::from_outcomes(&planned.counters, outcomes.clone(), global_shadow).over_limit;
     let mut response = assemble(&planned, &outcomes, over_limit, HeaderMode::None);
     attach(&mut response, request, &planned);
     response

@@ -168,6 +168,18 @@ impl ClusterLink {
             .await
     }
 
+    /// Sends `pipeline`, whose keys must share one slot, to the node that owns it, within
+    /// `deadline`.
+    pub async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        self.within(deadline, pipeline.query_async(&mut connection))
+            .await
+    }
+
     async fn within<T>(
         &self,
         deadline: Duration,

@@ -320,15 +320,39 @@ impl Connection {
         command: &redis::Cmd,
         deadline: Duration,
     ) -> Result<T, StoreError> {
-        let (position, server, mut manager) = self.shared.pick();
+        self.on_next_socket(deadline, |mut manager| async move {
+            command.query_async(&mut manager).await
+        })
+        .await
+    }
+
+    /// Sends `pipeline` on the next socket of the pool, one write, within `deadline`: the
+    /// replies its commands do not `ignore`, in order.
+    pub async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        self.on_next_socket(deadline, |mut manager| async move {
+            pipeline.query_async(&mut manager).await
+        })
+        .await
+    }
+
+    /// `call` on the next socket of the pool within `deadline`; a failure may mean the master
+    /// moved (Sentinel), so it is looked for again.
+    async fn on_next_socket<T, F>(
+        &self,
+        deadline: Duration,
+        call: impl FnOnce(ConnectionManager) -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        let (position, server, manager) = self.shared.pick();
         let result = self
             .shared
-            .within(
-                position,
-                &server,
-                deadline,
-                command.query_async(&mut manager),
-            )
+            .within(position, &server, deadline, call(manager))
             .await;
         if result.is_err() {
             Shared::follow_master_soon(&self.shared);

@@ -42,6 +42,18 @@
 //! is deleted instead. The script also ignores a state past its `expires_at`, so decisions never
 //! depend on when Redis gets round to expiring a key.
 //!
+//! # envoyproxy/ratelimit's keys
+//!
+//! With [`RedisOptions::reference_counters`] a fixed window the reference could count (one
+//! whole unit, the only limit of its descriptor, no priority class:
+//! `core::reference_cache::counts_under_reference_key`) is counted under the reference's own
+//! key, `CACHE_KEY_PREFIX` + `domain_key_value…_<window start>`, with its `INCRBY` and
+//! `EXPIRE` pipelined (`reference.rs`), so its pods and floodgate's share one count. The core
+//! decides from the counts; "now" is then the instance's clock, as the reference's. Such keys
+//! are charged descriptor by descriptor, so the store refuses them under all-or-nothing
+//! charging. The other counters of a request are decided by the script at the same time; the
+//! verdict joins both (`core::response::Decided::from_outcomes`).
+//!
 //! # Redis Cluster
 //!
 //! `--redis-type cluster` (`cluster.rs`): seed nodes in, the redis crate's cluster client out
@@ -72,6 +84,7 @@
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
 //! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`).
+//! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them.
 //! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
 //! Sentinel also `+role` on the master, and `+sentinel|get-master-addr-by-name` on the
 //! sentinels.
@@ -114,6 +127,7 @@ pub mod keys;
 mod lanes;
 mod leases;
 mod quota_exchange;
+mod reference;
 mod script;
 mod sentinel;
 mod shared;
@@ -135,6 +149,8 @@ use self::connection::{misconfigured, unavailable, Connection, BACKEND};
 pub use self::hybrid_sync::{instances_key, SyncItem, SyncReply, SYNC_SOURCE};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::lanes::Lanes;
+use self::reference::ReferenceCache;
+pub use self::reference::{ReferenceCounters, DEFAULT_EXPIRATION_JITTER_MAX_SECONDS};
 use self::script::{build_call, build_request, parse_reply, Now, Settling};
 pub use self::script::{
     check_quota, UnsupportedQuota, MAX_BUCKET_DRAIN_MICROS, MAX_TEST_CLOCK_MICROS,
@@ -217,6 +233,9 @@ pub struct RedisOptions {
     pub charging: Charging,
     /// Requests one script call may decide (1 to [`MAX_BATCH`]; see "Batching" above).
     pub batch_max: usize,
+    /// Fixed windows counted under envoyproxy/ratelimit's keys and with its commands (see
+    /// "envoyproxy/ratelimit's keys" above); `None`: every counter under floodgate's keys.
+    pub reference_counters: Option<ReferenceCounters>,
 }
 
 /// How a [`RedisOptions::url`] reaches Redis (envoyproxy/ratelimit's `REDIS_TYPE`).
@@ -249,6 +268,7 @@ impl RedisOptions {
             tls: TlsOptions::default(),
             charging: Charging::AllOrNothing,
             batch_max: DEFAULT_BATCH_MAX,
+            reference_counters: None,
         }
     }
 
@@ -316,6 +336,7 @@ impl fmt::Debug for RedisOptions {
             .field("tls", &self.tls)
             .field("charging", &self.charging)
             .field("batch_max", &self.batch_max)
+            .field("reference_counters", &self.reference_counters)
             .finish()
     }
 }
@@ -376,6 +397,33 @@ enum Link {
     Cluster(Arc<ClusterLink>),
 }
 
+impl Link {
+    /// Connects as `options` say and loads `script`.
+    async fn open(options: &RedisOptions, script: &Script) -> Result<Self, StoreError> {
+        if options.topology == Topology::Cluster {
+            return Ok(Link::Cluster(Arc::new(
+                ClusterLink::open(options, script).await?,
+            )));
+        }
+        let connection = Connection::open(options).await?;
+        connection
+            .load_script(script, options.script_load_deadline())
+            .await?;
+        Ok(Link::Server(connection))
+    }
+
+    async fn command<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+        deadline: Duration,
+    ) -> Result<T, StoreError> {
+        match self {
+            Link::Server(connection) => connection.command(command, deadline).await,
+            Link::Cluster(cluster) => cluster.command(command, deadline).await,
+        }
+    }
+}
+
 /// Counters in Redis, decided by one script call per request (per slot group on a cluster),
 /// or per batch of requests.
 pub struct RedisStore {
@@ -383,6 +431,8 @@ pub struct RedisStore {
     script: Arc<Script>,
     /// With `batch_max` above 1: where requests gather.
     lanes: Option<Lanes>,
+    /// Fixed windows under envoyproxy/ratelimit's keys (`RedisOptions::reference_counters`).
+    reference: Option<ReferenceCache>,
     keys: KeyLayout,
     timeout: Duration,
     test_clock: Option<Arc<dyn Clock>>,
@@ -412,14 +462,10 @@ impl RedisStore {
         }
         let keys = keys.with_hash_tag(options.hash_tag);
         let script = Arc::new(Script::new(script::SOURCE));
-        let link = if options.topology == Topology::Cluster {
-            Link::Cluster(Arc::new(ClusterLink::open(options, &script).await?))
-        } else {
-            let connection = Connection::open(options).await?;
-            connection
-                .load_script(&script, options.script_load_deadline())
-                .await?;
-            Link::Server(connection)
+        let link = Link::open(options, &script).await?;
+        let reference = match &options.reference_counters {
+            Some(counters) => Some(ReferenceCache::open(options, counters, &script).await?),
+            None => None,
         };
         let lanes = (options.batch_max > 1).then(|| match &link {
             Link::Server(connection) => {
@@ -431,6 +477,7 @@ impl RedisStore {
             link,
             script,
             lanes,
+            reference,
             keys,
             timeout: options.timeout,
             test_clock: options.test_clock.clone(),
@@ -487,10 +534,7 @@ impl RedisStore {
         deadline: Duration,
     ) -> Result<T, StoreError> {
         let deadline = deadline.max(self.timeout);
-        match &self.link {
-            Link::Server(connection) => connection.command(command, deadline).await,
-            Link::Cluster(cluster) => cluster.command(command, deadline).await,
-        }
+        self.link.command(command, deadline).await
     }
 
     /// One call of a script other than the decision script, prepared as `invocation`
@@ -617,6 +661,58 @@ impl RedisStore {
                 over_limit: false,
             });
         }
+        if let Some(reference) = &self.reference {
+            let calls = reference.calls(counters);
+            if !calls.is_empty() {
+                return self
+                    .decide_with_reference_keys(reference, counters, &calls, global_shadow)
+                    .await;
+            }
+        }
+        self.decide_with_own_keys(counters, global_shadow).await
+    }
+
+    /// The counters the reference could count under its keys (`calls`), the others under
+    /// floodgate's, both at once; the verdict over all of them. Every descriptor is charged by
+    /// its own counts (`ReferenceCache::open` requires it), so the two parts need not wait for each
+    /// other.
+    async fn decide_with_reference_keys(
+        &self,
+        reference: &ReferenceCache,
+        counters: &[Counter],
+        calls: &[reference::ReferenceCall],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
+        let own = reference::other_positions(counters.len(), calls);
+        let own_counters: Vec<Counter> = own
+            .iter()
+            .filter_map(|&position| counters.get(position).cloned())
+            .collect();
+        let (counted, decided_own) = futures_util::future::try_join(
+            reference.count(&self.link, calls, self.timeout),
+            async {
+                if own_counters.is_empty() {
+                    return Ok(Decided::default());
+                }
+                self.decide_with_own_keys(&own_counters, global_shadow)
+                    .await
+            },
+        )
+        .await?;
+        let outcomes = reference::in_request_order(
+            counters.len(),
+            calls.iter().map(|call| call.position).zip(counted),
+            own.into_iter().zip(decided_own.outcomes),
+        )?;
+        Ok(Decided::from_outcomes(counters, outcomes, global_shadow))
+    }
+
+    /// Every counter under floodgate's keys, decided by the script.
+    async fn decide_with_own_keys(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
         let now = self.now()?;
         if let Link::Cluster(_) = &self.link {
             let groups = slot_groups(counters, &self.keys);
@@ -697,9 +793,13 @@ impl Store for RedisStore {
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's
     /// own bound, whichever comes first).
     async fn ready(&self) -> bool {
-        self.command::<String>(&redis::cmd("PING"), READY_DEADLINE)
-            .await
-            .is_ok()
+        let ping = redis::cmd("PING");
+        let deadline = READY_DEADLINE.max(self.timeout);
+        let per_second_ready = match self.reference.as_ref().and_then(ReferenceCache::per_second) {
+            Some(per_second) => per_second.command::<String>(&ping, deadline).await.is_ok(),
+            None => true,
+        };
+        per_second_ready && self.command::<String>(&ping, READY_DEADLINE).await.is_ok()
     }
 }
 

@@ -100,9 +100,10 @@ fn stats(allowed: u64, over_limit: u64, near_limit: u64) -> Stats {
     }
 }
 
-/// `TestRedis` (both subtests: floodgate has one Redis for every unit, so "WithPerSecondRedis"
-/// is the same run): a limit within, a nested one over, and two counters already past their
-/// limits (a check-only descriptor among them), in both charging modes.
+/// `TestRedis` (both subtests: floodgate's own counters live in one Redis, so
+/// "WithPerSecondRedis" is the same run; the per-second Redis of the reference's keys is
+/// `tests/redis/redis_reference_keys.rs`): a limit within, a nested one over, and two counters
+/// already past their limits (a check-only descriptor among them), in both charging modes.
 #[tokio::test]
 async fn test_redis_within_over_and_past_the_limit() {
     for setup in every_setup(1234) {
@@ -344,9 +345,9 @@ impl NearCase {
     }
 }
 
-/// `TestRedisWithJitter`: the same answer; the key's TTL carries no jitter
-/// (`EXPIRATION_JITTER_MAX_SECONDS` is not supported: a key lives until its state means
-/// nothing, which spreads expiries by itself).
+/// `TestRedisWithJitter`: the same answer; floodgate's own keys carry no jitter (a key lives
+/// until its state means nothing, which spreads expiries by itself); the reference's keys do
+/// (`EXPIRATION_JITTER_MAX_SECONDS`, `tests/redis/redis_reference_keys.rs`).
 #[tokio::test]
 async fn answers_without_expiration_jitter() {
     for setup in every_setup(1234) {

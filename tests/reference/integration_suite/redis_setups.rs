@@ -5,18 +5,19 @@
 //! `TestBasicAuthConfigWithRedisSentinel`; and the same sequence on the memory store.
 //!
 //! Like the Go tests, the Redis servers of one test are shared by its rows, and each row starts
-//! its own floodgate. floodgate does not read the reference's `REDIS_PERSECOND*` (one Redis for
-//! every unit) nor `LOCAL_CACHE_SIZE_IN_BYTES`: their rows must answer the same and floodgate says
-//! at start that it ignores them. Where the reference points `REDIS_PERSECOND_URL` at a second
-//! Redis, that Redis stays empty; where it points at a second Cluster or Sentinel group, the URL
-//! here is a port nothing listens on, which a store that used it would fail on.
+//! its own floodgate. floodgate does not read `LOCAL_CACHE_SIZE_IN_BYTES`: its rows must answer
+//! the same and floodgate says at start that it ignores it. The per-second rows
+//! (`REDIS_PERSECOND=true`) start `floodgate serve`, whose counters are floodgate's own, in one
+//! Redis: it refuses to start rather than count SECOND limits elsewhere than asked (the
+//! per-second Redis serves envoyproxy/ratelimit's counters, `--redis-counters reference`:
+//! tests/redis/redis_reference_door.rs), so the per-second Redis stays empty.
 
 use floodgate_testkit::free_port;
 use floodgate_testkit::redis::{RedisCluster, RedisServer, SentinelServer};
 use floodgate_testkit::testca::TestCa;
 
 use super::basic_sequence::{self, Keys};
-use crate::harness::{start, write, Entry, RuntimeTree};
+use crate::harness::{spawn, start, write, Entry, RuntimeTree};
 
 /// The reference's password in its Redis test setups.
 pub const PASSWORD: &str = "password123";
@@ -29,6 +30,8 @@ pub struct Row {
     pub keys: Keys,
     pub env: Vec<(String, String)>,
     pub ignored: Vec<&'static str>,
+    /// The row must refuse to start, its log saying this.
+    pub refused: Option<&'static str>,
 }
 
 pub fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -54,7 +57,6 @@ pub fn four_rows(
             if with_per_second {
                 env.push(("REDIS_PERSECOND".to_owned(), "true".to_owned()));
                 env.extend_from_slice(per_second);
-                ignored.push("REDIS_PERSECOND");
             }
             if local_cache {
                 env.push(("LOCAL_CACHE_SIZE_IN_BYTES".to_owned(), "1000".to_owned()));
@@ -80,6 +82,8 @@ pub fn four_rows(
                 },
                 env,
                 ignored,
+                refused: with_per_second
+                    .then_some("REDIS_PERSECOND=true: floodgate's own counters"),
             });
         }
     }
@@ -97,6 +101,12 @@ pub async fn run_rows(test: &str, rows: &[Row]) {
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
+        if let Some(said) = row.refused {
+            let mut process = spawn(row.entry, &tree, &row.name, &env);
+            let log = process.log_of_a_refused_start(std::time::Duration::from_secs(20));
+            assert!(log.contains(said), "{context}: {said}\n{log}");
+            continue;
+        }
         let server = start(row.entry, &tree, &row.name, &env);
         basic_sequence::run(&server, row.keys, &context).await;
         let log = server.process.log_text();
@@ -129,6 +139,7 @@ async fn basic_config_on_the_memory_store() {
             keys: Keys::Plain,
             env: owned(&[("BACKEND_TYPE", "memory")]),
             ignored: Vec::new(),
+            refused: None,
         })
         .collect();
     run_rows("BasicConfigMemory", &rows).await;
@@ -152,6 +163,7 @@ async fn basic_config() {
         keys: Keys::Plain,
         env: prefixed,
         ignored: Vec::new(),
+        refused: None,
     });
     let mut stopping = store.clone();
     stopping.push((
@@ -180,7 +192,7 @@ async fn basic_config() {
     assert_eq!(
         key_count(&per_second_redis),
         0,
-        "floodgate counts every unit in REDIS_URL's Redis, never in REDIS_PERSECOND_URL's"
+        "floodgate serve refuses REDIS_PERSECOND: nothing is counted in REDIS_PERSECOND_URL's Redis"
     );
     assert!(key_count(&redis) > 0);
 }
@@ -267,7 +279,8 @@ async fn basic_tls_config() {
             ("REDIS_PERSECOND_TLS", "true"),
             ("REDIS_PERSECOND_AUTH", PASSWORD),
         ]),
-        ignored: vec!["REDIS_PERSECOND_TLS"],
+        ignored: Vec::new(),
+        refused: None,
     });
     run_rows("TestBasicTLSConfig", &rows).await;
     assert!(key_count(&redis) > 0);

@@ -55,6 +55,7 @@ async fn basic_reload_config() {
         keys: Keys::Plain,
         env: env.clone(),
         ignored: Vec::new(),
+        refused: None,
     };
     run_rows("TestBasicReloadConfig", &[basic]).await;
 
