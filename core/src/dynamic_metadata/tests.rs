@@ -145,6 +145,7 @@ fn text(value: &str) -> MetadataValue {
 fn quota_mode() -> PlanSettings {
     PlanSettings {
         global_quota_mode: true,
+        ..PlanSettings::default()
     }
 }
 

@@ -11,6 +11,7 @@
 //! Redis, that Redis stays empty; where it points at a second Cluster or Sentinel group, the URL
 //! here is a port nothing listens on, which a store that used it would fail on.
 
+use floodgate::core::charging::Charging;
 use floodgate_testkit::free_port;
 use floodgate_testkit::redis::{RedisCluster, RedisServer, SentinelServer};
 use floodgate_testkit::testca::TestCa;
@@ -29,6 +30,28 @@ pub struct Row {
     pub keys: Keys,
     pub env: Vec<(String, String)>,
     pub ignored: Vec<&'static str>,
+}
+
+impl Row {
+    /// How the row's floodgate charges: the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// when set, else its door's default (every descriptor started as `ratelimit`, as the
+    /// reference; all or nothing for `floodgate serve`).
+    pub fn charging(&self) -> Charging {
+        let stop = self
+            .env
+            .iter()
+            .find(|(name, _)| name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+            .map(|(_, value)| value.as_str());
+        match (stop, self.entry) {
+            (Some("true"), _) => Charging::AllOrRefused,
+            (Some("false"), _) | (None, Entry::Ratelimit) => Charging::EveryDescriptor,
+            (Some(other), _) => panic!(
+                "{}: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT={other}",
+                self.name
+            ),
+            (None, Entry::Serve) => Charging::AllOrNothing,
+        }
+    }
 }
 
 pub fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -98,7 +121,7 @@ pub async fn run_rows(test: &str, rows: &[Row]) {
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
         let server = start(row.entry, &tree, &row.name, &env);
-        basic_sequence::run(&server, row.keys, &context).await;
+        basic_sequence::run(&server, row.keys, row.charging(), &context).await;
         let log = server.process.log_text();
         for variable in &row.ignored {
             let said = format!("{variable} is set, but floodgate does not support it");
