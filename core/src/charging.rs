@@ -7,7 +7,8 @@
 //! ([`request_over_limit`] over the unit's counters: roles and `--shadow-mode` as for a whole
 //! request) says which of its counters keep their new state:
 //!
-//!   kept ⇔ not a check, and (admitted and the unit passes, or the hits are recorded)
+//!   kept ⇔ not a check, and (admitted and the unit passes, or the hits are recorded
+//!          whatever the verdict, or they are recorded when refused and were refused)
 //!
 //! - [`Charging::AllOrNothing`], floodgate's default: the unit is the whole request. A rejected
 //!   request charges nothing; one that passes charges every counter that admitted it.
@@ -18,8 +19,12 @@
 //!   that count every hit (fixed and sliding window: the reference's `INCRBY` counts the
 //!   refused ones too); a bucket or a log takes nothing for a refused hit. A later descriptor
 //!   naming a counter sees what the earlier ones kept.
+//! - [`Charging::AllOrRefused`], envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+//!   =true`: the unit is the whole request. One that passes charges every counter; a rejected
+//!   one charges only the refused hits, recorded by the algorithms that count every hit — the
+//!   reference reads every counter first and, when any would go over, increments only those.
 //!
-//! In either mode a rule with `overflow: owe` ([`Overflow::Owe`]) records its refused charges
+//! In every mode a rule with `overflow: owe` ([`Overflow::Owe`]) records its refused charges
 //! too: usage reported after the response has happened, so it is counted even past the limit
 //! (and even when another descriptor refuses the request), and the counter then refuses until
 //! the overshoot has left its window.
@@ -45,16 +50,36 @@ pub enum Charging {
     AllOrNothing,
     /// Every descriptor is charged by its own verdict, as envoyproxy/ratelimit charges.
     EveryDescriptor,
+    /// A rejected request charges only its refused hits (by the algorithms that count every
+    /// hit); one that passes charges every counter: envoyproxy/ratelimit's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`.
+    AllOrRefused,
+}
+
+/// When a counter's charge is kept past the verdict that a unit keeps admitted charges by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recording {
+    /// Kept only when admitted in a unit that passes.
+    Never,
+    /// Counted whatever its verdict and its unit's: kept always.
+    Always,
+    /// Counted when refused, and then kept; admitted, kept only if its unit passes.
+    WhenRefused,
 }
 
 impl Charging {
-    pub const ALL: [Charging; 2] = [Charging::AllOrNothing, Charging::EveryDescriptor];
+    pub const ALL: [Charging; 3] = [
+        Charging::AllOrNothing,
+        Charging::EveryDescriptor,
+        Charging::AllOrRefused,
+    ];
 
     /// The name `--charge` takes.
     pub fn name(self) -> &'static str {
         match self {
             Charging::AllOrNothing => "all-or-nothing",
             Charging::EveryDescriptor => "every-descriptor",
+            Charging::AllOrRefused => "all-or-refused",
         }
     }
 
@@ -66,17 +91,31 @@ impl Charging {
     pub fn refused(self) -> Refused {
         match self {
             Charging::AllOrNothing => Refused::TakeNothing,
-            Charging::EveryDescriptor => Refused::Recorded,
+            Charging::EveryDescriptor | Charging::AllOrRefused => Refused::Recorded,
         }
     }
 
-    /// Whether `counter`'s hits are recorded whatever its verdict: a charge on an algorithm
-    /// that counts every hit, in a mode that records refused hits or on a rule that owes its
+    /// Whether `counter`'s hits are recorded when refused: a charge on an algorithm that
+    /// counts every hit, in a mode that records refused hits or on a rule that owes its
     /// overflow ([`Overflow::Owe`]).
     pub fn records(self, counter: &Counter) -> bool {
-        (self.refused() == Refused::Recorded || counter.quota.overflow == Overflow::Owe)
-            && counter.quota.algorithm.counts_in_windows()
-            && matches!(counter.hits, Hits::Charge(_))
+        self.recording(counter) != Recording::Never
+    }
+
+    /// When `counter`'s charge is kept past its unit's verdict: an owed overflow and every
+    /// descriptor's recorded hits always (usage that happened; the reference's increment
+    /// whatever the verdict), all or refused's only when refused.
+    pub fn recording(self, counter: &Counter) -> Recording {
+        let counts =
+            counter.quota.algorithm.counts_in_windows() && matches!(counter.hits, Hits::Charge(_));
+        if !counts {
+            return Recording::Never;
+        }
+        match (counter.quota.overflow, self) {
+            (Overflow::Owe, _) | (Overflow::Refuse, Charging::EveryDescriptor) => Recording::Always,
+            (Overflow::Refuse, Charging::AllOrRefused) => Recording::WhenRefused,
+            (Overflow::Refuse, Charging::AllOrNothing) => Recording::Never,
+        }
     }
 
     /// What a refused charge leaves in `counter`.
@@ -186,7 +225,9 @@ pub fn settle<'s>(
 /// come together).
 fn units(counters: &[Counter], charging: Charging) -> Vec<Range<usize>> {
     match charging {
-        Charging::AllOrNothing => std::iter::once(0..counters.len()).collect(),
+        Charging::AllOrNothing | Charging::AllOrRefused => {
+            std::iter::once(0..counters.len()).collect()
+        }
         Charging::EveryDescriptor => {
             let mut units: Vec<Range<usize>> = Vec::new();
             for (index, counter) in counters.iter().enumerate() {
@@ -253,8 +294,13 @@ impl Settling<'_> {
             else {
                 continue;
             };
-            let charges = counter.hits != Hits::CheckOnly
-                && ((evaluation.admitted && !unit_over) || self.charging.records(counter));
+            let recorded = match self.charging.recording(counter) {
+                Recording::Never => false,
+                Recording::Always => true,
+                Recording::WhenRefused => !evaluation.admitted,
+            };
+            let charges =
+                !counter.hits.is_check() && ((evaluation.admitted && !unit_over) || recorded);
             if let Some(slot) = kept.get_mut(index) {
                 *slot = charges;
             }

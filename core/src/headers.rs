@@ -1,7 +1,8 @@
 //! Rate-limit response headers for the proxy to return (`--response-headers`). The most
 //! restrictive descriptor drives them: an over-limit one if any, else the one with the least
-//! remaining (the first on ties, as Envoy chooses). Shadowed statuses are left out: shadow mode
-//! must not change what clients see.
+//! remaining (the first on ties, as Envoy chooses); envoyproxy/ratelimit's own three headers
+//! (`LIMIT_RESPONSE_HEADERS_ENABLED` at its door) follow its own choice ([`reference_choice`]).
+//! Shadowed statuses are left out: shadow mode must not change what clients see.
 //!
 //! A request refused in a priority class (`core::priority`) also gets, whatever the mode:
 //!
@@ -66,9 +67,13 @@ pub enum HeaderMode {
     /// No headers (envoyproxy/ratelimit's default; Envoy can compute its own).
     #[default]
     None,
-    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (or the names given), as
-    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (or the names given) of the
+    /// most restrictive descriptor, and `Retry-After` (`--response-headers ratelimit`).
     RateLimit(PlainHeaderNames),
+    /// The same three headers, written as envoyproxy/ratelimit's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` writes them: on its choice of descriptor
+    /// ([`reference_choice`]), and nothing more.
+    ReferenceRateLimit(PlainHeaderNames),
     /// `X-RateLimit-Limit/-Remaining/-Reset` in draft-03 form, as Envoy's DRAFT_VERSION_03.
     Draft03,
     /// The IETF httpapi draft (-08 and later): `RateLimit-Policy` and `RateLimit`.
@@ -87,31 +92,74 @@ impl HeaderMode {
     }
 }
 
-/// The headers for `statuses`; `Retry-After` (whole seconds, ≥ 1) when any is over its limit.
+/// The headers for `statuses`; `Retry-After` (whole seconds, ≥ 1) when any is over its limit,
+/// in the modes that write it.
 pub fn response_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> Vec<(String, String)> {
-    if !writes_headers(mode, statuses) {
-        return Vec::new();
-    }
     let visible = visible(statuses);
-    let Some(driving) = most_restrictive(&visible) else {
-        return Vec::new();
-    };
     let mut headers = match mode {
-        HeaderMode::None => Vec::new(),
-        HeaderMode::RateLimit(names) => plain_headers(names, driving),
-        HeaderMode::Draft03 => draft03_headers(driving, &visible),
-        HeaderMode::Ietf => ietf_headers(driving, &visible),
+        HeaderMode::ReferenceRateLimit(names) => {
+            reference_choice(statuses).map_or_else(Vec::new, |chosen| plain_headers(names, chosen))
+        }
+        _ if !writes_headers(mode, statuses) => return Vec::new(),
+        _ => {
+            let Some(driving) = most_restrictive(&visible) else {
+                return Vec::new();
+            };
+            match mode {
+                HeaderMode::RateLimit(names) => plain_headers(names, driving),
+                HeaderMode::Draft03 => draft03_headers(driving, &visible),
+                HeaderMode::Ietf => ietf_headers(driving, &visible),
+                HeaderMode::None | HeaderMode::ReferenceRateLimit(_) => Vec::new(),
+            }
+        }
     };
-    if let Some(retry_after) = retry_after_seconds(&visible) {
-        headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+    if writes_retry_after(mode, statuses) {
+        if let Some(retry_after) = retry_after_seconds(&visible) {
+            headers.push(("Retry-After".to_owned(), retry_after.to_string()));
+        }
     }
     headers
 }
 
-/// Whether [`response_headers`] writes any header, Retry-After included: every mode but
-/// `none`, and `none` too for a concurrency rule's refusal (see the module docs).
+/// Whether [`response_headers`] writes any header of floodgate's modes, Retry-After included:
+/// every mode but `none`, and `none` too for a concurrency rule's refusal (see the module docs).
 fn writes_headers(mode: HeaderMode, statuses: &[DescriptorStatus]) -> bool {
     mode != HeaderMode::None || statuses.iter().any(is_lease_refusal)
+}
+
+/// Whether [`response_headers`] writes Retry-After when a status is over: floodgate's modes
+/// do; `none` and the reference's three headers only for a concurrency rule's refusal, which
+/// no proxy can work out.
+fn writes_retry_after(mode: HeaderMode, statuses: &[DescriptorStatus]) -> bool {
+    match mode {
+        HeaderMode::None | HeaderMode::ReferenceRateLimit(_) => {
+            statuses.iter().any(is_lease_refusal)
+        }
+        HeaderMode::RateLimit(_) | HeaderMode::Draft03 | HeaderMode::Ietf => true,
+    }
+}
+
+/// The descriptor envoyproxy/ratelimit's headers describe (its `shouldRateLimitWorker`): among
+/// those with a limit, the one with the least remaining, the first on ties; but a descriptor
+/// over its limit and not in quota mode is taken whatever it remains, the last such. A rule in
+/// shadow mode is left out, as in every mode: shadow mode must not change what clients see.
+pub fn reference_choice(statuses: &[DescriptorStatus]) -> Option<&DescriptorStatus> {
+    let mut chosen = None;
+    let mut least = u32::MAX;
+    for status in statuses
+        .iter()
+        .filter(|status| status.current_limit.is_some() && !status.shadowed)
+    {
+        if status.limit_remaining < least {
+            chosen = Some(status);
+            least = status.limit_remaining;
+        }
+        if status.code == Code::OverLimit && !status.quota {
+            chosen = Some(status);
+            least = 0;
+        }
+    }
+    chosen
 }
 
 /// The statuses the headers describe: those with a limit, a concurrency rule's only when it
@@ -177,7 +225,7 @@ pub fn priority_headers(
         value.push_str(&sf_string(&refusal.reserved_for.join(" ")));
     }
     let mut headers = vec![(PRIORITY_HEADER.to_owned(), value)];
-    if !writes_headers(mode, statuses) {
+    if !writes_retry_after(mode, statuses) {
         if let Some(retry_after) = retry_after_seconds(&visible(statuses)) {
             headers.push(("Retry-After".to_owned(), retry_after.to_string()));
         }
@@ -336,6 +384,7 @@ mod tests {
             duration_until_reset: Some(reset_ms * 1000),
             rule_path: Some("edge.client_id".to_owned()),
             shadowed: false,
+            quota: false,
         }
     }
 
@@ -391,6 +440,48 @@ mod tests {
             header(&headers, "RateLimit"),
             Some("\"edge.client_id\";r=50;t=30")
         );
+    }
+
+    /// `headers` as the three plain values: limit, remaining, reset.
+    fn three(headers: &[(String, String)]) -> [Option<&str>; 3] {
+        let names = PlainHeaderNames::REFERENCE;
+        [names.limit, names.remaining, names.reset].map(|name| header(headers, name))
+    }
+
+    #[test]
+    fn the_reference_headers_describe_the_reference_choice_and_add_nothing() {
+        let reference = HeaderMode::ReferenceRateLimit(PlainHeaderNames::REFERENCE);
+        // Its clock-2222 case: 10 per minute, over: 10, 0, 58.
+        let over = [status(10, Unit::Minute, 0, 58_000, Code::OverLimit)];
+        let headers = response_headers(reference, &over);
+        assert_eq!(three(&headers), [Some("10"), Some("0"), Some("58")]);
+        assert_eq!(headers.len(), 3, "no Retry-After: {headers:?}");
+        // Two over: the last wins (floodgate's ratelimit mode takes the first).
+        let both_over = [
+            status(10, Unit::Minute, 0, 58_000, Code::OverLimit),
+            status(20, Unit::Hour, 0, 3_000_000, Code::OverLimit),
+        ];
+        assert_eq!(
+            three(&response_headers(reference, &both_over))[0],
+            Some("20")
+        );
+        assert_eq!(
+            three(&response_headers(
+                HeaderMode::RateLimit(PlainHeaderNames::REFERENCE),
+                &both_over
+            ))[0],
+            Some("10")
+        );
+        // A quota descriptor over is taken only as the least remaining, the first on ties:
+        // here the OK one before it, also at 0.
+        let mut quota_over = status(30, Unit::Hour, 0, 3_000_000, Code::OverLimit);
+        quota_over.quota = true;
+        let statuses = [status(5, Unit::Second, 0, 1_000, Code::Ok), quota_over];
+        assert_eq!(three(&response_headers(reference, &statuses))[0], Some("5"));
+        // None with a limit: no header at all.
+        let mut shadowed = status(5, Unit::Second, 0, 1_000, Code::Ok);
+        shadowed.shadowed = true;
+        assert!(response_headers(reference, &[shadowed]).is_empty());
     }
 
     #[test]
@@ -467,6 +558,7 @@ mod tests {
             duration_until_reset: Some(2_500_000),
             rule_path: Some("backend.backend_slow".to_owned()),
             shadowed: false,
+            quota: false,
         };
         let statuses = [refused, status(10, Unit::Second, 3, 400, Code::Ok)];
         let draft03 = response_headers(HeaderMode::Draft03, &statuses);

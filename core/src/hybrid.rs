@@ -143,7 +143,7 @@ pub fn local_budget(
     instances: u64,
     share: f64,
 ) -> u64 {
-    let remaining = evaluate(quota, global, now, Hits::CheckOnly)
+    let remaining = evaluate(quota, global, now, Hits::PEEK)
         .uncommitted
         .remaining;
     let share = if share.is_finite() {

@@ -89,6 +89,7 @@ pub fn overload_reply(answer: OverloadAnswer, descriptor_count: usize) -> Overlo
         duration_until_reset: None,
         rule_path: None,
         shadowed: false,
+        quota: false,
     };
     let response_headers = match answer {
         OverloadAnswer::OverLimit => vec![

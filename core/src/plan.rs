@@ -2,7 +2,7 @@
 //! `replaces`, `unlimited`, limit overrides, hits and roles. Pure; the store does the counting.
 
 use super::adjustment::{Adjustment, AdjustmentsAt};
-use super::algorithm::{Hits, Quota, Share};
+use super::algorithm::{CheckRule, Hits, Quota, Share};
 use super::key::{counter_key, lease_key};
 use super::lease::{
     adjusted_max_in_flight, is_usable_lease_id, reserve_at, LeaseAction, LeaseCall,
@@ -132,10 +132,12 @@ impl Plan<'_> {
     }
 }
 
-/// Settings that change how requests are planned (`QUOTA_MODE`).
+/// Settings that change how requests are planned (`QUOTA_MODE`, the check-only rule).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlanSettings {
     pub global_quota_mode: bool,
+    /// Which check-only descriptor (`hits_addend: 0`) a counter admits.
+    pub check_only: CheckRule,
 }
 
 /// Plans `request` against `domain` (`None`: the domain is unknown), with the configured limits.
@@ -249,7 +251,7 @@ pub fn plan_adjusted<'a>(
                     },
                     None => LimitSource::Rule(rule),
                 };
-                let hits = request.hits_for(descriptor);
+                let hits = request.hits_for(descriptor, settings.check_only);
                 // The class entry picks the class; it is no part of the counters' identity.
                 let class_value = class_entry
                     .and_then(|at| descriptor.entries.get(at))
@@ -271,7 +273,7 @@ pub fn plan_adjusted<'a>(
             }
             Found::Override(limit) => {
                 let source = override_source(domain, descriptor, &limit);
-                let hits = request.hits_for(descriptor);
+                let hits = request.hits_for(descriptor, settings.check_only);
                 let role = role_of(false, false, settings);
                 let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
                 add_counters(
@@ -361,10 +363,14 @@ fn override_source<'a>(
     path.push_str("[override]");
     // validate() refuses an override without a unit before planning.
     let unit = limit.unit.unwrap_or(super::unit::Unit::Second);
-    let quota = Quota::new(limit.requests_per_unit, unit)
+    let mut quota = Quota::new(limit.requests_per_unit, unit)
         .with_algorithm(domain.default_algorithm)
         .with_multiplier(limit.unit_multiplier.unwrap_or(1).max(1))
         .with_calendar_months(domain.calendar_months);
+    // Envoy Gateway's `limit.fromMetadata` budgets come this way; they owe as the domain says.
+    if domain.default_algorithm.counts_in_windows() {
+        quota = quota.with_overflow(domain.overflow);
+    }
     LimitSource::Override {
         path,
         quotas: vec![quota],

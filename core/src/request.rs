@@ -1,7 +1,7 @@
 //! A rate-limit request as the core sees it, independent of the wire (gRPC or JSON), and the
 //! checks every request must pass before it is decided.
 
-use super::algorithm::Hits;
+use super::algorithm::{CheckRule, Hits};
 use super::rules::Entry;
 use super::unit::Unit;
 
@@ -103,13 +103,13 @@ impl Request {
         Ok(())
     }
 
-    /// What descriptor `index` does to its counters.
-    pub fn hits_for(&self, descriptor: &Descriptor) -> Hits {
+    /// What `descriptor` does to its counters; a check-only one is judged by `check`.
+    pub fn hits_for(&self, descriptor: &Descriptor, check: CheckRule) -> Hits {
         let amount = descriptor
             .hits_addend
             .unwrap_or_else(|| u64::from(self.hits_addend.max(1)));
         match (amount, descriptor.is_negative_hits) {
-            (0, _) => Hits::CheckOnly,
+            (0, _) => Hits::CheckOnly(check),
             (n, true) => Hits::Refund(n),
             (n, false) => Hits::Charge(n),
         }
@@ -223,17 +223,22 @@ mod tests {
 
     #[test]
     fn hits_follow_the_reference_rules() {
+        let one_more = CheckRule::OneMoreFits;
         let mut req = request(vec![]);
         let mut d = one_entry();
-        assert_eq!(req.hits_for(&d), Hits::Charge(1));
+        assert_eq!(req.hits_for(&d, one_more), Hits::Charge(1));
         req.hits_addend = 5;
-        assert_eq!(req.hits_for(&d), Hits::Charge(5));
+        assert_eq!(req.hits_for(&d, one_more), Hits::Charge(5));
         d.hits_addend = Some(0);
-        assert_eq!(req.hits_for(&d), Hits::CheckOnly);
+        assert_eq!(req.hits_for(&d, one_more), Hits::CheckOnly(one_more));
+        assert_eq!(
+            req.hits_for(&d, CheckRule::WithinLimit),
+            Hits::CheckOnly(CheckRule::WithinLimit)
+        );
         d.hits_addend = Some(u64::MAX);
-        assert_eq!(req.hits_for(&d), Hits::Charge(u64::MAX));
+        assert_eq!(req.hits_for(&d, one_more), Hits::Charge(u64::MAX));
         d.is_negative_hits = true;
         d.hits_addend = Some(3);
-        assert_eq!(req.hits_for(&d), Hits::Refund(3));
+        assert_eq!(req.hits_for(&d, one_more), Hits::Refund(3));
     }
 }

@@ -98,6 +98,9 @@ pub struct DescriptorStatus {
     pub rule_path: Option<String>,
     /// The limit that decided was in shadow mode and over: reported as OK.
     pub shadowed: bool,
+    /// The descriptor counts as a quota (`quota_mode`, `QUOTA_MODE`): over its limit alone it
+    /// does not refuse the request.
+    pub quota: bool,
 }
 
 impl DescriptorStatus {
@@ -110,6 +113,7 @@ impl DescriptorStatus {
             duration_until_reset: None,
             rule_path,
             shadowed: false,
+            quota: false,
         }
     }
 }
@@ -309,10 +313,11 @@ fn limited_status(
     counter: &Counter,
     outcome: &CounterOutcome,
 ) -> DescriptorStatus {
-    let shadow = plan
+    let role = plan
         .counters
         .get(counters.start)
-        .is_some_and(|counter| counter.role == Role::Shadow);
+        .map(|counter| counter.role);
+    let shadow = role == Some(Role::Shadow);
     let over = !outcome.admitted;
     let code = if over && !shadow {
         Code::OverLimit
@@ -340,6 +345,7 @@ fn limited_status(
         duration_until_reset: Some(duration.max(0)),
         rule_path: Some(limit.path().to_owned()),
         shadowed: over && shadow,
+        quota: role == Some(Role::Quota),
     }
 }
 

@@ -232,6 +232,10 @@ pub struct DomainRules {
     /// `failure_policy:` (what a request gets when the store fails); `None`: the global
     /// `--redis-failure-policy`.
     pub failure_policy: Option<crate::failure::FailurePolicy>,
+    /// What a charge that does not fit does under Envoy's `limit` override: the domain's
+    /// `overflow:`, else `--overflow` (applied when the domain's default algorithm counts hits
+    /// in windows).
+    pub overflow: crate::algorithm::Overflow,
     pub(crate) root: Node,
     /// For RLQS buckets, which carry keys without an order: each set of keys that some rule's
     /// descriptor path has (sorted), with the order of that path. The load refuses two orders

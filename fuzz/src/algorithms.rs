@@ -17,7 +17,7 @@
 //!   token, leaky     ≤ C + ⌊Δ·L / W⌋ in any [a, a + Δ]
 
 use floodgate::core::algorithm::{
-    evaluate_counter, Algorithm, Evaluation, Hits, Quota, Refused, Share, State,
+    evaluate_counter, Algorithm, CheckRule, Evaluation, Hits, Quota, Refused, Share, State,
 };
 use floodgate::core::time::{Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
@@ -59,7 +59,7 @@ pub fn run(data: &[u8]) {
             admitted.push((now, n));
         }
         let keep = evaluation.admitted || refused == Refused::Recorded;
-        if keep && !matches!(hits, Hits::CheckOnly) {
+        if keep && !hits.is_check() {
             state = Some(evaluation.next_state.clone());
         }
         if forget && now > evaluation.expires_at {
@@ -143,7 +143,8 @@ fn hits(input: &mut Input) -> Hits {
         0..=6 => Hits::Charge(1),
         7..=9 => Hits::Charge(u64::from(input.u8() % 8)),
         10 => Hits::Charge(input.u64()),
-        11 | 12 => Hits::CheckOnly,
+        11 => Hits::PEEK,
+        12 => Hits::CheckOnly(CheckRule::WithinLimit),
         13 | 14 => Hits::Refund(u64::from(input.u8() % 8)),
         _ => Hits::Refund(input.u64()),
     }
@@ -218,13 +219,7 @@ fn check_step(quota: &Quota, now: Micros, hits: Hits, evaluation: &Evaluation) {
 
 /// Whether one more hit fits `state` at `now`, with no reserve.
 fn check_at(quota: &Quota, state: Option<&State>, now: Micros) -> Evaluation {
-    evaluate_counter(
-        quota,
-        state,
-        now,
-        (Hits::CheckOnly, 0),
-        Refused::TakeNothing,
-    )
+    evaluate_counter(quota, state, now, (Hits::PEEK, 0), Refused::TakeNothing)
 }
 
 /// The bounds on admitted hits (see the module's doc), over `(when, hits)` in time order.

@@ -9,7 +9,7 @@
 //! files given and saying something; a successful one has at most `max_rules` rules and its
 //! warnings name given files too.
 
-use floodgate::core::algorithm::Algorithm;
+use floodgate::core::algorithm::{Algorithm, Overflow};
 use floodgate::core::config::{load, LoadOptions, SourceFile};
 
 /// More files than this are one file with NULs in it.
@@ -66,6 +66,11 @@ fn options(flags: u8) -> LoadOptions {
             8
         } else {
             LoadOptions::default().max_rules
+        },
+        default_overflow: if flags & 8 != 0 {
+            Overflow::Owe
+        } else {
+            Overflow::Refuse
         },
     }
 }

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::algorithm::{Algorithm, CheckRule, Hits, Quota, Share};
 use floodgate::core::charging::Charging;
 use floodgate::core::plan::Counter;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
@@ -210,7 +210,8 @@ fn hits(input: &mut Input) -> Hits {
         7..=8 => Hits::Charge(u64::from(input.u8() % 8)),
         9 => Hits::Charge(input.u64()),
         10 => Hits::Charge(u64::from(input.u32())),
-        11 | 12 => Hits::CheckOnly,
+        11 => Hits::PEEK,
+        12 => Hits::CheckOnly(CheckRule::WithinLimit),
         13 | 14 => Hits::Refund(u64::from(input.u8() % 8)),
         _ => Hits::Refund(input.u64()),
     }

@@ -141,6 +141,9 @@ pub enum ChargeArg {
     AllOrNothing,
     /// Every descriptor is charged by its own verdict (envoyproxy/ratelimit's default).
     EveryDescriptor,
+    /// A rejected request charges only its refused hits (envoyproxy/ratelimit's
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true).
+    AllOrRefused,
 }
 
 impl From<ChargeArg> for Charging {
@@ -148,6 +151,7 @@ impl From<ChargeArg> for Charging {
         match arg {
             ChargeArg::AllOrNothing => Charging::AllOrNothing,
             ChargeArg::EveryDescriptor => Charging::EveryDescriptor,
+            ChargeArg::AllOrRefused => Charging::AllOrRefused,
         }
     }
 }
@@ -333,6 +337,7 @@ impl ConfigLimitArgs {
             merge_domains,
             max_rules: self.max_rules,
             calendar_months,
+            ..LoadOptions::default()
         }
     }
 }
@@ -526,16 +531,21 @@ pub struct ServeArgs {
     /// Treat every limited descriptor as a quota (QUOTA_MODE).
     #[arg(long, env = "QUOTA_MODE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub quota_mode: bool,
-    /// Which counters a request charges: all-or-nothing (a rejected request charges none) or
+    /// Which counters a request charges: all-or-nothing (a rejected request charges none),
     /// every-descriptor (each descriptor by its own verdict, refused hits counted by the
-    /// windows, as envoyproxy/ratelimit does) [default: all-or-nothing, or every-descriptor
-    /// when STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false is set].
+    /// windows, as envoyproxy/ratelimit does) or all-or-refused (a rejected request charges
+    /// only its refused hits) [default: by --semantics: all-or-nothing for floodgate,
+    /// every-descriptor started as `ratelimit`; STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false
+    /// is every-descriptor, =true all-or-refused].
     #[arg(long, env = "FLOODGATE_CHARGE", value_enum)]
     pub charge: Option<ChargeArg>,
-    /// Rate-limit headers for the proxy to return [default: none, or ratelimit when
-    /// LIMIT_RESPONSE_HEADERS_ENABLED=true].
+    /// Rate-limit headers for the proxy to return, each mode with Retry-After [default: none;
+    /// LIMIT_RESPONSE_HEADERS_ENABLED=true gives ratelimit's three headers, with Retry-After
+    /// for floodgate, as envoyproxy/ratelimit writes them started as `ratelimit`].
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_enum)]
     pub response_headers: Option<HeaderModeArg>,
+    #[command(flatten)]
+    pub semantics: crate::cmd::semantics_settings::SemanticsArgs,
     /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
     /// and the `metadata:` of the rules whose descriptors passed [default: off, or
     /// RESPONSE_DYNAMIC_METADATA].

@@ -13,11 +13,13 @@ use crate::store::hybrid::HybridOptions;
 
 /// Why hybrid counting cannot run with these flags, or `None` when it can.
 fn refusal(charging: Charging) -> Option<&'static str> {
-    if charging == Charging::EveryDescriptor {
+    if charging != Charging::AllOrNothing {
         return Some(
-            "hybrid counting charges all or nothing: --charge every-descriptor (or \
-             STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) records refused hits, which would \
-             spend the local budgets on hits nobody admitted",
+            "hybrid counting charges all or nothing: --charge every-descriptor or \
+             all-or-refused (envoyproxy/ratelimit's charging, the default started as \
+             `ratelimit`, or STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT set) records refused \
+             hits, which would spend the local budgets on hits nobody admitted; use --charge \
+             all-or-nothing",
         );
     }
     None
@@ -57,15 +59,17 @@ pub fn redis_hybrid_options(args: &ServeArgs, charging: Charging) -> Option<Hybr
 }
 
 /// The `counting: hybrid` rules a Redis store without hybrid counting (`--charge
-/// every-descriptor`) cannot honour, as errors: at start, and as a reload's store check.
+/// every-descriptor` or `all-or-refused`) cannot honour, as errors: at start, and as a
+/// reload's store check.
 pub fn refused_hybrid_rules(rules: &RuleSet) -> Vec<String> {
     marked(rules, Counting::Hybrid)
         .into_iter()
         .map(|rule| {
             format!(
-                "{rule}: `counting: hybrid` cannot run here: it needs all-or-nothing charging \
-                 (not --charge every-descriptor); remove `counting`, and the rule is counted \
-                 exactly"
+                "{rule}: `counting: hybrid` cannot run here: it needs all-or-nothing charging, \
+                 not --charge every-descriptor or all-or-refused (the reference's, the default \
+                 started as `ratelimit`): pass --charge all-or-nothing, or remove `counting`, \
+                 and the rule is counted exactly"
             )
         })
         .collect()

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::cmd::setting_values::{env_bool, go_bool, SettingError};
-use crate::core::charging::Charging;
 use crate::core::headers::{HeaderMode, PlainHeaderNames};
+use crate::core::semantics::LimitHeaders;
 use crate::store::redis::StartupRetry;
 
 /// What floodgate does with one of the reference's variables.
@@ -159,9 +159,11 @@ pub const NOT_READ_BY_THE_REFERENCE: &[(&str, &str)] = &[(
 )];
 
 /// The response headers: `--response-headers` (`flag`), else the reference's
-/// `LIMIT_RESPONSE_HEADERS_ENABLED` with the names its `LIMIT_*_HEADER` variables give, else none.
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` with the names its `LIMIT_*_HEADER` variables give, written
+/// as `limit_headers` says, else none.
 pub fn header_mode(
     flag: Option<HeaderMode>,
+    limit_headers: LimitHeaders,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<HeaderMode, String> {
     if let Some(mode) = flag {
@@ -173,7 +175,7 @@ pub fn header_mode(
         return Ok(HeaderMode::None);
     }
     let reference = PlainHeaderNames::REFERENCE;
-    Ok(HeaderMode::RateLimit(PlainHeaderNames {
+    Ok(limit_headers.mode(PlainHeaderNames {
         limit: header_name(&env, "LIMIT_LIMIT_HEADER", reference.limit)?,
         remaining: header_name(&env, "LIMIT_REMAINING_HEADER", reference.remaining)?,
         reset: header_name(&env, "LIMIT_RESET_HEADER", reference.reset)?,
@@ -213,28 +215,6 @@ fn header_name(
         ));
     }
     Ok(Box::leak(name.into_boxed_str()))
-}
-
-/// Which counters a request charges: `--charge` (`flag`), else the reference's
-/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when it is set — `false`, the reference's own
-/// default, charges every descriptor as the reference does; `true` is all or nothing, the
-/// closest floodgate has to checking before incrementing — else all or nothing. Unset, the
-/// reference's default is not taken: floodgate's all-or-nothing is a deliberate difference, for
-/// `floodgate serve` and the `ratelimit` front door alike.
-pub fn charging(
-    flag: Option<Charging>,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Charging, String> {
-    if let Some(charging) = flag {
-        return Ok(charging);
-    }
-    match env_bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", env) {
-        Ok(None | Some(true)) => Ok(Charging::AllOrNothing),
-        Ok(Some(false)) => Ok(Charging::EveryDescriptor),
-        Err(error) => Err(format!(
-            "{error}; or use --charge all-or-nothing|every-descriptor"
-        )),
-    }
 }
 
 /// floodgate's own prefix of Redis keys when neither `--redis-prefix` nor `CACHE_KEY_PREFIX` says.
@@ -448,75 +428,44 @@ mod tests {
     }
 
     #[test]
-    fn charging_is_all_or_nothing_unless_the_flag_or_the_reference_variable_says() {
-        let stop = |value: &'static str| {
-            move |name: &str| {
-                (name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT").then(|| value.to_owned())
-            }
-        };
-        assert_eq!(charging(None, |_| None), Ok(Charging::AllOrNothing));
-        for value in ["false", "False", "0", "f"] {
-            assert_eq!(
-                charging(None, stop(value)),
-                Ok(Charging::EveryDescriptor),
-                "{value}"
-            );
-        }
-        for value in ["true", "TRUE", "1", "t"] {
-            assert_eq!(
-                charging(None, stop(value)),
-                Ok(Charging::AllOrNothing),
-                "{value}"
-            );
-        }
-        assert_eq!(
-            charging(Some(Charging::AllOrNothing), stop("false")),
-            Ok(Charging::AllOrNothing)
-        );
-        assert_eq!(
-            charging(Some(Charging::EveryDescriptor), |_| None),
-            Ok(Charging::EveryDescriptor)
-        );
-        for value in ["yes", "", " t "] {
-            let refused = charging(None, stop(value));
-            assert!(
-                refused.as_ref().is_err_and(|message| message
-                    .starts_with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=")
-                    && message.contains("--charge")),
-                "{refused:?}"
-            );
-        }
-    }
-
-    #[test]
     fn the_reference_header_names_are_its_variables_or_its_defaults() {
         let env = |name: &str| match name {
             "LIMIT_RESPONSE_HEADERS_ENABLED" => Some("true".to_owned()),
             "LIMIT_REMAINING_HEADER" => Some("X-Left".to_owned()),
             _ => None,
         };
-        let mode = header_mode(None, env);
+        let floodgates = LimitHeaders::WithRetryAfter;
         let expected = PlainHeaderNames {
             remaining: "X-Left",
             ..PlainHeaderNames::REFERENCE
         };
-        assert_eq!(mode, Ok(HeaderMode::RateLimit(expected)));
         assert_eq!(
-            header_mode(Some(HeaderMode::Ietf), env),
+            header_mode(None, floodgates, env),
+            Ok(HeaderMode::RateLimit(expected))
+        );
+        assert_eq!(
+            header_mode(None, LimitHeaders::AsTheReference, env),
+            Ok(HeaderMode::ReferenceRateLimit(expected))
+        );
+        assert_eq!(
+            header_mode(Some(HeaderMode::Ietf), floodgates, env),
             Ok(HeaderMode::Ietf)
         );
-        assert_eq!(header_mode(None, |_| None), Ok(HeaderMode::None));
+        assert_eq!(
+            header_mode(None, floodgates, |_| None),
+            Ok(HeaderMode::None)
+        );
         let bad = |name: &str| match name {
             "LIMIT_RESPONSE_HEADERS_ENABLED" => Some("1".to_owned()),
             "LIMIT_RESET_HEADER" => Some("Reset: now".to_owned()),
             _ => None,
         };
         assert!(
-            matches!(header_mode(None, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
+            matches!(header_mode(None, floodgates, bad), Err(error) if error.contains("LIMIT_RESET_HEADER"))
         );
         let not_a_boolean =
             |name: &str| (name == "LIMIT_RESPONSE_HEADERS_ENABLED").then(|| "yes".to_owned());
-        assert!(matches!(header_mode(None, not_a_boolean),
+        assert!(matches!(header_mode(None, floodgates, not_a_boolean),
             Err(error) if error.starts_with("LIMIT_RESPONSE_HEADERS_ENABLED=")));
     }
 

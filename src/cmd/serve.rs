@@ -10,10 +10,12 @@ use crate::cmd::cli::{reference_address, GrpcTlsArgs, RedisCountersArg, ServeArg
 use crate::cmd::config_location::LocationError;
 use crate::cmd::front_door::{choose_store, FrontDoor};
 use crate::cmd::hybrid_settings::CountingNotes;
+use crate::cmd::semantics_settings;
 use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
 use crate::cmd::setting_values::{env_bool, SettingError};
 use crate::core::algorithm::Counting;
 use crate::core::charging::Charging;
+use crate::core::config::LoadOptions;
 use crate::core::headers::HeaderMode;
 use crate::core::overload::OverloadAnswer;
 use crate::core::plan::PlanSettings;
@@ -213,22 +215,16 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
             &args,
         )?);
     }
+    let semantics = semantics_settings::semantics(&args, door, |name| std::env::var(name).ok())
+        .map_err(AppError::Usage)?;
+    semantics_settings::log(&semantics, door);
     let header_mode = crate::cmd::reference_env::header_mode(
         args.response_headers.map(HeaderMode::from),
+        semantics.limit_headers,
         |name| std::env::var(name).ok(),
     )
     .map_err(AppError::Usage)?;
-    let charging = crate::cmd::reference_env::charging(args.charge.map(Charging::from), |name| {
-        std::env::var(name).ok()
-    })
-    .map_err(AppError::Usage)?;
-    if charging == Charging::EveryDescriptor {
-        tracing::info!(
-            "every descriptor is charged by its own verdict, refused hits counted by the \
-             windows, as envoyproxy/ratelimit charges (--charge every-descriptor, or \
-             STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false)"
-        );
-    }
+    let charging = semantics.charging;
     let shedding = self_shedding(args.shed_above, args.max_in_flight, args.overload_answer)
         .map_err(AppError::Usage)?;
     let settings = LimiterSettings {
@@ -238,11 +234,13 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         },
         plan: PlanSettings {
             global_quota_mode: args.quota_mode,
+            check_only: semantics.check_only,
         },
         global_shadow: args.shadow_mode,
         header_mode,
         failure_policy: args.redis_failure_policy,
         shedding,
+        error_codes: semantics.error_codes,
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),
@@ -256,7 +254,12 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     let store_gate = store_gate(|name| std::env::var(name).ok())?;
     // Last before the ports open: everything else on the command line was checked before a
     // wait for the first xDS snapshot.
-    let Some(first) = crate::cmd::serve_source::first_rules(&args, door, signalled.clone()).await?
+    let load_options = LoadOptions {
+        default_overflow: semantics.overflow,
+        ..args.config.load_options()
+    };
+    let Some(first) =
+        crate::cmd::serve_source::first_rules(&args, door, load_options, signalled.clone()).await?
     else {
         tracing::info!("stopped before the first configuration arrived");
         return Ok(());

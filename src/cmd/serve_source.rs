@@ -16,6 +16,7 @@ use crate::cmd::cli::{ConfigTypeArg, ServeArgs};
 use crate::cmd::config_location::{location, LocationError};
 use crate::cmd::front_door::FrontDoor;
 use crate::cmd::setting_values::env_bool;
+use crate::core::config::LoadOptions;
 use crate::core::rules::RuleSet;
 use crate::engine::config_source::xds::{XdsClient, XdsTlsError};
 use crate::engine::reload::{self, ConfigReloader, ReloadStatus, Retired, XdsReloader};
@@ -95,6 +96,7 @@ impl RulesFollower {
 pub async fn first_rules(
     args: &ServeArgs,
     door: FrontDoor,
+    options: LoadOptions,
     stopped: Shutdown,
 ) -> Result<Option<FirstRules>, FirstRulesError> {
     let asked = env_bool("FORCE_START_WITHOUT_INITIAL_CONFIG", |name| {
@@ -103,13 +105,14 @@ pub async fn first_rules(
     .map_err(|error| FirstRulesError::Usage(error.to_string()))?;
     let force_start = door == FrontDoor::Reference || asked == Some(true);
     match args.xds.config_type {
-        ConfigTypeArg::File => first_from_files(args, force_start).await.map(Some),
-        ConfigTypeArg::GrpcXdsSotw => first_from_xds(args, force_start, stopped).await,
+        ConfigTypeArg::File => first_from_files(args, options, force_start).await.map(Some),
+        ConfigTypeArg::GrpcXdsSotw => first_from_xds(args, options, force_start, stopped).await,
     }
 }
 
 async fn first_from_xds(
     args: &ServeArgs,
+    options: LoadOptions,
     force_start: bool,
     stopped: Shutdown,
 ) -> Result<Option<FirstRules>, FirstRulesError> {
@@ -129,7 +132,6 @@ async fn first_from_xds(
         headers = ?settings.headers.names(),
         "rules come from the xDS management server (RUNTIME_* and --config are not read)"
     );
-    let options = args.config.load_options();
     let mut reloader = XdsReloader::new(
         XdsClient::new(settings),
         options,
@@ -154,11 +156,11 @@ async fn first_from_xds(
 
 async fn first_from_files(
     args: &ServeArgs,
+    options: LoadOptions,
     force_start: bool,
 ) -> Result<FirstRules, FirstRulesError> {
     let location = location(&args.config)?;
     let location_for_log = location.clone();
-    let options = args.config.load_options();
     let max_config_bytes = args.config.limits.max_config_bytes;
     let first = if force_start {
         let (first, reloader) =

@@ -18,6 +18,7 @@ mod leases;
 use self::leases::Leased;
 use crate::core::adjustment::AdjustmentsAt;
 use crate::core::dynamic_metadata;
+use crate::core::error_codes::{ErrorCodes, Undecided};
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
 use crate::core::lease;
@@ -56,6 +57,8 @@ pub struct LimiterSettings {
     pub response_dynamic_metadata: bool,
     /// `--shed-above`: shed calls past this many in the limiter (`engine::self_shedding`).
     pub shedding: Option<SelfShedding>,
+    /// `--error-codes`: what the gRPC and HTTP shells answer a call that was not decided.
+    pub error_codes: ErrorCodes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,6 +75,19 @@ pub enum LimitError {
     /// other overload answers are responses.
     #[error("floodgate is overloaded: call shed past --shed-above calls in flight")]
     Overloaded,
+}
+
+impl LimitError {
+    /// Why the call was not decided, for `--error-codes`; `None` for floodgate's own overload
+    /// answer, which is the same at either door (the reference sheds nothing).
+    pub fn undecided(&self) -> Option<Undecided> {
+        match self {
+            LimitError::InvalidRequest(_) => Some(Undecided::InvalidRequest),
+            LimitError::Store(_) => Some(Undecided::StoreUnavailable),
+            LimitError::NoConfiguration => Some(Undecided::NoConfiguration),
+            LimitError::Overloaded => None,
+        }
+    }
 }
 
 /// The rules in force and their metric series, swapped together so a decision never looks up

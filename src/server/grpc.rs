@@ -10,6 +10,7 @@ use super::admission::{
     expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
 };
 use super::convert::{request_from_wire, response_to_wire};
+use crate::core::error_codes::GrpcCode;
 use crate::core::overload::{overload_reply, OverloadReply};
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
@@ -78,15 +79,21 @@ impl<S: Store> RateLimitGrpc<S> {
         admitted.settle();
         match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
-            Err(LimitError::InvalidRequest(invalid)) => {
-                Err(Status::invalid_argument(invalid.to_string()))
-            }
-            Err(LimitError::Store(error)) => Err(Status::unavailable(error.to_string())),
-            Err(LimitError::Overloaded) => Err(overloaded_status()),
-            // The reference answers so (a service error, gRPC UNKNOWN) until a load succeeds.
-            Err(LimitError::NoConfiguration) => {
-                Err(Status::unknown(LimitError::NoConfiguration.to_string()))
-            }
+            Err(error) => Err(self.error_status(&error)),
         }
+    }
+
+    /// The status of a call not decided: its code as `--error-codes` says, its message the
+    /// error's.
+    fn error_status(&self, error: &LimitError) -> Status {
+        let Some(why) = error.undecided() else {
+            return overloaded_status();
+        };
+        let code = match self.limiter.settings().error_codes.answer(why).grpc {
+            GrpcCode::Unknown => tonic::Code::Unknown,
+            GrpcCode::InvalidArgument => tonic::Code::InvalidArgument,
+            GrpcCode::Unavailable => tonic::Code::Unavailable,
+        };
+        Status::new(code, error.to_string())
     }
 }

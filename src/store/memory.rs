@@ -452,7 +452,7 @@ mod tests {
     }
 
     fn remaining(store: &MemoryStore, quota: &Quota, key: &str) -> u64 {
-        decide(store, &[counter_of(quota, 0, key, Hits::CheckOnly)]).outcomes[0]
+        decide(store, &[counter_of(quota, 0, key, Hits::PEEK)]).outcomes[0]
             .snapshot
             .remaining
     }
@@ -791,7 +791,7 @@ mod tests {
     #[test]
     fn check_only_never_stores() {
         let (store, _) = store(100);
-        let check = counter(0, "c", 2, Hits::CheckOnly);
+        let check = counter(0, "c", 2, Hits::PEEK);
         assert!(!decide(&store, &[check]).over_limit);
         assert!(store.is_empty());
     }

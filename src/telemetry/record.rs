@@ -441,6 +441,7 @@ descriptors:
             duration_until_reset: None,
             rule_path: Some("d.tight".into()),
             shadowed: false,
+            quota: false,
         };
         let rules = rules();
         let domain = rules.domain("d");

@@ -288,21 +288,31 @@ fn check_clients(grpc_port: u16, clients: &[&str]) -> Option<i32> {
         .code()
 }
 
-/// Both doors charge all or nothing by default; `--charge every-descriptor` or the reference's
-/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false` charges as the reference (`true` is all or
-/// nothing). A request naming an exhausted client and a fresh one is rejected either way; only
-/// every-descriptor charges the fresh one, which then has nothing left (1 an hour).
+/// `floodgate serve` charges all or nothing by default, the `ratelimit` door every descriptor,
+/// as the reference; `--charge` says otherwise at either door, and so does the reference's
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (`false` charges as the reference, `true` is all
+/// or nothing). A request naming an exhausted client and a fresh one is rejected either way;
+/// only every-descriptor charges the fresh one, which then has nothing left (1 an hour).
 #[test]
-fn charging_is_all_or_nothing_unless_the_flag_or_the_reference_variable_says() {
+fn charging_is_the_doors_unless_the_flag_or_the_reference_variable_says() {
     let dir = tempdir();
     reference_layout(dir.path());
     let config = dir.path().join("config").join("config.yaml");
     let doors = [
         Door::serve("serve", &[], false),
         Door::serve("serve_flag", &["--charge", "every-descriptor"], true),
-        Door::reference("ratelimit", None, false),
-        Door::reference("ratelimit_stop_false", Some("false"), true),
-        Door::reference("ratelimit_stop_true", Some("true"), false),
+        Door::serve_stop("serve_stop_false", "false", true),
+        Door::serve_stop("serve_stop_true", "true", false),
+        Door::reference("ratelimit", &[], None, true),
+        Door::reference("ratelimit_flag", &["--charge=all-or-nothing"], None, false),
+        Door::reference(
+            "ratelimit_floodgate",
+            &["--semantics=floodgate"],
+            None,
+            false,
+        ),
+        Door::reference("ratelimit_stop_false", &[], Some("false"), true),
+        Door::reference("ratelimit_stop_true", &[], Some("true"), false),
     ];
     for door in doors {
         let Door {
@@ -370,11 +380,23 @@ impl Door {
         }
     }
 
-    fn reference(name: &'static str, stop: Option<&'static str>, every_descriptor: bool) -> Self {
+    fn serve_stop(name: &'static str, stop: &'static str, every_descriptor: bool) -> Self {
+        Self {
+            stop: Some(stop),
+            ..Self::serve(name, &[], every_descriptor)
+        }
+    }
+
+    fn reference(
+        name: &'static str,
+        flags: &'static [&'static str],
+        stop: Option<&'static str>,
+        every_descriptor: bool,
+    ) -> Self {
         Self {
             name,
             as_reference: true,
-            flags: &[],
+            flags,
             stop,
             every_descriptor,
         }

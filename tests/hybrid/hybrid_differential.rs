@@ -50,7 +50,7 @@ fn random_request(rng: &mut StdRng, slots: &[(Vec<u8>, Quota)]) -> Vec<Counter> 
         .map(|descriptor| {
             let (key, quota) = &slots[rng.random_range(0..slots.len())];
             let hits = match rng.random_range(0..10) {
-                0 => Hits::CheckOnly,
+                0 => Hits::PEEK,
                 _ => Hits::Charge(rng.random_range(1..=3)),
             };
             let role = if rng.random_range(0..10) == 0 {

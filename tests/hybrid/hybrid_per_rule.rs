@@ -110,7 +110,7 @@ async fn each_limit_is_counted_as_it_says_or_as_the_store_counts() {
 
 /// What Redis holds of the counter `key` of `quota`: its remaining budget (a check, no charge).
 async fn remaining_in_redis(store: &HybridStore, key: &[u8], quota: &Quota) -> u64 {
-    let check = counter(0, key, quota, Hits::CheckOnly, Role::Enforced);
+    let check = counter(0, key, quota, Hits::PEEK, Role::Enforced);
     let decided = store
         .redis()
         .decide(&[check], false)

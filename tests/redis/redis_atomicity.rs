@@ -85,7 +85,7 @@ async fn an_exhausted_descriptor_charges_neither_with(batch_max: usize) {
             !exists,
             "batch max {batch_max}, {algorithm}: the fresh counter was written"
         );
-        let check = counter(0, &fresh, &quota, Hits::CheckOnly, Role::Enforced);
+        let check = counter(0, &fresh, &quota, Hits::PEEK, Role::Enforced);
         let checked = decide(&store, &[check]).await;
         assert_eq!(
             checked.outcomes[0].snapshot.remaining,
@@ -147,7 +147,7 @@ async fn a_repeated_counter_sees_its_own_pending_charge_with(batch_max: usize) {
             "batch max {batch_max}, {algorithm}"
         );
         // ...not even the refund that came first.
-        let check = counter(0, &key, &quota, Hits::CheckOnly, Role::Enforced);
+        let check = counter(0, &key, &quota, Hits::PEEK, Role::Enforced);
         let checked = decide(&store, &[check]).await;
         assert_eq!(
             checked.outcomes[0].snapshot.remaining, 0,

@@ -57,7 +57,7 @@ fn burst(quota: &Quota, [a, b, c]: [&[u8]; 3]) -> Vec<(Vec<Counter>, bool)> {
         // b as the first request left it.
         (vec![charge(0, b, 2)], false),
         (vec![charge(0, b, 1), charge(1, c, 1)], false),
-        (vec![with(0, a, Hits::CheckOnly, Role::Enforced)], false),
+        (vec![with(0, a, Hits::PEEK, Role::Enforced)], false),
         // b named twice in one request: the second mention sees the first one's charge.
         (vec![charge(0, b, 1), charge(1, b, 1)], false),
         (vec![with(0, c, Hits::Refund(1), Role::Enforced)], false),
@@ -77,8 +77,8 @@ fn burst(quota: &Quota, [a, b, c]: [&[u8]; 3]) -> Vec<(Vec<Counter>, bool)> {
         ),
         (
             vec![
-                with(0, b, Hits::CheckOnly, Role::Enforced),
-                with(1, c, Hits::CheckOnly, Role::Enforced),
+                with(0, b, Hits::PEEK, Role::Enforced),
+                with(1, c, Hits::PEEK, Role::Enforced),
             ],
             false,
         ),

@@ -280,20 +280,8 @@ async fn all_or_nothing_covers_the_request_or_each_slot_group() {
         tight_counter.clone(),
         counter(1, &loose, &loose_quota, Hits::Charge(1), Role::Enforced),
     ];
-    let check_loose = [counter(
-        0,
-        &loose,
-        &loose_quota,
-        Hits::CheckOnly,
-        Role::Enforced,
-    )];
-    let check_tight = [counter(
-        0,
-        &tight,
-        &tight_quota,
-        Hits::CheckOnly,
-        Role::Enforced,
-    )];
+    let check_loose = [counter(0, &loose, &loose_quota, Hits::PEEK, Role::Enforced)];
+    let check_tight = [counter(0, &tight, &tight_quota, Hits::PEEK, Role::Enforced)];
 
     for (name, store, loose_left) in [("domain", &whole, 3), ("descriptor", &grouped, 0)] {
         let mut answers = Vec::new();
@@ -419,7 +407,7 @@ fn random_hits(rng: &mut StdRng) -> Hits {
     match rng.random_range(0..20) {
         0..12 => Hits::Charge(1),
         12..15 => Hits::Charge(rng.random_range(2..=4)),
-        15..18 => Hits::CheckOnly,
+        15..18 => Hits::PEEK,
         _ => Hits::Refund(rng.random_range(1..=2)),
     }
 }
@@ -614,7 +602,7 @@ async fn a_stopped_master_fails_only_its_groups_and_recovers() {
     // Both: the request fails, and the group that answered has charged (documented).
     let both = decide_bounded(vec![charge(&on_stopped, 0), charge(&on_running, 1)]).await;
     assert!(both.is_err(), "{both:?}");
-    let check = counter(0, &on_running, &quota, Hits::CheckOnly, Role::Enforced);
+    let check = counter(0, &on_running, &quota, Hits::PEEK, Role::Enforced);
     let running = decide_bounded(vec![check]).await;
     assert_eq!(
         running.map(|decided| decided.outcomes[0].snapshot.remaining),

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Overflow, Quota, Share};
+use floodgate::core::algorithm::{Algorithm, CheckRule, Hits, Overflow, Quota, Share};
 use floodgate::core::calendar::month_index;
 use floodgate::core::charging::Charging;
 use floodgate::core::plan::Counter;
@@ -90,7 +90,8 @@ fn random_hits(rng: &mut StdRng) -> Hits {
         50..63 => Hits::Charge(rng.random_range(2..=4)),
         63..67 => Hits::Charge(rng.random_range(20..=40)),
         67..68 => Hits::Charge(u64::MAX),
-        68..83 => Hits::CheckOnly,
+        68..76 => Hits::PEEK,
+        76..83 => Hits::CheckOnly(CheckRule::WithinLimit),
         83..97 => Hits::Refund(rng.random_range(1..=3)),
         97..99 => Hits::Refund(rng.random_range(10..=40)),
         _ => Hits::Refund(u64::MAX),
@@ -636,7 +637,8 @@ async fn quotas_at_the_exactness_bounds_match_memory() {
             let hits = match rng.random_range(0..100) {
                 0..40 => Hits::Charge(rng.random_range(1..=capacity)),
                 40..55 => Hits::Charge(capacity),
-                55..65 => Hits::CheckOnly,
+                55..60 => Hits::PEEK,
+                60..65 => Hits::CheckOnly(CheckRule::WithinLimit),
                 65..90 => Hits::Refund(rng.random_range(1..=capacity)),
                 _ => Hits::Refund(u64::MAX),
             };
@@ -676,7 +678,7 @@ async fn sliding_log_beyond_its_entry_cap(server: &RedisServer, batch_max: usize
         let hits = match rng.random_range(0..1_000) {
             0..990 => Hits::Charge(1),
             990..995 => Hits::Refund(1),
-            _ => Hits::CheckOnly,
+            _ => Hits::PEEK,
         };
         let counters = [counter(0, &key, &quota, hits, Role::Enforced)];
         let what = format!("cap batch max {batch_max} step {step} at {}", clock.now());
@@ -691,9 +693,10 @@ async fn sliding_log_beyond_its_entry_cap(server: &RedisServer, batch_max: usize
 }
 
 /// Requests that name an exhausted descriptor beside a fresh one, asking more hits than are
-/// left, for every algorithm and both charging modes: both stores agree at every step, and
-/// the modes differ as they should — all or nothing charges neither descriptor of a rejected
-/// request; every descriptor charges the fresh one, and counts the refused hits in a window.
+/// left, for every algorithm and charging mode: both stores agree at every step, and the modes
+/// differ as they should — all or nothing charges neither descriptor of a rejected request;
+/// every descriptor charges the fresh one, and counts the refused hits in a window; all or
+/// refused counts only the refused hits, in a window.
 #[tokio::test]
 async fn an_exhausted_and_a_fresh_descriptor_match_memory_in_both_modes() {
     let server = RedisServer::start();
@@ -749,6 +752,11 @@ async fn an_exhausted_and_a_fresh_descriptor_match_memory_in_both_modes() {
                 Charging::AllOrNothing => [false, false],
                 Charging::EveryDescriptor => [
                     mixed.outcomes[0].admitted || algorithm.counts_in_windows(),
+                    algorithm.counts_in_windows(),
+                ],
+                // Only refused hits, and only where a window counts them.
+                Charging::AllOrRefused => [
+                    !mixed.outcomes[0].admitted && algorithm.counts_in_windows(),
                     algorithm.counts_in_windows(),
                 ],
             };

@@ -146,7 +146,7 @@ async fn checks_and_rejected_requests_write_nothing() {
     for algorithm in Algorithm::ALL {
         let quota = Quota::new(2, Unit::Minute).with_algorithm(algorithm);
         let key = identity("quiet", "user", algorithm.name(), 0, &quota);
-        let check = [counter(0, &key, &quota, Hits::CheckOnly, Role::Enforced)];
+        let check = [counter(0, &key, &quota, Hits::PEEK, Role::Enforced)];
         let too_many = [counter(0, &key, &quota, Hits::Charge(50), Role::Enforced)];
         let decided = store.decide(&check, false).await;
         assert!(decided.is_ok_and(|decided| !decided.over_limit));

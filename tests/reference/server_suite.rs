@@ -11,7 +11,7 @@ use floodgate_testkit::ops;
 use floodgate_testkit::redis::RedisServer;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::serving::{Served, MEMORY, WITHIN};
+use crate::serving::{Door, Served, BOTH_DOORS, MEMORY, WITHIN};
 
 const RULES: &str = "
 domain: foo
@@ -150,19 +150,32 @@ fn post_json(served: &Served, body: &str) -> HttpResponse {
 }
 
 /// `/json`: a body that is no request, or a request the service refuses, is a 400 in plain
-/// text (floodgate's says why, where the reference's says `Bad Request`); an answer is JSON,
-/// 200 for OK and 429 for OVER_LIMIT. The reference's two other cases hand its handler answers
-/// a service never gives (an empty response, and none without an error).
+/// text, `Bad Request` at the reference's door as in the reference (`floodgate serve`'s says
+/// why); an answer is JSON, 200 for OK and 429 for OVER_LIMIT. The reference's two other cases
+/// hand its handler answers a service never gives (an empty response, and none without an
+/// error).
 #[test]
 fn server_test_json_handler() {
-    let served = Served::start(Some(RULES), MEMORY, &[]);
+    for door in BOTH_DOORS {
+        json_handler_at(door);
+    }
+}
+
+fn json_handler_at(door: Door) {
+    let served = Served::start_at(door, Some(RULES), MEMORY, &[]);
     for body in ["", "}", r#"{"domain": "foo"}"#] {
         let refused = post_json(&served, body);
-        assert_eq!(refused.status, 400, "{body}: {refused:?}");
+        assert_eq!(refused.status, 400, "{door:?} {body}: {refused:?}");
         assert_eq!(
             refused.header("content-type"),
             Some("text/plain; charset=utf-8"),
             "{body}"
+        );
+        let bad_request = refused.body == "Bad Request\n";
+        assert_eq!(
+            bad_request,
+            door == Door::Ratelimit,
+            "{door:?} {body}: {refused:?}"
         );
     }
     let call = r#"{"domain": "foo", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}"#;

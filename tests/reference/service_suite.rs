@@ -18,12 +18,10 @@ use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code};
 use floodgate::proto::RateLimitResponse;
 use floodgate_testkit::otlp::OtlpReceiver;
 use floodgate_testkit::redis::{scan_keys, store_flags, RedisServer};
-use floodgate_testkit::{
-    ops, ratelimit_command, rls, serve_command, subdir, tempdir, Floodgate, Running,
-};
+use floodgate_testkit::{ops, rls, serve_command, tempdir, Floodgate, Running};
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::serving::{counted, overall, statuses, Limit, Served};
+use crate::serving::{counted, overall, statuses, Door, Limit, Served, BOTH_DOORS};
 
 /// The memory store, and limits that no window boundary resets while a test runs.
 const SERVICE: &[&str] = &["--store", "memory", "--default-algorithm", "sliding-log"];
@@ -188,9 +186,16 @@ fn service_test_mixed_rule_shadow_mode() {
 
 /// The headers of the over-limit descriptor, under the names `env` gives: the limit, 0
 /// remaining, and the seconds until it resets (the reference's mocked clock makes it 58; here
-/// it is the status's own `duration_until_reset`). floodgate adds `Retry-After` (docs/envoy.md).
+/// it is the status's own `duration_until_reset`) — and nothing more, at the `ratelimit` door;
+/// `floodgate serve` adds `Retry-After` (docs/envoy.md).
 fn assert_headers(env: &[(&str, &str)], names: [&str; 3]) {
-    let mut served = Served::start(Some(DIFFERENT_DOMAIN), SERVICE, env);
+    for door in BOTH_DOORS {
+        assert_headers_at(door, env, names);
+    }
+}
+
+fn assert_headers_at(door: Door, env: &[(&str, &str)], names: [&str; 3]) {
+    let mut served = Served::start_at(door, Some(DIFFERENT_DOMAIN), SERVICE, env);
     served.spend(10, "different-domain", &[("foo", "bar")]);
     let answer = served.answer("different-domain", &FOO_HELLO);
     assert_eq!(overall(&answer), Code::OverLimit);
@@ -208,13 +213,23 @@ fn assert_headers(env: &[(&str, &str)], names: [&str; 3]) {
         .iter()
         .map(|header| (header.key.clone(), header.value.clone()))
         .collect();
+    let retry_after = (door == Door::Serve).then(|| ("Retry-After".to_owned(), reset.to_string()));
     let expected: Vec<(String, String)> = names
         .iter()
         .zip(["10".to_owned(), "0".to_owned(), reset.to_string()])
         .map(|(name, value)| ((*name).to_owned(), value))
-        .chain([("Retry-After".to_owned(), reset.to_string())])
+        .chain(retry_after)
         .collect();
-    assert_eq!(headers, expected);
+    assert_eq!(headers, expected, "{door:?}");
+}
+
+/// The code of a call not decided: the reference's UNKNOWN at its door; `floodgate serve`'s
+/// own, `distinct`, tells a bad request from a failed store (docs/envoy.md).
+fn error_code(door: Door, distinct: tonic::Code) -> tonic::Code {
+    match door {
+        Door::Serve => distinct,
+        Door::Ratelimit => tonic::Code::Unknown,
+    }
 }
 
 #[test]
@@ -242,16 +257,19 @@ fn service_test_service_with_default_ratelimit_headers() {
     );
 }
 
-/// A request the service refuses: the reference's words start the message; the code is
-/// INVALID_ARGUMENT where the reference's is UNKNOWN (migrating-from-envoy-ratelimit.md, "What
-/// answers differently": errors). `call.should_rate_limit.service_error` is
-/// `floodgate_calls_total{decision="error"}`.
+/// A request the service refuses: the reference's words start the message; the code is the
+/// reference's UNKNOWN at its door, INVALID_ARGUMENT for `floodgate serve`
+/// (migrating-from-envoy-ratelimit.md, "What answers differently").
+/// `call.should_rate_limit.service_error` is `floodgate_calls_total{decision="error"}`.
 fn assert_refused(domain: &str, descriptors: &[&[(&str, &str)]], message: &str) {
-    let mut served = Served::start(Some(DIFFERENT_DOMAIN), SERVICE, &[]);
-    let refused = served.refused(rls::request(domain, descriptors));
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
-    assert!(refused.message().starts_with(message), "{refused:?}");
-    assert_eq!(calls(&served, "error"), 1.0);
+    for door in BOTH_DOORS {
+        let mut served = Served::start_at(door, Some(DIFFERENT_DOMAIN), SERVICE, &[]);
+        let refused = served.refused(rls::request(domain, descriptors));
+        let expected = error_code(door, tonic::Code::InvalidArgument);
+        assert_eq!(refused.code(), expected, "{door:?}: {refused:?}");
+        assert!(refused.message().starts_with(message), "{refused:?}");
+        assert_eq!(calls(&served, "error"), 1.0);
+    }
 }
 
 #[test]
@@ -272,19 +290,27 @@ fn service_test_empty_descriptors() {
     );
 }
 
-/// The store cannot decide: the call fails (UNAVAILABLE, where the reference's is UNKNOWN with
-/// the Redis error: either way Envoy's `failure_mode_deny` decides, migrating-from-envoy-
-/// ratelimit.md, "Failures"). `call.should_rate_limit.redis_error` is
+/// The store cannot decide: the call fails, UNKNOWN with the store's error at the reference's
+/// door, UNAVAILABLE for `floodgate serve` (either way Envoy's `failure_mode_deny` decides,
+/// migrating-from-envoy-ratelimit.md, "Failures"). `call.should_rate_limit.redis_error` is
 /// `floodgate_store_errors_total{backend}`. The memory store fails when it is full of counters
 /// it may not forget (`--max-keys`); Redis when it is gone.
 #[test]
 fn service_test_cache_error() {
+    for door in BOTH_DOORS {
+        cache_error_at(door);
+    }
+}
+
+fn cache_error_at(door: Door) {
+    let unavailable = error_code(door, tonic::Code::Unavailable);
     let rules = "domain: different-domain\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
     let flags = [SERVICE, &["--max-keys", "1"]].concat();
-    let mut memory = Served::start(Some(rules), &flags, &[]);
+    let mut memory = Served::start_at(door, Some(rules), &flags, &[]);
     memory.spend(1, "different-domain", &[("foo", "bar")]);
     let full = memory.refused(rls::request("different-domain", &[&[("foo", "baz")]]));
-    assert_eq!(full.code(), tonic::Code::Unavailable, "{full:?}");
+    assert_eq!(full.code(), unavailable, "{door:?}: {full:?}");
+    assert!(full.message().contains("memory store"), "{full:?}");
     let metrics = memory.metrics();
     let backend = [("backend", "memory")];
     assert_eq!(
@@ -299,11 +325,11 @@ fn service_test_cache_error() {
 
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let mut served = Served::start(Some(rules), &store_flags(&url, &[]), &[]);
+    let mut served = Served::start_at(door, Some(rules), &store_flags(&url, &[]), &[]);
     served.answer("different-domain", &[&[("foo", "bar")]]);
     redis.kill();
     let failed = served.refused(rls::request("different-domain", &[&[("foo", "bar")]]));
-    assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
+    assert_eq!(failed.code(), unavailable, "{door:?}: {failed:?}");
     let errors = counted(
         &served.metrics(),
         "floodgate_store_errors_total",
@@ -325,19 +351,11 @@ fn service_test_initial_load_error() {
         assert_eq!(calls(served, "error"), 1.0);
     };
 
-    let dir = tempdir();
-    let config = subdir(dir.path(), "config");
-    ops::write_atomically(&config.join("config.yaml"), BROKEN.as_bytes());
-    let (mut command, (grpc_port, http_port, debug_port)) = ratelimit_command(dir.path());
-    command.args(["--store", "memory"]);
-    let process = Running::spawn("ratelimit", &mut command, dir.path());
-    let floodgate = Floodgate {
-        process,
-        grpc_port,
-        http_port,
-        debug_port,
-    };
-    assert_no_configuration(&mut Served::around(floodgate, dir, config));
+    assert_no_configuration(&mut Served::at_the_door(
+        Some(BROKEN),
+        &["--store", "memory"],
+        &[],
+    ));
 
     let env = [("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")];
     assert_no_configuration(&mut Served::start(Some(BROKEN), SERVICE, &env));

@@ -9,7 +9,9 @@ use std::time::Duration;
 use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code, DescriptorStatus};
 use floodgate::proto::{RateLimitRequest, RateLimitResponse};
 use floodgate_testkit::prom::{scrape, Scrape};
-use floodgate_testkit::{ops, rls, subdir, tempdir, wait_for_port, Floodgate};
+use floodgate_testkit::{
+    ops, ratelimit_command, rls, subdir, tempdir, wait_for_port, Floodgate, Running,
+};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -22,6 +24,17 @@ pub const WITHIN: Duration = Duration::from_secs(10);
 
 /// The file, in the watched rules directory, that holds the rules.
 const RULES_FILE: &str = "config.yaml";
+
+/// How the binary is started: `floodgate serve`, or under the reference's name, `ratelimit`
+/// (the image's `/bin/ratelimit`), which answers as the reference does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    Serve,
+    Ratelimit,
+}
+
+/// Both doors, `floodgate serve` first.
+pub const BOTH_DOORS: [Door; 2] = [Door::Serve, Door::Ratelimit];
 
 /// A running floodgate and a client connected to it.
 pub struct Served {
@@ -43,6 +56,43 @@ impl Served {
             ops::write_atomically(&rules_dir.join(RULES_FILE), text.as_bytes());
         }
         let floodgate = Floodgate::start_with_env(&rules_dir, flags, env, dir.path());
+        Served::around(floodgate, dir, rules_dir)
+    }
+
+    /// [`Served::start`] through `door`.
+    pub fn start_at(
+        door: Door,
+        rules: Option<&str>,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
+        match door {
+            Door::Serve => Served::start(rules, flags, env),
+            Door::Ratelimit => Served::at_the_door(rules, flags, env),
+        }
+    }
+
+    /// Started as `ratelimit` with the reference's environment (its rules in
+    /// `RUNTIME_ROOT/config/`, no statsd to send to) plus `flags` and `env`.
+    pub fn at_the_door(rules: Option<&str>, flags: &[&str], env: &[(&str, &str)]) -> Served {
+        let dir = tempdir();
+        let rules_dir = subdir(dir.path(), "config");
+        if let Some(text) = rules {
+            ops::write_atomically(&rules_dir.join(RULES_FILE), text.as_bytes());
+        }
+        let (mut command, (grpc_port, http_port, debug_port)) = ratelimit_command(dir.path());
+        command
+            .args(flags)
+            .env("LOG_LEVEL", "debug")
+            .env("USE_STATSD", "false")
+            .envs(env.iter().copied());
+        let process = Running::spawn("ratelimit", &mut command, dir.path());
+        let floodgate = Floodgate {
+            process,
+            grpc_port,
+            http_port,
+            debug_port,
+        };
         Served::around(floodgate, dir, rules_dir)
     }
 

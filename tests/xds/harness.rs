@@ -12,7 +12,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 };
 use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::xds::rate_limit_config;
-use floodgate_testkit::{rls, serve_command, tempdir, wait_for_port, Running};
+use floodgate_testkit::{ratelimit_command, rls, serve_command, tempdir, wait_for_port, Running};
 
 /// The node id the tests' floodgates announce and their snapshots are set for.
 pub const NODE: &str = "floodgate-test";
@@ -81,6 +81,28 @@ pub fn spawn(xds_port: u16, env: &[(&str, &str)]) -> XdsFloodgate {
         debug_port,
         _dir: dir,
     }
+}
+
+/// The binary started as `ratelimit` (the reference's answers) with the xDS environment, the
+/// memory store, no statsd to send to, and `env` on top; ready once it listens.
+pub fn start_at_the_door(xds_port: u16, env: &[(&str, &str)]) -> XdsFloodgate {
+    let dir = tempdir();
+    let (mut command, (grpc_port, http_port, debug_port)) = ratelimit_command(dir.path());
+    xds_environment(&mut command, xds_port);
+    command
+        .env("BACKEND_TYPE", "memory")
+        .env("USE_STATSD", "false")
+        .envs(env.iter().copied());
+    let process = Running::spawn("ratelimit", &mut command, dir.path());
+    let floodgate = XdsFloodgate {
+        process,
+        grpc_port,
+        http_port,
+        debug_port,
+        _dir: dir,
+    };
+    floodgate.wait_listening();
+    floodgate
 }
 
 /// [`spawn`], then waits for the gRPC and debug ports.

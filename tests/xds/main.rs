@@ -6,6 +6,7 @@
 
 mod envoy_gateway;
 mod harness;
+mod overflow;
 mod reconnect;
 mod rejection;
 mod snapshots;

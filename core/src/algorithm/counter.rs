@@ -7,7 +7,9 @@
 //!     …when refused hits are recorded (`Refused::Recorded`: a counting algorithm in the
 //!     reference's charging mode, `core::charging`): rejected, next = charged(n), and the
 //!     retry is asked of that next counter, max(1, next.retry_after(n))
-//!   CheckOnly           → admitted ⇔ fits(1), next = current, retry as for Charge(1)
+//!   CheckOnly(rule)     → admitted ⇔ fits(rule.asked()): fits(1) (one more fits) or fits(0)
+//!                         (the count is within the limit); next = current, retry as for
+//!                         Charge(1)
 //!   Refund(n)           → admitted, next = refunded(n), retry 0
 //!
 //! Every evaluation also says how full `next` is (`Fullness`): used = (C − remaining) / C in
@@ -71,10 +73,12 @@ pub(super) fn decide(
             let retry_after = counter.retry_after(needed);
             unchanged(counter, false, (needed, retry_after))
         }
-        Hits::CheckOnly if counter.fits(1u64.saturating_add(reserve)) => {
+        Hits::CheckOnly(rule) if counter.fits(rule.asked().saturating_add(reserve)) => {
             unchanged(counter, true, (0, 0))
         }
-        Hits::CheckOnly => {
+        // Refused, the check waits as a request of one hit would: fits(rule.asked() + reserve)
+        // failed, so fits(1 + reserve) fails too and retry_after may be asked of it.
+        Hits::CheckOnly(_) => {
             let needed = 1u64.saturating_add(reserve);
             let retry_after = counter.retry_after(needed);
             unchanged(counter, false, (needed, retry_after))

@@ -271,10 +271,63 @@ impl Quota {
 pub enum Hits {
     /// Take `n` (n ≥ 1) units of budget if all of them fit.
     Charge(u64),
-    /// Ask whether one more hit would fit, without taking anything (`hits_addend: 0`).
-    CheckOnly,
+    /// Ask whether the counter admits, by `CheckRule`, without taking anything
+    /// (`hits_addend: 0`).
+    CheckOnly(CheckRule),
     /// Give `n` units back (`is_negative_hits`), never beyond a fresh counter.
     Refund(u64),
+}
+
+impl Hits {
+    /// A look at a counter that takes nothing and asks what a request of one hit would find
+    /// (how full it is, what remains).
+    pub const PEEK: Hits = Hits::CheckOnly(CheckRule::OneMoreFits);
+
+    pub fn is_check(self) -> bool {
+        matches!(self, Hits::CheckOnly(_))
+    }
+}
+
+/// Which check-only request (`hits_addend: 0`) a counter admits. Envoy sends one before a
+/// request whose cost is known only afterwards (LLM tokens), and charges the cost when the
+/// response is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CheckRule {
+    /// One more hit would fit: a check at the limit is refused, as the hit it stands for
+    /// would be. floodgate's.
+    #[default]
+    OneMoreFits,
+    /// The count is within the limit (not beyond it): a check at the limit passes, and only a
+    /// count a charge pushed past the limit refuses. envoyproxy/ratelimit's (`INCRBY key 0`,
+    /// over when the count is above the limit), so a budget of N with calls of C admits
+    /// N/C + 1 calls.
+    WithinLimit,
+}
+
+impl CheckRule {
+    pub const ALL: [CheckRule; 2] = [CheckRule::OneMoreFits, CheckRule::WithinLimit];
+
+    /// The hits a check asks to fit (before a priority class's reserve).
+    pub fn asked(self) -> u64 {
+        match self {
+            CheckRule::OneMoreFits => 1,
+            CheckRule::WithinLimit => 0,
+        }
+    }
+
+    /// The name `--check-only` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckRule::OneMoreFits => "one-more-fits",
+            CheckRule::WithinLimit => "within-limit",
+        }
+    }
+}
+
+impl fmt::Display for CheckRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What a refused charge leaves in the counter.
@@ -390,7 +443,7 @@ pub fn evaluate(quota: &Quota, state: Option<&State>, now: Micros, hits: Hits) -
 
 /// How full the counter in `state` is at `now` (`Evaluation::fullness` of a check).
 pub fn fullness(quota: &Quota, state: Option<&State>, now: Micros) -> Fullness {
-    evaluate(quota, state, now, Hits::CheckOnly).fullness
+    evaluate(quota, state, now, Hits::PEEK).fullness
 }
 
 /// Evaluates `hits` for a priority class that must leave `reserve` units of the counter

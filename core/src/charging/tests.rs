@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::algorithm::{Algorithm, Overflow, Quota, Share, MAX_RECORDED_COUNT};
+use crate::algorithm::{Algorithm, CheckRule, Overflow, Quota, Share, MAX_RECORDED_COUNT};
 use crate::time::MICROS_PER_SECOND;
 use crate::unit::Unit;
 use crate::verdict::Role;
@@ -66,15 +66,9 @@ impl Store {
     /// What one more hit on `key` alone would find left.
     fn remaining(&self, key: &str, quota: &Quota) -> u64 {
         let state = self.states.get(key.as_bytes());
-        evaluate_counter(
-            quota,
-            state,
-            NOW,
-            (Hits::CheckOnly, 0),
-            Refused::TakeNothing,
-        )
-        .committed
-        .remaining
+        evaluate_counter(quota, state, NOW, (Hits::PEEK, 0), Refused::TakeNothing)
+            .committed
+            .remaining
     }
 
     fn count(&self, key: &str) -> Option<u64> {
@@ -247,7 +241,7 @@ fn checks_are_never_charged_and_refunds_always_are_in_every_descriptor() {
     let mut store = Store::default();
     fill(&mut store, "w", &quota, 2);
     let request = [
-        counter(0, "w", &quota, Hits::CheckOnly, Role::Enforced),
+        counter(0, "w", &quota, Hits::PEEK, Role::Enforced),
         counter(1, "r", &quota, Hits::Refund(1), Role::Enforced),
     ];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
@@ -327,7 +321,7 @@ fn a_rule_that_owes_counts_usage_past_its_limit_in_either_mode() {
             assert!(settled.over_limit, "{algorithm} {mode}: the report is over");
             assert!(!outcomes[0].admitted && outcomes[0].charged, "but counted");
             assert_eq!(store.count("tokens"), Some(10_020), "{algorithm} {mode}");
-            let check = counter(0, "tokens", &quota, Hits::CheckOnly, Role::Enforced);
+            let check = counter(0, "tokens", &quota, Hits::PEEK, Role::Enforced);
             let (settled, _) = store.decide(&[check], mode);
             assert!(settled.over_limit, "{algorithm} {mode}: owed, so refused");
         }
@@ -358,7 +352,7 @@ fn a_rule_that_owes_is_counted_even_when_another_descriptor_refuses() {
 #[test]
 fn owing_changes_nothing_for_checks_refunds_and_buckets() {
     let owed = owing(window(3));
-    let check = counter(0, "k", &owed, Hits::CheckOnly, Role::Enforced);
+    let check = counter(0, "k", &owed, Hits::PEEK, Role::Enforced);
     let refund = counter(0, "k", &owed, Hits::Refund(1), Role::Enforced);
     for mode in Charging::ALL {
         assert!(!mode.records(&check) && !mode.records(&refund));
@@ -366,4 +360,123 @@ fn owing_changes_nothing_for_checks_refunds_and_buckets() {
         assert!(!mode.records(&charge(0, "b", &owing(bucket(3)), 1)));
         assert!(mode.records(&charge(0, "k", &owed, 1)));
     }
+}
+
+/// A check before a call (`hits_addend: 0`), judged by `rule`.
+fn check(key: &str, quota: &Quota, rule: CheckRule) -> Counter {
+    counter(0, key, quota, Hits::CheckOnly(rule), Role::Enforced)
+}
+
+/// The calls of `cost` tokens a budget of `quota` admits, each checked before (by `rule`) and
+/// charged after, as Envoy's `apply_on_stream_done` does; at most `most` calls.
+fn calls_admitted(quota: &Quota, rule: CheckRule, charging: Charging, cost: u64) -> usize {
+    let mut store = Store::default();
+    let most = 1_000;
+    for call in 0..most {
+        let (checked, _) = store.decide(&[check("budget", quota, rule)], charging);
+        if checked.over_limit {
+            return call;
+        }
+        store.decide(&[charge(0, "budget", quota, cost)], charging);
+    }
+    most
+}
+
+#[test]
+fn with_the_references_check_a_budget_of_n_admits_n_over_c_plus_one_calls_of_c() {
+    // AI Gateway's end-to-end expectation, under the reference's default charging and under
+    // all or nothing with the overflow owed (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true).
+    let counted = [
+        (Charging::EveryDescriptor, window(100)),
+        (Charging::AllOrNothing, owing(window(100))),
+    ];
+    for (charging, quota) in counted {
+        for (cost, calls) in [(25, 5), (30, 4), (1, 101), (100, 2), (1_000, 1)] {
+            assert_eq!(
+                calls_admitted(&quota, CheckRule::WithinLimit, charging, cost),
+                calls,
+                "{charging}, calls of {cost}"
+            );
+        }
+    }
+    // floodgate's check stands for one more hit: the call that would start at the limit is
+    // refused.
+    assert_eq!(
+        calls_admitted(
+            &window(100),
+            CheckRule::OneMoreFits,
+            Charging::EveryDescriptor,
+            25
+        ),
+        4
+    );
+}
+
+#[test]
+fn with_the_references_check_twenty_then_ten_thousand_tokens_pass_then_one_is_refused() {
+    let counted = [
+        (Charging::EveryDescriptor, window(100)),
+        (Charging::AllOrNothing, owing(window(100))),
+    ];
+    for (charging, quota) in counted {
+        let mut store = Store::default();
+        for used in [20, 10_000] {
+            let (checked, _) =
+                store.decide(&[check("budget", &quota, CheckRule::WithinLimit)], charging);
+            assert!(!checked.over_limit, "{charging}: the call of {used} passes");
+            store.decide(&[charge(0, "budget", &quota, used)], charging);
+        }
+        assert_eq!(
+            store.count("budget"),
+            Some(10_020),
+            "{charging}: all counted"
+        );
+        let (checked, _) =
+            store.decide(&[check("budget", &quota, CheckRule::WithinLimit)], charging);
+        assert!(checked.over_limit, "{charging}: the next call is refused");
+    }
+    // Under all or nothing without owing, the report that overflows is lost.
+    let mut store = Store::default();
+    store.decide(
+        &[charge(0, "budget", &window(100), 20)],
+        Charging::AllOrNothing,
+    );
+    store.decide(
+        &[charge(0, "budget", &window(100), 10_000)],
+        Charging::AllOrNothing,
+    );
+    assert_eq!(store.count("budget"), Some(20));
+}
+
+#[test]
+fn all_or_refused_charges_a_rejected_request_only_its_refused_hits() {
+    // The reference's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, its own test: key4 at 13 of
+    // 15 and key5 at 13 of 14, two hits each: key5 would go over, so it alone is incremented.
+    let (key4, key5) = (window(15), window(14));
+    let mut store = Store::default();
+    fill(&mut store, "key4", &key4, 13);
+    fill(&mut store, "key5", &key5, 13);
+    let request = [charge(0, "key4", &key4, 2), charge(1, "key5", &key5, 2)];
+    let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
+    assert!(settled.over_limit);
+    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(outcomes[0].snapshot.remaining, 2, "key4 shown as it was");
+    assert_eq!(store.count("key4"), Some(13));
+    assert_eq!(store.count("key5"), Some(15));
+    // A request that passes charges every counter, as all or nothing does.
+    let passing = [charge(0, "key4", &key4, 1), charge(1, "fresh", &key5, 1)];
+    let (settled, _) = store.decide(&passing, Charging::AllOrRefused);
+    assert!(!settled.over_limit);
+    assert_eq!(settled.kept, [true, true]);
+    // A bucket holds admitted hits only: refused, it takes nothing in this mode either.
+    let full_bucket = bucket(1);
+    fill(&mut store, "bucket", &full_bucket, 1);
+    let refused = [charge(0, "bucket", &full_bucket, 1)];
+    let (settled, _) = store.decide(&refused, Charging::AllOrRefused);
+    assert_eq!(settled.kept, [false]);
+    // An owed charge is kept whatever the verdict, in this mode as in the others.
+    let owed = owing(window(100));
+    let request = [charge(0, "usage", &owed, 5), charge(1, "key5", &key5, 1)];
+    let (settled, _) = store.decide(&request, Charging::AllOrRefused);
+    assert_eq!(settled.kept, [true, true]);
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::report::Report;
 use super::spec::{DescriptorSpec, FileSpec, RuleSpec};
 use super::LoadOptions;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Overflow};
 use crate::metadata::MetadataStruct;
 use crate::rules::{DomainRules, KeyChildren, KeyOrder, Node, PathLevel, Rule, WildcardPattern};
 
@@ -56,6 +56,7 @@ impl DomainsBuild {
             Some(domain) if options.merge_domains => {
                 domain.check_default_algorithm(&file, report);
                 domain.check_failure_policy(&file, report);
+                domain.check_overflow(&file, report);
                 domain.add(file, report, shared);
             }
             Some(domain) => {
@@ -98,6 +99,37 @@ fn duplicate_domain_message(file: &FileSpec, domain: &DomainBuild, report: &Repo
     )
 }
 
+/// A domain-wide setting that the limits Envoy sends with a request take from their domain (its
+/// default algorithm, its `overflow:`), which merged files must therefore agree on: the first
+/// file's word (`first`) stands, and a later file that `said` otherwise is an error. Returns the
+/// value to take when `file` is the first to say one. `key`: the top-level key, and the key
+/// that says it on a rule.
+fn first_word<T: Copy + PartialEq + std::fmt::Display>(
+    first: &mut Option<(T, usize)>,
+    (file, said): (&FileSpec, Option<T>),
+    (key, on_rules): (&str, &str),
+    report: &mut Report,
+) -> Option<T> {
+    let said = said?;
+    match *first {
+        Some((earlier, earlier_file)) if earlier != said => {
+            let message = format!(
+                "`{key}: {said}` differs from `{key}: {earlier}` in {}, which defines the same \
+                 domain: merged files must agree (it also applies to the limits Envoy sends \
+                 with a request); set `{on_rules}:` on the rules instead",
+                report.file_name(earlier_file)
+            );
+            report.error(file.file, &file.domain, message);
+            None
+        }
+        Some(_) => None,
+        None => {
+            *first = Some((said, file.file));
+            Some(said)
+        }
+    }
+}
+
 /// A domain being assembled from one or more files.
 struct DomainBuild {
     /// Its `root` is filled by `finish`, from `top`.
@@ -106,6 +138,8 @@ struct DomainBuild {
     first_file: Option<usize>,
     /// The first file that set `default_algorithm:`, and what it set.
     explicit_default: Option<(Algorithm, usize)>,
+    /// The first file that set `overflow:`, and what it set.
+    explicit_overflow: Option<(Overflow, usize)>,
     /// Composite keys of the top level, with the file that defined each.
     top_level: HashMap<String, usize>,
     names: HashSet<String>,
@@ -122,6 +156,7 @@ impl DomainBuild {
                 default_algorithm: file.default_algorithm.unwrap_or(options.default_algorithm),
                 calendar_months: options.calendar_months,
                 failure_policy: file.failure_policy,
+                overflow: file.overflow.unwrap_or(options.default_overflow),
                 root: Node::default(),
                 key_orders: Box::default(),
             },
@@ -130,6 +165,7 @@ impl DomainBuild {
             explicit_default: file
                 .default_algorithm
                 .map(|algorithm| (algorithm, file.file)),
+            explicit_overflow: file.overflow.map(|overflow| (overflow, file.file)),
             top_level: HashMap::new(),
             names: HashSet::new(),
             replaced: Vec::new(),
@@ -138,25 +174,19 @@ impl DomainBuild {
 
     /// Request-side overrides use the domain's default algorithm, so merged files must agree.
     fn check_default_algorithm(&mut self, file: &FileSpec, report: &mut Report) {
-        let Some(algorithm) = file.default_algorithm else {
-            return;
-        };
-        match self.explicit_default {
-            Some((first, first_file)) if first != algorithm => {
-                let message = format!(
-                    "`default_algorithm: {algorithm}` differs from `default_algorithm: {first}` \
-                     in {}, which defines the same domain: merged files must agree (it is also \
-                     the algorithm of limits Envoy sends with a request); set `algorithm:` on \
-                     the rules instead",
-                    report.file_name(first_file)
-                );
-                report.error(file.file, &file.domain, message);
-            }
-            Some(_) => {}
-            None => {
-                self.explicit_default = Some((algorithm, file.file));
-                self.rules.default_algorithm = algorithm;
-            }
+        let said = (file, file.default_algorithm);
+        let key = ("default_algorithm", "algorithm");
+        if let Some(algorithm) = first_word(&mut self.explicit_default, said, key, report) {
+            self.rules.default_algorithm = algorithm;
+        }
+    }
+
+    /// Request-side overrides owe as the domain's `overflow:` says, so merged files must agree.
+    fn check_overflow(&mut self, file: &FileSpec, report: &mut Report) {
+        let said = (file, file.overflow);
+        let key = ("overflow", "overflow");
+        if let Some(overflow) = first_word(&mut self.explicit_overflow, said, key, report) {
+            self.rules.overflow = overflow;
         }
     }
 

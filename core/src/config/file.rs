@@ -1,4 +1,5 @@
-//! One file: parse it, then read its top level (`domain`, `default_algorithm`, `descriptors`)
+//! One file: parse it, then read its top level (`domain`, `default_algorithm`, `overflow`,
+//! `descriptors`)
 //! into a [`FileSpec`], reporting every problem on the way.
 
 use serde_yaml::{Mapping, Value};
@@ -64,6 +65,7 @@ pub(super) fn read_file(
         default_algorithm: options.default_algorithm,
         default_algorithm_source: "--default-algorithm",
         calendar_months: options.calendar_months,
+        default_overflow: options.default_overflow,
     };
     let spec = read_root(index, root, &mut walk);
     Some((spec, parsed.root))
@@ -118,6 +120,10 @@ fn read_root(index: usize, root: &mut Mapping, walk: &mut FileWalk) -> FileSpec 
         walk.default_algorithm_source = "this file's `default_algorithm`";
     }
     let failure_policy = walk.failure_policy(root, &path);
+    let overflow = walk.overflow(root, "overflow", "overflow", &path);
+    if let Some(overflow) = overflow {
+        walk.default_overflow = overflow;
+    }
     // Taken out of the tree, so that each descriptor's YAML is dropped once it is read.
     let listed = root.remove("descriptors").filter(|value| !value.is_null());
     let descriptors = read_owned_descriptors(listed, &path, walk);
@@ -126,6 +132,7 @@ fn read_root(index: usize, root: &mut Mapping, walk: &mut FileWalk) -> FileSpec 
         domain,
         default_algorithm,
         failure_policy,
+        overflow,
         descriptors,
     }
 }
@@ -139,6 +146,9 @@ pub(super) struct FileWalk<'r> {
     pub(super) default_algorithm_source: &'static str,
     /// Whether MONTH limits count in calendar months (`LoadOptions::calendar_months`).
     pub(super) calendar_months: bool,
+    /// What a limit without `overflow:` does with a charge that does not fit, if its algorithm
+    /// counts hits in windows: the file's `overflow:`, else `LoadOptions::default_overflow`.
+    pub(super) default_overflow: Overflow,
 }
 
 impl FileWalk<'_> {

@@ -33,6 +33,7 @@ impl Place {
                 "default_algorithm",
                 "check_profiles",
                 "failure_policy",
+                "overflow",
             ],
             Place::Descriptor => &[
                 "key",

@@ -34,7 +34,7 @@ pub(crate) use yaml_tree::TOO_LARGE_INTEGER_TAG;
 #[cfg(test)]
 mod tests;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Overflow};
 use crate::rules::RuleSet;
 
 /// One configuration file's name (as shown in errors) and text.
@@ -65,6 +65,11 @@ pub struct LoadOptions {
     /// `--calendar-months` (`USE_CALENDAR_MONTH_RATE_LIMIT`): MONTH windows are UTC calendar
     /// months instead of 30 days (`Quota::with_calendar_months`).
     pub calendar_months: bool,
+    /// `--overflow`: what a charge that does not fit does, for a limit that does not say and
+    /// whose file has no `overflow:` either (rules pushed over xDS among them), and for Envoy's
+    /// `limit` override in a domain without `overflow:`. Applied to the algorithms that count
+    /// hits in windows only, the ones that can hold a count past the limit.
+    pub default_overflow: Overflow,
 }
 
 impl Default for LoadOptions {
@@ -74,6 +79,7 @@ impl Default for LoadOptions {
             merge_domains: false,
             max_rules: DEFAULT_MAX_RULES,
             calendar_months: false,
+            default_overflow: Overflow::Refuse,
         }
     }
 }

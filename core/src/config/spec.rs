@@ -13,6 +13,9 @@ pub(super) struct FileSpec {
     pub(super) default_algorithm: Option<Algorithm>,
     /// The file's `failure_policy:`, if written.
     pub(super) failure_policy: Option<crate::failure::FailurePolicy>,
+    /// The file's `overflow:` (for its limits that do not say, and Envoy's `limit` override),
+    /// if written.
+    pub(super) overflow: Option<crate::algorithm::Overflow>,
     pub(super) descriptors: Vec<DescriptorSpec>,
 }
 

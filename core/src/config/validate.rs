@@ -139,8 +139,14 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
     if let Some(burst) = fields.burst {
         quota = quota.with_burst(burst);
     }
-    if let Some(overflow) = fields.overflow {
-        quota = quota.with_overflow(overflow);
+    // A default (the file's `overflow:`, `--overflow`) reaches only the algorithms that can
+    // hold it; `overflow:` written on a bucket or a log was refused above.
+    match fields.overflow {
+        Some(overflow) => quota = quota.with_overflow(overflow),
+        None if algorithm.counts_in_windows() => {
+            quota = quota.with_overflow(walk.default_overflow);
+        }
+        None => {}
     }
     if let Some(counting) = fields.counting {
         quota = quota.with_counting(counting);

@@ -135,6 +135,7 @@ fn text(value: &str) -> MetadataValue {
 fn quota_mode() -> PlanSettings {
     PlanSettings {
         global_quota_mode: true,
+        ..PlanSettings::default()
     }
 }
 

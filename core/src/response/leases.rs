@@ -46,6 +46,7 @@ pub(super) fn lease_status(
             duration_until_reset: None,
             rule_path,
             shadowed: false,
+            quota: false,
         },
         _ => DescriptorStatus {
             code: Code::OverLimit,
@@ -57,6 +58,7 @@ pub(super) fn lease_status(
             })),
             rule_path,
             shadowed: false,
+            quota: false,
         },
     }
 }

@@ -28,6 +28,7 @@ use axum::response::Response;
 
 use super::admission::{admit, overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
+use crate::core::error_codes::ErrorCodes;
 use crate::core::headers::{response_headers, HeaderMode};
 use crate::core::http_check::headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
@@ -128,7 +129,7 @@ async fn decide<S: Store>(
                     "check request not decided"
                 );
             }
-            limit_error_response(&error)
+            limit_error_response(&error, ErrorCodes::Distinct)
         }
     }
 }
@@ -238,6 +239,7 @@ mod tests {
             duration_until_reset: Some(300_000),
             rule_path: Some("web.user".to_owned()),
             shadowed: false,
+            quota: false,
         }];
         Decision {
             overall_code: code,

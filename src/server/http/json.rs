@@ -1,8 +1,10 @@
 //! `/json`: envoyproxy/ratelimit's JSON endpoint. The body is a `RateLimitRequest` in proto3
 //! JSON; the answer is the `RateLimitResponse` in proto3 JSON with 200 (OK) or 429
-//! (OVER_LIMIT), or a plain-text reason: 400 for a body that is not a request or a request that
-//! cannot be decided, 503 when the store is unavailable. Beyond the in-flight bound the answer is
-//! `--overload-answer`'s, shaped as gRPC's: 503, or the undecided OK / OVER_LIMIT response.
+//! (OVER_LIMIT), or plain text: 400 for a body that is not a request; for a request not decided,
+//! what `--error-codes` says (floodgate's: 400 with the reason for one that cannot be decided,
+//! 503 when the store is unavailable; the reference's: `400 Bad Request`). Beyond the in-flight
+//! bound the answer is `--overload-answer`'s, shaped as gRPC's: 503, or the undecided OK /
+//! OVER_LIMIT response.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -15,6 +17,7 @@ use super::protojson::{request_from_json, response_to_json};
 use super::{
     body_rejection_response, limit_error_response, text_response, trace_parent, HttpState,
 };
+use crate::core::error_codes::{ErrorCodes, HttpErrorBody, Undecided};
 use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::response::{Code, Response as Decision};
 use crate::server::convert::{request_from_wire, response_to_wire};
@@ -29,9 +32,10 @@ pub(super) async fn json_endpoint<S: Store>(
         Ok(body) => body,
         Err(rejection) => return body_rejection_response(rejection),
     };
+    let codes = state.limiter.settings().error_codes;
     let wire = match request_from_json(&body) {
         Ok(wire) => wire,
-        Err(error) => return text_response(StatusCode::BAD_REQUEST, error),
+        Err(error) => return not_a_request(codes, error),
     };
     // The whole body is in: only now may the request hold a permit, until its answer is built.
     let admitted = admit(&state);
@@ -48,7 +52,16 @@ pub(super) async fn json_endpoint<S: Store>(
         .await;
     match decided {
         Ok(response) => json_answer(response),
-        Err(error) => limit_error_response(&error),
+        Err(error) => limit_error_response(&error, codes),
+    }
+}
+
+/// A body that is not a `RateLimitRequest`: 400, saying why unless `codes` are the reference's,
+/// whose handler answers `Bad Request` to any error.
+fn not_a_request(codes: ErrorCodes, error: impl std::fmt::Display) -> Response {
+    match codes.answer(Undecided::InvalidRequest).http_body {
+        HttpErrorBody::Reason => text_response(StatusCode::BAD_REQUEST, error),
+        HttpErrorBody::StatusText => text_response(StatusCode::BAD_REQUEST, "Bad Request"),
     }
 }
 

@@ -26,6 +26,7 @@ use super::admission::{admit, overloaded_response, Admit};
 use super::{
     body_rejection_response, limit_error_response, text_response, trace_parent, HttpState,
 };
+use crate::core::error_codes::ErrorCodes;
 use crate::core::lease::application::{as_request, LeaseRequest};
 use crate::core::lease::LeaseAction;
 use crate::core::response::{Code, Response as Decision};
@@ -113,7 +114,7 @@ async fn lease_endpoint<S: Store>(
         .await
     {
         Ok(decision) => lease_answer(decision),
-        Err(error) => limit_error_response(&error),
+        Err(error) => limit_error_response(&error, ErrorCodes::Distinct),
     }
 }
 

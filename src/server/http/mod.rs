@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::Router;
 
+use crate::core::error_codes::{ErrorCodes, HttpErrorBody};
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::admission::Admission;
 use crate::server::connections::is_body_timeout;
@@ -113,24 +114,31 @@ fn text_response(status: StatusCode, message: impl std::fmt::Display) -> Respons
         .into_response()
 }
 
-/// What a request the limiter could not decide gets: 400 with the reason for a request that
-/// cannot be decided, 503 when the store is unavailable (nginx turns both into a 500, which its
-/// `error_page` then serves fail-open or fail-closed).
-fn limit_error_response(error: &LimitError) -> Response {
-    match error {
-        LimitError::InvalidRequest(invalid) => text_response(StatusCode::BAD_REQUEST, invalid),
-        LimitError::NoConfiguration => text_response(StatusCode::INTERNAL_SERVER_ERROR, error),
-        LimitError::Overloaded => admission::overloaded_response(),
-        LimitError::Store(store) => {
-            static STORE_FAILED: PacedLog = PacedLog::every(Duration::from_secs(10));
-            if let Some(suppressed) = STORE_FAILED.allow() {
-                tracing::warn!(%store, suppressed, "HTTP request not decided: store unavailable");
-            }
-            text_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format_args!("rate limit not decided: {store}"),
-            )
+/// What a request the limiter could not decide gets, as `codes` says
+/// (`core::error_codes`): with floodgate's codes 400 with the reason for a request that cannot
+/// be decided, 503 when the store is unavailable (nginx turns both into a 500, which its
+/// `error_page` then serves fail-open or fail-closed); with the reference's, `400 Bad Request`.
+fn limit_error_response(error: &LimitError, codes: ErrorCodes) -> Response {
+    let Some(why) = error.undecided() else {
+        return admission::overloaded_response();
+    };
+    if let LimitError::Store(store) = error {
+        static STORE_FAILED: PacedLog = PacedLog::every(Duration::from_secs(10));
+        if let Some(suppressed) = STORE_FAILED.allow() {
+            tracing::warn!(%store, suppressed, "HTTP request not decided: store unavailable");
         }
+    }
+    let answer = codes.answer(why);
+    let status =
+        StatusCode::from_u16(answer.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match (answer.http_body, error) {
+        (HttpErrorBody::StatusText, _) => {
+            text_response(status, status.canonical_reason().unwrap_or_default())
+        }
+        (HttpErrorBody::Reason, LimitError::Store(store)) => {
+            text_response(status, format_args!("rate limit not decided: {store}"))
+        }
+        (HttpErrorBody::Reason, _) => text_response(status, error),
     }
 }
 

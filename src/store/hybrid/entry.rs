@@ -102,7 +102,7 @@ impl Entry {
             &self.quota,
             self.seen.as_ref(),
             now,
-            crate::core::algorithm::Hits::CheckOnly,
+            crate::core::algorithm::Hits::PEEK,
         );
         !self.known || self.seen.is_none() || evaluation.expires_at <= now
     }

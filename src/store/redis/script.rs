@@ -3,7 +3,7 @@
 //! and the reply it gives back.
 
 use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
-use crate::core::charging::Charging;
+use crate::core::charging::{Charging, Recording};
 use crate::core::plan::Counter;
 use crate::core::response::CounterOutcome;
 use crate::core::time::Micros;
@@ -455,10 +455,13 @@ pub fn build_request(
         .map(|(counter, key_index)| {
             let quota = &counter.quota;
             let (hits_kind, hits) = match counter.hits {
-                // Recorded whatever its verdict (core::charging::records): the core decides.
-                Hits::Charge(n) if settling.charging.records(counter) => ("record", n),
-                Hits::Charge(n) => ("charge", n),
-                Hits::CheckOnly => ("check", 0),
+                // Recorded past its verdict (core::charging::recording): the core decides.
+                Hits::Charge(n) => match settling.charging.recording(counter) {
+                    Recording::Never => ("charge", n),
+                    Recording::Always => ("record", n),
+                    Recording::WhenRefused => ("record-refused", n),
+                },
+                Hits::CheckOnly(rule) => ("check", rule.asked()),
                 Hits::Refund(n) => ("refund", n),
             };
             CounterArgs {
@@ -633,7 +636,7 @@ mod tests {
         let quota = Quota::new(5, Unit::Minute).with_algorithm(Algorithm::LeakyBucket);
         let counters = [
             counter(0, b"b", quota.clone(), Hits::Charge(2), Role::Enforced),
-            counter(1, b"a", quota.clone(), Hits::CheckOnly, Role::Quota),
+            counter(1, b"a", quota.clone(), Hits::PEEK, Role::Quota),
             counter(2, b"b", quota.clone(), Hits::Refund(3), Role::Shadow),
         ];
         let settling = Settling {
@@ -665,7 +668,7 @@ mod tests {
             "60000000",
             "1",
             "check",
-            "0",
+            "1", // one more hit must fit
             "quota",
             "0", // template 2
             "gcra",
@@ -791,7 +794,7 @@ mod tests {
         };
         let (first, second, third) = (
             one(b"a", Hits::Charge(1)),
-            one(b"a", Hits::CheckOnly),
+            one(b"a", Hits::PEEK),
             one(b"b", Hits::Charge(1)),
         );
         let batch = Call::batch([&first, &second, &third].into_iter());
@@ -819,7 +822,7 @@ mod tests {
             "60000000",
             "5",
             "check",
-            "0",
+            "1", // one more hit must fit
             "enforced",
             "0", // template 2
             // Each request has one counter: one value, −((template − 1) · 1 + settings 1).
@@ -858,9 +861,9 @@ mod tests {
         let requests = [
             request(Hits::Charge(1), false, 1), // template 1, settings 1
             request(Hits::Charge(1), true, 1),  // template 1, settings 2
-            request(Hits::CheckOnly, true, 1),  // template 2, settings 2
-            request(Hits::CheckOnly, false, 2), // two counters: the general form
-            request(Hits::CheckOnly, false, 1), // template 2, settings 1
+            request(Hits::PEEK, true, 1),       // template 2, settings 2
+            request(Hits::PEEK, false, 2),      // two counters: the general form
+            request(Hits::PEEK, false, 1),      // template 2, settings 1
         ];
         let batch = Call::batch(requests.iter());
         let tail: Vec<String> =

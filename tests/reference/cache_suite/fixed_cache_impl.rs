@@ -4,9 +4,9 @@
 //! request at the Go test's mocked time. The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`)
 //! has no floodgate counterpart yet: the steps that hit it are ported for their answer only.
 
-use floodgate::cmd::reference_env::charging;
 use floodgate::core::charging::Charging;
 use floodgate::core::response::Code;
+use floodgate::core::semantics::Semantics;
 use floodgate::core::unit::Unit;
 
 use super::harness::{assert_statuses, every_setup, Backend, Cache, Expected, Hit, Setup, Stats};
@@ -160,7 +160,7 @@ async fn test_redis_within_over_and_past_the_limit() {
         // charged nothing of the refused hit, so they leave room for 4.
         cache.do_limit(&[Hit::refund(KEY3_SUB, 4)]).await;
         let room = match setup.charging {
-            Charging::EveryDescriptor => 1,
+            Charging::EveryDescriptor | Charging::AllOrRefused => 1,
             Charging::AllOrNothing => 4,
         };
         let response = cache.do_limit(&[Hit::new(KEY3_SUB, 0)]).await;
@@ -380,21 +380,21 @@ async fn a_shadow_rule_over_its_limit_answers_ok() {
 }
 
 /// `TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig`: with
-/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` floodgate charges all or nothing. The answers
-/// are the reference's at every step. What differs is the counting of the last: the reference
-/// leaves `key4` (within its limit) as it was but increments `key5` (the one that goes over)
-/// to 15; floodgate charges neither, so `key5` still has room for one more hit. The local
-/// cache's stats: not applicable.
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` floodgate charges all or refused, as the
+/// reference counts: when any descriptor goes over, only those are incremented. The answers
+/// and the counts are the reference's at every step: in the last, `key4` (within its limit) is
+/// left as it was and `key5` (the one that goes over) goes to 15. One stat differs: the reference counts `key4`'s near-limit hits
+/// of that step from 11 (1; its count less the hits it did not add), floodgate from 13 (2; the
+/// count the hits were judged at). The local cache's stats: not applicable.
 #[tokio::test]
-async fn stop_increment_when_over_limit_is_all_or_nothing() {
-    let mode = charging(None, |name| {
-        (name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT").then(|| "true".to_owned())
-    });
-    assert_eq!(mode, Ok(Charging::AllOrNothing));
+async fn stop_increment_when_over_limit_charges_only_the_refused_hits() {
+    let semantics = Semantics::REFERENCE.with_stop_increment_when_over_limit(true);
+    assert_eq!(semantics.charging, Charging::AllOrRefused);
     for backend in Backend::ALL {
         let setup = Setup {
             backend,
-            charging: Charging::AllOrNothing,
+            charging: semantics.charging,
+            check_only: semantics.check_only,
             now_seconds: 1_000_000,
         };
         let what = format!("{setup:?}");
@@ -441,12 +441,12 @@ async fn stop_increment_when_over_limit_is_all_or_nothing() {
         // not increment); floodgate 2 (from 13 to 15, the count the hits were judged at).
         assert_eq!(added, [stats(1, 0, 2), stats(0, 1, 1)], "{what}");
 
-        // Nothing was charged: key5 (13 of 14) takes one more hit, which the reference (15)
-        // would refuse; key4 still has 2.
+        // key5 went over to 15, as the reference's increment of it: one more hit is refused;
+        // key4 was left at 13 and still has 2.
         let response = cache.do_limit(&[Hit::new(KEY5, 1)]).await;
         assert_statuses(
             &response,
-            &[Expected::ok(14, Unit::Hour, 0, HOUR_AT_1000000)],
+            &[Expected::over(14, Unit::Hour, HOUR_AT_1000000)],
             &what,
         );
         let response = cache.do_limit(&[Hit::new(KEY4, 2)]).await;

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use floodgate::core::algorithm::CheckRule;
 use floodgate::core::charging::Charging;
 use floodgate::core::config::load_valid;
 use floodgate::core::headers::HeaderMode;
@@ -20,6 +21,7 @@ use floodgate::core::response::{
     assemble, Code, CurrentLimit, Decided, DescriptorStatus, Response,
 };
 use floodgate::core::rules::{Entry, RuleSet};
+use floodgate::core::semantics::Semantics;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
 use floodgate::store::memory::MemoryStore;
@@ -60,6 +62,7 @@ pub struct Cache {
     /// never shared anyway; the name says whose a key is).
     pub domain: String,
     charging: Charging,
+    check_only: CheckRule,
     /// Kept running while the cache is.
     redis: Option<RedisServer>,
 }
@@ -69,6 +72,8 @@ pub struct Cache {
 pub struct Setup {
     pub backend: Backend,
     pub charging: Charging,
+    /// Which check-only descriptor a counter admits.
+    pub check_only: CheckRule,
     /// The mocked `UnixNow()`, in seconds.
     pub now_seconds: i64,
 }
@@ -115,6 +120,7 @@ impl Cache {
             clock,
             domain,
             charging: setup.charging,
+            check_only: setup.check_only,
             redis,
         }
     }
@@ -143,11 +149,11 @@ impl Cache {
         if let Err(invalid) = request.validate(&RequestBounds::default()) {
             panic!("{}: {invalid}", self.domain);
         }
-        let plan = plan(
-            &request,
-            self.rules.domain(&request.domain),
-            PlanSettings::default(),
-        );
+        let settings = PlanSettings {
+            check_only: self.check_only,
+            ..PlanSettings::default()
+        };
+        let plan = plan(&request, self.rules.domain(&request.domain), settings);
         let decided = if plan.counters.is_empty() {
             Decided::default()
         } else {
@@ -200,7 +206,8 @@ impl Cache {
     /// counter stops at its limit, where every further hit is refused just the same.
     pub async fn raise(&self, entries: &[(&str, &str)], (from, to): (u64, u64), limit: u64) {
         let (from, to) = match self.charging {
-            Charging::EveryDescriptor => (from, to),
+            // A lone descriptor's refused hits are recorded in both.
+            Charging::EveryDescriptor | Charging::AllOrRefused => (from, to),
             Charging::AllOrNothing => (from.min(limit), to.min(limit)),
         };
         if to > from {
@@ -346,9 +353,11 @@ pub fn every_setup(now_seconds: i64) -> Vec<Setup> {
     Backend::ALL
         .into_iter()
         .flat_map(|backend| {
-            Charging::ALL.map(|charging| Setup {
+            // `floodgate serve`'s answers, and the `ratelimit` door's (the reference's).
+            [Semantics::FLOODGATE, Semantics::REFERENCE].map(|semantics| Setup {
                 backend,
-                charging,
+                charging: semantics.charging,
+                check_only: semantics.check_only,
                 now_seconds,
             })
         })

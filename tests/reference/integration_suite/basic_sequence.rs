@@ -4,14 +4,15 @@
 //! a per-minute rule taken over its limit, a per-minute and a per-hour rule in one request, and a
 //! per-day rule whose `duration_until_reset` counts down.
 //!
-//! Where floodgate answers differently on purpose it is asserted as floodgate answers: a rejected
-//! request charges none of its descriptors, so the per-minute descriptor of a request that the
-//! per-hour one rejects keeps its remaining count (the reference's
-//! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` rows expect exactly that; its default rows
-//! expect the count to go on falling).
+//! The per-minute descriptor of a request that the per-hour one rejects is charged as the row's
+//! charging says: started as `ratelimit`, or with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`,
+//! as the reference's default rows expect (its count goes on falling); with `=true` it keeps
+//! its count, as the reference's rows of that setting expect; and so it does for `floodgate
+//! serve`, whose all-or-nothing charges a rejected request nothing.
 
 use std::time::Duration;
 
+use floodgate::core::charging::Charging;
 use floodgate::proto::rate_limit_response::rate_limit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::prom::Scrape;
@@ -37,8 +38,9 @@ impl Keys {
     }
 }
 
-/// Runs the sequence against `server`, `context` naming the row in failures.
-pub async fn run(server: &Reference, keys: Keys, context: &str) {
+/// Runs the sequence against `server`, which charges as `charging` says, `context` naming the
+/// row in failures.
+pub async fn run(server: &Reference, keys: Keys, charging: Charging, context: &str) {
     let mut client = server.client().await;
     let key = |name: &str| keys.key(name);
 
@@ -98,8 +100,13 @@ pub async fn run(server: &Reference, keys: Keys, context: &str) {
         )
         .await;
         let (code, per_minute_left, per_hour_left) = if call_index >= 10 {
-            // Rejected by the per-hour rule: nothing is charged, the per-minute count stays.
-            (Code::OverLimit, 10, 0)
+            // Rejected by the per-hour rule: the per-minute descriptor is charged only when
+            // every descriptor is (the reference's default), else its count stays.
+            let per_minute_left = match charging {
+                Charging::EveryDescriptor => 20 - (call_index + 1),
+                Charging::AllOrNothing | Charging::AllOrRefused => 10,
+            };
+            (Code::OverLimit, per_minute_left, 0)
         } else {
             (Code::Ok, 20 - (call_index + 1), 10 - (call_index + 1))
         };

@@ -12,6 +12,7 @@
 //! per-second Redis serves envoyproxy/ratelimit's counters, `--redis-counters reference`:
 //! tests/redis/redis_reference_door.rs), so the per-second Redis stays empty.
 
+use floodgate::core::charging::Charging;
 use floodgate_testkit::free_port;
 use floodgate_testkit::redis::{RedisCluster, RedisServer, SentinelServer};
 use floodgate_testkit::testca::TestCa;
@@ -32,6 +33,28 @@ pub struct Row {
     pub ignored: Vec<&'static str>,
     /// The row must refuse to start, its log saying this.
     pub refused: Option<&'static str>,
+}
+
+impl Row {
+    /// How the row's floodgate charges: the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// when set, else its door's default (every descriptor started as `ratelimit`, as the
+    /// reference; all or nothing for `floodgate serve`).
+    pub fn charging(&self) -> Charging {
+        let stop = self
+            .env
+            .iter()
+            .find(|(name, _)| name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+            .map(|(_, value)| value.as_str());
+        match (stop, self.entry) {
+            (Some("true"), _) => Charging::AllOrRefused,
+            (Some("false"), _) | (None, Entry::Ratelimit) => Charging::EveryDescriptor,
+            (Some(other), _) => panic!(
+                "{}: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT={other}",
+                self.name
+            ),
+            (None, Entry::Serve) => Charging::AllOrNothing,
+        }
+    }
 }
 
 pub fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -108,7 +131,7 @@ pub async fn run_rows(test: &str, rows: &[Row]) {
             continue;
         }
         let server = start(row.entry, &tree, &row.name, &env);
-        basic_sequence::run(&server, row.keys, &context).await;
+        basic_sequence::run(&server, row.keys, row.charging(), &context).await;
         let log = server.process.log_text();
         for variable in &row.ignored {
             let said = format!("{variable} is set, but floodgate does not support it");

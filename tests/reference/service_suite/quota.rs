@@ -3,13 +3,14 @@
 //! quota descriptor is.
 //!
 //! Where a descriptor within its limit sits in a request that is refused, the reference charges
-//! it and floodgate does not (migrating-from-envoy-ratelimit.md, "What answers differently":
-//! rejected request): its `limit_remaining` is the whole limit here.
+//! it, and so does floodgate started as `ratelimit`; `floodgate serve` charges all or nothing
+//! (migrating-from-envoy-ratelimit.md, "What answers differently": rejected request), so its
+//! `limit_remaining` is the whole limit there.
 
 use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code};
 
 use super::SERVICE;
-use crate::serving::{counted, overall, statuses, Served};
+use crate::serving::{counted, overall, statuses, Door, Served, BOTH_DOORS};
 
 /// The reference's quota tests' limits: `regular` 5 a minute, `quota` 3 in quota mode, and
 /// `quota1`, `quota2` (5 and 3) both in quota mode.
@@ -43,10 +44,21 @@ const QUOTA2: &[(&str, &str)] = &[("quota2", "limit")];
 fn after_spending(
     rules: &str,
     env: &[(&str, &str)],
+    first: (&[(&str, &str)], u32),
+    second: (&[(&str, &str)], u32),
+) -> (Served, Code, Vec<(Code, u32, u32)>) {
+    after_spending_at(Door::Serve, rules, env, first, second)
+}
+
+/// [`after_spending`] in a floodgate started through `door`.
+fn after_spending_at(
+    door: Door,
+    rules: &str,
+    env: &[(&str, &str)],
     (first, spent_first): (&[(&str, &str)], u32),
     (second, spent_second): (&[(&str, &str)], u32),
 ) -> (Served, Code, Vec<(Code, u32, u32)>) {
-    let mut served = Served::start(Some(rules), SERVICE, env);
+    let mut served = Served::start_at(door, Some(rules), SERVICE, env);
     served.spend(spent_first, "quota-domain", first);
     served.spend(spent_second, "quota-domain", second);
     let answer = served.answer("quota-domain", &[first, second]);
@@ -91,26 +103,45 @@ descriptors:
     assert_eq!((code, statuses), (over, vec![(over, 10, 0), (over, 5, 0)]));
 }
 
+/// What the descriptor within its limit has left after the refused request: the reference
+/// (and its door) charged it one hit; `floodgate serve` charged nothing.
+fn left_by_the_refused_request(door: Door, limit: u32) -> u32 {
+    match door {
+        Door::Serve => limit,
+        Door::Ratelimit => limit - 1,
+    }
+}
+
 /// A regular limit over rejects, whatever the quota says.
 #[test]
 fn service_test_service_per_descriptor_quota_mode() {
-    let (_, code, statuses) = after_spending(QUOTA_DOMAIN, &[], (REGULAR, 5), (QUOTA, 0));
-    let over = Code::OverLimit;
-    assert_eq!(
-        (code, statuses),
-        (over, vec![(over, 5, 0), (Code::Ok, 3, 3)])
-    );
+    for door in BOTH_DOORS {
+        let (_, code, statuses) =
+            after_spending_at(door, QUOTA_DOMAIN, &[], (REGULAR, 5), (QUOTA, 0));
+        let over = Code::OverLimit;
+        let left = left_by_the_refused_request(door, 3);
+        assert_eq!(
+            (code, statuses),
+            (over, vec![(over, 5, 0), (Code::Ok, 3, left)]),
+            "{door:?}"
+        );
+    }
 }
 
 /// The only quota descriptor is over: all of them are, so the request is.
 #[test]
 fn service_test_service_mixed_per_descriptor_modes() {
-    let (_, code, statuses) = after_spending(QUOTA_DOMAIN, &[], (REGULAR, 0), (QUOTA, 3));
-    let over = Code::OverLimit;
-    assert_eq!(
-        (code, statuses),
-        (over, vec![(Code::Ok, 5, 5), (over, 3, 0)])
-    );
+    for door in BOTH_DOORS {
+        let (_, code, statuses) =
+            after_spending_at(door, QUOTA_DOMAIN, &[], (REGULAR, 0), (QUOTA, 3));
+        let over = Code::OverLimit;
+        let left = left_by_the_refused_request(door, 5);
+        assert_eq!(
+            (code, statuses),
+            (over, vec![(Code::Ok, 5, left), (over, 3, 0)]),
+            "{door:?}"
+        );
+    }
 }
 
 #[test]

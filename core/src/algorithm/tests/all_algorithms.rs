@@ -1,6 +1,7 @@
 use std::collections::VecDeque;
 
 use super::*;
+use crate::algorithm::{evaluate_counter, CheckRule, Refused};
 
 fn one_state_of_each_variant(now: Micros) -> Vec<State> {
     vec![
@@ -43,7 +44,7 @@ fn a_state_of_another_algorithm_counts_as_no_state() {
 fn the_variant_stored_matches_the_algorithm() {
     for algorithm in Algorithm::ALL {
         let quota = quota(algorithm, 5, Unit::Minute);
-        for hits in [Hits::Charge(1), Hits::CheckOnly, Hits::Refund(1)] {
+        for hits in [Hits::Charge(1), Hits::PEEK, Hits::Refund(1)] {
             let evaluation = evaluate(&quota, None, T0, hits);
             let stored = evaluate(&quota, Some(&evaluation.next_state), T0, Hits::Charge(1));
             assert_eq!(
@@ -51,6 +52,67 @@ fn the_variant_stored_matches_the_algorithm() {
                 "{algorithm} {hits:?}"
             );
         }
+    }
+}
+
+#[test]
+fn a_check_within_the_limit_passes_at_the_limit_where_one_more_fits_refuses() {
+    let within = Hits::CheckOnly(CheckRule::WithinLimit);
+    for algorithm in Algorithm::ALL {
+        let mut sim = Sim::new(quota(algorithm, 3, Unit::Minute), T0);
+        assert!(sim.peek(within).admitted, "{algorithm}: a fresh counter");
+        let capacity = usize::try_from(sim.quota.capacity()).unwrap_or(usize::MAX);
+        assert_eq!(sim.burst(capacity), capacity, "{algorithm}");
+        assert!(!sim.peek(Hits::PEEK).admitted, "{algorithm}: full");
+        let at_the_limit = sim.peek(within);
+        assert!(
+            at_the_limit.admitted,
+            "{algorithm}: at the limit, not beyond it"
+        );
+        assert_eq!(at_the_limit.uncommitted.remaining, 0, "{algorithm}");
+        assert_eq!(at_the_limit.next_state, sim.peek(Hits::PEEK).next_state);
+    }
+}
+
+#[test]
+fn a_check_within_the_limit_refuses_a_count_beyond_it_until_the_window_turns() {
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let quota = quota(algorithm, 100, Unit::Minute);
+        // 10 000 tokens recorded against a limit of 100 (a charge counted whatever its
+        // verdict, as every-descriptor charging or `overflow: owe` count it).
+        let recorded = evaluate_counter(
+            &quota,
+            None,
+            T0,
+            (Hits::Charge(10_000), 0),
+            Refused::Recorded,
+        );
+        assert!(!recorded.admitted);
+        let state = Some(recorded.next_state);
+        let check = evaluate(
+            &quota,
+            state.as_ref(),
+            T0,
+            Hits::CheckOnly(CheckRule::WithinLimit),
+        );
+        assert!(!check.admitted, "{algorithm}: beyond the limit");
+        assert!(check.retry_after >= 1, "{algorithm}");
+        assert_eq!(
+            check.retry_after,
+            evaluate(&quota, state.as_ref(), T0, Hits::PEEK).retry_after,
+            "{algorithm}: refused, a check waits as one more hit would"
+        );
+        let turned = T0 + 2 * MINUTE;
+        let later = evaluate(
+            &quota,
+            state.as_ref(),
+            turned,
+            Hits::CheckOnly(CheckRule::WithinLimit),
+        );
+        assert!(
+            later.admitted,
+            "{algorithm}: the overshoot has left the window"
+        );
     }
 }
 
@@ -71,11 +133,12 @@ fn extreme_quotas() -> Vec<Quota> {
 }
 
 const EXTREME_TIMES: [Micros; 6] = [Micros::MIN, Micros::MIN + 1, -1, 0, T0, Micros::MAX];
-const EXTREME_HITS: [Hits; 6] = [
+const EXTREME_HITS: [Hits; 7] = [
     Hits::Charge(0),
     Hits::Charge(1),
     Hits::Charge(u64::MAX),
-    Hits::CheckOnly,
+    Hits::PEEK,
+    Hits::CheckOnly(CheckRule::WithinLimit),
     Hits::Refund(1),
     Hits::Refund(u64::MAX),
 ];

@@ -52,7 +52,7 @@ fn last_micro_of_a_window_and_first_of_the_next() {
 fn reset_after_matches_envoy() {
     for offset in [0, 1, 999_999, SECOND, 59 * SECOND + 999_999] {
         let now = T0 + offset;
-        let evaluation = Sim::new(three_per_minute(), now).peek(Hits::CheckOnly);
+        let evaluation = Sim::new(three_per_minute(), now).peek(Hits::PEEK);
         assert_eq!(evaluation.committed.reset_after, MINUTE - now % MINUTE);
     }
 }
@@ -71,12 +71,12 @@ fn a_multi_hit_charge_is_all_or_nothing() {
 fn check_only_asks_for_one_hit_and_takes_nothing() {
     let mut sim = Sim::new(three_per_minute(), T0 + 20 * SECOND);
     sim.charge(2);
-    let check = sim.hit(Hits::CheckOnly);
+    let check = sim.hit(Hits::PEEK);
     assert!(check.admitted);
     assert_eq!(check.committed.remaining, 1);
     assert_eq!(sim.remaining(), 1);
     sim.charge(1);
-    let full = sim.hit(Hits::CheckOnly);
+    let full = sim.hit(Hits::PEEK);
     assert!(!full.admitted);
     assert_eq!(full.retry_after, 40 * SECOND);
 }
@@ -101,7 +101,7 @@ fn a_zero_limit_admits_nothing() {
     assert!(!rejected.admitted);
     assert_eq!(rejected.retry_after, 750_000);
     assert_eq!(rejected.committed.remaining, 0);
-    assert!(!sim.peek(Hits::CheckOnly).admitted);
+    assert!(!sim.peek(Hits::PEEK).admitted);
 }
 
 #[test]

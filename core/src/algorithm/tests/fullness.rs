@@ -8,7 +8,7 @@ use super::*;
 const A_THIRD: u16 = 21_845;
 
 fn exhausted_for(sim: &Sim) -> Option<Micros> {
-    sim.peek(Hits::CheckOnly).fullness.exhausted_for
+    sim.peek(Hits::PEEK).fullness.exhausted_for
 }
 
 #[test]
@@ -51,11 +51,11 @@ fn a_sliding_log_is_exhausted_until_its_oldest_hit_leaves() {
 fn a_token_bucket_is_exhausted_until_one_token_drips_back() {
     let mut sim = Sim::new(quota(Algorithm::TokenBucket, 6, Unit::Minute), T0);
     assert_eq!(sim.burst(6), 6);
-    let fullness = sim.peek(Hits::CheckOnly).fullness;
+    let fullness = sim.peek(Hits::PEEK).fullness;
     assert_eq!(fullness.used, Fullness::ALL_USED);
     assert_eq!(fullness.exhausted_for, Some(10 * SECOND));
     sim.advance(10 * SECOND);
-    let refilled = sim.peek(Hits::CheckOnly).fullness;
+    let refilled = sim.peek(Hits::PEEK).fullness;
     assert_eq!(refilled.exhausted_for, None);
     assert!(refilled.used < Fullness::ALL_USED);
 }

@@ -143,11 +143,11 @@ fn a_multi_hit_charge_is_all_or_nothing() {
 fn check_only_takes_nothing() {
     let mut sim = Sim::new(token_bucket(10, Unit::Second, 20), T0);
     sim.charge(19);
-    let check = sim.hit(Hits::CheckOnly);
+    let check = sim.hit(Hits::PEEK);
     assert!(check.admitted);
     assert_eq!(check.committed.remaining, 1);
     sim.charge(1);
-    let full = sim.hit(Hits::CheckOnly);
+    let full = sim.hit(Hits::PEEK);
     assert!(!full.admitted);
     assert_eq!(full.retry_after, 100_000);
 }
@@ -183,7 +183,7 @@ fn no_rate_or_no_capacity_admits_nothing() {
         assert!(!rejected.admitted, "{quota:?}");
         assert_eq!(rejected.retry_after, quota.window_micros());
         assert_eq!(rejected.committed.remaining, 0);
-        assert!(!sim.peek(Hits::CheckOnly).admitted);
+        assert!(!sim.peek(Hits::PEEK).admitted);
         assert!(sim.hit(Hits::Refund(3)).admitted);
     }
 }
@@ -215,7 +215,7 @@ fn long_idle_starts_afresh() {
     sim.burst(21);
     sim.advance(50 * YEAR);
     assert_eq!(sim.remaining(), 21);
-    assert_eq!(sim.peek(Hits::CheckOnly).committed.reset_after, 0);
+    assert_eq!(sim.peek(Hits::PEEK).committed.reset_after, 0);
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn a_bucket_that_drains_past_the_last_micro_holds_what_drains_before() {
     let quota = leaky_bucket(1, Unit::Year, 5).with_multiplier(100_000);
     let mut sim = Sim::new(quota, T0);
     assert_eq!(sim.burst(6), 1);
-    let check = sim.peek(Hits::CheckOnly);
+    let check = sim.peek(Hits::PEEK);
     assert!(!check.admitted, "{check:?}");
     assert_eq!(check.retry_after, 100_000 * YEAR);
     sim.advance(1_000 * YEAR);

@@ -75,7 +75,7 @@ impl Sim {
     }
 
     pub fn remaining(&self) -> u64 {
-        self.peek(Hits::CheckOnly).uncommitted.remaining
+        self.peek(Hits::PEEK).uncommitted.remaining
     }
 }
 
@@ -84,6 +84,6 @@ pub(super) fn assert_rejected_unchanged(sim: &Sim, evaluation: &Evaluation) {
     assert!(!evaluation.admitted);
     assert!(evaluation.retry_after >= 1);
     assert_eq!(evaluation.committed, evaluation.uncommitted);
-    let check = sim.peek(Hits::CheckOnly);
+    let check = sim.peek(Hits::PEEK);
     assert_eq!(evaluation.next_state, check.next_state);
 }

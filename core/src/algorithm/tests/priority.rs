@@ -70,7 +70,7 @@ fn low_never_takes_the_last_half_and_critical_takes_the_rest() {
             "{algorithm}: critical"
         );
         for share in [percent(50), percent(80), percent(100)] {
-            assert!(!counter.hit(share, Hits::CheckOnly).admitted, "{algorithm}");
+            assert!(!counter.hit(share, Hits::PEEK).admitted, "{algorithm}");
         }
     }
 }
@@ -108,7 +108,7 @@ fn a_refused_class_retries_when_its_headroom_frees_not_when_the_counter_has_one_
     // Low needs 1 unit above a reserve of 5: six units, 36 s.
     assert_eq!(low.retry_after, 36 * SECOND);
     counter.now += low.retry_after - 1;
-    assert!(!counter.hit(percent(50), Hits::CheckOnly).admitted);
+    assert!(!counter.hit(percent(50), Hits::PEEK).admitted);
     counter.now += 1;
     assert!(counter.hit(percent(50), Hits::Charge(1)).admitted);
 }
@@ -162,7 +162,7 @@ fn hits() -> impl Strategy<Value = Hits> {
     prop_oneof![
         8 => Just(Hits::Charge(1)),
         3 => (1u64..=4).prop_map(Hits::Charge),
-        2 => Just(Hits::CheckOnly),
+        2 => Just(Hits::PEEK),
         1 => (1u64..=3).prop_map(Hits::Refund),
     ]
 }

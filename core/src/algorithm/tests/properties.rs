@@ -14,7 +14,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::algorithm::Overflow;
+use crate::algorithm::{CheckRule, Overflow};
 
 const CASES: u32 = 256;
 
@@ -59,7 +59,8 @@ fn charge_or_check() -> impl Strategy<Value = Hits> {
     prop_oneof![
         8 => Just(Hits::Charge(1)),
         3 => (0u64..=6).prop_map(Hits::Charge),
-        2 => Just(Hits::CheckOnly),
+        2 => Just(Hits::PEEK),
+        1 => Just(Hits::CheckOnly(CheckRule::WithinLimit)),
         1 => Just(Hits::Charge(u64::MAX)),
     ]
 }
@@ -322,14 +323,24 @@ fn assert_well_formed(quota: &Quota, request: &Request) {
     assert!(evaluation.retry_after >= 0);
 
     let before = request.before.as_ref();
-    let check = evaluate(quota, before, request.now, Hits::CheckOnly);
+    let check = evaluate(quota, before, request.now, Hits::PEEK);
     let one = evaluate(quota, before, request.now, Hits::Charge(1));
     assert_eq!(check.admitted, one.admitted);
     assert_eq!(check.committed, check.uncommitted);
+    // The reference's check is never stricter than floodgate's, and takes nothing either.
+    let within = evaluate(
+        quota,
+        before,
+        request.now,
+        Hits::CheckOnly(CheckRule::WithinLimit),
+    );
+    assert!(within.admitted || !check.admitted);
+    assert_eq!(within.next_state, check.next_state);
+    assert_eq!(within.committed, within.uncommitted);
     assert_eq!(evaluation.uncommitted, check.uncommitted);
     match request.hits {
         Hits::Refund(_) => assert!(evaluation.admitted),
-        Hits::CheckOnly => {}
+        Hits::CheckOnly(_) => {}
         Hits::Charge(_) if evaluation.admitted => {}
         Hits::Charge(_) => assert_changes_nothing(quota, request, &check),
     }
@@ -342,7 +353,7 @@ fn assert_changes_nothing(quota: &Quota, request: &Request, check: &Evaluation) 
     assert_eq!(evaluation.next_state, check.next_state);
     assert_eq!(evaluation.committed, evaluation.uncommitted);
     assert_eq!(evaluation.expires_at, check.expires_at);
-    for probe in [Hits::Charge(1), Hits::Charge(2), Hits::CheckOnly] {
+    for probe in [Hits::Charge(1), Hits::Charge(2), Hits::PEEK] {
         let from_before = evaluate(quota, request.before.as_ref(), request.now, probe);
         let from_next = evaluate(quota, Some(&evaluation.next_state), request.now, probe);
         assert_eq!(from_before, from_next, "{probe:?}");
@@ -354,7 +365,7 @@ fn assert_expires(quota: &Quota, request: &Request) {
     let evaluation = &request.evaluation;
     for at in [evaluation.expires_at, evaluation.expires_at + 7 * SECOND] {
         let at = at.max(request.now);
-        for probe in [Hits::Charge(1), Hits::CheckOnly, Hits::Refund(1)] {
+        for probe in [Hits::Charge(1), Hits::PEEK, Hits::Refund(1)] {
             let stored = evaluate(quota, Some(&evaluation.next_state), at, probe);
             let fresh = evaluate(quota, None, at, probe);
             assert_eq!(stored, fresh, "at {at} for {probe:?}");
@@ -365,7 +376,7 @@ fn assert_expires(quota: &Quota, request: &Request) {
 fn assert_refunds_stop_at_fresh(quota: &Quota, request: &Request) {
     let next = Some(&request.evaluation.next_state);
     let refund = evaluate(quota, next, request.now, Hits::Refund(u64::MAX));
-    let fresh = evaluate(quota, None, request.now, Hits::CheckOnly);
+    let fresh = evaluate(quota, None, request.now, Hits::PEEK);
     assert_eq!(refund.committed.remaining, fresh.uncommitted.remaining);
 }
 
@@ -422,7 +433,7 @@ fn assert_fullness_is_exact(quota: &Quota, request: &Request) {
     let one_fits = evaluate(quota, state, now, Hits::Charge(1)).admitted;
     assert_eq!(measured.is_exhausted(), !one_fits, "{measured:?}");
 
-    let remaining = evaluate(quota, state, now, Hits::CheckOnly)
+    let remaining = evaluate(quota, state, now, Hits::PEEK)
         .uncommitted
         .remaining;
     let capacity = quota.capacity();
@@ -571,7 +582,7 @@ proptest! {
         let charges: Vec<(Advance, Hits)> = steps
             .iter()
             .map(|&(advance, hits)| match hits {
-                Hits::Refund(_) => (advance, Hits::CheckOnly),
+                Hits::Refund(_) => (advance, Hits::PEEK),
                 other => (advance, other),
             })
             .collect();

@@ -81,7 +81,7 @@ fn a_multi_hit_charge_waits_for_enough_entries() {
 fn check_only_takes_nothing() {
     let mut sim = Sim::new(three_per_minute(), T0);
     sim.charge(2);
-    let check = sim.hit(Hits::CheckOnly);
+    let check = sim.hit(Hits::PEEK);
     assert!(check.admitted);
     assert_eq!(check.committed.remaining, 1);
     assert_eq!(entries(&check.next_state), vec![(T0, 2)]);
@@ -120,7 +120,7 @@ fn a_zero_limit_admits_nothing() {
     let rejected = sim.charge(1);
     assert!(!rejected.admitted);
     assert_eq!(rejected.retry_after, 1);
-    assert!(!sim.peek(Hits::CheckOnly).admitted);
+    assert!(!sim.peek(Hits::PEEK).admitted);
 }
 
 #[test]
@@ -148,7 +148,7 @@ fn long_idle_starts_afresh() {
     let mut sim = Sim::new(three_per_minute(), T0);
     sim.burst(3);
     sim.advance(25 * YEAR);
-    let check = sim.peek(Hits::CheckOnly);
+    let check = sim.peek(Hits::PEEK);
     assert_eq!(check.committed.remaining, 3);
     assert!(entries(&check.next_state).is_empty());
 }
@@ -157,7 +157,7 @@ fn long_idle_starts_afresh() {
 fn stale_and_empty_entries_are_dropped() {
     let mut sim = Sim::new(three_per_minute(), T0 + MINUTE);
     sim.state = Some(log(&[(T0, 1), (T0 + SECOND, 0), (T0 + 2 * SECOND, 1)]));
-    let check = sim.peek(Hits::CheckOnly);
+    let check = sim.peek(Hits::PEEK);
     assert_eq!(entries(&check.next_state), vec![(T0 + 2 * SECOND, 1)]);
     assert_eq!(check.committed.remaining, 2);
 }

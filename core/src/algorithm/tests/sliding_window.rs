@@ -62,7 +62,7 @@ fn last_micro_of_a_window_and_first_of_the_next() {
 fn two_windows_later_everything_is_forgotten() {
     let mut sim = full_first_window();
     sim.at(T0 + 2 * MINUTE);
-    let check = sim.peek(Hits::CheckOnly);
+    let check = sim.peek(Hits::PEEK);
     assert_eq!(check.committed.remaining, 10);
     assert_eq!(check.committed.reset_after, 0);
 }
@@ -80,7 +80,7 @@ fn a_multi_hit_charge_is_all_or_nothing() {
 fn check_only_takes_nothing() {
     let mut sim = full_first_window();
     sim.at(T0 + 90 * SECOND);
-    let check = sim.hit(Hits::CheckOnly);
+    let check = sim.hit(Hits::PEEK);
     assert!(check.admitted);
     assert_eq!(check.committed.remaining, 5);
     assert_eq!(sim.remaining(), 5);

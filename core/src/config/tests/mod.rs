@@ -7,6 +7,7 @@ mod extensions;
 mod format;
 mod lookup;
 mod merge;
+mod overflow_defaults;
 mod priority;
 mod reference_readme;
 mod warnings;

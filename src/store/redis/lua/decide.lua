@@ -16,10 +16,13 @@
 --       then per settings SETTINGS_FIELDS values: global_shadow ('1' or '0'), now ('' to read
 --       Redis TIME, once per call; a test clock's µs otherwise), extra TTL in ms (0 unless a
 --       test clock runs: Redis expires keys on its own clock), the charging mode
---       ('all-or-nothing' or 'every-descriptor');
+--       ('all-or-nothing', 'every-descriptor' or 'all-or-refused': one unit, as all or
+--       nothing; what differs is in the hits kinds);
 --       then per counter template TEMPLATE_FIELDS values: algorithm, limit L, window W µs (−N:
 --       N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
---       whatever its verdict, 'check' or 'refund'), hits amount, role ('enforced', 'quota' or
+--       whatever its verdict, 'record-refused': a charge counted when refused and kept then,
+--       kept when admitted only if its unit passes, 'check' or 'refund'), hits amount (of a check: the hits its
+--       rule asks to fit, 1 or 0, core::algorithm::CheckRule), role ('enforced', 'quota' or
 --       'shadow'), reserve (units a priority class must leave unused, core::algorithm::share;
 --       0 without classes);
 --       then per request, if it has one counter (most do), one negative value, −((template −
@@ -178,7 +181,8 @@ local function settle_unit(first, last)
     local at = reply_base + REPLY_FIELDS * index - 3
     local admitted = reply[at] == 1
     local hits_kind = ARGV[template_of(index) + 5]
-    local kept = hits_kind ~= 'check' and ((admitted and not unit_over) or hits_kind == 'record')
+    local kept = hits_kind ~= 'check' and ((admitted and not unit_over) or hits_kind == 'record'
+      or (hits_kind == 'record-refused' and not admitted))
     if kept then
       commits[number(ARGV[base + 1])] = next_states[index]
       reply[at + 4] = 1
@@ -235,7 +239,9 @@ local function decide_lone_counter(template)
     local stored_expiry = state and state[1]
     kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
       number(ARGV[template + 4]), state, now)
-    local recorded = hits_kind == 'record'
+    -- Alone, a counter's unit passes exactly when it admits: a charge recorded when refused is
+    -- kept either way.
+    local recorded = hits_kind == 'record' or hits_kind == 'record-refused'
     local before_remaining, before_reset_after
     admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
       evaluate_counter(kind, hits_kind, hits, number(ARGV[template + 8]), recorded)
@@ -294,6 +300,7 @@ local function decide_several_counters()
     end
     local hits_kind = ARGV[template + 5]
     local recorded = hits_kind == 'record'
+    local recorded_when_refused = hits_kind == 'record-refused'
     -- May this counter change its key's table in place? A recorded count is always kept;
     -- any other only if the table is not a recorded mention's (pinned), and, with every
     -- descriptor, only a table this unit made.
@@ -307,7 +314,9 @@ local function decide_several_counters()
       number(ARGV[template + 4]), state or nil, now)
     local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
       evaluate_counter(kind, hits_kind, number(ARGV[template + 6]), number(ARGV[template + 8]),
-        recorded)
+        recorded or recorded_when_refused)
+    -- Refused, a charge recorded when refused is kept whatever the unit's verdict.
+    recorded = recorded or (recorded_when_refused and not admitted)
     local at = reply_base + REPLY_FIELDS * index - 3
     reply[at] = admitted and 1 or 0
     reply[at + 1] = remaining

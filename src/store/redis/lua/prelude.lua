@@ -143,18 +143,21 @@ end
 --   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
 --     …when `record` (refused hits recorded, core::charging): rejected, next = charged(n),
 --     retry = max(1, retry_after(n)) asked of the next counter
---   check              → admitted ⇔ fits(1), next = current, retry as for charge 1
+--   check n            → admitted ⇔ fits(n): n is the check rule's asked hits (1: one more
+--                        fits; 0: the count is within the limit), next = current, retry as
+--                        for charge 1
 --   refund n           → admitted, next = refunded(n), retry 0
 -- A priority class's reserve (core::algorithm::share) joins the hits in fits and retry_after
 -- only: fits(n + reserve), retry_after(n + reserve); n is what is charged, refunds ignore it.
 -- Returns admitted, the snapshot if committed (remaining, reset_after), the snapshot if not,
 -- and retry_after.
 local function evaluate_counter(kind, hits_kind, hits, reserve, record)
-  local change, asked
-  if hits_kind == 'charge' or hits_kind == 'record' then
+  local change, asked, retry_asked
+  if hits_kind == 'charge' or hits_kind == 'record' or hits_kind == 'record-refused' then
     change, asked = 'charge', hits + reserve
+    retry_asked = asked
   elseif hits_kind == 'check' then
-    asked = 1 + reserve
+    asked, retry_asked = hits + reserve, 1 + reserve
   elseif hits_kind == 'refund' then
     change = 'refund'
   else
@@ -166,10 +169,10 @@ local function evaluate_counter(kind, hits_kind, hits, reserve, record)
       kind('charge', hits)
       local next_remaining, next_reset_after = kind('snapshot')
       return false, next_remaining, next_reset_after, remaining, reset_after,
-        math.max(kind('retry_after', asked), 1)
+        math.max(kind('retry_after', retry_asked), 1)
     end
     return false, remaining, reset_after, remaining, reset_after,
-      math.max(kind('retry_after', asked), 1)
+      math.max(kind('retry_after', retry_asked), 1)
   end
   if not change then
     return true, remaining, reset_after, remaining, reset_after, 0

@@ -1,0 +1,137 @@
+//! The answers in which floodgate and envoyproxy/ratelimit differ by default, as one set of
+//! choices. `floodgate serve` takes floodgate's ([`Semantics::FLOODGATE`]); the binary started
+//! as `ratelimit` takes the reference's ([`Semantics::REFERENCE`]), because that door exists
+//! for one promise: swapping the reference's image for floodgate's changes no answer. The shell
+//! picks the set by how the process was started (or `--semantics`); each of floodgate's own
+//! settings then overrides its one choice, at either door.
+
+use crate::algorithm::{CheckRule, Overflow};
+use crate::charging::Charging;
+use crate::error_codes::ErrorCodes;
+use crate::headers::{HeaderMode, PlainHeaderNames};
+
+/// What envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitHeaders {
+    /// floodgate's `ratelimit` headers: the most restrictive descriptor's three, and
+    /// `Retry-After` on OVER_LIMIT.
+    WithRetryAfter,
+    /// The three headers on the reference's choice of descriptor, and nothing more.
+    AsTheReference,
+}
+
+impl LimitHeaders {
+    /// The header mode of the three headers under `names`.
+    pub fn mode(self, names: PlainHeaderNames) -> HeaderMode {
+        match self {
+            LimitHeaders::WithRetryAfter => HeaderMode::RateLimit(names),
+            LimitHeaders::AsTheReference => HeaderMode::ReferenceRateLimit(names),
+        }
+    }
+}
+
+/// One process's choices where the two services answer differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Semantics {
+    /// Which check-only descriptor (`hits_addend: 0`) a counter admits (`--check-only`).
+    pub check_only: CheckRule,
+    /// Which counters a request charges (`--charge`).
+    pub charging: Charging,
+    /// What a charge that does not fit does, for every rule that does not say: rules in files
+    /// without `overflow:` (theirs or their domain's), rules pushed over xDS, and Envoy's
+    /// per-descriptor `limit` override (`--overflow`).
+    pub overflow: Overflow,
+    /// What `LIMIT_RESPONSE_HEADERS_ENABLED` writes (`--response-headers` chooses a mode
+    /// outright).
+    pub limit_headers: LimitHeaders,
+    /// The codes of calls that cannot be decided (`--error-codes`).
+    pub error_codes: ErrorCodes,
+}
+
+impl Semantics {
+    /// floodgate's own: a check stands for one more hit, a refused request charges nothing,
+    /// a refused charge is not counted, `Retry-After` comes with the headers, and errors say
+    /// what failed.
+    pub const FLOODGATE: Semantics = Semantics {
+        check_only: CheckRule::OneMoreFits,
+        charging: Charging::AllOrNothing,
+        overflow: Overflow::Refuse,
+        limit_headers: LimitHeaders::WithRetryAfter,
+        error_codes: ErrorCodes::Distinct,
+    };
+
+    /// envoyproxy/ratelimit's: a check passes while the count is within the limit, every
+    /// descriptor is incremented whatever the verdict (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// unset, so a charge past the limit is counted), the three headers and nothing more, and
+    /// every error is gRPC UNKNOWN.
+    pub const REFERENCE: Semantics = Semantics {
+        check_only: CheckRule::WithinLimit,
+        charging: Charging::EveryDescriptor,
+        overflow: Overflow::Refuse,
+        limit_headers: LimitHeaders::AsTheReference,
+        error_codes: ErrorCodes::Unknown,
+    };
+
+    /// These choices with envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// set, counted as the reference counts it. `false` (its default): every descriptor is
+    /// charged by its own verdict, its refused hits counted. `true`: the reference first reads
+    /// every counter, and if any descriptor would go over, increments those descriptors only —
+    /// a rejected request charges its refused hits and nothing else.
+    pub fn with_stop_increment_when_over_limit(self, stop: bool) -> Semantics {
+        let charging = if stop {
+            Charging::AllOrRefused
+        } else {
+            Charging::EveryDescriptor
+        };
+        Semantics { charging, ..self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_two_sets_differ_in_every_choice_but_the_overflow_every_descriptor_records() {
+        let floodgate = Semantics::FLOODGATE;
+        let reference = Semantics::REFERENCE;
+        assert_ne!(floodgate.check_only, reference.check_only);
+        assert_ne!(floodgate.charging, reference.charging);
+        assert_ne!(floodgate.limit_headers, reference.limit_headers);
+        assert_ne!(floodgate.error_codes, reference.error_codes);
+        // Every-descriptor charging counts a refused charge of a window already.
+        assert_eq!(reference.overflow, Overflow::Refuse);
+    }
+
+    #[test]
+    fn the_reference_stop_variable_picks_the_charging_it_counts_by_and_nothing_else() {
+        for base in [Semantics::FLOODGATE, Semantics::REFERENCE] {
+            let stopped = base.with_stop_increment_when_over_limit(true);
+            assert_eq!(stopped.charging, Charging::AllOrRefused);
+            let counted = base.with_stop_increment_when_over_limit(false);
+            assert_eq!(counted.charging, Charging::EveryDescriptor);
+            for changed in [stopped, counted] {
+                assert_eq!(
+                    Semantics {
+                        charging: base.charging,
+                        ..changed
+                    },
+                    base
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_headers_are_its_three_and_floodgates_add_retry_after() {
+        let names = PlainHeaderNames::REFERENCE;
+        assert_eq!(
+            LimitHeaders::AsTheReference.mode(names),
+            HeaderMode::ReferenceRateLimit(names)
+        );
+        assert_eq!(
+            LimitHeaders::WithRetryAfter.mode(names),
+            HeaderMode::RateLimit(names)
+        );
+    }
+}

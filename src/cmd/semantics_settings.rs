@@ -1,0 +1,250 @@
+//! Which answers the process gives where floodgate and envoyproxy/ratelimit differ
+//! (`core::semantics`): the set the door picks — the reference's when started as `ratelimit`,
+//! floodgate's as `floodgate serve` — or `--semantics`; then the reference's
+//! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when set; then each of floodgate's own settings,
+//! which win at either door.
+
+use clap::{Args, ValueEnum};
+
+use super::cli::ServeArgs;
+use super::front_door::FrontDoor;
+use super::setting_values::env_bool;
+use crate::core::algorithm::{CheckRule, Overflow};
+use crate::core::charging::Charging;
+use crate::core::error_codes::ErrorCodes;
+use crate::core::semantics::Semantics;
+
+/// `--semantics`: a whole set of answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SemanticsArg {
+    /// floodgate's: a check stands for one more hit, a refused request charges nothing, errors
+    /// tell a bad request from a failed store.
+    Floodgate,
+    /// envoyproxy/ratelimit's, answer for answer.
+    Reference,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckRuleArg {
+    /// A check passes when one more hit would fit.
+    OneMoreFits,
+    /// A check passes while the count is within the limit (envoyproxy/ratelimit's).
+    WithinLimit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OverflowArg {
+    /// A charge that does not fit is refused and, unless the charging mode records it, not
+    /// counted.
+    Refuse,
+    /// It is counted anyway, past the limit.
+    Owe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ErrorCodesArg {
+    /// INVALID_ARGUMENT, UNAVAILABLE (HTTP 400 with the reason, 503).
+    Distinct,
+    /// gRPC UNKNOWN for every error, /json `400 Bad Request` (envoyproxy/ratelimit's).
+    Unknown,
+}
+
+/// The flags of `core::semantics` that have no other home.
+#[derive(Debug, Args)]
+pub struct SemanticsArgs {
+    /// The answers where floodgate and envoyproxy/ratelimit differ, as a set: floodgate or
+    /// reference [default: reference when started as `ratelimit`, else floodgate]. The flags
+    /// below, --charge and --response-headers override one choice each.
+    #[arg(long, env = "FLOODGATE_SEMANTICS", value_enum)]
+    pub semantics: Option<SemanticsArg>,
+    /// Which check-only descriptor (`hits_addend: 0`) a counter admits: one-more-fits or
+    /// within-limit [default: by --semantics].
+    #[arg(long, env = "FLOODGATE_CHECK_ONLY", value_enum)]
+    pub check_only: Option<CheckRuleArg>,
+    /// What a charge that does not fit does, for every limit that does not say — in files
+    /// without `overflow:` (theirs or their domain's), pushed over xDS, or sent by Envoy as a
+    /// per-descriptor `limit`: refuse, or owe (counted past the limit, even when another
+    /// descriptor refuses the request). Fixed and sliding windows only [default: refuse].
+    #[arg(long, env = "FLOODGATE_OVERFLOW", value_enum)]
+    pub overflow: Option<OverflowArg>,
+    /// The codes of calls that cannot be decided: distinct or unknown [default: by
+    /// --semantics].
+    #[arg(long, env = "FLOODGATE_ERROR_CODES", value_enum)]
+    pub error_codes: Option<ErrorCodesArg>,
+}
+
+/// The set a door answers with when nothing says otherwise.
+pub fn door_semantics(door: FrontDoor) -> Semantics {
+    match door {
+        FrontDoor::Floodgate => Semantics::FLOODGATE,
+        FrontDoor::Reference => Semantics::REFERENCE,
+    }
+}
+
+/// The process's answers: `args` and the environment (`env`) over the door's set.
+pub fn semantics(
+    args: &ServeArgs,
+    door: FrontDoor,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Semantics, String> {
+    let flags = &args.semantics;
+    let mut chosen = match flags.semantics {
+        Some(SemanticsArg::Floodgate) => Semantics::FLOODGATE,
+        Some(SemanticsArg::Reference) => Semantics::REFERENCE,
+        None => door_semantics(door),
+    };
+    match env_bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", env) {
+        Ok(Some(stop)) => chosen = chosen.with_stop_increment_when_over_limit(stop),
+        Ok(None) => {}
+        Err(error) => {
+            return Err(format!(
+                "{error}; or use --charge all-or-nothing|every-descriptor"
+            ))
+        }
+    }
+    if let Some(charge) = args.charge {
+        chosen.charging = Charging::from(charge);
+    }
+    if let Some(check) = flags.check_only {
+        chosen.check_only = match check {
+            CheckRuleArg::OneMoreFits => CheckRule::OneMoreFits,
+            CheckRuleArg::WithinLimit => CheckRule::WithinLimit,
+        };
+    }
+    if let Some(overflow) = flags.overflow {
+        chosen.overflow = match overflow {
+            OverflowArg::Refuse => Overflow::Refuse,
+            OverflowArg::Owe => Overflow::Owe,
+        };
+    }
+    if let Some(codes) = flags.error_codes {
+        chosen.error_codes = match codes {
+            ErrorCodesArg::Distinct => ErrorCodes::Distinct,
+            ErrorCodesArg::Unknown => ErrorCodes::Unknown,
+        };
+    }
+    Ok(chosen)
+}
+
+/// One line at start saying which answers the process gives.
+pub fn log(semantics: &Semantics, door: FrontDoor) {
+    let set = if door_semantics(door) == Semantics::REFERENCE {
+        "envoyproxy/ratelimit's (started as ratelimit)"
+    } else {
+        "floodgate's"
+    };
+    tracing::info!(
+        check_only = %semantics.check_only,
+        charge = %semantics.charging,
+        overflow = %semantics.overflow,
+        limit_headers = ?semantics.limit_headers,
+        error_codes = %semantics.error_codes,
+        "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
+         (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cmd::cli::{Cli, Command};
+    use crate::core::semantics::LimitHeaders;
+
+    fn serve_args(flags: &[&str]) -> ServeArgs {
+        let line = ["floodgate", "serve"].iter().chain(flags).copied();
+        match Cli::try_parse_from(line) {
+            Ok(Cli {
+                command: Command::Serve(args),
+                ..
+            }) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn stop(value: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |name: &str| {
+            (name == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT").then(|| value.to_owned())
+        }
+    }
+
+    fn chosen(flags: &[&str], door: FrontDoor, env: impl Fn(&str) -> Option<String>) -> Semantics {
+        match semantics(&serve_args(flags), door, env) {
+            Ok(semantics) => semantics,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    #[test]
+    fn each_door_answers_with_its_own_set_unless_told() {
+        assert_eq!(
+            chosen(&[], FrontDoor::Floodgate, |_| None),
+            Semantics::FLOODGATE
+        );
+        assert_eq!(
+            chosen(&[], FrontDoor::Reference, |_| None),
+            Semantics::REFERENCE
+        );
+        assert_eq!(
+            chosen(&["--semantics=floodgate"], FrontDoor::Reference, |_| None),
+            Semantics::FLOODGATE
+        );
+        assert_eq!(
+            chosen(&["--semantics=reference"], FrontDoor::Floodgate, |_| None),
+            Semantics::REFERENCE
+        );
+    }
+
+    #[test]
+    fn floodgates_own_flags_win_at_either_door() {
+        let flags = [
+            "--charge=all-or-nothing",
+            "--check-only=one-more-fits",
+            "--overflow=owe",
+            "--error-codes=distinct",
+        ];
+        let own = chosen(&flags, FrontDoor::Reference, stop("false"));
+        assert_eq!(own.charging, Charging::AllOrNothing);
+        assert_eq!(own.check_only, CheckRule::OneMoreFits);
+        assert_eq!(own.overflow, Overflow::Owe);
+        assert_eq!(own.error_codes, ErrorCodes::Distinct);
+        // The flags that have none of their own leave the set's choice.
+        assert_eq!(own.limit_headers, LimitHeaders::AsTheReference);
+        let reference = chosen(
+            &["--charge=every-descriptor", "--check-only=within-limit"],
+            FrontDoor::Floodgate,
+            |_| None,
+        );
+        assert_eq!(reference.charging, Charging::EveryDescriptor);
+        assert_eq!(reference.check_only, CheckRule::WithinLimit);
+        assert_eq!(reference.error_codes, ErrorCodes::Distinct);
+    }
+
+    #[test]
+    fn the_reference_stop_variable_charges_as_the_reference_counts_at_either_door() {
+        for door in [FrontDoor::Floodgate, FrontDoor::Reference] {
+            for value in ["false", "False", "0", "f"] {
+                let counted = chosen(&[], door, stop(value));
+                assert_eq!(counted.charging, Charging::EveryDescriptor, "{value}");
+                assert_eq!(counted.overflow, Overflow::Refuse, "{value}");
+            }
+            for value in ["true", "TRUE", "1", "t"] {
+                let stopped = chosen(&[], door, stop(value));
+                assert_eq!(stopped.charging, Charging::AllOrRefused, "{value}");
+                assert_eq!(stopped.overflow, Overflow::Refuse, "{value}");
+            }
+            let flag = chosen(&["--charge=all-or-nothing"], door, stop("true"));
+            assert_eq!(flag.charging, Charging::AllOrNothing);
+        }
+        for value in ["yes", "", " t "] {
+            let refused = semantics(&serve_args(&[]), FrontDoor::Reference, stop(value));
+            assert!(
+                refused.as_ref().is_err_and(|message| message
+                    .starts_with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=")
+                    && message.contains("--charge")),
+                "{refused:?}"
+            );
+        }
+    }
+}
