@@ -5,8 +5,8 @@
 //! - `domain`: the request's domain.
 //! - `descriptors`: one struct per descriptor, in order: `entries` (`key=value` texts), `limit`
 //!   (Envoy's override, in protobuf text form) and `hitsAddend` when the descriptor set them;
-//!   then, as envoyproxy/ratelimit's open pull request #1239 proposes (AI Gateway's QuotaPolicy
-//!   routes on them), `code` (the descriptor's status, `OK` or `OVER_LIMIT`, as the enum's name)
+//!   then, as envoyproxy/ratelimit's open pull request #1239 proposes (for AI Gateway's
+//!   QuotaPolicy, to route on which rule fired), `code` (the descriptor's status, `OK` or `OVER_LIMIT`, as the enum's name)
 //!   and `limitName` (the `rate_limit.name` of the rule that decided it, left out when that rule
 //!   has none or no rule decided: unmatched, `unlimited`, replaced and overridden descriptors).
 //!   Added to the fields above, not in place of any: an access log that read them reads the same.
