@@ -39,7 +39,8 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 fn main() -> ExitCode {
     tune_allocator();
     let door = FrontDoor::of(std::env::args_os().next().as_deref());
-    let cli = match Cli::try_parse_from(door.command_line(std::env::args_os().collect())) {
+    let command_line = door.command_line(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&command_line.line) {
         Ok(cli) => cli,
         // --help and --version print to stdout and succeed; anything else is a usage error.
         Err(error) if !error.use_stderr() => {
@@ -93,6 +94,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+    command_line.warn_ignored();
     let code = match cli.command {
         Command::Serve(args) => match runtime.block_on(serve::serve(*args, door)) {
             Ok(()) => ExitCode::SUCCESS,

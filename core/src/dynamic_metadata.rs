@@ -4,7 +4,12 @@
 //!
 //! - `domain`: the request's domain.
 //! - `descriptors`: one struct per descriptor, in order: `entries` (`key=value` texts), `limit`
-//!   (Envoy's override, in protobuf text form) and `hitsAddend` when the descriptor set them.
+//!   (Envoy's override, in protobuf text form) and `hitsAddend` when the descriptor set them;
+//!   then, as envoyproxy/ratelimit's open pull request #1239 proposes (for AI Gateway's
+//!   QuotaPolicy, to route on which rule fired), `code` (the descriptor's status, `OK` or `OVER_LIMIT`, as the enum's name)
+//!   and `limitName` (the `rate_limit.name` of the rule that decided it, left out when that rule
+//!   has none or no rule decided: unmatched, `unlimited`, replaced and overridden descriptors).
+//!   Added to the fields above, not in place of any: an access log that read them reads the same.
 //! - `hitsAddend`: the request's, when not 0.
 //! - `metadata`: the `metadata:` of the rules of the descriptors that passed, merged in
 //!   descriptor order, the first value of a name winning (`MetadataStruct::merge_first_wins`);
@@ -33,7 +38,18 @@ pub fn dynamic_metadata(
 ) -> MetadataStruct {
     let mut fields = MetadataStruct::default();
     fields.insert("domain", MetadataValue::String(request.domain.clone()));
-    let descriptors = request.descriptors.iter().map(descriptor_struct).collect();
+    let descriptors = request
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(index, descriptor)| {
+            let decided = Decided {
+                status: statuses.get(index),
+                plan: plan.descriptors.get(index),
+            };
+            descriptor_struct(descriptor, &decided)
+        })
+        .collect();
     fields.insert("descriptors", MetadataValue::List(descriptors));
     if request.hits_addend != 0 {
         let hits = MetadataValue::Number(f64::from(request.hits_addend));
@@ -46,7 +62,14 @@ pub fn dynamic_metadata(
     fields
 }
 
-fn descriptor_struct(descriptor: &Descriptor) -> MetadataValue {
+/// How one descriptor was decided: its status and its plan (absent only for a response that
+/// does not match its request, which no caller builds).
+struct Decided<'p, 'a> {
+    status: Option<&'p DescriptorStatus>,
+    plan: Option<&'p DescriptorPlan<'a>>,
+}
+
+fn descriptor_struct(descriptor: &Descriptor, decided: &Decided<'_, '_>) -> MetadataValue {
     let mut fields = MetadataStruct::default();
     let entries = descriptor
         .entries
@@ -62,7 +85,38 @@ fn descriptor_struct(descriptor: &Descriptor) -> MetadataValue {
         #[allow(clippy::cast_precision_loss)]
         fields.insert("hitsAddend", MetadataValue::Number(hits as f64));
     }
+    if let Some(status) = decided.status {
+        fields.insert(
+            "code",
+            MetadataValue::String(code_name(status.code).to_owned()),
+        );
+    }
+    if let Some(name) = decided.plan.and_then(deciding_rule_name) {
+        fields.insert("limitName", MetadataValue::String(name.to_owned()));
+    }
     MetadataValue::Struct(fields)
+}
+
+/// The status code as the proto enum names it (Go's `Code.String()`).
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
+/// `rate_limit.name` of the configured rule that decided a descriptor. The reference names a
+/// descriptor by the limit it checked: none for an unmatched, `unlimited` or replaced one (it
+/// checks none), nor for Envoy's override (a limit it builds without a name).
+fn deciding_rule_name<'p>(plan: &'p DescriptorPlan<'_>) -> Option<&'p str> {
+    let rule = match plan {
+        DescriptorPlan::Limited { limit, .. } => limit.rule()?,
+        DescriptorPlan::Concurrency { rule, .. } => rule,
+        DescriptorPlan::NoRule
+        | DescriptorPlan::Replaced { .. }
+        | DescriptorPlan::Unlimited { .. } => return None,
+    };
+    rule.name.as_deref().filter(|name| !name.is_empty())
 }
 
 /// The override as protobuf's text form writes it (Go's `String()` of `RateLimitOverride`):

@@ -9,6 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::Path;
 
 use crate::cmd::cli::StoreKind;
+use crate::cmd::door_arguments;
 
 /// How the process was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,17 +41,46 @@ impl FrontDoor {
     }
 
     /// The command line floodgate parses: the reference's binary takes no subcommand, so
-    /// `ratelimit ARGS…` is `floodgate serve ARGS…` (its flags, and every variable, still apply).
-    pub fn command_line(self, args: Vec<OsString>) -> Vec<OsString> {
+    /// `ratelimit ARGS…` is `floodgate serve ARGS…` (its flags, and every variable, still
+    /// apply), less the arguments `serve` does not know, which the reference would have ignored
+    /// (`door_arguments`): those are returned to be warned about once logging is set up.
+    pub fn command_line(self, args: Vec<OsString>) -> CommandLine {
         match self {
-            FrontDoor::Floodgate => args,
+            FrontDoor::Floodgate => CommandLine {
+                line: args,
+                ignored: Vec::new(),
+            },
             FrontDoor::Reference => {
                 let mut rest = args.into_iter();
                 let mut line = vec![rest.next().unwrap_or_else(|| "ratelimit".into())];
                 line.push("serve".into());
-                line.extend(rest);
-                line
+                let sorted = door_arguments::sort_out(rest);
+                line.extend(sorted.kept);
+                CommandLine {
+                    line,
+                    ignored: sorted.ignored,
+                }
             }
+        }
+    }
+}
+
+/// What clap parses, and the arguments the `ratelimit` door set aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine {
+    pub line: Vec<OsString>,
+    pub ignored: Vec<String>,
+}
+
+impl CommandLine {
+    /// One warning per ignored argument: said, never fatal, as the reference ignores them.
+    pub fn warn_ignored(&self) {
+        for argument in &self.ignored {
+            tracing::warn!(
+                "argument `{argument}` ignored: started as ratelimit, floodgate ignores what \
+                 is not one of its own `serve` flags, as envoyproxy/ratelimit ignores its \
+                 arguments (`floodgate serve --help` lists them)"
+            );
         }
     }
 }
@@ -196,10 +226,19 @@ mod tests {
             FrontDoor::Floodgate
         );
         assert_eq!(FrontDoor::of(None), FrontDoor::Floodgate);
-        let line = FrontDoor::Reference
-            .command_line(vec!["/bin/ratelimit".into(), "--shadow-mode".into()]);
-        assert_eq!(line, ["/bin/ratelimit", "serve", "--shadow-mode"]);
-        let line = FrontDoor::Floodgate.command_line(vec!["floodgate".into(), "validate".into()]);
-        assert_eq!(line, ["floodgate", "validate"]);
+        let reference = FrontDoor::Reference.command_line(vec![
+            "/bin/ratelimit".into(),
+            "--shadow-mode".into(),
+            "--quotaRateLimitServiceAddr=somewhere".into(),
+        ]);
+        assert_eq!(reference.line, ["/bin/ratelimit", "serve", "--shadow-mode"]);
+        assert_eq!(reference.ignored, ["--quotaRateLimitServiceAddr=somewhere"]);
+        let floodgate = FrontDoor::Floodgate.command_line(vec![
+            "floodgate".into(),
+            "validate".into(),
+            "--unknown".into(),
+        ]);
+        assert_eq!(floodgate.line, ["floodgate", "validate", "--unknown"]);
+        assert!(floodgate.ignored.is_empty(), "strict: clap refuses it");
     }
 }

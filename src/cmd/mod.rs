@@ -7,6 +7,7 @@ pub const EXIT_USAGE: u8 = 64;
 pub mod check;
 pub mod cli;
 pub(crate) mod config_location;
+pub(crate) mod door_arguments;
 pub(crate) mod explain_text;
 pub mod front_door;
 pub(crate) mod hybrid_settings;

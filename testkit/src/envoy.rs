@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{envoy_bin, wait_for_port, Running};
+use crate::{envoy_bin, free_port, repo_file, wait_for_port, Running};
 
 /// How long Envoy may take to open its listeners (a debug-built floodgate shares the cores).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -57,4 +57,21 @@ impl Envoy {
             port,
         }
     }
+}
+
+/// A bootstrap of `deploy/envoy/` (`relative` to the repository) that listens on 10000 (the
+/// edge) and 10001 (a stand-in upstream), with its admin on 9902 and the rate-limit service on
+/// 8081: its text with those moved to free ports and the service's to `rls_port`, and the two
+/// listener ports, the edge first.
+pub fn deploy_bootstrap(relative: &str, rls_port: u16) -> (String, [u16; 2]) {
+    let path = repo_file(relative);
+    let template = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+    let (edge, upstream, admin) = (free_port(), free_port(), free_port());
+    let bootstrap = template
+        .replace("port_value: 10000", &format!("port_value: {edge}"))
+        .replace("port_value: 10001", &format!("port_value: {upstream}"))
+        .replace("port_value: 9902", &format!("port_value: {admin}"))
+        .replace("port_value: 8081", &format!("port_value: {rls_port}"));
+    (bootstrap, [edge, upstream])
 }

@@ -6,6 +6,7 @@
 pub mod adaptive;
 pub mod delay_proxy;
 pub mod envoy;
+pub mod envoy_gateway;
 pub mod faketime;
 pub mod generated_rules;
 pub mod http;

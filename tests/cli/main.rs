@@ -2,6 +2,7 @@
 //! new user meets first (exit codes, errors that say what to fix).
 
 mod config_files;
+mod door_arguments;
 mod explain_cli;
 mod front_door;
 mod newcomer;

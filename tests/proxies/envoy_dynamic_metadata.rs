@@ -1,8 +1,9 @@
 //! Which rule fired, in Envoy's access log: with `--response-dynamic-metadata`, a real Envoy 1.40
 //! stores floodgate's `dynamic_metadata` under its ratelimit filter's namespace, and an access log
 //! printing `%DYNAMIC_METADATA(envoy.filters.http.ratelimit)%` shows the domain, the descriptors
-//! and the `metadata:` of the rules that passed, on an allowed and on a rejected request. Without
-//! the setting the log shows none.
+//! (each with its `code` and, when its rule is named, its `limitName`, as envoyproxy/ratelimit's
+//! open pull request #1239 proposes) and the `metadata:` of the rules that passed, on an allowed
+//! and on a rejected request. Without the setting the log shows none.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -117,15 +118,20 @@ fn two_calls_logged(flags: &[&str]) -> Vec<(u16, String)> {
 #[test]
 fn envoy_logs_the_domain_descriptors_and_metadata_of_the_rules_that_passed() {
     let lines = two_calls_logged(&["--response-dynamic-metadata"]);
-    let descriptors = serde_json::json!([
-        {"entries": ["generic_key=api", "client_id=alice"]},
-        {"entries": ["remote_address=127.0.0.1"]},
-        {"entries": ["generic_key=global"]}
-    ]);
-    let logged = |metadata| {
+    // The client's descriptor names the rule that decided it (`per_client`); the per-IP one
+    // matches no rule and the global budget's rule has no name, so they name none.
+    let descriptors = |client_code: &str| {
+        serde_json::json!([
+            {"entries": ["generic_key=api", "client_id=alice"], "code": client_code,
+             "limitName": "per_client"},
+            {"entries": ["remote_address=127.0.0.1"], "code": "OK"},
+            {"entries": ["generic_key=global"], "code": "OK"}
+        ])
+    };
+    let logged = |client_code: &str, metadata| {
         serde_json::json!({
             "domain": "edge",
-            "descriptors": descriptors,
+            "descriptors": descriptors(client_code),
             "metadata": metadata
         })
     };
@@ -137,8 +143,8 @@ fn envoy_logs_the_domain_descriptors_and_metadata_of_the_rules_that_passed() {
     // per_client is over: only the shared budget passed.
     let only_the_budget_passed = serde_json::json!({"budget": "global"});
     let expected = [
-        (200, logged(both_passed)),
-        (429, logged(only_the_budget_passed)),
+        (200, logged("OK", both_passed)),
+        (429, logged("OVER_LIMIT", only_the_budget_passed)),
     ];
     let found: Vec<(u16, serde_json::Value)> = lines
         .iter()

@@ -9,11 +9,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use floodgate_testkit::envoy::Envoy;
+use floodgate_testkit::envoy::{deploy_bootstrap, Envoy};
 use floodgate_testkit::http::{get, request, HttpResponse};
 use floodgate_testkit::prom::scrape;
 use floodgate_testkit::redis::RedisServer;
-use floodgate_testkit::{free_port, repo_file, wait_for_port, Floodgate};
+use floodgate_testkit::{repo_file, wait_for_port, Floodgate};
 
 /// How long a stream-end report may take to reach floodgate (it is fire and forget).
 const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,16 +25,8 @@ fn guide_rules() -> String {
 }
 
 fn start_envoy(rls_port: u16, dir: &Path) -> Envoy {
-    let path = repo_file("deploy/envoy/token-usage.yaml");
-    let template = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
-    let (edge, model, admin) = (free_port(), free_port(), free_port());
-    let bootstrap = template
-        .replace("port_value: 10000", &format!("port_value: {edge}"))
-        .replace("port_value: 10001", &format!("port_value: {model}"))
-        .replace("port_value: 9902", &format!("port_value: {admin}"))
-        .replace("port_value: 8081", &format!("port_value: {rls_port}"));
-    Envoy::start(&bootstrap, "token-usage.yaml", dir, &[edge, model])
+    let (bootstrap, listeners) = deploy_bootstrap("deploy/envoy/token-usage.yaml", rls_port);
+    Envoy::start(&bootstrap, "token-usage.yaml", dir, &listeners)
 }
 
 /// A completion for `user` that uses `tokens`.

@@ -1,7 +1,8 @@
 //! floodgate behind real proxies: Envoy 1.40 end to end, logging floodgate's dynamic metadata
-//! and on the money path, charging usage after the response; nginx auth_request and limit_req
-//! parity.
+//! and on the money path, charging usage after the response, AI Gateway's token budgets as
+//! Envoy Gateway renders them; nginx auth_request and limit_req parity.
 
+mod ai_gateway_token_budgets;
 mod envoy_concurrency;
 mod envoy_concurrency_headers;
 mod envoy_dynamic_metadata;

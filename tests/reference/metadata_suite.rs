@@ -165,13 +165,16 @@ fn list_value(values: Vec<Value>) -> Value {
     }
 }
 
-/// `{entries: ["key=value", …]}`, as the reference describes a descriptor.
-fn described(entries: &[&str]) -> Value {
+/// `{entries: ["key=value", …], code: …}`, as the reference describes a descriptor, with the
+/// descriptor's `code` added as envoyproxy/ratelimit's open pull request #1239 proposes (these
+/// rules have no `name`, so no `limitName`).
+fn described(entries: &[&str], code: &str) -> Value {
     let mut fields = Struct::default();
     let entries = entries.iter().map(|entry| string_value(entry)).collect();
     fields
         .fields
         .insert("entries".to_owned(), list_value(entries));
+    fields.fields.insert("code".to_owned(), string_value(code));
     Value {
         kind: Some(Kind::StructValue(fields)),
     }
@@ -223,8 +226,8 @@ async fn metadata_returned_for_all_passed_descriptors() {
     assert_eq!(
         metadata.fields.get("descriptors"),
         Some(&list_value(vec![
-            described(&["regular=limit"]),
-            described(&["quota=limit"])
+            described(&["regular=limit"], "OK"),
+            described(&["quota=limit"], "OK")
         ]))
     );
     assert_eq!(field(metadata, "hitsAddend"), Some(&Kind::NumberValue(1.0)));
@@ -272,8 +275,8 @@ async fn the_metadata_fixture_answers_with_both_rules_metadata() {
         serde_json::json!({
             "domain": "test-domain",
             "descriptors": [
-                {"entries": ["key1=value1", "subkey1=something"]},
-                {"entries": ["key2=something"]}
+                {"entries": ["key1=value1", "subkey1=something"], "code": "OK"},
+                {"entries": ["key2=something"], "code": "OK"}
             ],
             "metadata": {"name": "service_1", "service_with_quota": {"name": "service_2"}}
         }),

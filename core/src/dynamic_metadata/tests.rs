@@ -17,7 +17,7 @@ const RULES: &str = r#"
 domain: shop
 descriptors:
   - key: regular
-    rate_limit: {unit: minute, requests_per_unit: 10}
+    rate_limit: {name: regular_limit, unit: minute, requests_per_unit: 10}
     metadata: {name: service_1, team: {owner: alice}}
   - key: quota
     rate_limit: {unit: minute, requests_per_unit: 5}
@@ -208,12 +208,8 @@ fn unlimited_replaced_and_unmatched_descriptors_give_nothing() {
     ]);
     let response = answer(&request, &[], PlanSettings::default(), false);
     assert_eq!(passed(&response), None, "{:?}", response.dynamic_metadata);
-    let descriptors = metadata_of(&response).get("descriptors");
-    let Some(MetadataValue::List(descriptors)) = descriptors else {
-        panic!("descriptors is a list: {descriptors:?}");
-    };
     assert_eq!(
-        descriptors.len(),
+        descriptors_of(&response).len(),
         4,
         "every descriptor is listed all the same"
     );
@@ -253,8 +249,10 @@ fn the_request_is_described_as_the_reference_does() {
         "entries",
         MetadataValue::List(vec![text("regular=a"), text("sub=b")]),
     );
+    first.insert("code", text("OK"));
     let mut second = MetadataStruct::default();
     second.insert("entries", MetadataValue::List(vec![text("plain=x")]));
+    second.insert("code", text("OK"));
     second.insert(
         "limit",
         text("requests_per_unit:42 unit:MINUTE unit_multiplier:{value:2}"),
@@ -291,4 +289,94 @@ fn rules_with_detailed_or_value_metrics_keep_their_metadata() {
     let response = answer(&request, &[], PlanSettings::default(), false);
     assert_eq!(text_of(passed(&response), "detailed"), Some("kept"));
     assert_eq!(text_of(passed(&response), "valued"), Some("kept"));
+}
+
+/// An answer's `descriptors` list.
+fn descriptors_of(response: &Response) -> &[MetadataValue] {
+    let descriptors = metadata_of(response).get("descriptors");
+    let Some(MetadataValue::List(descriptors)) = descriptors else {
+        panic!("descriptors is a list: {descriptors:?}");
+    };
+    descriptors
+}
+
+/// The struct of the descriptor at `index` in an answer's `descriptors`.
+fn descriptor_at(response: &Response, index: usize) -> &MetadataStruct {
+    let descriptors = descriptors_of(response);
+    descriptors
+        .get(index)
+        .and_then(MetadataValue::as_struct)
+        .unwrap_or_else(|| panic!("no descriptor struct at {index}: {descriptors:?}"))
+}
+
+fn code_and_name(response: &Response, index: usize) -> (Option<&str>, Option<&str>) {
+    let descriptor = descriptor_at(response, index);
+    (
+        descriptor.get("code").and_then(MetadataValue::as_str),
+        descriptor.get("limitName").and_then(MetadataValue::as_str),
+    )
+}
+
+#[test]
+fn each_descriptor_says_its_code_and_the_name_of_the_rule_that_decided_it() {
+    let request = request(&[
+        &[("regular", "x")],
+        &[("plain", "x")],
+        &[("free", "x")],
+        &[("old", "x")],
+        &[("unknown", "x")],
+    ]);
+    let response = answer(&request, &[0], PlanSettings::default(), false);
+    assert_eq!(
+        code_and_name(&response, 0),
+        (Some("OVER_LIMIT"), Some("regular_limit"))
+    );
+    assert_eq!(code_and_name(&response, 1), (Some("OK"), None), "no name");
+    assert_eq!(code_and_name(&response, 2), (Some("OK"), None), "unlimited");
+    assert_eq!(
+        code_and_name(&response, 3),
+        (Some("OK"), Some("old_limit")),
+        "nothing replaces it in this request"
+    );
+    assert_eq!(code_and_name(&response, 4), (Some("OK"), None), "no rule");
+    // What was there before stays: the entries, and the domain beside the list.
+    assert_eq!(
+        descriptor_at(&response, 0).get("entries"),
+        Some(&MetadataValue::List(vec![text("regular=x")]))
+    );
+    assert_eq!(metadata_of(&response).get("domain"), Some(&text("shop")));
+}
+
+#[test]
+fn a_replaced_or_overridden_descriptor_has_a_code_but_no_limit_name() {
+    let replaced = request(&[&[("old", "x")], &[("new", "x")]]);
+    let response = answer(&replaced, &[], PlanSettings::default(), false);
+    assert_eq!(code_and_name(&response, 0), (Some("OK"), None));
+
+    let mut overridden = request(&[&[("regular", "x")]]);
+    overridden.descriptors[0].limit_override = Some(LimitOverride {
+        requests_per_unit: 5,
+        unit: Some(Unit::Hour),
+        unit_multiplier: None,
+    });
+    let response = answer(&overridden, &[0], PlanSettings::default(), false);
+    assert_eq!(
+        code_and_name(&response, 0),
+        (Some("OVER_LIMIT"), None),
+        "Envoy's limit is not the rule's"
+    );
+}
+
+#[test]
+fn the_code_is_the_descriptors_status_under_either_shadow_mode() {
+    // A rule in its own shadow mode answers its descriptor OK.
+    let trial = request(&[&[("trial", "x")]]);
+    let response = answer(&trial, &[0], PlanSettings::default(), false);
+    assert_eq!(code_and_name(&response, 0).0, Some("OK"));
+
+    // `--shadow-mode` answers the request OK, but the descriptor was over.
+    let regular = request(&[&[("regular", "x")]]);
+    let response = answer(&regular, &[0], PlanSettings::default(), true);
+    assert_eq!(response.overall_code, Code::Ok);
+    assert_eq!(code_and_name(&response, 0).0, Some("OVER_LIMIT"));
 }
