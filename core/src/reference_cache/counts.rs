@@ -2,18 +2,21 @@
 //! lines 209-217 and `src/limiter/base_limiter.go` lines 99-131): `INCRBY key hits` answers the
 //! count after the hits; the hits before were `after - hits`; the descriptor is over iff
 //! `after > limit`. So a check (`hits_addend: 0`) is over only once the count is already beyond
-//! the limit, and every hit is counted, over the limit or not.
+//! the limit, and every hit is counted, over the limit or not. A check under floodgate's own
+//! rule (`--check-only one-more-fits`) asks one more hit to fit instead, on the same count.
 
-use crate::algorithm::{Hits, Snapshot};
+use crate::algorithm::{CheckRule, Hits, Snapshot};
 use crate::response::CounterOutcome;
 use crate::time::Micros;
 
 /// What one counter does to its reference key in one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReferenceHits {
-    /// `INCRBY key n`, then `EXPIRE`: n is 0 for a check (`hits_addend: 0`), which still
-    /// renews the expiry as the reference does.
+    /// `INCRBY key n`, then `EXPIRE`.
     Add(u64),
+    /// A check (`hits_addend: 0`): `INCRBY key 0`, then `EXPIRE`, which still renews the expiry
+    /// as the reference does; admitted by its rule.
+    Check(CheckRule),
     /// Takes `n` back (floodgate's `is_negative_hits`, which the reference does not read),
     /// never below an empty count.
     TakeBack(u64),
@@ -23,8 +26,16 @@ impl ReferenceHits {
     pub fn of(hits: Hits) -> Self {
         match hits {
             Hits::Charge(n) => ReferenceHits::Add(n),
-            Hits::CheckOnly => ReferenceHits::Add(0),
+            Hits::CheckOnly(rule) => ReferenceHits::Check(rule),
             Hits::Refund(n) => ReferenceHits::TakeBack(n),
+        }
+    }
+
+    /// The hits `INCRBY` adds: a check's 0 included.
+    pub fn added(self) -> u64 {
+        match self {
+            ReferenceHits::Add(n) => n,
+            ReferenceHits::Check(_) | ReferenceHits::TakeBack(_) => 0,
         }
     }
 }
@@ -40,11 +51,13 @@ pub fn outcome_of(
     reset_after: Micros,
 ) -> CounterOutcome {
     let after = u64::try_from(after).unwrap_or(0);
-    let (added, charged) = match hits {
-        ReferenceHits::Add(n) => (n, n > 0),
-        ReferenceHits::TakeBack(_) => (0, true),
+    // What the call still asks to fit on top of `after`: nothing for hits already in.
+    let (added, charged, asked) = match hits {
+        ReferenceHits::Add(n) => (n, n > 0, 0),
+        ReferenceHits::Check(rule) => (0, false, rule.asked()),
+        ReferenceHits::TakeBack(_) => (0, true, 0),
     };
-    let over = after > limit;
+    let over = after.saturating_add(asked) > limit;
     let before = after.saturating_sub(added);
     let counted = if over { before } else { after };
     CounterOutcome {
@@ -88,11 +101,22 @@ mod tests {
     #[test]
     fn a_check_is_over_only_beyond_the_limit() {
         // hits_addend 0 at count == limit: admitted (the reference's `after > limit`).
-        let at_limit = outcome_of(3, ReferenceHits::Add(0), 3, RESET);
+        let within = ReferenceHits::Check(CheckRule::WithinLimit);
+        let at_limit = outcome_of(3, within, 3, RESET);
         assert!(at_limit.admitted && !at_limit.charged);
         assert_eq!(at_limit.snapshot.remaining, 0);
-        assert!(!admitted(3, ReferenceHits::Add(0), 4));
-        assert!(admitted(3, ReferenceHits::Add(0), 0));
+        assert!(!admitted(3, within, 4));
+        assert!(admitted(3, within, 0));
+    }
+
+    #[test]
+    fn a_check_by_floodgates_rule_asks_one_more_hit_to_fit() {
+        let one_more = ReferenceHits::Check(CheckRule::OneMoreFits);
+        assert!(admitted(3, one_more, 2));
+        assert!(
+            !admitted(3, one_more, 3),
+            "at the limit one more does not fit"
+        );
     }
 
     #[test]
@@ -111,7 +135,7 @@ mod tests {
         assert_eq!(given_back.snapshot.remaining, 10);
         // A count Redis reports below zero (written by hand) is an empty one.
         assert_eq!(
-            outcome_of(10, ReferenceHits::Add(0), -5, RESET)
+            outcome_of(10, ReferenceHits::Check(CheckRule::WithinLimit), -5, RESET)
                 .snapshot
                 .remaining,
             10
@@ -121,7 +145,10 @@ mod tests {
     #[test]
     fn hits_map_onto_the_references_commands() {
         assert_eq!(ReferenceHits::of(Hits::Charge(7)), ReferenceHits::Add(7));
-        assert_eq!(ReferenceHits::of(Hits::CheckOnly), ReferenceHits::Add(0));
+        assert_eq!(
+            ReferenceHits::of(Hits::CheckOnly(CheckRule::WithinLimit)),
+            ReferenceHits::Check(CheckRule::WithinLimit)
+        );
         assert_eq!(
             ReferenceHits::of(Hits::Refund(2)),
             ReferenceHits::TakeBack(2)

@@ -252,8 +252,8 @@ async fn send(
 /// the take-back script.
 fn append(pipeline: &mut redis::Pipeline, call: &ReferenceCall) {
     match call.hits {
-        ReferenceHits::Add(hits) => {
-            pipeline.cmd("INCRBY").arg(&call.key).arg(hits);
+        ReferenceHits::Add(_) | ReferenceHits::Check(_) => {
+            pipeline.cmd("INCRBY").arg(&call.key).arg(call.hits.added());
             pipeline
                 .cmd("EXPIRE")
                 .arg(&call.key)
