@@ -15,8 +15,10 @@
 
 use std::sync::Arc;
 
+use floodgate::core::algorithm::CheckRule;
 use floodgate::core::charging::Charging;
 use floodgate::core::config::{load, LoadOptions, SourceFile};
+use floodgate::core::plan::PlanSettings;
 use floodgate::core::request::{Descriptor, Request};
 use floodgate::core::response::{Code, Response};
 use floodgate::core::rules::{Entry, RuleSet};
@@ -112,11 +114,15 @@ async fn limiter_on(
         per_second: None,
     });
     let store = connect(&options).await;
-    let limiter = Limiter::new(
-        rules(setup.calendar_months),
-        store,
-        LimiterSettings::default(),
-    );
+    // The door's check rule, which these keys come with: a check passes within the limit.
+    let settings = LimiterSettings {
+        plan: PlanSettings {
+            check_only: CheckRule::WithinLimit,
+            ..PlanSettings::default()
+        },
+        ..LimiterSettings::default()
+    };
+    let limiter = Limiter::new(rules(setup.calendar_months), store, settings);
     (limiter, clock)
 }
 
