@@ -17,18 +17,22 @@ use crate::telemetry::rlqs as rlqs_metrics;
 /// A failed exchange is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Until `shutdown`: the exchanges of this instance, under an id of its own.
+/// Until `shutdown`: the exchanges of this instance, under an id of its own, every
+/// `exchange_interval` and at once when a bucket new to this instance waits for one.
 pub async fn run<S: Store + QuotaPeers>(
     board: Arc<QuotaBoard>,
     limiter: Arc<Limiter<S>>,
     shutdown: Shutdown,
 ) {
     let instance = rand::random::<u64>().max(1);
-    let settings = board.settings().clone();
     let failed = PacedLog::every(FAILURE_LOG_INTERVAL);
-    shutdown::every(settings.exchange_interval, shutdown, || {
-        exchange_once(&board, limiter.store(), instance, &failed)
-    })
+    board.exchange_demands();
+    shutdown::every_or_woken(
+        board.settings().exchange_interval,
+        shutdown,
+        || board.exchange_wanted(),
+        || exchange_once(&board, limiter.store(), instance, &failed),
+    )
     .await;
 }
 
@@ -73,6 +77,7 @@ pub async fn exchange_once<P: QuotaPeers>(
         }
         Err(error) => {
             rlqs_metrics::exchanged(false);
+            board.release_unheard();
             if let Some(suppressed) = failed.allow() {
                 tracing::warn!(
                     %error,
