@@ -27,6 +27,8 @@ const LEAST_STEADY: f64 = 0.97;
 const LIGHT_SERVED: f64 = 0.90;
 /// Two reports of each Envoy and a margin: by then a change has been divided and assigned.
 const SETTLE: Duration = Duration::from_secs(12);
+/// Longer than Envoy 1.40's report interval: every Envoy reports while a floodgate is away.
+const OUTAGE: Duration = Duration::from_secs(6);
 const STEADY: Duration = Duration::from_secs(10);
 
 /// The guide's bootstrap routing to `upstream` instead of answering itself, with the tenant
@@ -242,10 +244,24 @@ fn two_floodgates_sharing_a_redis_hold_one_limit_as_an_envoy_joins() {
     let (a_grpc, b_grpc) = (free_port(), free_port());
     let upstream = CountingUpstream::start();
     let _a_floodgate = start_floodgate(a_dir.path(), &tenant_rules(100), a_grpc, &flags);
-    let _b_floodgate = start_floodgate(b_dir.path(), &tenant_rules(100), b_grpc, &flags);
+    let b_floodgate = start_floodgate(b_dir.path(), &tenant_rules(100), b_grpc, &flags);
     let a = counted_envoy(a_dir.path(), "a", a_grpc, upstream.port);
     let b = counted_envoy(b_dir.path(), "b", b_grpc, upstream.port);
     let what = "two floodgates over Redis, 170/30, b joining";
-    let (figures, _heavy, _light) = b_joins(&upstream, &a, &b, what);
-    check(what, &figures);
+    let (joining, _heavy, light) = b_joins(&upstream, &a, &b, what);
+    // The light Envoy's floodgate is gone for a report interval of the heavy Envoy, then
+    // back: the heavy one's floodgate must not hand its Envoy the part the light one still
+    // enforces meanwhile.
+    drop(b_floodgate);
+    let restarted = Instant::now();
+    sleep_until(restarted + OUTAGE);
+    let _b_floodgate = start_floodgate(b_dir.path(), &tenant_rules(100), b_grpc, &flags);
+    let after = measure(
+        "two floodgates over Redis, 170/30, b's restarted",
+        &upstream,
+        (restarted, restarted + OUTAGE + SETTLE),
+        ("b", &light),
+    );
+    check(what, &joining);
+    check("two floodgates over Redis, b's restarted", &after);
 }

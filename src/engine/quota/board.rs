@@ -32,6 +32,9 @@ pub struct QuotaBoard {
     exchanging: AtomicBool,
     /// Asks the exchange for a round now (a bucket waits for one).
     exchange_wanted: Notify,
+    /// Whether this instance has retired the instances that stopped publishing before its
+    /// startup grace ended (once: by then every Envoy has reported to some floodgate).
+    retired: AtomicBool,
 }
 
 #[derive(Default)]
@@ -100,6 +103,14 @@ impl ClassGroups {
 }
 
 impl DomainBuckets {
+    /// Marks `stream`'s demand on `key` held through the startup grace, or no longer.
+    pub(super) fn hold(&mut self, key: &BucketKey, stream: StreamId, held: bool) {
+        let envoys = self.buckets.get_mut(key).into_iter().flatten();
+        for envoy in envoys.filter(|envoy| envoy.stream == stream) {
+            envoy.held = held;
+        }
+    }
+
     /// Tells every stream on `key` but `except`, and every stream on the other classes of
     /// `key`'s counter, that its share there may have moved.
     pub(super) fn post_to_others(&self, key: &BucketKey, except: Option<StreamId>) {
@@ -213,6 +224,9 @@ pub(super) struct EnvoyDemand {
     pub(super) reported_at: Instant,
     /// Where the stream is told that its share here may have moved.
     pub(super) mailbox: Arc<Mailbox>,
+    /// Held through the startup grace: its Envoy keeps what another instance gave it, and that
+    /// instance's remembered demand stands for it until the grace ends, so it is not published.
+    pub(super) held: bool,
 }
 
 impl EnvoyDemand {
@@ -252,7 +266,19 @@ impl QuotaBoard {
             first_report: OnceLock::new(),
             exchanging: AtomicBool::new(false),
             exchange_wanted: Notify::new(),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the next exchange should retire the instances that stopped publishing: this
+    /// instance's startup grace is over and it has not retired them yet.
+    pub fn retire_due(&self, now: Instant) -> bool {
+        !self.retired.load(Ordering::Acquire) && self.grace_end().is_some_and(|end| now >= end)
+    }
+
+    /// An exchange retired them.
+    pub fn retired(&self) {
+        self.retired.store(true, Ordering::Release);
     }
 
     /// When the startup grace ends (`startup_grace` after the first report, which starts it
@@ -324,8 +350,9 @@ impl QuotaBoard {
             .map_or(0, |domain| domain.buckets.len())
     }
 
-    /// What this instance offers on each bucket an Envoy reported on within `abandon_after`:
-    /// what it publishes to the other floodgates.
+    /// What this instance offers on each bucket an Envoy reported on within `abandon_after`
+    /// (but for the Envoys held through the startup grace): what it publishes to the other
+    /// floodgates.
     pub fn published_demands(&self, now: Instant) -> Vec<PublishedDemand> {
         let domains = self.domains.lock();
         let mut published = Vec::new();
@@ -333,7 +360,7 @@ impl QuotaBoard {
             for (bucket, envoys) in &buckets.buckets {
                 let live: Vec<Option<f64>> = envoys
                     .iter()
-                    .filter(|envoy| envoy.is_live(now, &self.settings))
+                    .filter(|envoy| !envoy.held && envoy.is_live(now, &self.settings))
                     .map(|envoy| envoy.demand)
                     .collect();
                 if !live.is_empty() {

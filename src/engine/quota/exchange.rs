@@ -1,8 +1,10 @@
 //! RLQS across floodgates: every `--rlqs-exchange-ms`, each instance publishes what its Envoys
 //! offer on each bucket to the store they share and reads what the others published, so each
 //! takes its part of every bucket's limit (`core::quota::instance_part`) before dividing it
-//! among its own Envoys. One call per domain (`QuotaPeers`); nothing on the report path waits
-//! for it.
+//! among its own Envoys. An instance that stopped publishing is remembered at its last demand
+//! for `peer_memory`, or until an instance that started since has heard every Envoy (its
+//! startup grace over) and retires it (`core::quota::peer_entry`). One call per domain
+//! (`QuotaPeers`); no report waits for it but a bucket's first on this instance.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::board::QuotaBoard;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
-use crate::store::{DemandItem, QuotaPeers, Store};
+use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, Store};
 use crate::telemetry::paced_log::PacedLog;
 use crate::telemetry::rlqs as rlqs_metrics;
 
@@ -43,7 +45,8 @@ pub async fn exchange_once<P: QuotaPeers>(
     instance: u64,
     failed: &PacedLog,
 ) {
-    let published = board.published_demands(Instant::now());
+    let now = Instant::now();
+    let published = board.published_demands(now);
     if published.is_empty() {
         return;
     }
@@ -56,16 +59,18 @@ pub async fn exchange_once<P: QuotaPeers>(
         })
         .collect();
     let settings = board.settings();
-    match store
-        .exchange_demands(
-            instance,
-            &items,
-            settings.peer_horizon(),
-            settings.exchange_interval,
-        )
-        .await
-    {
+    let retire = board.retire_due(now);
+    let terms = ExchangeTerms {
+        horizon: settings.peer_horizon(),
+        memory: settings.peer_memory(),
+        retire,
+        deadline: settings.exchange_interval,
+    };
+    match store.exchange_demands(instance, &items, terms).await {
         Ok(peers) => {
+            if retire {
+                board.retired();
+            }
             let with_peers = peers.iter().filter(|found| !found.is_empty()).count();
             tracing::debug!(
                 buckets = published.len(),

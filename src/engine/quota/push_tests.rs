@@ -176,8 +176,7 @@ impl crate::store::QuotaPeers for Unreachable {
         &self,
         _instance: u64,
         _items: &[crate::store::DemandItem<'_>],
-        _horizon: Duration,
-        _deadline: Duration,
+        _terms: crate::store::ExchangeTerms,
     ) -> Result<Vec<Vec<Option<f64>>>, crate::store::StoreError> {
         Err(crate::store::StoreError::Unavailable {
             backend: "test",
@@ -212,4 +211,51 @@ fn a_stream_wakes_for_its_push_once_something_is_posted() {
         .unwrap_or_else(|_| panic!("the push never came due"));
     let half = pushed_rate(&mut first, Instant::now());
     assert!((49.0..=50.0).contains(&half), "{half}");
+}
+
+/// A store with no other floodgate that keeps whether each exchange retired the stopped ones.
+#[derive(Default)]
+struct Retirements {
+    retired: parking_lot::Mutex<Vec<bool>>,
+}
+
+impl crate::store::QuotaPeers for Retirements {
+    async fn exchange_demands(
+        &self,
+        _instance: u64,
+        items: &[crate::store::DemandItem<'_>],
+        terms: crate::store::ExchangeTerms,
+    ) -> Result<Vec<Vec<Option<f64>>>, crate::store::StoreError> {
+        self.retired.lock().push(terms.retire);
+        Ok(vec![Vec::new(); items.len()])
+    }
+}
+
+#[test]
+fn a_restarted_floodgate_publishes_its_envoys_and_retires_the_stopped_ones_after_its_grace() {
+    let board = QuotaBoard::new(QuotaSettings::default());
+    board.exchange_demands();
+    let store = Retirements::default();
+    let failed = PacedLog::every(Duration::from_secs(10));
+    let rules = rules();
+    // Its first report came 10 s ago: the 6 s grace is over by now.
+    let start = Instant::now() - Duration::from_secs(10);
+    let mut stream = open(&board);
+    let answered = stream.report(
+        "acme",
+        &periodic(600, 400, 5),
+        in_force(&rules, &NONE),
+        start,
+    );
+    assert_eq!(answered, Ok(vec![]));
+    // Through the grace its Envoy stands for the instance it came from: not published.
+    assert!(board
+        .published_demands(start + Duration::from_secs(1))
+        .is_empty());
+    let over = start + Duration::from_secs(6);
+    assert!(stream.pushes(over).is_empty(), "pushed before an exchange");
+    block_on(exchange::exchange_once(&board, &store, 1, &failed));
+    block_on(exchange::exchange_once(&board, &store, 1, &failed));
+    assert_eq!(*store.retired.lock(), vec![true, false]);
+    assert!((pushed_rate(&mut stream, over) - 100.0).abs() < 1e-9);
 }

@@ -48,6 +48,15 @@ impl QuotaSettings {
     }
 }
 
+impl QuotaSettings {
+    /// How long an instance that stopped publishing still counts at its last demand: as long
+    /// as its Envoys may enforce the assignments it gave them (`assignment_ttl`), unless an
+    /// instance that started since retires it.
+    pub fn peer_memory(&self) -> Duration {
+        self.assignment_ttl.max(self.peer_horizon())
+    }
+}
+
 impl Default for QuotaSettings {
     fn default() -> Self {
         Self {

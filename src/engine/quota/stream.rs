@@ -204,6 +204,7 @@ impl QuotaStream {
         } else {
             None
         };
+        buckets.hold(&key, self.id, known.held == Some(Hold::Grace));
         let action = if known.held.is_none() {
             let assignment =
                 known
@@ -246,6 +247,7 @@ impl QuotaStream {
                     demand,
                     reported_at: now,
                     mailbox: Arc::clone(&self.mailbox),
+                    held: false,
                 });
                 true
             }
@@ -292,8 +294,10 @@ impl QuotaStream {
                 self.mailbox.post(&key);
                 continue;
             }
+            buckets.hold(&key, self.id, false);
             if board.exchanging() && !buckets.heard.contains(&key) {
                 known.held = Some(Hold::Peers);
+                board.want_exchange();
                 continue;
             }
             known.held = None;

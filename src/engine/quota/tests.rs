@@ -428,8 +428,7 @@ impl crate::store::QuotaPeers for SharedDemands {
         &self,
         instance: u64,
         items: &[crate::store::DemandItem<'_>],
-        _horizon: Duration,
-        _deadline: Duration,
+        _terms: crate::store::ExchangeTerms,
     ) -> Result<Vec<Vec<Option<f64>>>, crate::store::StoreError> {
         let mut published = self.published.lock();
         Ok(items
