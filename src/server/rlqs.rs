@@ -143,14 +143,16 @@ async fn serve_stream<S: Store>(
             now_unix_ms: adjustments.now_unix_ms(),
         };
         match stream.report(&domain, &usages, in_force, Instant::now()) {
-            Ok(actions) if actions.is_empty() => {}
+            Ok(_) if usages.is_empty() => {}
             Ok(actions) => {
                 let abandoned = actions
                     .iter()
                     .filter(|action| matches!(action, StreamAction::Abandon { .. }))
                     .count();
                 rlqs_metrics::report_answered(abandoned, board.all_buckets());
-                if answers.send(Ok(response_to_wire(actions))).await.is_err() {
+                // Nothing to send while every bucket of the report is held (engine::quota).
+                if !actions.is_empty() && answers.send(Ok(response_to_wire(actions))).await.is_err()
+                {
                     return;
                 }
             }

@@ -39,7 +39,8 @@ impl QuotaSeries {
         )?;
         let reports = IntCounter::new(
             "floodgate_rlqs_reports_total",
-            "RLQS usage reports received and answered.",
+            "RLQS usage reports received: answered, or held (a restart's grace, a first \
+             exchange) and answered by a push.",
         )?;
         let buckets = IntGauge::new(
             "floodgate_rlqs_buckets",
@@ -126,7 +127,8 @@ pub fn stream_opened() -> OpenStream {
     OpenStream { reason: "client" }
 }
 
-/// One report answered: `abandoned` of its buckets abandoned, `buckets` tracked after it.
+/// One report received (answered or held): `abandoned` of its buckets abandoned, `buckets`
+/// tracked after it.
 pub fn report_answered(abandoned: usize, buckets: usize) {
     if let Some(series) = series() {
         series.reports.inc();
