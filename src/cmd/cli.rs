@@ -653,6 +653,12 @@ pub struct RlqsArgs {
     /// different floodgates share each bucket's limit.
     #[arg(long, env = "FLOODGATE_RLQS_EXCHANGE_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub rlqs_exchange_ms: u64,
+    /// Seconds after this floodgate hears its first RLQS report during which reports on
+    /// buckets an Envoy already held are not answered: each Envoy keeps the assignment it had
+    /// (from this floodgate before a restart) until every Envoy has reported and the limit is
+    /// divided among them all. At least one report interval (Envoy 1.40: 5 s); 0: answer at once.
+    #[arg(long, env = "FLOODGATE_RLQS_STARTUP_GRACE_SECONDS", default_value_t = 6, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub rlqs_startup_grace_seconds: u64,
 }
 
 impl RlqsArgs {
@@ -668,6 +674,7 @@ impl RlqsArgs {
             max_streams: count(self.rlqs_max_streams),
             max_streams_per_connection: count(self.rlqs_max_streams_per_connection),
             exchange_interval: Duration::from_millis(self.rlqs_exchange_ms),
+            startup_grace: Duration::from_secs(self.rlqs_startup_grace_seconds),
             ..crate::engine::quota::QuotaSettings::default()
         }
     }

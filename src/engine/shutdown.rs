@@ -40,10 +40,25 @@ impl Shutdown {
 
 /// Runs `tick` every `period` (the first at once) until shutdown; a slow tick delays the next
 /// rather than piling up.
-pub async fn every<Tick, Done>(period: Duration, shutdown: Shutdown, mut tick: Tick)
+pub async fn every<Tick, Done>(period: Duration, shutdown: Shutdown, tick: Tick)
 where
     Tick: FnMut() -> Done,
     Done: Future<Output = ()>,
+{
+    every_or_woken(period, shutdown, std::future::pending, tick).await;
+}
+
+/// [`every`], and also at once whenever the future `woken` makes completes.
+pub async fn every_or_woken<Tick, Done, Wake, Woken>(
+    period: Duration,
+    shutdown: Shutdown,
+    mut woken: Wake,
+    mut tick: Tick,
+) where
+    Tick: FnMut() -> Done,
+    Done: Future<Output = ()>,
+    Wake: FnMut() -> Woken,
+    Woken: Future<Output = ()>,
 {
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -53,6 +68,7 @@ where
         tokio::select! {
             () = &mut stop => return,
             _ = ticks.tick() => tick().await,
+            () = woken() => tick().await,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The gRPC shell of RLQS: `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/
 //! StreamRateLimitQuotas`, on the gRPC port beside RLS. Each stream's reports are decoded,
-//! answered by its `engine::quota::QuotaStream` against the rules in force, and encoded; a
+//! answered by its `engine::quota::QuotaStream` against the rules in force, and encoded, as
+//! are the assignments the stream pushes between reports when its buckets' shares move; a
 //! malformed report or a bound reached ends that stream with a status saying which, and
 //! shutdown ends every stream with UNAVAILABLE so Envoys reconnect elsewhere.
 
@@ -108,6 +109,16 @@ async fn serve_stream<S: Store>(
                 return;
             }
             () = answers.closed() => return,
+            () = stream.push_due() => {
+                let actions = stream.pushes(Instant::now());
+                if !actions.is_empty() {
+                    rlqs_metrics::pushed(actions.len());
+                    if answers.send(Ok(response_to_wire(actions))).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
             message = reports.message() => message,
         };
         let report = match message {
@@ -132,14 +143,16 @@ async fn serve_stream<S: Store>(
             now_unix_ms: adjustments.now_unix_ms(),
         };
         match stream.report(&domain, &usages, in_force, Instant::now()) {
-            Ok(actions) if actions.is_empty() => {}
+            Ok(_) if usages.is_empty() => {}
             Ok(actions) => {
                 let abandoned = actions
                     .iter()
                     .filter(|action| matches!(action, StreamAction::Abandon { .. }))
                     .count();
                 rlqs_metrics::report_answered(abandoned, board.all_buckets());
-                if answers.send(Ok(response_to_wire(actions))).await.is_err() {
+                // Nothing to send while every bucket of the report is held (engine::quota).
+                if !actions.is_empty() && answers.send(Ok(response_to_wire(actions))).await.is_err()
+                {
                     return;
                 }
             }

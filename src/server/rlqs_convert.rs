@@ -24,6 +24,10 @@ pub fn reports_from_wire(report: RateLimitQuotaUsageReports) -> (String, Vec<Buc
             bucket_id: usage.bucket_id.map(|id| id.bucket).unwrap_or_default(),
             allowed: usage.num_requests_allowed,
             denied: usage.num_requests_denied,
+            elapsed_seconds: usage
+                .time_elapsed
+                .and_then(|elapsed| u64::try_from(elapsed.seconds).ok())
+                .unwrap_or(0),
         })
         .collect();
     (report.domain, usages)
@@ -148,5 +152,6 @@ mod tests {
         assert_eq!(domain, "acme");
         assert!(usages[0].bucket_id.is_empty());
         assert_eq!((usages[0].allowed, usages[0].denied), (3, 4));
+        assert_eq!(usages[0].elapsed_seconds, 0);
     }
 }

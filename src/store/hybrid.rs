@@ -512,11 +512,8 @@ impl crate::store::QuotaPeers for HybridStore {
         &self,
         instance: u64,
         items: &[crate::store::DemandItem<'_>],
-        horizon: std::time::Duration,
-        deadline: std::time::Duration,
+        terms: crate::store::ExchangeTerms,
     ) -> Result<Vec<Vec<Option<f64>>>, StoreError> {
-        self.redis()
-            .exchange_demands(instance, items, horizon, deadline)
-            .await
+        self.redis().exchange_demands(instance, items, terms).await
     }
 }

@@ -82,16 +82,29 @@ pub struct DemandItem<'a> {
     pub demand: Option<f64>,
 }
 
+/// Which published demands an exchange counts (`core::quota::peer_entry`), and how long it may
+/// take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangeTerms {
+    /// An instance that published within it is live.
+    pub horizon: Duration,
+    /// One that stopped publishing still counts this long after its last demand.
+    pub memory: Duration,
+    /// Forget, now, the instances that stopped publishing: the caller has heard every Envoy
+    /// since they stopped.
+    pub retire: bool,
+    pub deadline: Duration,
+}
+
 /// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::quota::exchange`).
 pub trait QuotaPeers: Send + Sync + 'static {
-    /// Publishes `instance`'s demand on each bucket of `items` (kept for `horizon`) and reads
-    /// back, per item in order, the demands every other instance published within `horizon`.
+    /// Publishes `instance`'s demand on each bucket of `items` and reads back, per item in
+    /// order, the demands of every other instance that count under `terms`.
     fn exchange_demands(
         &self,
         instance: u64,
         items: &[DemandItem<'_>],
-        horizon: Duration,
-        deadline: Duration,
+        terms: ExchangeTerms,
     ) -> impl Future<Output = Result<Vec<Vec<Option<f64>>>, StoreError>> + Send;
 }
 

@@ -1,6 +1,7 @@
 //! RLQS's metrics (`server::rlqs`): streams open and how they ended, usage reports, buckets
-//! tracked, and buckets abandoned. No label comes from a report: domains and bucket ids are
-//! Envoy's to choose, so they would make series without bound.
+//! tracked, buckets abandoned, and assignments pushed between reports. No label comes from a
+//! report: domains and bucket ids are Envoy's to choose, so they would make series without
+//! bound.
 
 use std::sync::OnceLock;
 
@@ -14,6 +15,7 @@ struct QuotaSeries {
     reports: IntCounter,
     buckets: IntGauge,
     abandoned: IntCounter,
+    pushes: IntCounter,
     exchanges: IntCounterVec,
 }
 
@@ -37,7 +39,8 @@ impl QuotaSeries {
         )?;
         let reports = IntCounter::new(
             "floodgate_rlqs_reports_total",
-            "RLQS usage reports received and answered.",
+            "RLQS usage reports received: answered, or held (a restart's grace, a first \
+             exchange) and answered by a push.",
         )?;
         let buckets = IntGauge::new(
             "floodgate_rlqs_buckets",
@@ -47,6 +50,11 @@ impl QuotaSeries {
             "floodgate_rlqs_buckets_abandoned_total",
             "RLQS buckets abandoned on an Envoy (AbandonAction) after --rlqs-abandon-after-seconds \
              without requests.",
+        )?;
+        let pushes = IntCounter::new(
+            "floodgate_rlqs_assignments_pushed_total",
+            "RLQS assignments sent to an Envoy between its reports, because another Envoy \
+             joined its bucket or the demands on it moved.",
         )?;
         let exchanges = IntCounterVec::new(
             Opts::new(
@@ -62,6 +70,7 @@ impl QuotaSeries {
         registry.register(Box::new(reports.clone()))?;
         registry.register(Box::new(buckets.clone()))?;
         registry.register(Box::new(abandoned.clone()))?;
+        registry.register(Box::new(pushes.clone()))?;
         registry.register(Box::new(exchanges.clone()))?;
         Ok(Some(Self {
             streams,
@@ -69,6 +78,7 @@ impl QuotaSeries {
             reports,
             buckets,
             abandoned,
+            pushes,
             exchanges,
         }))
     }
@@ -117,7 +127,8 @@ pub fn stream_opened() -> OpenStream {
     OpenStream { reason: "client" }
 }
 
-/// One report answered: `abandoned` of its buckets abandoned, `buckets` tracked after it.
+/// One report received (answered or held): `abandoned` of its buckets abandoned, `buckets`
+/// tracked after it.
 pub fn report_answered(abandoned: usize, buckets: usize) {
     if let Some(series) = series() {
         series.reports.inc();
@@ -127,6 +138,15 @@ pub fn report_answered(abandoned: usize, buckets: usize) {
         series
             .buckets
             .set(i64::try_from(buckets).unwrap_or(i64::MAX));
+    }
+}
+
+/// `assignments` sent to one Envoy between its reports.
+pub fn pushed(assignments: usize) {
+    if let Some(series) = series() {
+        series
+            .pushes
+            .inc_by(u64::try_from(assignments).unwrap_or(u64::MAX));
     }
 }
 

@@ -30,8 +30,9 @@ fn envoy_keeps_its_assignment_while_floodgate_is_gone_and_takes_the_new_one_afte
         "before: {before:.1}/s against 20/s"
     );
 
-    // Lost without a word (SIGKILL): Envoy keeps the assignment for its time to live (15 s),
-    // then reuses it (reuse_last_assignment) for 60 s more.
+    // Lost without a word (SIGKILL): Envoy keeps the assignment for its time to live (15 s).
+    // (Then Envoy 1.40 applies no_assignment_behavior: it does not implement
+    // reuse_last_assignment.)
     drop(first);
     let lost = Instant::now();
     sleep_until(lost + Duration::from_secs(9));

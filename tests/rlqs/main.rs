@@ -12,4 +12,6 @@ mod classes;
 mod harness;
 mod lifecycle;
 mod sharing;
+mod transients;
+mod upstream;
 mod wire;

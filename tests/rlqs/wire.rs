@@ -1,6 +1,7 @@
-//! The RLQS stream from a plain gRPC client: an assignment per reported bucket, and the
-//! statuses that close a stream (a report without a domain, too many buckets, too many
-//! streams, in all or on one connection) while floodgate goes on serving.
+//! The RLQS stream from a plain gRPC client: an assignment per reported bucket, one pushed
+//! between reports when another stream joins the bucket, and the statuses that close a stream
+//! (a report without a domain, too many buckets, too many streams, in all or on one connection)
+//! while floodgate goes on serving.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -119,12 +120,84 @@ fn each_reported_bucket_gets_a_whole_second_token_bucket() {
                 bucket.fill_interval.map(|d| (d.seconds, d.nanos)),
                 Some((10, 0))
             );
-            assert_eq!(bucket.max_tokens, 20);
+            // The bucket's first assignment on this Envoy: a quarter of its burst of 20.
+            assert_eq!(bucket.max_tokens, 5);
         }
         let metrics = scrape(floodgate.debug_port);
         assert_eq!(metrics.value("floodgate_rlqs_streams", &[]), 1.0);
         assert_eq!(metrics.value("floodgate_rlqs_reports_total", &[]), 1.0);
         assert_eq!(metrics.value("floodgate_rlqs_buckets", &[]), 2.0);
+    });
+}
+
+/// A stream on `url` that has sent `first`: its answers, and where to send more reports.
+async fn open_stream(
+    url: &str,
+    first: RateLimitQuotaUsageReports,
+) -> (
+    tonic::Streaming<RateLimitQuotaResponse>,
+    mpsc::Sender<RateLimitQuotaUsageReports>,
+) {
+    let mut client = RateLimitQuotaServiceClient::connect(url.to_owned())
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}"));
+    let (sender, receiver) = mpsc::channel(4);
+    sender
+        .send(first)
+        .await
+        .unwrap_or_else(|_| panic!("the request stream closed"));
+    let answers = client
+        .stream_rate_limit_quotas(ReceiverStream::new(receiver))
+        .await
+        .unwrap_or_else(|status| panic!("{status}"))
+        .into_inner();
+    (answers, sender)
+}
+
+/// The next answer of `answers`, as the tokens per fill of its one token bucket.
+async fn next_tokens_per_fill(answers: &mut tonic::Streaming<RateLimitQuotaResponse>) -> u32 {
+    let response = tokio::time::timeout(Duration::from_secs(10), answers.message())
+        .await
+        .unwrap_or_else(|_| panic!("no answer within 10 s"))
+        .unwrap_or_else(|status| panic!("{status}"))
+        .unwrap_or_else(|| panic!("the stream ended"));
+    match response.bucket_action.as_slice() {
+        [action] => match &action.bucket_action {
+            Some(Action::QuotaAssignmentAction(assignment)) => match assignment
+                .rate_limit_strategy
+                .as_ref()
+                .and_then(|s| s.strategy.as_ref())
+            {
+                Some(Strategy::TokenBucket(bucket)) => {
+                    bucket.tokens_per_fill.map_or(0, |value| value.value)
+                }
+                other => panic!("not a token bucket: {other:?}"),
+            },
+            other => panic!("not an assignment: {other:?}"),
+        },
+        actions => panic!("not one action: {actions:?}"),
+    }
+}
+
+#[test]
+fn a_second_stream_on_a_bucket_makes_floodgate_push_the_first_its_half() {
+    let dir = tempdir();
+    let floodgate = Floodgate::start_with_rules(dir.path(), "edge.yaml", RULES, &[]);
+    runtime().block_on(async {
+        let url = floodgate.grpc_url();
+        let (mut first, _first_open) = open_stream(&url, report("edge", &["a"])).await;
+        // Alone: the whole 20/s, as 200 tokens every 10 s.
+        assert_eq!(next_tokens_per_fill(&mut first).await, 200);
+        let (mut second, _second_open) = open_stream(&url, report("edge", &["a"])).await;
+        assert_eq!(next_tokens_per_fill(&mut second).await, 100);
+        // The first stream reported nothing since: its half comes pushed.
+        assert_eq!(next_tokens_per_fill(&mut first).await, 100);
+        let metrics = scrape(floodgate.debug_port);
+        assert_eq!(
+            metrics.value("floodgate_rlqs_assignments_pushed_total", &[]),
+            1.0
+        );
+        assert_eq!(metrics.value("floodgate_rlqs_reports_total", &[]), 2.0);
     });
 }
 

@@ -1,18 +1,20 @@
 //! Every bucket of every domain, with each reporting stream's last demand on it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
+use super::mailbox::Mailbox;
 use super::settings::QuotaSettings;
 use super::stream::QuotaStream;
 use crate::core::algorithm::Share;
 use crate::core::priority::Priority;
 use crate::core::quota::{
-    aggregate_demand, class_totals, divide, instance_part, BucketKey, ShareSettings,
+    aggregate_demand, class_totals, divide, instance_part, peers_moved, BucketKey, ShareSettings,
 };
 
 pub(super) type StreamId = u64;
@@ -23,6 +25,16 @@ pub struct QuotaBoard {
     pub(super) domains: Mutex<HashMap<String, DomainBuckets>>,
     next_stream: AtomicU64,
     pub(super) open_streams: AtomicUsize,
+    /// When this process heard its first report: its startup grace runs from then.
+    first_report: OnceLock<Instant>,
+    /// Whether demands are exchanged with other floodgates (`exchange` runs): a bucket new to
+    /// this instance then waits for an exchange before its first assignment.
+    exchanging: AtomicBool,
+    /// Asks the exchange for a round now (a bucket waits for one).
+    exchange_wanted: Notify,
+    /// Whether this instance has retired the instances that stopped publishing before its
+    /// startup grace ended (once: by then every Envoy has reported to some floodgate).
+    retired: AtomicBool,
 }
 
 #[derive(Default)]
@@ -33,6 +45,8 @@ pub(super) struct DomainBuckets {
     pub(super) peers: HashMap<BucketKey, PeerDemands>,
     /// The buckets that are priority classes of one rule's counter, by that counter.
     pub(super) classes: ClassGroups,
+    /// The buckets an exchange with the other floodgates has covered since they appeared here.
+    pub(super) heard: HashSet<BucketKey>,
 }
 
 /// Buckets that name a rule's priority class (`{tenant: t1, priority: low}`), grouped by the
@@ -63,6 +77,17 @@ impl ClassGroups {
         members
     }
 
+    /// The other buckets of `member`'s group, whose parts move with its demand.
+    fn siblings<'a>(&'a self, member: &'a BucketKey) -> impl Iterator<Item = &'a BucketKey> {
+        self.group_of
+            .get(member)
+            .and_then(|group| self.members.get(group))
+            .into_iter()
+            .flatten()
+            .map(|(sibling, _)| sibling)
+            .filter(move |sibling| *sibling != member)
+    }
+
     /// `member` is gone (no stream reports on it).
     pub(super) fn leave(&mut self, member: &BucketKey) {
         let Some(group) = self.group_of.remove(member) else {
@@ -78,6 +103,30 @@ impl ClassGroups {
 }
 
 impl DomainBuckets {
+    /// Marks `stream`'s demand on `key` held through the startup grace, or no longer.
+    pub(super) fn hold(&mut self, key: &BucketKey, stream: StreamId, held: bool) {
+        let envoys = self.buckets.get_mut(key).into_iter().flatten();
+        for envoy in envoys.filter(|envoy| envoy.stream == stream) {
+            envoy.held = held;
+        }
+    }
+
+    /// Tells every stream on `key` but `except`, and every stream on the other classes of
+    /// `key`'s counter, that its share there may have moved.
+    pub(super) fn post_to_others(&self, key: &BucketKey, except: Option<StreamId>) {
+        let post = |bucket: &BucketKey| {
+            for envoy in self.buckets.get(bucket).into_iter().flatten() {
+                if Some(envoy.stream) != except {
+                    envoy.mailbox.post(bucket);
+                }
+            }
+        };
+        post(key);
+        for sibling in self.classes.siblings(key) {
+            post(sibling);
+        }
+    }
+
     /// What every floodgate's Envoys offer on `key`: this one's (measured) and the others'
     /// last published demands; `None` while none is measured.
     pub(super) fn global_demand(&self, key: &BucketKey) -> Option<f64> {
@@ -166,13 +215,18 @@ pub struct PublishedDemand {
 }
 
 /// One stream's last report on one bucket.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub(super) struct EnvoyDemand {
     pub(super) stream: StreamId,
     /// Requests per second offered (admitted and denied) between its last two reports; `None`
     /// until it has reported twice.
     pub(super) demand: Option<f64>,
     pub(super) reported_at: Instant,
+    /// Where the stream is told that its share here may have moved.
+    pub(super) mailbox: Arc<Mailbox>,
+    /// Held through the startup grace: its Envoy keeps what another instance gave it, and that
+    /// instance's remembered demand stands for it until the grace ends, so it is not published.
+    pub(super) held: bool,
 }
 
 impl EnvoyDemand {
@@ -209,7 +263,54 @@ impl QuotaBoard {
             domains: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(0),
             open_streams: AtomicUsize::new(0),
+            first_report: OnceLock::new(),
+            exchanging: AtomicBool::new(false),
+            exchange_wanted: Notify::new(),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the next exchange should retire the instances that stopped publishing: this
+    /// instance's startup grace is over and it has not retired them yet.
+    pub fn retire_due(&self, now: Instant) -> bool {
+        !self.retired.load(Ordering::Acquire) && self.grace_end().is_some_and(|end| now >= end)
+    }
+
+    /// An exchange retired them.
+    pub fn retired(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// When the startup grace ends (`startup_grace` after the first report, which starts it
+    /// if `now` is the first).
+    pub(super) fn grace_ends(&self, now: Instant) -> Instant {
+        *self.first_report.get_or_init(|| now) + self.settings.startup_grace
+    }
+
+    /// When the startup grace ends, if a report has started it.
+    pub(super) fn grace_end(&self) -> Option<Instant> {
+        self.first_report
+            .get()
+            .map(|first| *first + self.settings.startup_grace)
+    }
+
+    /// From now on demands are exchanged with other floodgates (`exchange::run`).
+    pub fn exchange_demands(&self) {
+        self.exchanging.store(true, Ordering::Release);
+    }
+
+    pub(super) fn exchanging(&self) -> bool {
+        self.exchanging.load(Ordering::Acquire)
+    }
+
+    /// A bucket waits for an exchange: have one now.
+    pub(super) fn want_exchange(&self) {
+        self.exchange_wanted.notify_one();
+    }
+
+    /// Until a bucket waits for an exchange.
+    pub async fn exchange_wanted(&self) {
+        self.exchange_wanted.notified().await;
     }
 
     pub fn settings(&self) -> &QuotaSettings {
@@ -249,8 +350,9 @@ impl QuotaBoard {
             .map_or(0, |domain| domain.buckets.len())
     }
 
-    /// What this instance offers on each bucket an Envoy reported on within `abandon_after`:
-    /// what it publishes to the other floodgates.
+    /// What this instance offers on each bucket an Envoy reported on within `abandon_after`
+    /// (but for the Envoys held through the startup grace): what it publishes to the other
+    /// floodgates.
     pub fn published_demands(&self, now: Instant) -> Vec<PublishedDemand> {
         let domains = self.domains.lock();
         let mut published = Vec::new();
@@ -258,7 +360,7 @@ impl QuotaBoard {
             for (bucket, envoys) in &buckets.buckets {
                 let live: Vec<Option<f64>> = envoys
                     .iter()
-                    .filter(|envoy| envoy.is_live(now, &self.settings))
+                    .filter(|envoy| !envoy.held && envoy.is_live(now, &self.settings))
                     .map(|envoy| envoy.demand)
                     .collect();
                 if !live.is_empty() {
@@ -276,19 +378,49 @@ impl QuotaBoard {
     /// The other instances' demands, one list per bucket of `published` (in order); a bucket
     /// no other instance published on has no peers. Peers of buckets not in `published` are
     /// forgotten.
+    /// Every bucket of `published` has now been heard by the others; the streams on those that
+    /// waited for it, or whose peers' demand moved, are told to look at their shares again.
     pub fn record_peers(&self, published: &[PublishedDemand], peers: Vec<Vec<Option<f64>>>) {
         let mut domains = self.domains.lock();
-        for buckets in domains.values_mut() {
-            buckets.peers.clear();
+        let mut before = HashMap::new();
+        for (domain, buckets) in domains.iter_mut() {
+            for (bucket, demands) in buckets.peers.drain() {
+                before.insert((domain.clone(), bucket), demands.demands);
+            }
         }
         for (item, demands) in published.iter().zip(peers) {
-            if demands.is_empty() {
+            let Some(buckets) = domains.get_mut(&item.domain) else {
                 continue;
+            };
+            let first = buckets.heard.insert(item.bucket.clone());
+            let known = before
+                .remove(&(item.domain.clone(), item.bucket.clone()))
+                .unwrap_or_default();
+            if first || peers_moved(&known, &demands, self.settings.push) {
+                buckets.post_to_others(&item.bucket, None);
             }
-            if let Some(buckets) = domains.get_mut(&item.domain) {
+            if !demands.is_empty() {
                 buckets
                     .peers
                     .insert(item.bucket.clone(), PeerDemands { demands });
+            }
+        }
+    }
+
+    /// An exchange failed: the buckets that waited for one are divided among this instance's
+    /// Envoys alone rather than wait longer.
+    pub fn release_unheard(&self) {
+        let mut domains = self.domains.lock();
+        for buckets in domains.values_mut() {
+            let unheard: Vec<BucketKey> = buckets
+                .buckets
+                .keys()
+                .filter(|bucket| !buckets.heard.contains(*bucket))
+                .cloned()
+                .collect();
+            for bucket in unheard {
+                buckets.post_to_others(&bucket, None);
+                buckets.heard.insert(bucket);
             }
         }
     }

@@ -1,8 +1,10 @@
 //! RLQS across floodgates: every `--rlqs-exchange-ms`, each instance publishes what its Envoys
 //! offer on each bucket to the store they share and reads what the others published, so each
 //! takes its part of every bucket's limit (`core::quota::instance_part`) before dividing it
-//! among its own Envoys. One call per domain (`QuotaPeers`); nothing on the report path waits
-//! for it.
+//! among its own Envoys. An instance that stopped publishing is remembered at its last demand
+//! for `peer_memory`, or until an instance that started since has heard every Envoy (its
+//! startup grace over) and retires it (`core::quota::peer_entry`). One call per domain
+//! (`QuotaPeers`); no report waits for it but a bucket's first on this instance.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,25 +12,29 @@ use std::time::{Duration, Instant};
 use super::board::QuotaBoard;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
-use crate::store::{DemandItem, QuotaPeers, Store};
+use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, Store};
 use crate::telemetry::paced_log::PacedLog;
 use crate::telemetry::rlqs as rlqs_metrics;
 
 /// A failed exchange is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Until `shutdown`: the exchanges of this instance, under an id of its own.
+/// Until `shutdown`: the exchanges of this instance, under an id of its own, every
+/// `exchange_interval` and at once when a bucket new to this instance waits for one.
 pub async fn run<S: Store + QuotaPeers>(
     board: Arc<QuotaBoard>,
     limiter: Arc<Limiter<S>>,
     shutdown: Shutdown,
 ) {
     let instance = rand::random::<u64>().max(1);
-    let settings = board.settings().clone();
     let failed = PacedLog::every(FAILURE_LOG_INTERVAL);
-    shutdown::every(settings.exchange_interval, shutdown, || {
-        exchange_once(&board, limiter.store(), instance, &failed)
-    })
+    board.exchange_demands();
+    shutdown::every_or_woken(
+        board.settings().exchange_interval,
+        shutdown,
+        || board.exchange_wanted(),
+        || exchange_once(&board, limiter.store(), instance, &failed),
+    )
     .await;
 }
 
@@ -39,7 +45,8 @@ pub async fn exchange_once<P: QuotaPeers>(
     instance: u64,
     failed: &PacedLog,
 ) {
-    let published = board.published_demands(Instant::now());
+    let now = Instant::now();
+    let published = board.published_demands(now);
     if published.is_empty() {
         return;
     }
@@ -52,16 +59,18 @@ pub async fn exchange_once<P: QuotaPeers>(
         })
         .collect();
     let settings = board.settings();
-    match store
-        .exchange_demands(
-            instance,
-            &items,
-            settings.peer_horizon(),
-            settings.exchange_interval,
-        )
-        .await
-    {
+    let retire = board.retire_due(now);
+    let terms = ExchangeTerms {
+        horizon: settings.peer_horizon(),
+        memory: settings.peer_memory(),
+        retire,
+        deadline: settings.exchange_interval,
+    };
+    match store.exchange_demands(instance, &items, terms).await {
         Ok(peers) => {
+            if retire {
+                board.retired();
+            }
             let with_peers = peers.iter().filter(|found| !found.is_empty()).count();
             tracing::debug!(
                 buckets = published.len(),
@@ -73,6 +82,7 @@ pub async fn exchange_once<P: QuotaPeers>(
         }
         Err(error) => {
             rlqs_metrics::exchanged(false);
+            board.release_unheard();
             if let Some(suppressed) = failed.allow() {
                 tracing::warn!(
                     %error,

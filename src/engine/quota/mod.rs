@@ -4,7 +4,9 @@
 //! their demands (`exchange`), so Envoys connected to different floodgates share one limit.
 
 mod board;
+mod division;
 pub mod exchange;
+mod mailbox;
 mod settings;
 mod stream;
 
@@ -12,5 +14,7 @@ pub use board::{PublishedDemand, QuotaBoard, StreamsExhausted};
 pub use settings::QuotaSettings;
 pub use stream::{BucketReport, InForce, QuotaStream, ReportError, StreamAction};
 
+#[cfg(test)]
+mod push_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::core::quota::{BucketKeyBounds, ShareSettings, UnmatchedBucket};
+use crate::core::quota::{BucketKeyBounds, PushSettings, ShareSettings, UnmatchedBucket};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuotaSettings {
@@ -23,6 +23,17 @@ pub struct QuotaSettings {
     pub max_streams_per_connection: usize,
     pub bucket_keys: BucketKeyBounds,
     pub shares: ShareSettings,
+    /// Which changes are pushed to the Envoys already on a bucket, and the opening burst.
+    pub push: PushSettings,
+    /// The least time between two pushes to one stream: each push rebuilds the Envoy's token
+    /// buckets, so changes that come faster are gathered into one.
+    pub push_interval: Duration,
+    /// After this process hears its first report, reports on buckets an Envoy already held
+    /// are not answered for this long: the Envoys keep the assignments they had (from this
+    /// floodgate before a restart, or another) until every one of them has reported and the
+    /// limit can be divided among them all. One report interval of Envoy 1.40 (5 s) and a
+    /// margin. Zero: answer at once.
+    pub startup_grace: Duration,
     /// How often floodgates sharing a store exchange their demands (`exchange`).
     pub exchange_interval: Duration,
 }
@@ -34,6 +45,15 @@ impl QuotaSettings {
         self.exchange_interval
             .saturating_mul(3)
             .max(Duration::from_secs(1))
+    }
+}
+
+impl QuotaSettings {
+    /// How long an instance that stopped publishing still counts at its last demand: as long
+    /// as its Envoys may enforce the assignments it gave them (`assignment_ttl`), unless an
+    /// instance that started since retires it.
+    pub fn peer_memory(&self) -> Duration {
+        self.assignment_ttl.max(self.peer_horizon())
     }
 }
 
@@ -49,6 +69,9 @@ impl Default for QuotaSettings {
             max_streams_per_connection: 100,
             bucket_keys: BucketKeyBounds::default(),
             shares: ShareSettings::default(),
+            push: PushSettings::default(),
+            push_interval: Duration::from_secs(1),
+            startup_grace: Duration::from_secs(6),
             exchange_interval: Duration::from_secs(1),
         }
     }

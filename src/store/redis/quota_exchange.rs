@@ -12,7 +12,7 @@ use redis::Script;
 use super::connection::unavailable;
 use super::RedisStore;
 use crate::core::key::quota_bucket_key;
-use crate::store::{DemandItem, QuotaPeers, StoreError};
+use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, StoreError};
 
 fn exchange_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
@@ -24,8 +24,7 @@ impl QuotaPeers for RedisStore {
         &self,
         instance: u64,
         items: &[DemandItem<'_>],
-        horizon: Duration,
-        deadline: Duration,
+        terms: ExchangeTerms,
     ) -> Result<Vec<Vec<Option<f64>>>, StoreError> {
         let mut peers = vec![Vec::new(); items.len()];
         let mut domains: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -41,11 +40,11 @@ impl QuotaPeers for RedisStore {
                         .domain_key_for(&quota_bucket_key(item.domain, item.bucket)),
                 );
             }
-            invocation.arg(instance).arg(
-                u64::try_from(horizon.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .max(1),
-            );
+            invocation
+                .arg(instance)
+                .arg(millis(terms.horizon))
+                .arg(millis(terms.memory))
+                .arg(if terms.retire { "1" } else { "0" });
             for &index in &indexes {
                 invocation.arg(
                     items[index]
@@ -53,7 +52,7 @@ impl QuotaPeers for RedisStore {
                         .map_or_else(String::new, |d| format!("{d:.3}")),
                 );
             }
-            let reply: Vec<String> = self.run(&invocation, deadline).await?;
+            let reply: Vec<String> = self.run(&invocation, terms.deadline).await?;
             let parsed = parse_reply(&reply, indexes.len()).map_err(unavailable)?;
             for (index, found) in indexes.into_iter().zip(parsed) {
                 peers[index] = found;
@@ -61,6 +60,13 @@ impl QuotaPeers for RedisStore {
         }
         Ok(peers)
     }
+}
+
+/// A duration as the script reads it: whole milliseconds, at least 1.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// Per key: a count, then that many demands ('' for an unmeasured one).
