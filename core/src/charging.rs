@@ -10,6 +10,8 @@
 //!   kept ⇔ not a check, and (admitted and the unit passes, or the hits are recorded
 //!          whatever the verdict, or they are recorded when refused and were refused)
 //!
+//! where, under all-or-refused, a unit passes only when none of its counters refused.
+//!
 //! - [`Charging::AllOrNothing`], floodgate's default: the unit is the whole request. A rejected
 //!   request charges nothing; one that passes charges every counter that admitted it.
 //! - [`Charging::EveryDescriptor`], envoyproxy/ratelimit's default
@@ -20,9 +22,13 @@
 //!   refused ones too); a bucket or a log takes nothing for a refused hit. A later descriptor
 //!   naming a counter sees what the earlier ones kept.
 //! - [`Charging::AllOrRefused`], envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
-//!   =true`: the unit is the whole request. One that passes charges every counter; a rejected
-//!   one charges only the refused hits, recorded by the algorithms that count every hit — the
-//!   reference reads every counter first and, when any would go over, increments only those.
+//!   =true`: the unit is the whole request, and it stops when any of its counters refuses,
+//!   whatever its role (`shadow_mode`, `quota_mode`, `--shadow-mode` included). One that does not
+//!   stop charges every counter; one that stops charges only the refused hits, recorded by the
+//!   algorithms that count every hit — the reference reads every counter first and, when any
+//!   would go over, increments only those (its `fixed_cache_impl.go`, `getHitsAddend`, which
+//!   looks at no role: the roles act later, on the answer). An admitted charge held back so is
+//!   *withheld* ([`CounterOutcome::withheld`]): the reference's stats read it differently.
 //!
 //! In every mode a rule with `overflow: owe` ([`Overflow::Owe`]) records its refused charges
 //! too: usage reported after the response has happened, so it is counted even past the limit
@@ -50,9 +56,9 @@ pub enum Charging {
     AllOrNothing,
     /// Every descriptor is charged by its own verdict, as envoyproxy/ratelimit charges.
     EveryDescriptor,
-    /// A rejected request charges only its refused hits (by the algorithms that count every
-    /// hit); one that passes charges every counter: envoyproxy/ratelimit's
-    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`.
+    /// A request any of whose counters refuses (whatever its role) charges only its refused
+    /// hits (by the algorithms that count every hit); one where none does charges every
+    /// counter: envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`.
     AllOrRefused,
 }
 
@@ -118,6 +124,23 @@ impl Charging {
         }
     }
 
+    /// Whether `counter`, `admitted` and `charged` or not, is a withheld charge
+    /// ([`CounterOutcome::withheld`]): admitted but not charged under all-or-refused.
+    pub fn withholds(self, counter: &Counter, admitted: bool, charged: bool) -> bool {
+        self == Charging::AllOrRefused
+            && matches!(counter.hits, Hits::Charge(_))
+            && admitted
+            && !charged
+    }
+
+    /// Marks the withheld charges among `outcomes` of `counters` (one each, in order), for a
+    /// store whose answers say only admitted and charged (the Redis script's).
+    pub fn mark_withheld(self, counters: &[Counter], outcomes: &mut [CounterOutcome]) {
+        for (counter, outcome) in counters.iter().zip(outcomes) {
+            outcome.withheld = self.withholds(counter, outcome.admitted, outcome.charged);
+        }
+    }
+
     /// What a refused charge leaves in `counter`.
     pub fn refused_for(self, counter: &Counter) -> Refused {
         if self.records(counter) {
@@ -144,6 +167,9 @@ pub struct Settled {
     pub kept: Vec<bool>,
     /// The request's verdict.
     pub over_limit: bool,
+    /// One per counter: an admitted charge that all-or-refused held back because another
+    /// counter of the request refused ([`CounterOutcome::withheld`]).
+    pub withheld: Vec<bool>,
 }
 
 impl Settled {
@@ -152,7 +178,11 @@ impl Settled {
         self.evaluations
             .iter()
             .zip(&self.kept)
-            .map(|(evaluation, &kept)| outcome(evaluation, kept))
+            .zip(&self.withheld)
+            .map(|((evaluation, &kept), &withheld)| CounterOutcome {
+                withheld,
+                ..outcome(evaluation, kept)
+            })
     }
 }
 
@@ -167,6 +197,7 @@ pub fn outcome(evaluation: &Evaluation, kept: bool) -> CounterOutcome {
         },
         retry_after: evaluation.retry_after,
         charged: kept,
+        withheld: false,
     }
 }
 
@@ -181,6 +212,7 @@ pub fn settle<'s>(
 ) -> Settled {
     let mut evaluations: Vec<Evaluation> = Vec::with_capacity(counters.len());
     let mut kept = vec![false; counters.len()];
+    let mut withheld = vec![false; counters.len()];
     let votes: Vec<Vote> = Vec::with_capacity(counters.len());
     let mut settling = Settling {
         counters,
@@ -212,12 +244,13 @@ pub fn settle<'s>(
             });
             evaluations.push(evaluation);
         }
-        settling.settle_unit(unit, &evaluations, &mut kept);
+        settling.settle_unit(unit, &evaluations, (&mut kept, &mut withheld));
     }
     Settled {
         over_limit: request_over_limit(&settling.votes, global_shadow),
         evaluations,
         kept,
+        withheld,
     }
 }
 
@@ -282,12 +315,15 @@ impl Settling<'_> {
         })
     }
 
-    /// Marks which counters of `unit` are kept, by the unit's verdict.
-    fn settle_unit(&self, unit: Range<usize>, evaluations: &[Evaluation], kept: &mut [bool]) {
-        let unit_over = self
-            .votes
-            .get(unit.clone())
-            .is_some_and(|votes| request_over_limit(votes, self.global_shadow));
+    /// Marks which counters of `unit` are kept, by the unit's verdict, and which admitted
+    /// charges all-or-refused withheld.
+    fn settle_unit(
+        &self,
+        unit: Range<usize>,
+        evaluations: &[Evaluation],
+        (kept, withheld): (&mut [bool], &mut [bool]),
+    ) {
+        let unit_over = self.unit_stops(&unit);
         for index in unit {
             let (Some(counter), Some(evaluation)) =
                 (self.counters.get(index), evaluations.get(index))
@@ -303,6 +339,27 @@ impl Settling<'_> {
                 !counter.hits.is_check() && ((evaluation.admitted && !unit_over) || recorded);
             if let Some(slot) = kept.get_mut(index) {
                 *slot = charges;
+            }
+            if let Some(slot) = withheld.get_mut(index) {
+                *slot = self
+                    .charging
+                    .withholds(counter, evaluation.admitted, charges);
+            }
+        }
+    }
+
+    /// Whether `unit` keeps only what is recorded whatever its verdict: when its verdict is
+    /// over (roles and `--shadow-mode` count), or, under all-or-refused, when any of its
+    /// counters refused, whatever its role (the reference's `getHitsAddend` stops the
+    /// increments on any key that would go over).
+    fn unit_stops(&self, unit: &Range<usize>) -> bool {
+        let Some(votes) = self.votes.get(unit.clone()) else {
+            return false;
+        };
+        match self.charging {
+            Charging::AllOrRefused => votes.iter().any(|vote| !vote.admitted),
+            Charging::AllOrNothing | Charging::EveryDescriptor => {
+                request_over_limit(votes, self.global_shadow)
             }
         }
     }

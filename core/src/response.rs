@@ -39,6 +39,13 @@ pub struct CounterOutcome {
     /// Whether the store kept what the hits did to the counter: charged (refused hits
     /// recorded, with `--charge every-descriptor`) or refunded.
     pub charged: bool,
+    /// A charge held back because another counter of the request refused, under all-or-refused
+    /// charging (envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`): not
+    /// charged, and admitted unless the count passed the limit by other calls meanwhile (the
+    /// reference's two round trips). The reference increments its key by 0 and reads the count
+    /// that answers as the count after the hits; its stats follow that reading
+    /// (`outcome::near_limit::Around`).
+    pub withheld: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

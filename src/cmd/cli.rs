@@ -479,9 +479,9 @@ pub struct ServeArgs {
     pub redis_prefix: Option<String>,
     /// Whose counters fixed windows keep in Redis: `reference` (envoyproxy/ratelimit's keys,
     /// CACHE_KEY_PREFIX + domain_key_value…_window, counted with its INCRBY and EXPIRE, so its
-    /// pods and floodgate's share one count; needs every-descriptor charging) or `floodgate`
-    /// (floodgate's own keys, which cannot collide) [default: reference when started as
-    /// `ratelimit` with every-descriptor charging, else floodgate]. docs/redis.md.
+    /// pods and floodgate's share one count; needs every-descriptor or all-or-refused
+    /// charging) or `floodgate` (floodgate's own keys, which cannot collide) [default:
+    /// reference when started as `ratelimit` with either, else floodgate]. docs/redis.md.
     #[arg(long, env = "FLOODGATE_REDIS_COUNTERS", value_enum)]
     pub redis_counters: Option<RedisCountersArg>,
     /// What a key's Redis Cluster hash tag holds: `domain` (a request is one script call, all or

@@ -28,10 +28,11 @@ pub struct CounterChoice {
 }
 
 /// The counters of `--redis-counters` (`flag`), else the door's default: the reference's at
-/// the `ratelimit` door when every descriptor is charged (the reference's own charging; its
-/// keys cannot be charged all or nothing), else floodgate's. `main` is the main Redis's
-/// options (the per-second Redis inherits what the reference's variables do not say). Refused:
-/// the reference's counters asked for explicitly under all-or-nothing charging, and a
+/// the `ratelimit` door when it charges as the reference can (every descriptor, or
+/// all-or-refused with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`; its keys are never
+/// rolled back, so all or nothing cannot hold with them), else floodgate's. `main` is the main
+/// Redis's options (the per-second Redis inherits what the reference's variables do not say).
+/// Refused: the reference's counters asked for explicitly under all-or-nothing charging, and a
 /// per-second Redis (`REDIS_PERSECOND=true`) that floodgate's counters could not use — never
 /// counted somewhere else than asked.
 pub fn counter_choice(
@@ -47,31 +48,33 @@ pub fn counter_choice(
         FrontDoor::Floodgate => RedisCountersArg::Floodgate,
     });
     let mut choice = CounterChoice::default();
-    if wanted == RedisCountersArg::Reference && charging != Charging::EveryDescriptor {
+    let chargeable = charging != Charging::AllOrNothing;
+    if wanted == RedisCountersArg::Reference && !chargeable {
         if flag.is_some() {
             return Err(format!(
                 "--redis-counters reference (FLOODGATE_REDIS_COUNTERS) counts as \
-                 envoyproxy/ratelimit does, every descriptor charged by its own count, so it \
-                 cannot hold with --charge {charging}; charge every descriptor \
-                 (--charge every-descriptor, or STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) \
+                 envoyproxy/ratelimit does, never rolled back, so it cannot hold with \
+                 --charge {charging}; charge as the reference does (--charge every-descriptor \
+                 or all-or-refused, or STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false or true) \
                  or keep floodgate's counters (--redis-counters floodgate)"
             ));
         }
         choice.notes.push(format!(
             "fixed windows are counted under floodgate's own Redis keys, not \
-             envoyproxy/ratelimit's: its keys are charged descriptor by descriptor, and \
-             charging is {charging}; envoyproxy/ratelimit pods on this Redis count apart \
-             (--charge every-descriptor or STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false shares \
-             their counts; --redis-counters floodgate says this choice out loud)"
+             envoyproxy/ratelimit's: its keys are never rolled back, and charging is \
+             {charging}; envoyproxy/ratelimit pods on this Redis count apart \
+             (--charge every-descriptor or all-or-refused, or \
+             STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, shares their counts; --redis-counters \
+             floodgate says this choice out loud)"
         ));
     }
-    let reference = wanted == RedisCountersArg::Reference && charging == Charging::EveryDescriptor;
+    let reference = wanted == RedisCountersArg::Reference && chargeable;
     if !reference {
         if per_second == Some(true) {
             return Err(
                 "REDIS_PERSECOND=true: floodgate's own counters live in one Redis, so SECOND \
                  limits would not be counted where asked; use envoyproxy/ratelimit's counters \
-                 (--redis-counters reference, with --charge every-descriptor), or unset \
+                 (--redis-counters reference, charging as the reference does), or unset \
                  REDIS_PERSECOND"
                     .to_owned(),
             );
@@ -239,6 +242,29 @@ mod tests {
         let bad = [("EXPIRATION_JITTER_MAX_SECONDS", "5m")];
         let refused = choose(None, FrontDoor::Reference, Charging::EveryDescriptor, &bad);
         assert!(refused.is_err_and(|error| error.contains("EXPIRATION_JITTER_MAX_SECONDS")));
+    }
+
+    #[test]
+    fn all_or_refused_shares_the_references_counters_too() {
+        let stop = Charging::AllOrRefused;
+        let pairs = [
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "p:6380"),
+        ];
+        let choice = choose(None, FrontDoor::Reference, stop, &pairs).unwrap_or_default();
+        assert!(choice.notes.is_empty(), "{:?}", choice.notes);
+        let per_second = choice.reference.and_then(|counters| counters.per_second);
+        assert_eq!(
+            per_second.map(|options| options.url),
+            Some("p:6380".to_owned())
+        );
+        let asked = choose(
+            Some(RedisCountersArg::Reference),
+            FrontDoor::Floodgate,
+            stop,
+            &[],
+        );
+        assert!(asked.is_ok_and(|choice| choice.reference.is_some()));
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod redis_processes;
 mod redis_quota_exchange;
 mod redis_reference_door;
 mod redis_reference_keys;
+mod redis_reference_stop;
 mod redis_scripts;
 mod redis_sentinel;
 mod redis_startup;

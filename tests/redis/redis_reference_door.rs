@@ -110,8 +110,59 @@ async fn the_ratelimit_door_counts_under_the_references_keys() {
     );
 }
 
-/// Started as `ratelimit` without the reference's charging (floodgate's all or nothing), the
-/// counters stay floodgate's own, and the start says that reference pods count apart.
+/// Started as `ratelimit` with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, the counts
+/// live under the reference's keys too, counted in its two round trips: a request whose
+/// second descriptor goes over leaves the first as it was (`fixed_cache_impl.go` lines
+/// 44-72), and nothing at start says that reference pods count apart.
+#[tokio::test]
+async fn stop_increment_at_the_door_counts_under_the_references_keys() {
+    let dir = tempdir();
+    let redis = RedisServer::start();
+    let mut inspector = redis.inspector().await;
+    let (server, grpc) = start_door(
+        dir.path(),
+        &redis,
+        &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+    );
+    let log = server.log_once_it_says("connected to Redis", Duration::from_secs(10));
+    assert!(log.contains("envoyproxy/ratelimit's Redis keys"), "{log}");
+    assert!(!log.contains("count apart"), "{log}");
+    let before = unix_now();
+    assert_eq!(call(grpc, &[("client", "ada")], 2).await, Code::Ok);
+    let both = rls::request("edge", &[&[("client", "ada")], &[("client", "bo")]]);
+    let mut both = both;
+    both.hits_addend = 1;
+    let mut client = rls::connect(&format!("http://127.0.0.1:{grpc}")).await;
+    let response = rls::call(&mut client, both)
+        .await
+        .unwrap_or_else(|status| panic!("call: {status}"));
+    let after = unix_now();
+    if before - before % 3_600 != after - after % 3_600 {
+        return; // The hour turned between the calls.
+    }
+    assert_eq!(response.overall_code, Code::OverLimit as i32);
+    let mut keys = scan_keys(&mut inspector, "*").await;
+    keys.sort();
+    let (ada, bo) = (hourly_key("", "ada", before), hourly_key("", "bo", before));
+    assert_eq!(keys, [ada.clone(), bo.clone()]);
+    let count = |key: String| {
+        let mut inspector = inspector.clone();
+        async move {
+            let count: i64 = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut inspector)
+                .await
+                .unwrap_or_else(|error| panic!("GET {key}: {error}"));
+            count
+        }
+    };
+    assert_eq!(count(ada).await, 3, "over: counted");
+    assert_eq!(count(bo).await, 0, "held back: INCRBY 0");
+}
+
+/// Started as `ratelimit` with floodgate's all or nothing, which the reference's keys cannot
+/// hold (they are never rolled back), the counters stay floodgate's own, and the start says
+/// that reference pods count apart.
 #[tokio::test]
 async fn all_or_nothing_at_the_door_keeps_floodgates_keys_and_says_so() {
     let dir = tempdir();
@@ -120,7 +171,7 @@ async fn all_or_nothing_at_the_door_keeps_floodgates_keys_and_says_so() {
     let (server, grpc) = start_door(
         dir.path(),
         &redis,
-        &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+        &[("FLOODGATE_CHARGE", "all-or-nothing")],
     );
     let log = server.log_once_it_says("count apart", Duration::from_secs(10));
     assert!(log.contains("count apart"), "{log}");

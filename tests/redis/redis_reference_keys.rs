@@ -30,10 +30,10 @@ use floodgate_testkit::redis::{scan_keys, RedisServer};
 use redis::aio::MultiplexedConnection;
 
 /// The reference's divider of each unit, in seconds (`UnitToDivider`).
-const MINUTE: i64 = 60;
-const HOUR: i64 = 3_600;
+pub(crate) const MINUTE: i64 = 60;
+pub(crate) const HOUR: i64 = 3_600;
 const DAY: i64 = 86_400;
-const WEEK: i64 = 7 * DAY;
+pub(crate) const WEEK: i64 = 7 * DAY;
 const MONTH: i64 = 30 * DAY;
 const YEAR: i64 = 365 * DAY;
 
@@ -81,19 +81,28 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket}
+  - key: key4
+    value: value4
+    rate_limit: {unit: hour, requests_per_unit: 15}
+  - key: key5
+    value: value5
+    rate_limit: {unit: hour, requests_per_unit: 14}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
 "#;
 
 /// 2024-02-28T00:00:00Z: February 2024 (29 days) began at 1 706 745 600.
 const FEBRUARY_28_2024: i64 = 1_709_078_400;
 const FEBRUARY_1_2024: i64 = 1_706_745_600;
 
-struct Setup {
-    prefix: &'static str,
-    jitter: u64,
-    calendar_months: bool,
+pub(crate) struct Setup {
+    pub prefix: &'static str,
+    pub jitter: u64,
+    pub calendar_months: bool,
 }
 
-const PLAIN: Setup = Setup {
+pub(crate) const PLAIN: Setup = Setup {
     prefix: "",
     jitter: 0,
     calendar_months: false,
@@ -105,34 +114,47 @@ async fn limiter_on(
     setup: &Setup,
     seconds: i64,
 ) -> (Limiter<RedisStore>, Arc<ManualClock>) {
+    charging_on(server, setup, seconds, Charging::EveryDescriptor).await
+}
+
+/// [`limiter_on`], charging as `charging` says.
+pub(crate) async fn charging_on(
+    server: &RedisServer,
+    setup: &Setup,
+    seconds: i64,
+    charging: Charging,
+) -> (Limiter<RedisStore>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(seconds * MICROS_PER_SECOND + 250_000));
     let mut options = server.options(Some(clock.clone()));
-    options.charging = Charging::EveryDescriptor;
+    options.charging = charging;
     options.reference_counters = Some(ReferenceCounters {
         key_prefix: setup.prefix.to_owned(),
         expiration_jitter_max_seconds: setup.jitter,
         per_second: None,
     });
     let store = connect(&options).await;
-    // The door's check rule, which these keys come with: a check passes within the limit.
-    let settings = LimiterSettings {
+    let limiter = Limiter::new(rules(setup.calendar_months), store, door_settings());
+    (limiter, clock)
+}
+
+/// The door's check rule, which these keys come with: a check passes within the limit.
+pub(crate) fn door_settings() -> LimiterSettings {
+    LimiterSettings {
         plan: PlanSettings {
             check_only: CheckRule::WithinLimit,
             ..PlanSettings::default()
         },
         ..LimiterSettings::default()
-    };
-    let limiter = Limiter::new(rules(setup.calendar_months), store, settings);
-    (limiter, clock)
+    }
 }
 
-async fn connect(options: &RedisOptions) -> RedisStore {
+pub(crate) async fn connect(options: &RedisOptions) -> RedisStore {
     RedisStore::connect(options)
         .await
         .unwrap_or_else(|error| panic!("cannot connect the store: {error}"))
 }
 
-fn rules(calendar_months: bool) -> RuleSet {
+pub(crate) fn rules(calendar_months: bool) -> RuleSet {
     let options = LoadOptions {
         calendar_months,
         ..LoadOptions::default()
@@ -145,7 +167,7 @@ fn rules(calendar_months: bool) -> RuleSet {
 }
 
 /// One descriptor of `entries` with `hits` (`hits_addend`).
-fn descriptor(entries: &[(&str, &str)], hits: u64) -> Descriptor {
+pub(crate) fn descriptor(entries: &[(&str, &str)], hits: u64) -> Descriptor {
     Descriptor {
         hits_addend: Some(hits),
         ..Descriptor::new(
@@ -157,7 +179,10 @@ fn descriptor(entries: &[(&str, &str)], hits: u64) -> Descriptor {
     }
 }
 
-async fn decide<S: Store>(limiter: &Limiter<S>, descriptors: Vec<Descriptor>) -> Response {
+pub(crate) async fn decide<S: Store>(
+    limiter: &Limiter<S>,
+    descriptors: Vec<Descriptor>,
+) -> Response {
     let request = Request {
         domain: "domain".to_owned(),
         descriptors,
@@ -170,7 +195,10 @@ async fn decide<S: Store>(limiter: &Limiter<S>, descriptors: Vec<Descriptor>) ->
 }
 
 /// The codes of one request of one descriptor per `(entries, hits)`.
-async fn codes(limiter: &Limiter<RedisStore>, asked: &[(&[(&str, &str)], u64)]) -> Vec<Code> {
+pub(crate) async fn codes(
+    limiter: &Limiter<RedisStore>,
+    asked: &[(&[(&str, &str)], u64)],
+) -> Vec<Code> {
     let descriptors = asked
         .iter()
         .map(|(entries, hits)| descriptor(entries, *hits))
@@ -179,7 +207,7 @@ async fn codes(limiter: &Limiter<RedisStore>, asked: &[(&[(&str, &str)], u64)]) 
     response.statuses.iter().map(|status| status.code).collect()
 }
 
-async fn count_at(inspector: &mut MultiplexedConnection, key: &str) -> Option<i64> {
+pub(crate) async fn count_at(inspector: &mut MultiplexedConnection, key: &str) -> Option<i64> {
     redis::cmd("GET")
         .arg(key)
         .query_async(inspector)
@@ -187,7 +215,7 @@ async fn count_at(inspector: &mut MultiplexedConnection, key: &str) -> Option<i6
         .unwrap_or_else(|error| panic!("GET {key}: {error}"))
 }
 
-async fn ttl_of(inspector: &mut MultiplexedConnection, key: &str) -> i64 {
+pub(crate) async fn ttl_of(inspector: &mut MultiplexedConnection, key: &str) -> i64 {
     redis::cmd("TTL")
         .arg(key)
         .query_async(inspector)
@@ -198,7 +226,7 @@ async fn ttl_of(inspector: &mut MultiplexedConnection, key: &str) -> i64 {
 /// A reference pod's call for one descriptor, as `pipelineAppend` sends it
 /// (`fixed_cache_impl.go` lines 35-38: `INCRBY key hits`, then `EXPIRE key seconds`, in one
 /// pipeline): the count `INCRBY` answered.
-async fn reference_pod_hits(
+pub(crate) async fn reference_pod_hits(
     inspector: &mut MultiplexedConnection,
     key: &str,
     hits: u64,
@@ -659,15 +687,9 @@ async fn on_a_cluster_each_key_counts_on_its_own_node() {
 
 /// The reference's keys decide as the memory store does when it charges every descriptor (the
 /// reference's charging): the same random charges, on one clock, get the same codes, remaining
-/// counts and resets from both. Checks (`hits_addend: 0`) are left out: at a count equal to the
-/// limit the reference's arithmetic admits them, floodgate's memory store asks for one more.
+/// counts and resets from both (checks: `redis_reference_stop.rs`, whose requests have them).
 #[tokio::test]
 async fn the_references_keys_decide_as_the_memory_store_charging_every_descriptor() {
-    use floodgate::store::memory::MemoryStore;
-    let server = RedisServer::start();
-    let (redis_limiter, clock) = limiter_on(&server, &PLAIN, 1_000_000).await;
-    let memory = MemoryStore::new(10_000, clock.clone()).charging(Charging::EveryDescriptor);
-    let memory_limiter = Limiter::new(rules(false), memory, LimiterSettings::default());
     let choices: [&[(&str, &str)]; 5] = [
         &[("key3", "value3")],
         &[("key3", "value3"), ("subkey3", "subvalue3")],
@@ -675,18 +697,33 @@ async fn the_references_keys_decide_as_the_memory_store_charging_every_descripto
         &[("a", "x")],
         &[("key2", "value2"), ("subkey2", "subvalue2")],
     ];
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |bound: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % bound
-    };
-    for step in 0..300 {
+    let draw = |next: &mut dyn FnMut(u64) -> u64| {
         let count = 1 + next(3);
-        let descriptors: Vec<Descriptor> = (0..count)
+        (0..count)
             .map(|_| descriptor(choices[next(5) as usize], 1 + next(4)))
-            .collect();
+            .collect()
+    };
+    decide_alike(Charging::EveryDescriptor, 0x9e37_79b9_7f4a_7c15, draw).await;
+}
+
+/// 300 requests, drawn by `draw` from a generator seeded with `seed`, decided on the
+/// reference's keys and by the memory store, both charging as `charging` says, with the door's
+/// check rule, on one clock: the same code and statuses from both, asserted step by step. Now
+/// and then a minute passes (the MINUTE windows turn, the HOUR ones do not). The answers.
+pub(crate) async fn decide_alike(
+    charging: Charging,
+    seed: u64,
+    mut draw: impl FnMut(&mut dyn FnMut(u64) -> u64) -> Vec<Descriptor>,
+) -> Vec<Response> {
+    use floodgate::store::memory::MemoryStore;
+    let server = RedisServer::start();
+    let (redis_limiter, clock) = charging_on(&server, &PLAIN, 1_000_000, charging).await;
+    let memory = MemoryStore::new(10_000, clock.clone()).charging(charging);
+    let memory_limiter = Limiter::new(rules(false), memory, door_settings());
+    let mut next = xorshift(seed);
+    let mut answers = Vec::new();
+    for step in 0..300 {
+        let descriptors = draw(&mut next);
         let from_redis = decide(&redis_limiter, descriptors.clone()).await;
         let from_memory = decide(&memory_limiter, descriptors).await;
         assert_eq!(
@@ -694,9 +731,20 @@ async fn the_references_keys_decide_as_the_memory_store_charging_every_descripto
             "step {step}"
         );
         assert_eq!(from_redis.statuses, from_memory.statuses, "step {step}");
-        // Now and then a minute passes: the MINUTE windows turn, the HOUR ones do not.
         if next(25) == 0 {
             clock.advance(60 * MICROS_PER_SECOND);
         }
+        answers.push(from_redis);
+    }
+    answers
+}
+
+/// A small deterministic generator from `seed`: each call a number below its bound.
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
     }
 }

@@ -480,3 +480,77 @@ fn all_or_refused_charges_a_rejected_request_only_its_refused_hits() {
     let (settled, _) = store.decide(&request, Charging::AllOrRefused);
     assert_eq!(settled.kept, [true, true]);
 }
+
+#[test]
+fn all_or_refused_stops_on_any_refusal_whatever_its_role() {
+    // The reference's getHitsAddend (fixed_cache_impl.go lines 44-72) looks at no role: a
+    // shadow-mode or quota-mode descriptor that goes over stops the others' increments too,
+    // though the request passes; and so does one under --shadow-mode.
+    let (fresh, tight) = (window(10), window(1));
+    for role in [Role::Shadow, Role::Quota] {
+        let mut store = Store::default();
+        fill(&mut store, "tight", &tight, 1);
+        let request = [
+            charge(0, "fresh", &fresh, 1),
+            counter(1, "tight", &tight, Hits::Charge(1), role),
+        ];
+        let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
+        // A lone quota-mode descriptor over rejects; a shadow one never does.
+        assert_eq!(settled.over_limit, role == Role::Quota, "{role:?}");
+        assert_eq!(settled.kept, [false, true], "{role:?}");
+        assert!(outcomes[0].admitted && outcomes[0].withheld, "{role:?}");
+        assert!(!outcomes[1].withheld, "{role:?}: refused, recorded");
+        assert_eq!(store.count("fresh"), None, "{role:?}");
+        assert_eq!(store.count("tight"), Some(2), "{role:?}");
+    }
+    let mut store = Store::default();
+    fill(&mut store, "tight", &tight, 1);
+    let request = [charge(0, "fresh", &fresh, 1), charge(1, "tight", &tight, 1)];
+    let settled = settle(&request, Charging::AllOrRefused, true, NOW, |index| {
+        request
+            .get(index)
+            .and_then(|counter| store.states.get(&counter.key))
+    });
+    assert!(!settled.over_limit, "--shadow-mode answers OK");
+    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(settled.withheld, [true, false]);
+    // All or nothing keeps its role-aware verdict: the shadow rule's request charges all.
+    let mut store = Store::default();
+    fill(&mut store, "tight", &tight, 1);
+    let shadowed = [
+        charge(0, "fresh", &fresh, 1),
+        counter(1, "tight", &tight, Hits::Charge(1), Role::Shadow),
+    ];
+    let (settled, outcomes) = store.decide(&shadowed, Charging::AllOrNothing);
+    assert_eq!(settled.kept, [true, false]);
+    assert!(outcomes.iter().all(|outcome| !outcome.withheld));
+}
+
+#[test]
+fn a_refused_check_stops_the_increments_as_the_references_get_does() {
+    // hits_addend 0 on a count past its limit: `GET` + 0 > limit (fixed_cache_impl.go
+    // lines 148-156), so the other descriptor's key gets `INCRBY … 0`.
+    let (fresh, tight) = (window(10), window(1));
+    let mut store = Store::default();
+    fill(&mut store, "tight", &tight, 1);
+    store.decide(&[charge(0, "tight", &tight, 1)], Charging::AllOrRefused);
+    let request = [
+        charge(0, "fresh", &fresh, 1),
+        check("tight", &tight, CheckRule::WithinLimit),
+    ];
+    let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
+    assert!(settled.over_limit);
+    assert_eq!(settled.kept, [false, false]);
+    assert!(outcomes[0].withheld);
+    assert!(!outcomes[1].withheld, "a check is never a withheld charge");
+    let mut outcomes = outcomes;
+    for outcome in &mut outcomes {
+        outcome.withheld = false;
+    }
+    Charging::AllOrRefused.mark_withheld(&request, &mut outcomes);
+    assert_eq!(
+        outcomes.iter().map(|o| o.withheld).collect::<Vec<_>>(),
+        [true, false],
+        "the Redis script's answers are marked the same way"
+    );
+}

@@ -97,6 +97,7 @@ fn answer(
                 },
                 retry_after: if admitted { 0 } else { 1_000_000 },
                 charged: admitted,
+                withheld: false,
             }
         })
         .collect();

@@ -12,7 +12,7 @@ use crate::lease::LeaseOutcome;
 use crate::plan::{DescriptorPlan, Plan};
 use crate::response::{deciding_counter, Code, Decided, DescriptorStatus, Response};
 use crate::rules::{DomainRules, MatchedLevel};
-use near_limit::{near_limit_hits, threshold};
+use near_limit::{near_limit_hits, threshold, Around};
 
 /// How one ShouldRateLimit call ended (`floodgate_calls_total{decision}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,20 +177,12 @@ pub fn descriptor_near_limit(
                 return None;
             };
             let capacity = counter.quota.capacity();
-            let charged = outcome.charged && outcome.admitted;
-            // The snapshot is after the charge when admitted and charged, before otherwise
-            // (`core::charging::outcome`).
-            let used = capacity.saturating_sub(outcome.snapshot.remaining);
-            let before = if charged {
-                used.saturating_sub(hits)
-            } else {
-                used
-            };
+            let around = Around::of(outcome, capacity, hits);
             let near = threshold(capacity, ratio);
             Some(near_limit_hits(
                 capacity,
                 near,
-                before,
+                around,
                 hits,
                 outcome.admitted,
             ))

@@ -3,7 +3,7 @@
 //! `checkNearLimitThreshold`, `increaseShadowModeStats`): everything counted in hits
 //! (`hits_addend`), not descriptors. Telemetry adds these to the stats key's series.
 
-use super::near_limit::{near_limit_hits, threshold};
+use super::near_limit::{near_limit_hits, threshold, Around};
 use crate::algorithm::Hits;
 use crate::plan::{DescriptorPlan, Plan};
 use crate::response::{deciding_counter, Decided};
@@ -45,29 +45,22 @@ pub fn reference_counts(
         return None;
     };
     let capacity = counter.quota.capacity();
-    // The snapshot is after the charge when admitted and charged, before otherwise
-    // (`core::charging::outcome`).
-    let used = capacity.saturating_sub(outcome.snapshot.remaining);
-    let before = if outcome.admitted && outcome.charged {
-        used.saturating_sub(hits)
-    } else {
-        used
-    };
+    let around = Around::of(outcome, capacity, hits);
     let near = threshold(capacity, ratio);
     let mut counts = ReferenceCounts {
         total_hits: hits,
-        near_limit: near_limit_hits(capacity, near, before, hits, outcome.admitted),
+        near_limit: near_limit_hits(capacity, near, around, hits, outcome.admitted),
         ..ReferenceCounts::default()
     };
     if outcome.admitted {
         counts.within_limit = hits;
     } else {
         // The reference adds the hits to its counter before judging them, so the hits past
-        // the limit are `before + hits - limit`, or all of them on a full counter.
-        counts.over_limit = if before >= capacity {
+        // the limit are `after - limit`, or all of them on a full counter.
+        counts.over_limit = if around.before >= capacity {
             hits
         } else {
-            before.saturating_add(hits).saturating_sub(capacity)
+            around.after.saturating_sub(capacity)
         };
         if limit.shadow_mode() {
             counts.shadow_mode = counts.over_limit;
@@ -99,7 +92,27 @@ mod tests {
     ) -> Option<ReferenceCounts> {
         let quota = Quota::new(limit, Unit::Minute);
         let capacity = quota.capacity();
-        let plan = Plan {
+        let plan = one_counter(source, quota, hits);
+        let used = if admitted { before + hits } else { before };
+        let decided = Decided {
+            outcomes: vec![CounterOutcome {
+                admitted,
+                snapshot: Snapshot {
+                    remaining: capacity.saturating_sub(used),
+                    reset_after: 0,
+                },
+                retry_after: 0,
+                charged: admitted,
+                withheld: false,
+            }],
+            over_limit: !admitted,
+        };
+        reference_counts(&plan, &plan.descriptors[0], &decided, RATIO)
+    }
+
+    /// A plan of one descriptor limited by `source`, one counter of `quota` charged `hits`.
+    fn one_counter(source: LimitSource<'_>, quota: Quota, hits: u64) -> Plan<'_> {
+        Plan {
             descriptors: vec![DescriptorPlan::Limited {
                 limit: source,
                 counters: 0..1,
@@ -114,28 +127,18 @@ mod tests {
                 share: Share::FULL,
             }],
             leases: Vec::new(),
-        };
-        let used = if admitted { before + hits } else { before };
-        let decided = Decided {
-            outcomes: vec![CounterOutcome {
-                admitted,
-                snapshot: Snapshot {
-                    remaining: capacity.saturating_sub(used),
-                    reset_after: 0,
-                },
-                retry_after: 0,
-                charged: admitted,
-            }],
-            over_limit: !admitted,
-        };
-        reference_counts(&plan, &plan.descriptors[0], &decided, RATIO)
+        }
+    }
+
+    fn an_override() -> LimitSource<'static> {
+        LimitSource::Override {
+            path: "d.k[override]".to_owned(),
+            quotas: Vec::new(),
+        }
     }
 
     fn overridden(limit: u32, hits: u64, before: u64) -> ReferenceCounts {
-        let source = LimitSource::Override {
-            path: "d.k[override]".to_owned(),
-            quotas: Vec::new(),
-        };
+        let source = an_override();
         let admitted = before + hits <= u64::from(limit);
         counted(source, limit, hits, before, admitted).unwrap_or_default()
     }
@@ -170,6 +173,36 @@ mod tests {
                 "L={limit} hits={hits} after={after}"
             );
         }
+    }
+
+    /// `TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig`'s last step for key4
+    /// (`fixed_cache_impl_test.go` lines 732-755): limit 15, 2 hits held back at 13, OK with
+    /// 2 left; the reference reads 11 → 13: 1 near-limit hit, 2 within, none over.
+    #[test]
+    fn a_withheld_charge_counts_as_the_reference_reads_it() {
+        let plan = one_counter(an_override(), Quota::new(15, Unit::Hour), 2);
+        let decided = Decided {
+            outcomes: vec![CounterOutcome {
+                admitted: true,
+                snapshot: Snapshot {
+                    remaining: 2,
+                    reset_after: 0,
+                },
+                retry_after: 0,
+                charged: false,
+                withheld: true,
+            }],
+            over_limit: true,
+        };
+        assert_eq!(
+            reference_counts(&plan, &plan.descriptors[0], &decided, RATIO),
+            Some(ReferenceCounts {
+                total_hits: 2,
+                near_limit: 1,
+                within_limit: 2,
+                ..ReferenceCounts::default()
+            })
+        );
     }
 
     fn shadow_rules() -> crate::rules::RuleSet {

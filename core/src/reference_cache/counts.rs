@@ -20,6 +20,11 @@ pub enum ReferenceHits {
     /// Takes `n` back (floodgate's `is_negative_hits`, which the reference does not read),
     /// never below an empty count.
     TakeBack(u64),
+    /// Hits the reference's two-step count held back because another counter of the request
+    /// goes over (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, `stop_increment`): `INCRBY
+    /// key 0`, then `EXPIRE`. `hits` of a charge, judged on the count as it stands; or a
+    /// refund (`refund`, floodgate's), which is never refused.
+    Withheld { hits: u64, refund: bool },
 }
 
 impl ReferenceHits {
@@ -35,7 +40,9 @@ impl ReferenceHits {
     pub fn added(self) -> u64 {
         match self {
             ReferenceHits::Add(n) => n,
-            ReferenceHits::Check(_) | ReferenceHits::TakeBack(_) => 0,
+            ReferenceHits::Check(_)
+            | ReferenceHits::TakeBack(_)
+            | ReferenceHits::Withheld { .. } => 0,
         }
     }
 }
@@ -51,13 +58,16 @@ pub fn outcome_of(
     reset_after: Micros,
 ) -> CounterOutcome {
     let after = u64::try_from(after).unwrap_or(0);
-    // What the call still asks to fit on top of `after`: nothing for hits already in.
+    // What the call still asks to fit on top of `after`: nothing for hits already in, or
+    // held back (the reference judges those on the count as it stands, lines 211-214).
     let (added, charged, asked) = match hits {
         ReferenceHits::Add(n) => (n, n > 0, 0),
         ReferenceHits::Check(rule) => (0, false, rule.asked()),
         ReferenceHits::TakeBack(_) => (0, true, 0),
+        ReferenceHits::Withheld { .. } => (0, false, 0),
     };
-    let over = after.saturating_add(asked) > limit;
+    let never_refused = matches!(hits, ReferenceHits::Withheld { refund: true, .. });
+    let over = !never_refused && after.saturating_add(asked) > limit;
     let before = after.saturating_sub(added);
     let counted = if over { before } else { after };
     CounterOutcome {
@@ -68,6 +78,7 @@ pub fn outcome_of(
         },
         retry_after: if over { reset_after.max(1) } else { 0 },
         charged,
+        withheld: matches!(hits, ReferenceHits::Withheld { refund: false, .. }),
     }
 }
 

@@ -8,7 +8,10 @@
 //! expiry a whole window plus a random jitter ([`ReferenceWindow::expiration_seconds`]). It
 //! decides from the count `INCRBY` returns: over iff that count passes the limit
 //! ([`outcome_of`]; the request's verdict is every store's, `response::Decided::from_outcomes`).
-//! Those are the only keys and the only arithmetic here; the store sends the commands.
+//! With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` (all-or-refused charging) it reads every
+//! key first and, when any descriptor would go over, increments only those
+//! ([`stop_increments`]). Those are the only keys and the only arithmetic here; the store sends
+//! the commands.
 //!
 //! Only what the reference can count is counted so ([`counts_under_reference_key`]): a fixed
 //! window of one whole unit, the only limit of its descriptor, outside any priority class,
@@ -21,10 +24,12 @@
 
 mod counts;
 mod key;
+mod stop_increment;
 mod window;
 
 pub use counts::{outcome_of, ReferenceHits};
 pub use key::{cache_key, cache_key_of};
+pub use stop_increment::{stop_increments, Read};
 pub use window::{unit_to_divider, ReferenceWindow};
 
 use crate::algorithm::{Algorithm, Counting, Share};

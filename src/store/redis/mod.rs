@@ -50,9 +50,10 @@
 //! key, `CACHE_KEY_PREFIX` + `domain_key_value…_<window start>`, with its `INCRBY` and
 //! `EXPIRE` pipelined (`reference.rs`), so its pods and floodgate's share one count. The core
 //! decides from the counts; "now" is then the instance's clock, as the reference's. Such keys
-//! are charged descriptor by descriptor, so the store refuses them under all-or-nothing
-//! charging. The other counters of a request are decided by the script at the same time; the
-//! verdict joins both (`core::response::Decided::from_outcomes`).
+//! are charged descriptor by descriptor, or, all-or-refused, in the reference's two round trips
+//! (`GET`, then `INCRBY` of the keys the core picks); never rolled back, so the store refuses
+//! them under all-or-nothing charging. The other counters of a request are decided by the
+//! script at the same time; the verdict joins both (`core::response::Decided::from_outcomes`).
 //!
 //! # Redis Cluster
 //!
@@ -84,7 +85,8 @@
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
 //! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`).
-//! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them.
+//! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them (and `+get`,
+//! already above, for all-or-refused's reads).
 //! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
 //! Sentinel also `+role` on the master, and `+sentinel|get-master-addr-by-name` on the
 //! sentinels.
@@ -673,9 +675,10 @@ impl RedisStore {
     }
 
     /// The counters the reference could count under its keys (`calls`), the others under
-    /// floodgate's, both at once; the verdict over all of them. Every descriptor is charged by
-    /// its own counts (`ReferenceCache::open` requires it), so the two parts need not wait for each
-    /// other.
+    /// floodgate's, both at once; the verdict over all of them. Nothing is rolled back
+    /// (`ReferenceCache::open` requires a charging that never is), so the two parts need not
+    /// wait for each other; under all-or-refused each part stops on its own counters' refusals
+    /// (the reference, which cannot have the rules of floodgate's keys, has no such request).
     async fn decide_with_reference_keys(
         &self,
         reference: &ReferenceCache,
@@ -707,8 +710,20 @@ impl RedisStore {
         Ok(Decided::from_outcomes(counters, outcomes, global_shadow))
     }
 
-    /// Every counter under floodgate's keys, decided by the script.
+    /// Every counter under floodgate's keys, decided by the script; its withheld charges
+    /// marked as the core says (`Charging::mark_withheld`).
     async fn decide_with_own_keys(
+        &self,
+        counters: &[Counter],
+        global_shadow: bool,
+    ) -> Result<Decided, StoreError> {
+        let mut decided = self.decide_by_script(counters, global_shadow).await?;
+        self.charging.mark_withheld(counters, &mut decided.outcomes);
+        Ok(decided)
+    }
+
+    /// One script call, or one per slot group on a cluster.
+    async fn decide_by_script(
         &self,
         counters: &[Counter],
         global_shadow: bool,

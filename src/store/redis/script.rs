@@ -585,6 +585,7 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
                 },
                 retry_after: non_negative(fields[3], "retry_after (≥ 0)")?,
                 charged: flag(fields[4], "charged (0 or 1)")?,
+                withheld: false,
             })
         })
         .collect::<Result<Vec<_>, BadReply>>()?;
@@ -752,6 +753,7 @@ mod tests {
                 },
                 retry_after: 7,
                 charged: true,
+                withheld: false,
             }
         );
         assert!(decided.outcomes[1].admitted && !decided.outcomes[1].charged);

@@ -138,6 +138,7 @@ mod tests {
             },
             retry_after: 0,
             charged: true,
+            withheld: false,
         }
     }
 

@@ -379,18 +379,19 @@ async fn a_shadow_rule_over_its_limit_answers_ok() {
     }
 }
 
-/// `TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig`: with
+/// `TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig` (lines 639-757): with
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` floodgate charges all or refused, as the
-/// reference counts: when any descriptor goes over, only those are incremented. The answers
-/// and the counts are the reference's at every step: in the last, `key4` (within its limit) is
-/// left as it was and `key5` (the one that goes over) goes to 15. One stat differs: the reference counts `key4`'s near-limit hits
-/// of that step from 11 (1; its count less the hits it did not add), floodgate from 13 (2; the
-/// count the hits were judged at). The local cache's stats: not applicable.
+/// reference counts: when any descriptor goes over, only those are incremented. The answers,
+/// the counts and the near-limit stats are the reference's at every step, in memory, under
+/// floodgate's keys and under the reference's (its two round trips): in the last, `key4`
+/// (within its limit) is left at 13, and its near-limit hit is counted as the reference counts
+/// it, from 11 to 13 (its count less the hits it held back, lines 211-212), while `key5` (the
+/// one that goes over) goes to 15. The local cache's stats: not applicable.
 #[tokio::test]
 async fn stop_increment_when_over_limit_charges_only_the_refused_hits() {
     let semantics = Semantics::REFERENCE.with_stop_increment_when_over_limit(true);
     assert_eq!(semantics.charging, Charging::AllOrRefused);
-    for backend in Backend::ALL {
+    for backend in Backend::WITH_REFERENCE_KEYS {
         let setup = Setup {
             backend,
             charging: semantics.charging,
@@ -437,9 +438,9 @@ async fn stop_increment_when_over_limit_charges_only_the_refused_hits() {
             ],
             &what,
         );
-        // key4's near-limit hits: the reference counts 1 (from 13 − 2 to 13, the count it did
-        // not increment); floodgate 2 (from 13 to 15, the count the hits were judged at).
-        assert_eq!(added, [stats(1, 0, 2), stats(0, 1, 1)], "{what}");
+        // key4's near-limit hits: 1 (its NearLimit 1 → 2, line 751), from 13 − 2 to 13, the
+        // count `INCRBY … 0` answered less the hits held back; key5's 1 (2 → 3, line 756).
+        assert_eq!(added, [stats(1, 0, 1), stats(0, 1, 1)], "{what}");
 
         // key5 went over to 15, as the reference's increment of it: one more hit is refused;
         // key4 was left at 13 and still has 2.

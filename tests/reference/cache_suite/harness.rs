@@ -25,7 +25,7 @@ use floodgate::core::semantics::Semantics;
 use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::core::unit::Unit;
 use floodgate::store::memory::MemoryStore;
-use floodgate::store::redis::RedisStore;
+use floodgate::store::redis::{RedisStore, ReferenceCounters};
 use floodgate::store::Store;
 use floodgate::telemetry::DEFAULT_NEAR_LIMIT_RATIO;
 use floodgate_testkit::redis::RedisServer;
@@ -34,16 +34,25 @@ use floodgate_testkit::redis::RedisServer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Memory,
+    /// Redis, under floodgate's own keys.
     Redis,
+    /// Redis, under envoyproxy/ratelimit's keys and its commands (`--redis-counters
+    /// reference`, the `ratelimit` door's default): only with the reference's charging.
+    RedisReferenceKeys,
 }
 
 impl Backend {
+    /// The backends every charging mode can use.
     pub const ALL: [Backend; 2] = [Backend::Memory, Backend::Redis];
+    /// With the reference's keys too, for the reference's charging modes.
+    pub const WITH_REFERENCE_KEYS: [Backend; 3] =
+        [Backend::Memory, Backend::Redis, Backend::RedisReferenceKeys];
 
     fn name(self) -> &'static str {
         match self {
             Backend::Memory => "memory",
             Backend::Redis => "redis",
+            Backend::RedisReferenceKeys => "redis_reference",
         }
     }
 }
@@ -101,12 +110,18 @@ impl Cache {
                 let store = MemoryStore::new(10_000, clock.clone()).charging(setup.charging);
                 (Stores::Memory(store), None)
             }
-            Backend::Redis => {
+            Backend::Redis | Backend::RedisReferenceKeys => {
                 let server = RedisServer::start();
                 let mut options = server.options(Some(clock.clone() as Arc<dyn Clock>));
                 options.charging = setup.charging;
                 if let Some(prefix) = prefix {
                     options.key_prefix = prefix.to_owned();
+                }
+                if setup.backend == Backend::RedisReferenceKeys {
+                    options.reference_counters = Some(ReferenceCounters {
+                        expiration_jitter_max_seconds: 0,
+                        ..ReferenceCounters::new(prefix.unwrap_or_default())
+                    });
                 }
                 let store = RedisStore::connect(&options)
                     .await
@@ -348,18 +363,21 @@ pub fn assert_statuses(response: &Response, expected: &[Expected], what: &str) {
     assert_eq!(got, expected, "{what}");
 }
 
-/// The setups of a port that holds in both charging modes: every backend, each mode.
+/// The setups of a port that holds in both charging modes: every backend, each mode, and the
+/// `ratelimit` door's own, the reference's keys.
 pub fn every_setup(now_seconds: i64) -> Vec<Setup> {
+    let setup = |backend, semantics: Semantics| Setup {
+        backend,
+        charging: semantics.charging,
+        check_only: semantics.check_only,
+        now_seconds,
+    };
     Backend::ALL
         .into_iter()
         .flat_map(|backend| {
             // `floodgate serve`'s answers, and the `ratelimit` door's (the reference's).
-            [Semantics::FLOODGATE, Semantics::REFERENCE].map(|semantics| Setup {
-                backend,
-                charging: semantics.charging,
-                check_only: semantics.check_only,
-                now_seconds,
-            })
+            [Semantics::FLOODGATE, Semantics::REFERENCE].map(|semantics| setup(backend, semantics))
         })
+        .chain([setup(Backend::RedisReferenceKeys, Semantics::REFERENCE)])
         .collect()
 }

@@ -30,7 +30,7 @@ pub enum Keys {
 }
 
 impl Keys {
-    fn key(self, name: &str) -> String {
+    pub fn key(self, name: &str) -> String {
         match self {
             Keys::Plain => name.to_owned(),
             Keys::Local => format!("{name}_local"),

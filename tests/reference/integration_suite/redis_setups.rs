@@ -7,13 +7,17 @@
 //! Like the Go tests, the Redis servers of one test are shared by its rows, and each row starts
 //! its own floodgate. floodgate does not read `LOCAL_CACHE_SIZE_IN_BYTES`: its rows must answer
 //! the same and floodgate says at start that it ignores it. The per-second rows
-//! (`REDIS_PERSECOND=true`) start `floodgate serve`, whose counters are floodgate's own, in one
-//! Redis: it refuses to start rather than count SECOND limits elsewhere than asked (the
-//! per-second Redis serves envoyproxy/ratelimit's counters, `--redis-counters reference`:
-//! tests/redis/redis_reference_door.rs), so the per-second Redis stays empty.
+//! (`REDIS_PERSECOND=true`) start as `ratelimit`, whose counters are the reference's, and each
+//! has a per-second Redis of its setup's kind (a password, TLS, a cluster, a sentinel), as the
+//! Go tests' `REDIS_PERSECOND_*` settings name one: the SECOND limit of the sequence (`basic`
+//! key1) is counted there and nowhere else (`fixed_cache_impl.go` lines 173-186), which each
+//! such row asserts. The rows without a per-second Redis and with a local cache start
+//! `floodgate serve` (its own counters, its own charging); `TestBasicConfig` also holds its
+//! refusal of `REDIS_PERSECOND=true`, which its counters could not honour.
+
+use std::collections::BTreeSet;
 
 use floodgate::core::charging::Charging;
-use floodgate_testkit::free_port;
 use floodgate_testkit::redis::{RedisCluster, RedisServer, SentinelServer};
 use floodgate_testkit::testca::TestCa;
 
@@ -35,7 +39,58 @@ pub struct Row {
     pub refused: Option<&'static str>,
 }
 
+/// The Redis servers of one test whose keys the per-second rows inspect: the main store's and
+/// the per-second store's (one server, or a cluster's nodes).
+pub struct Stores<'s> {
+    pub main: Vec<&'s RedisServer>,
+    pub per_second: Vec<&'s RedisServer>,
+}
+
+impl Stores<'_> {
+    /// The keys under `pattern` on `servers` (`redis-cli --scan`, with their password).
+    fn keys(servers: &[&RedisServer], pattern: &str) -> BTreeSet<String> {
+        servers
+            .iter()
+            .flat_map(|server| {
+                let text = server
+                    .query_text(&["--scan", "--pattern", pattern])
+                    .unwrap_or_else(|| panic!("SCAN on port {} failed", server.port()));
+                text.lines()
+                    .map(str::trim)
+                    .filter(|key| !key.is_empty())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The calls of `command` (`INFO commandstats`, lower case) `servers` have run so far.
+    fn calls(servers: &[&RedisServer], command: &str) -> u64 {
+        let prefix = format!("cmdstat_{command}:calls=");
+        servers
+            .iter()
+            .map(|server| {
+                let info = server
+                    .query_text(&["INFO", "commandstats"])
+                    .unwrap_or_else(|| panic!("INFO on port {} failed", server.port()));
+                info.lines()
+                    .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|calls| calls.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
 impl Row {
+    /// Whether the row names a per-second Redis (`REDIS_PERSECOND=true`).
+    fn per_second(&self) -> bool {
+        self.env
+            .iter()
+            .any(|(name, value)| name == "REDIS_PERSECOND" && value == "true")
+    }
+
     /// How the row's floodgate charges: the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
     /// when set, else its door's default (every descriptor started as `ratelimit`, as the
     /// reference; all or nothing for `floodgate serve`).
@@ -92,8 +147,8 @@ pub fn four_rows(
             );
             rows.push(Row {
                 name,
-                // Both ways to start it, alternating.
-                entry: if with_per_second {
+                // `floodgate serve` where its own counters can do what the row asks.
+                entry: if local_cache && !with_per_second {
                     Entry::Serve
                 } else {
                     Entry::Ratelimit
@@ -105,8 +160,7 @@ pub fn four_rows(
                 },
                 env,
                 ignored,
-                refused: with_per_second
-                    .then_some("REDIS_PERSECOND=true: floodgate's own counters"),
+                refused: None,
             });
         }
     }
@@ -116,6 +170,15 @@ pub fn four_rows(
 /// Runs each row: a floodgate from the fixtures `basic.yaml` and `another.yaml`, the basic
 /// sequence, and the reference variables it ignores said once each at start.
 pub async fn run_rows(test: &str, rows: &[Row]) {
+    run_rows_on(test, rows, None).await;
+}
+
+/// [`run_rows`], each per-second row's SECOND counter looked for in `stores`: the one SECOND
+/// call of the sequence (`basic` key1) is the one `INCRBY` the per-second Redis runs, no new
+/// key of it appears in the main Redis, and the per-second Redis holds nothing but such keys
+/// (the reference's, `basic_key1_foo_<second>`; each lives a second plus the expiry jitter, so
+/// it may be gone by the end of the row).
+pub async fn run_rows_on(test: &str, rows: &[Row], stores: Option<&Stores<'_>>) {
     let tree = RuntimeTree::integration(&["basic.yaml", "another.yaml"]);
     for row in rows {
         let context = format!("{test}/{}", row.name);
@@ -130,6 +193,14 @@ pub async fn run_rows(test: &str, rows: &[Row]) {
             assert!(log.contains(said), "{context}: {said}\n{log}");
             continue;
         }
+        let second_keys = format!("basic_{}_foo_*", row.keys.key("key1"));
+        let checked = stores.filter(|_| row.per_second());
+        let before = checked.map(|stores| {
+            (
+                Stores::keys(&stores.main, &second_keys),
+                Stores::calls(&stores.per_second, "incrby"),
+            )
+        });
         let server = start(row.entry, &tree, &row.name, &env);
         basic_sequence::run(&server, row.keys, row.charging(), &context).await;
         let log = server.process.log_text();
@@ -137,7 +208,33 @@ pub async fn run_rows(test: &str, rows: &[Row]) {
             let said = format!("{variable} is set, but floodgate does not support it");
             assert_eq!(log.matches(&said).count(), 1, "{context}: {said}\n{log}");
         }
+        if let (Some(stores), Some(before)) = (checked, before) {
+            assert_second_keys_in_the_per_second_redis(stores, &second_keys, before, &context);
+        }
     }
+}
+
+fn assert_second_keys_in_the_per_second_redis(
+    stores: &Stores<'_>,
+    second_keys: &str,
+    (main_before, increments_before): (BTreeSet<String>, u64),
+    context: &str,
+) {
+    let main_after = Stores::keys(&stores.main, second_keys);
+    assert!(
+        main_after.is_subset(&main_before),
+        "{context}: a SECOND key in the main Redis: {main_after:?}"
+    );
+    assert_eq!(
+        Stores::calls(&stores.per_second, "incrby") - increments_before,
+        1,
+        "{context}: the SECOND limit's INCRBY, and nothing else, in the per-second Redis"
+    );
+    let every = Stores::keys(&stores.per_second, "*");
+    assert!(
+        every.iter().all(|key| key.starts_with("basic_key1_")),
+        "{context}: only SECOND keys belong in the per-second Redis: {every:?}"
+    );
 }
 
 /// The keys a Redis holds (`DBSIZE`).
@@ -205,17 +302,28 @@ async fn basic_config() {
         );
         rows.push(row);
     }
-    run_rows("TestBasicConfig", &rows).await;
+    // `floodgate serve` keeps its own counters, in one Redis: it refuses a per-second one.
+    let mut serving = store.clone();
+    serving.push(("REDIS_PERSECOND".to_owned(), "true".to_owned()));
+    serving.extend_from_slice(&per_second);
+    rows.push(Row {
+        name: "WithPerSecondRedisAsFloodgateServe".to_owned(),
+        entry: Entry::Serve,
+        keys: Keys::Plain,
+        env: serving,
+        ignored: Vec::new(),
+        refused: Some("REDIS_PERSECOND=true: floodgate's own counters"),
+    });
+    let stores = Stores {
+        main: vec![&redis],
+        per_second: vec![&per_second_redis],
+    };
+    run_rows_on("TestBasicConfig", &rows, Some(&stores)).await;
 
     let prefixed_keys = redis.query_text(&["--scan", "--pattern", "prefix:*"]);
     assert!(
         prefixed_keys.is_some_and(|keys| !keys.trim().is_empty()),
         "CACHE_KEY_PREFIX: no key under prefix: in Redis"
-    );
-    assert_eq!(
-        key_count(&per_second_redis),
-        0,
-        "floodgate serve refuses REDIS_PERSECOND: nothing is counted in REDIS_PERSECOND_URL's Redis"
     );
     assert!(key_count(&redis) > 0);
 }
@@ -232,12 +340,16 @@ async fn basic_auth_config() {
         ("REDIS_PERSECOND_URL", &address(per_second_redis.port())),
         ("REDIS_PERSECOND_AUTH", PASSWORD),
     ]);
-    run_rows(
+    let stores = Stores {
+        main: vec![&redis],
+        per_second: vec![&per_second_redis],
+    };
+    run_rows_on(
         "TestBasicAuthConfig",
         &four_rows("Auth", &store, &per_second),
+        Some(&stores),
     )
     .await;
-    assert_eq!(key_count(&per_second_redis), 0);
     assert!(key_count(&redis) > 0);
 }
 
@@ -273,6 +385,7 @@ async fn basic_tls_config() {
         ])
     };
     let (redis, tls_port) = tls_redis("no");
+    let (per_second_redis, per_second_tls_port) = tls_redis("no");
     let store = owned(&[
         ("REDIS_URL", &address(tls_port)),
         ("REDIS_TLS", "true"),
@@ -280,7 +393,7 @@ async fn basic_tls_config() {
         ("REDIS_AUTH", PASSWORD),
     ]);
     let per_second = owned(&[
-        ("REDIS_PERSECOND_URL", &address(free_port())),
+        ("REDIS_PERSECOND_URL", &address(per_second_tls_port)),
         ("REDIS_PERSECOND_AUTH", PASSWORD),
         ("REDIS_PERSECOND_TLS", "true"),
     ]);
@@ -305,7 +418,11 @@ async fn basic_tls_config() {
         ignored: Vec::new(),
         refused: None,
     });
-    run_rows("TestBasicTLSConfig", &rows).await;
+    let stores = Stores {
+        main: vec![&redis],
+        per_second: vec![&per_second_redis],
+    };
+    run_rows_on("TestBasicTLSConfig", &rows, Some(&stores)).await;
     assert!(key_count(&redis) > 0);
     assert!(key_count(&verifying_redis) > 0);
 }
@@ -313,6 +430,7 @@ async fn basic_tls_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_config_with_redis_cluster() {
     let cluster = RedisCluster::start_with_password(3, PASSWORD);
+    let per_second_cluster = RedisCluster::start_with_password(3, PASSWORD);
     let store = owned(&[
         ("REDIS_TYPE", "cluster"),
         ("REDIS_URL", &cluster.seeds()),
@@ -321,15 +439,22 @@ async fn basic_auth_config_with_redis_cluster() {
     ]);
     let per_second = owned(&[
         ("REDIS_PERSECOND_TYPE", "cluster"),
-        ("REDIS_PERSECOND_URL", &address(free_port())),
+        ("REDIS_PERSECOND_URL", &per_second_cluster.seeds()),
         ("REDIS_PERSECOND_AUTH", PASSWORD),
         ("REDIS_PERSECOND_PIPELINE_WINDOW", "150us"),
     ]);
     let mut rows = four_rows("Auth", &store, &per_second);
     for row in &mut rows {
         row.ignored.push("REDIS_PIPELINE_WINDOW");
+        if row.per_second() {
+            row.ignored.push("REDIS_PERSECOND_PIPELINE_WINDOW");
+        }
     }
-    run_rows("TestBasicAuthConfigWithRedisCluster", &rows).await;
+    let stores = Stores {
+        main: cluster.nodes.iter().collect(),
+        per_second: per_second_cluster.nodes.iter().collect(),
+    };
+    run_rows_on("TestBasicAuthConfigWithRedisCluster", &rows, Some(&stores)).await;
     let keys: u64 = cluster.nodes.iter().map(key_count).sum();
     assert!(keys > 0, "no counter in the cluster");
 }
@@ -339,6 +464,13 @@ async fn basic_auth_config_with_redis_sentinel() {
     let master = RedisServer::start_with_password(PASSWORD, &[]);
     let sentinel =
         SentinelServer::start_with_auth("mymaster", master.port(), 5_000, Some(PASSWORD));
+    let per_second_master = RedisServer::start_with_password(PASSWORD, &[]);
+    let per_second_sentinel = SentinelServer::start_with_auth(
+        "mymaster",
+        per_second_master.port(),
+        5_000,
+        Some(PASSWORD),
+    );
     let store = owned(&[
         ("REDIS_TYPE", "sentinel"),
         (
@@ -351,13 +483,18 @@ async fn basic_auth_config_with_redis_sentinel() {
         ("REDIS_PERSECOND_TYPE", "sentinel"),
         (
             "REDIS_PERSECOND_URL",
-            &format!("mymaster,{}", address(free_port())),
+            &format!("mymaster,{}", address(per_second_sentinel.port())),
         ),
         ("REDIS_PERSECOND_AUTH", PASSWORD),
     ]);
-    run_rows(
+    let stores = Stores {
+        main: vec![&master],
+        per_second: vec![&per_second_master],
+    };
+    run_rows_on(
         "TestBasicAuthConfigWithRedisSentinel",
         &four_rows("Auth", &store, &per_second),
+        Some(&stores),
     )
     .await;
     assert!(key_count(&master) > 0, "no counter on the master");

@@ -17,7 +17,7 @@
 --       Redis TIME, once per call; a test clock's µs otherwise), extra TTL in ms (0 unless a
 --       test clock runs: Redis expires keys on its own clock), the charging mode
 --       ('all-or-nothing', 'every-descriptor' or 'all-or-refused': one unit, as all or
---       nothing; what differs is in the hits kinds);
+--       nothing, which stops when any counter refuses; the rest is in the hits kinds);
 --       then per counter template TEMPLATE_FIELDS values: algorithm, limit L, window W µs (−N:
 --       N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
 --       whatever its verdict, 'record-refused': a charge counted when refused and kept then,
@@ -76,6 +76,7 @@ local templates_base = settings_base + tonumber(ARGV[2]) * SETTINGS_FIELDS
 -- COUNTER_FIELDS + f]), where its keys start in KEYS, and where its answer starts in the reply
 -- (its over_limit is reply[reply_base + 1]).
 local global_shadow, now, now_is_redis_time, extra_ttl_ms, counter_count, every_descriptor
+local all_or_refused
 local argv_base = templates_base + tonumber(ARGV[3]) * TEMPLATE_FIELDS + REQUEST_FIELDS
 local key_base, reply_base = 0, 0
 -- Counter i of the request answers in reply[reply_base + 5i − 3 .. reply_base + 5i + 1]:
@@ -171,17 +172,33 @@ local function over_limit_of(first, last)
     or (quota_descriptors > 0 and quota_descriptors_over == quota_descriptors)
 end
 
+-- Whether any of the counters first..last refused, whatever its role: under all-or-refused
+-- (core::charging, Settling::unit_stops) such a unit keeps only what it records, as the
+-- reference's getHitsAddend stops the increments on any key that would go over.
+local function any_refused(first, last)
+  for index = first, last do
+    if reply[reply_base + REPLY_FIELDS * index - 3] == 0 then
+      return true
+    end
+  end
+  return false
+end
+
 -- Settles the unit of counters first..last: which keep their new state (not a check, and
 -- admitted in a unit that passes, or recorded), what their keys go back to when not. Whether
 -- the unit is over its limits.
 local function settle_unit(first, last)
   local unit_over = over_limit_of(first, last)
+  local stops = unit_over
+  if all_or_refused then
+    stops = any_refused(first, last)
+  end
   for index = first, last do
     local base = argv_base + (index - 1) * COUNTER_FIELDS
     local at = reply_base + REPLY_FIELDS * index - 3
     local admitted = reply[at] == 1
     local hits_kind = ARGV[template_of(index) + 5]
-    local kept = hits_kind ~= 'check' and ((admitted and not unit_over) or hits_kind == 'record'
+    local kept = hits_kind ~= 'check' and ((admitted and not stops) or hits_kind == 'record'
       or (hits_kind == 'record-refused' and not admitted))
     if kept then
       commits[number(ARGV[base + 1])] = next_states[index]
@@ -414,6 +431,7 @@ for _ = 1, request_count do
   end
   extra_ttl_ms = number(ARGV[settings + 3])
   every_descriptor = ARGV[settings + 4] == 'every-descriptor'
+  all_or_refused = ARGV[settings + 4] == 'all-or-refused'
   local key_count = 1
   if lone_template then
     decide_lone_counter(lone_template)
