@@ -28,6 +28,14 @@ impl LimitHeaders {
             LimitHeaders::AsTheReference => HeaderMode::ReferenceRateLimit(names),
         }
     }
+
+    /// The name the start's log line gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitHeaders::WithRetryAfter => "three-headers-and-retry-after",
+            LimitHeaders::AsTheReference => "the-references-three-headers",
+        }
+    }
 }
 
 /// One process's choices where the two services answer differently.

@@ -137,7 +137,7 @@ pub fn log(semantics: &Semantics, door: FrontDoor) {
         check_only = %semantics.check_only,
         charge = %semantics.charging,
         overflow = %semantics.overflow,
-        limit_headers = ?semantics.limit_headers,
+        limit_headers = semantics.limit_headers.name(),
         error_codes = %semantics.error_codes,
         "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
          (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes)"
