@@ -7,6 +7,7 @@
 
 use crate::algorithm::{CheckRule, Overflow};
 use crate::charging::Charging;
+use crate::dynamic_metadata::RuleMetadata;
 use crate::error_codes::ErrorCodes;
 use crate::headers::{HeaderMode, PlainHeaderNames};
 
@@ -46,30 +47,35 @@ pub struct Semantics {
     pub limit_headers: LimitHeaders,
     /// The codes of calls that cannot be decided (`--error-codes`).
     pub error_codes: ErrorCodes,
+    /// Which passed rules give their `metadata:` in dynamic metadata (`--rule-metadata`).
+    pub rule_metadata: RuleMetadata,
 }
 
 impl Semantics {
     /// floodgate's own: a check stands for one more hit, a refused request charges nothing,
-    /// a refused charge is not counted, `Retry-After` comes with the headers, and errors say
-    /// what failed.
+    /// a refused charge is not counted, `Retry-After` comes with the headers, errors say
+    /// what failed, and every passed rule gives its metadata.
     pub const FLOODGATE: Semantics = Semantics {
         check_only: CheckRule::OneMoreFits,
         charging: Charging::AllOrNothing,
         overflow: Overflow::Refuse,
         limit_headers: LimitHeaders::WithRetryAfter,
         error_codes: ErrorCodes::Distinct,
+        rule_metadata: RuleMetadata::Always,
     };
 
     /// envoyproxy/ratelimit's: a check passes while the count is within the limit, every
     /// descriptor is incremented whatever the verdict (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-    /// unset, so a charge past the limit is counted), the three headers and nothing more, and
-    /// every error is gRPC UNKNOWN.
+    /// unset, so a charge past the limit is counted), the three headers and nothing more,
+    /// every error is gRPC UNKNOWN, and a limit rebuilt for its stats key (`detailed_metric`,
+    /// `value_to_metric`) gives no metadata.
     pub const REFERENCE: Semantics = Semantics {
         check_only: CheckRule::WithinLimit,
         charging: Charging::EveryDescriptor,
         overflow: Overflow::Refuse,
         limit_headers: LimitHeaders::AsTheReference,
         error_codes: ErrorCodes::Unknown,
+        rule_metadata: RuleMetadata::AsTheReference,
     };
 
     /// These choices with envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
@@ -99,6 +105,7 @@ mod tests {
         assert_ne!(floodgate.charging, reference.charging);
         assert_ne!(floodgate.limit_headers, reference.limit_headers);
         assert_ne!(floodgate.error_codes, reference.error_codes);
+        assert_ne!(floodgate.rule_metadata, reference.rule_metadata);
         // Every-descriptor charging counts a refused charge of a window already.
         assert_eq!(reference.overflow, Overflow::Refuse);
     }

@@ -11,6 +11,7 @@ use super::front_door::FrontDoor;
 use super::setting_values::env_bool;
 use crate::core::algorithm::{CheckRule, Overflow};
 use crate::core::charging::Charging;
+use crate::core::dynamic_metadata::RuleMetadata;
 use crate::core::error_codes::ErrorCodes;
 use crate::core::semantics::Semantics;
 
@@ -49,6 +50,16 @@ pub enum ErrorCodesArg {
     Unknown,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuleMetadataArg {
+    /// Every passed rule gives its `metadata:`.
+    Always,
+    /// Not a rule whose limit envoyproxy/ratelimit rebuilds for its stats key
+    /// (`detailed_metric` at a descriptor with nothing below, or a `value_to_metric` key the
+    /// request's values change): the reference's rebuilt limit has no metadata.
+    Reference,
+}
+
 /// The flags of `core::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
@@ -71,6 +82,10 @@ pub struct SemanticsArgs {
     /// --semantics].
     #[arg(long, env = "FLOODGATE_ERROR_CODES", value_enum)]
     pub error_codes: Option<ErrorCodesArg>,
+    /// Which passed rules give their `metadata:` in dynamic metadata: always or reference
+    /// [default: by --semantics].
+    #[arg(long, env = "FLOODGATE_RULE_METADATA", value_enum)]
+    pub rule_metadata: Option<RuleMetadataArg>,
 }
 
 /// The set a door answers with when nothing says otherwise.
@@ -123,6 +138,12 @@ pub fn semantics(
             ErrorCodesArg::Unknown => ErrorCodes::Unknown,
         };
     }
+    if let Some(metadata) = flags.rule_metadata {
+        chosen.rule_metadata = match metadata {
+            RuleMetadataArg::Always => RuleMetadata::Always,
+            RuleMetadataArg::Reference => RuleMetadata::AsTheReference,
+        };
+    }
     Ok(chosen)
 }
 
@@ -139,8 +160,10 @@ pub fn log(semantics: &Semantics, door: FrontDoor) {
         overflow = %semantics.overflow,
         limit_headers = ?semantics.limit_headers,
         error_codes = %semantics.error_codes,
+        rule_metadata = ?semantics.rule_metadata,
         "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
-         (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes)"
+         (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes, \
+         --rule-metadata)"
     );
 }
 
@@ -203,8 +226,10 @@ mod tests {
             "--check-only=one-more-fits",
             "--overflow=owe",
             "--error-codes=distinct",
+            "--rule-metadata=always",
         ];
         let own = chosen(&flags, FrontDoor::Reference, stop("false"));
+        assert_eq!(own.rule_metadata, RuleMetadata::Always);
         assert_eq!(own.charging, Charging::AllOrNothing);
         assert_eq!(own.check_only, CheckRule::OneMoreFits);
         assert_eq!(own.overflow, Overflow::Owe);
@@ -219,6 +244,11 @@ mod tests {
         assert_eq!(reference.charging, Charging::EveryDescriptor);
         assert_eq!(reference.check_only, CheckRule::WithinLimit);
         assert_eq!(reference.error_codes, ErrorCodes::Distinct);
+        let metadata = chosen(&["--rule-metadata=reference"], FrontDoor::Floodgate, |_| {
+            None
+        });
+        assert_eq!(metadata.rule_metadata, RuleMetadata::AsTheReference);
+        assert_eq!(metadata.check_only, Semantics::FLOODGATE.check_only);
     }
 
     #[test]

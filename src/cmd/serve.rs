@@ -241,6 +241,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         failure_policy: args.redis_failure_policy,
         shedding,
         error_codes: semantics.error_codes,
+        rule_metadata: semantics.rule_metadata,
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),

@@ -17,7 +17,7 @@ mod leases;
 
 use self::leases::Leased;
 use crate::core::adjustment::AdjustmentsAt;
-use crate::core::dynamic_metadata;
+use crate::core::dynamic_metadata::{self, RuleMetadata};
 use crate::core::error_codes::{ErrorCodes, Undecided};
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
@@ -55,6 +55,8 @@ pub struct LimiterSettings {
     /// `--response-dynamic-metadata`: every decided answer carries `dynamic_metadata`
     /// (`core::dynamic_metadata`). Off, nothing of it is built.
     pub response_dynamic_metadata: bool,
+    /// Which passed rules give their `metadata:` there (`core::semantics`).
+    pub rule_metadata: RuleMetadata,
     /// `--shed-above`: shed calls past this many in the limiter (`engine::self_shedding`).
     pub shedding: Option<SelfShedding>,
     /// `--error-codes`: what the gRPC and HTTP shells answer a call that was not decided.
@@ -404,7 +406,7 @@ impl<S: Store> Limiter<S> {
             Leased::Decided(outcomes) => outcomes,
             Leased::Rejected(mut response) => {
                 self.record_failure_rejection(&live, &request.domain, &plan);
-                self.add_dynamic_metadata(&mut response, request, &plan);
+                self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
                 return Ok(Answered::Decided(response, Decision::OverLimit));
             }
         };
@@ -444,7 +446,7 @@ impl<S: Store> Limiter<S> {
                     StoreFallback::Decided(decided) => decided,
                     StoreFallback::Rejected(mut response) => {
                         self.record_failure_rejection(&live, &request.domain, &plan);
-                        self.add_dynamic_metadata(&mut response, request, &plan);
+                        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
                         return Ok(Answered::Decided(response, Decision::OverLimit));
                     }
                 }
@@ -462,7 +464,7 @@ impl<S: Store> Limiter<S> {
             over_limit,
             self.settings.header_mode,
         );
-        self.add_dynamic_metadata(&mut response, request, &plan);
+        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
         let call = DecidedCall {
             request,
             rules: &live.rules,
@@ -498,9 +500,16 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The answer's `dynamic_metadata`, when `--response-dynamic-metadata` asks for it.
-    fn add_dynamic_metadata(&self, response: &mut Response, request: &Request, plan: &Plan<'_>) {
+    fn add_dynamic_metadata(
+        &self,
+        response: &mut Response,
+        request: &Request,
+        (plan, rules): (&Plan<'_>, &RuleSet),
+    ) {
         if self.settings.response_dynamic_metadata {
-            dynamic_metadata::attach(response, request, plan);
+            let domain = rules.domain(&request.domain);
+            let choice = self.settings.rule_metadata;
+            dynamic_metadata::attach(response, request, plan, choice, domain);
         }
     }
 
