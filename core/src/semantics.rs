@@ -7,6 +7,7 @@
 
 use crate::algorithm::{CheckRule, Overflow};
 use crate::charging::Charging;
+use crate::config::YamlStrings;
 use crate::dynamic_metadata::RuleMetadata;
 use crate::error_codes::ErrorCodes;
 use crate::headers::{HeaderMode, PlainHeaderNames};
@@ -49,12 +50,15 @@ pub struct Semantics {
     pub error_codes: ErrorCodes,
     /// Which passed rules give their `metadata:` in dynamic metadata (`--rule-metadata`).
     pub rule_metadata: RuleMetadata,
+    /// How the reference's string fields in rule files read an unquoted number or boolean
+    /// (`--yaml-strings`).
+    pub yaml_strings: YamlStrings,
 }
 
 impl Semantics {
     /// floodgate's own: a check stands for one more hit, a refused request charges nothing,
     /// a refused charge is not counted, `Retry-After` comes with the headers, errors say
-    /// what failed, and every passed rule gives its metadata.
+    /// what failed, every passed rule gives its metadata, and rule files are read as YAML 1.2.
     pub const FLOODGATE: Semantics = Semantics {
         check_only: CheckRule::OneMoreFits,
         charging: Charging::AllOrNothing,
@@ -62,13 +66,15 @@ impl Semantics {
         limit_headers: LimitHeaders::WithRetryAfter,
         error_codes: ErrorCodes::Distinct,
         rule_metadata: RuleMetadata::Always,
+        yaml_strings: YamlStrings::Resolved,
     };
 
     /// envoyproxy/ratelimit's: a check passes while the count is within the limit, every
     /// descriptor is incremented whatever the verdict (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
     /// unset, so a charge past the limit is counted), the three headers and nothing more,
-    /// every error is gRPC UNKNOWN, and a limit rebuilt for its stats key (`detailed_metric`,
-    /// `value_to_metric`) gives no metadata.
+    /// every error is gRPC UNKNOWN, a limit rebuilt for its stats key (`detailed_metric`,
+    /// `value_to_metric`) gives no metadata, and a string field holds the text written, as its
+    /// yaml.v2 decodes it.
     pub const REFERENCE: Semantics = Semantics {
         check_only: CheckRule::WithinLimit,
         charging: Charging::EveryDescriptor,
@@ -76,6 +82,7 @@ impl Semantics {
         limit_headers: LimitHeaders::AsTheReference,
         error_codes: ErrorCodes::Unknown,
         rule_metadata: RuleMetadata::AsTheReference,
+        yaml_strings: YamlStrings::AsWritten,
     };
 
     /// These choices with envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
@@ -106,6 +113,7 @@ mod tests {
         assert_ne!(floodgate.limit_headers, reference.limit_headers);
         assert_ne!(floodgate.error_codes, reference.error_codes);
         assert_ne!(floodgate.rule_metadata, reference.rule_metadata);
+        assert_ne!(floodgate.yaml_strings, reference.yaml_strings);
         // Every-descriptor charging counts a refused charge of a window already.
         assert_eq!(reference.overflow, Overflow::Refuse);
     }

@@ -11,6 +11,7 @@ use super::front_door::FrontDoor;
 use super::setting_values::env_bool;
 use crate::core::algorithm::{CheckRule, Overflow};
 use crate::core::charging::Charging;
+use crate::core::config::YamlStrings;
 use crate::core::dynamic_metadata::RuleMetadata;
 use crate::core::error_codes::ErrorCodes;
 use crate::core::semantics::Semantics;
@@ -60,6 +61,15 @@ pub enum RuleMetadataArg {
     Reference,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum YamlStringsArg {
+    /// As YAML 1.2 resolves them: `0x10` is `16`, `True` is `true`.
+    Resolved,
+    /// As written, as envoyproxy/ratelimit's yaml.v2 decodes them (`0x10`, `True`); what it
+    /// reads as a decimal number (`09`, `1.5`) or an integer past 2^63 − 1 is refused, as there.
+    AsWritten,
+}
+
 /// The flags of `core::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
@@ -86,6 +96,11 @@ pub struct SemanticsArgs {
     /// [default: by --semantics].
     #[arg(long, env = "FLOODGATE_RULE_METADATA", value_enum)]
     pub rule_metadata: Option<RuleMetadataArg>,
+    /// How the reference's string fields in rule files (`domain`, `key`, `value`, `unit`,
+    /// `name`) read an unquoted number or boolean: resolved or as-written [default: by
+    /// --semantics].
+    #[arg(long, env = "FLOODGATE_YAML_STRINGS", value_enum)]
+    pub yaml_strings: Option<YamlStringsArg>,
 }
 
 /// The set a door answers with when nothing says otherwise.
@@ -144,6 +159,12 @@ pub fn semantics(
             RuleMetadataArg::Reference => RuleMetadata::AsTheReference,
         };
     }
+    if let Some(strings) = flags.yaml_strings {
+        chosen.yaml_strings = match strings {
+            YamlStringsArg::Resolved => YamlStrings::Resolved,
+            YamlStringsArg::AsWritten => YamlStrings::AsWritten,
+        };
+    }
     Ok(chosen)
 }
 
@@ -161,9 +182,10 @@ pub fn log(semantics: &Semantics, door: FrontDoor) {
         limit_headers = ?semantics.limit_headers,
         error_codes = %semantics.error_codes,
         rule_metadata = ?semantics.rule_metadata,
+        yaml_strings = ?semantics.yaml_strings,
         "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
          (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes, \
-         --rule-metadata)"
+         --rule-metadata, --yaml-strings)"
     );
 }
 
@@ -227,9 +249,11 @@ mod tests {
             "--overflow=owe",
             "--error-codes=distinct",
             "--rule-metadata=always",
+            "--yaml-strings=resolved",
         ];
         let own = chosen(&flags, FrontDoor::Reference, stop("false"));
         assert_eq!(own.rule_metadata, RuleMetadata::Always);
+        assert_eq!(own.yaml_strings, YamlStrings::Resolved);
         assert_eq!(own.charging, Charging::AllOrNothing);
         assert_eq!(own.check_only, CheckRule::OneMoreFits);
         assert_eq!(own.overflow, Overflow::Owe);
@@ -249,6 +273,10 @@ mod tests {
         });
         assert_eq!(metadata.rule_metadata, RuleMetadata::AsTheReference);
         assert_eq!(metadata.check_only, Semantics::FLOODGATE.check_only);
+        let strings = chosen(&["--yaml-strings=as-written"], FrontDoor::Floodgate, |_| {
+            None
+        });
+        assert_eq!(strings.yaml_strings, YamlStrings::AsWritten);
     }
 
     #[test]

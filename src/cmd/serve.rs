@@ -257,6 +257,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     // wait for the first xDS snapshot.
     let load_options = LoadOptions {
         default_overflow: semantics.overflow,
+        yaml_strings: semantics.yaml_strings,
         ..args.config.load_options()
     };
     let Some(first) =
