@@ -14,7 +14,7 @@ use crate::core::charging::Charging;
 use crate::core::config::YamlStrings;
 use crate::core::dynamic_metadata::RuleMetadata;
 use crate::core::error_codes::ErrorCodes;
-use crate::core::semantics::Semantics;
+use crate::core::semantics::{Semantics, Traces};
 
 /// `--semantics`: a whole set of answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,6 +70,16 @@ pub enum YamlStringsArg {
     AsWritten,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TracesArg {
+    /// floodgate's: OTLP/gRPC to --otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT), a
+    /// `ShouldRateLimit` span per call.
+    Floodgate,
+    /// envoyproxy/ratelimit's: TRACING_ENABLED and the other TRACING_* variables, its span
+    /// names.
+    Reference,
+}
+
 /// The flags of `core::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
@@ -101,6 +111,10 @@ pub struct SemanticsArgs {
     /// --semantics].
     #[arg(long, env = "FLOODGATE_YAML_STRINGS", value_enum)]
     pub yaml_strings: Option<YamlStringsArg>,
+    /// Which settings turn traces on and what a call's spans are called: floodgate (the
+    /// --otlp-endpoint flags, OTEL_*) or reference (TRACING_*) [default: by --semantics].
+    #[arg(long, env = "FLOODGATE_TRACES", value_enum)]
+    pub traces: Option<TracesArg>,
 }
 
 /// The set a door answers with when nothing says otherwise.
@@ -108,6 +122,19 @@ pub fn door_semantics(door: FrontDoor) -> Semantics {
     match door {
         FrontDoor::Floodgate => Semantics::FLOODGATE,
         FrontDoor::Reference => Semantics::REFERENCE,
+    }
+}
+
+/// Which traces the process exports: `--traces`, else the set `--semantics` or the door picks.
+/// Needed before the rest ([`semantics`]), when logging and tracing are set up.
+pub fn traces(args: &ServeArgs, door: FrontDoor) -> Traces {
+    let flags = &args.semantics;
+    match (flags.traces, flags.semantics) {
+        (Some(TracesArg::Floodgate), _) => Traces::Floodgate,
+        (Some(TracesArg::Reference), _) => Traces::AsTheReference,
+        (None, Some(SemanticsArg::Floodgate)) => Semantics::FLOODGATE.traces,
+        (None, Some(SemanticsArg::Reference)) => Semantics::REFERENCE.traces,
+        (None, None) => door_semantics(door).traces,
     }
 }
 
@@ -165,6 +192,7 @@ pub fn semantics(
             YamlStringsArg::AsWritten => YamlStrings::AsWritten,
         };
     }
+    chosen.traces = traces(args, door);
     Ok(chosen)
 }
 
@@ -183,21 +211,23 @@ pub fn log(semantics: &Semantics, door: FrontDoor) {
         error_codes = %semantics.error_codes,
         rule_metadata = ?semantics.rule_metadata,
         yaml_strings = ?semantics.yaml_strings,
+        traces = ?semantics.traces,
         "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
          (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes, \
-         --rule-metadata, --yaml-strings)"
+         --rule-metadata, --yaml-strings, --traces)"
     );
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
     use crate::cmd::cli::{Cli, Command};
     use crate::core::semantics::LimitHeaders;
 
-    fn serve_args(flags: &[&str]) -> ServeArgs {
+    /// `floodgate serve` with `flags`, parsed; panics on a line clap refuses.
+    pub(crate) fn serve_args(flags: &[&str]) -> ServeArgs {
         let line = ["floodgate", "serve"].iter().chain(flags).copied();
         match Cli::try_parse_from(line) {
             Ok(Cli {
@@ -250,10 +280,12 @@ mod tests {
             "--error-codes=distinct",
             "--rule-metadata=always",
             "--yaml-strings=resolved",
+            "--traces=floodgate",
         ];
         let own = chosen(&flags, FrontDoor::Reference, stop("false"));
         assert_eq!(own.rule_metadata, RuleMetadata::Always);
         assert_eq!(own.yaml_strings, YamlStrings::Resolved);
+        assert_eq!(own.traces, Traces::Floodgate);
         assert_eq!(own.charging, Charging::AllOrNothing);
         assert_eq!(own.check_only, CheckRule::OneMoreFits);
         assert_eq!(own.overflow, Overflow::Owe);
@@ -277,6 +309,8 @@ mod tests {
             None
         });
         assert_eq!(strings.yaml_strings, YamlStrings::AsWritten);
+        let traces = chosen(&["--traces=reference"], FrontDoor::Floodgate, |_| None);
+        assert_eq!(traces.traces, Traces::AsTheReference);
     }
 
     #[test]

@@ -242,6 +242,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         shedding,
         error_codes: semantics.error_codes,
         rule_metadata: semantics.rule_metadata,
+        traces: semantics.traces,
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),

@@ -29,6 +29,7 @@ use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::rules::RuleSet;
+use crate::core::semantics::Traces;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
@@ -57,6 +58,8 @@ pub struct LimiterSettings {
     pub response_dynamic_metadata: bool,
     /// Which passed rules give their `metadata:` there (`core::semantics`).
     pub rule_metadata: RuleMetadata,
+    /// What a call's spans are called (`--traces`).
+    pub traces: Traces,
     /// `--shed-above`: shed calls past this many in the limiter (`engine::self_shedding`).
     pub shedding: Option<SelfShedding>,
     /// `--error-codes`: what the gRPC and HTTP shells answer a call that was not decided.
@@ -272,9 +275,11 @@ impl<S: Store> Limiter<S> {
         if !traces::enabled() {
             return self.decide_measured(request, &Span::none()).await;
         }
+        let (name, kind) = traces::decision_span(self.settings.traces);
         let span = tracing::info_span!(
             "ShouldRateLimit",
-            otel.kind = "server",
+            otel.name = name,
+            otel.kind = kind,
             otel.status_code = field::Empty,
             floodgate.domain = %request.domain,
             floodgate.descriptor_count = span_int(request.descriptors.len()),
@@ -383,10 +388,12 @@ impl<S: Store> Limiter<S> {
         let store_span = if span.is_disabled() {
             Span::none()
         } else {
+            let backend = self.store.backend();
             tracing::info_span!(
                 parent: span,
                 "store.decide",
-                floodgate.store.backend = self.store.backend(),
+                otel.name = traces::store_span_name(self.settings.traces, backend),
+                floodgate.store.backend = backend,
                 floodgate.store.counters = span_int(plan.counters.len()),
                 otel.status_code = field::Empty,
                 error.message = field::Empty,
