@@ -81,19 +81,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let trace_options = match &cli.command {
-        Command::Serve(args) => Some(args.telemetry.trace_options()),
+    let trace_setup = match &cli.command {
+        Command::Serve(args) => {
+            let traces = floodgate::cmd::semantics_settings::traces(args, door);
+            let env = |name: &str| std::env::var(name).ok();
+            match floodgate::cmd::trace_settings::trace_setup(traces, &args.telemetry, env) {
+                Ok(setup) => Some(setup),
+                Err(error) => {
+                    eprintln!("floodgate: {error}");
+                    return ExitCode::from(floodgate::cmd::EXIT_USAGE);
+                }
+            }
+        }
         Command::Validate(_) | Command::Check(_) => None,
     };
-    // Inside the runtime: the OTLP exporter's gRPC channel is spawned on it.
-    let telemetry =
-        match runtime.block_on(async { telemetry::init(trace_options.as_ref(), log_filter) }) {
-            Ok(telemetry) => telemetry,
-            Err(error) => {
-                eprintln!("floodgate: {error}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let trace_options = trace_setup.as_ref().map(|setup| &setup.options);
+    // Inside the runtime: the OTLP exporter's connections are spawned on it.
+    let telemetry = match runtime.block_on(async { telemetry::init(trace_options, log_filter) }) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("floodgate: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(note) = trace_setup.and_then(|setup| setup.note) {
+        tracing::warn!("{note}");
+    }
     command_line.warn_ignored();
     let code = match cli.command {
         Command::Serve(args) => match runtime.block_on(serve::serve(*args, door)) {

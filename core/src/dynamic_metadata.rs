@@ -17,16 +17,41 @@
 //!   and its status is OK: an over-limit descriptor (also a quota one, or one over under
 //!   `--shadow-mode`, which leaves its status OVER_LIMIT) gives nothing, nor do `unlimited`,
 //!   replaced, unmatched and overridden descriptors. A rule over in its own `shadow_mode` is
-//!   answered OK, so it gives its metadata, as in the reference.
+//!   answered OK, so it gives its metadata, as in the reference. With
+//!   [`RuleMetadata::AsTheReference`], neither do the rules whose limit the reference rebuilds
+//!   for its stats key (`rebuilt`: most `detailed_metric` rules, and `value_to_metric` ones
+//!   whose key the request's values change).
+
+mod rebuilt;
 
 use crate::metadata::{MetadataStruct, MetadataValue};
 use crate::plan::{DescriptorPlan, Plan};
 use crate::request::{Descriptor, LimitOverride, Request};
 use crate::response::{Code, DescriptorStatus, Response};
+use crate::rules::DomainRules;
 
-/// Sets `response.dynamic_metadata` from the request, its plan and the statuses already in it.
-pub fn attach(response: &mut Response, request: &Request, plan: &Plan<'_>) {
-    let metadata = dynamic_metadata(request, plan, &response.statuses);
+/// Which passed rules give their `metadata:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RuleMetadata {
+    /// Every rule that has some: an access log reads the rule's metadata whatever its stats.
+    #[default]
+    Always,
+    /// envoyproxy/ratelimit's: not a rule whose limit it rebuilds for its stats key
+    /// (`detailed_metric`, `value_to_metric`), since the rebuilt limit has no metadata.
+    AsTheReference,
+}
+
+/// Sets `response.dynamic_metadata` from the request, its plan and the statuses already in it;
+/// `domain` is the request's domain's rules (for [`RuleMetadata::AsTheReference`]).
+pub fn attach(
+    response: &mut Response,
+    request: &Request,
+    plan: &Plan<'_>,
+    rule_metadata: RuleMetadata,
+    domain: Option<&DomainRules>,
+) {
+    let statuses = &response.statuses;
+    let metadata = dynamic_metadata(request, plan, statuses, rule_metadata, domain);
     response.dynamic_metadata = Some(Box::new(metadata));
 }
 
@@ -35,6 +60,8 @@ pub fn dynamic_metadata(
     request: &Request,
     plan: &Plan<'_>,
     statuses: &[DescriptorStatus],
+    rule_metadata: RuleMetadata,
+    domain: Option<&DomainRules>,
 ) -> MetadataStruct {
     let mut fields = MetadataStruct::default();
     fields.insert("domain", MetadataValue::String(request.domain.clone()));
@@ -55,7 +82,7 @@ pub fn dynamic_metadata(
         let hits = MetadataValue::Number(f64::from(request.hits_addend));
         fields.insert("hitsAddend", hits);
     }
-    let passed = passed_rules_metadata(plan, statuses);
+    let passed = passed_rules_metadata(request, plan, statuses, rule_metadata, domain);
     if !passed.is_empty() {
         fields.insert("metadata", MetadataValue::Struct(passed));
     }
@@ -136,16 +163,35 @@ fn override_text(limit: &LimitOverride) -> String {
 }
 
 /// The merged `metadata:` of the rules whose descriptors passed, in descriptor order.
-fn passed_rules_metadata(plan: &Plan<'_>, statuses: &[DescriptorStatus]) -> MetadataStruct {
+fn passed_rules_metadata(
+    request: &Request,
+    plan: &Plan<'_>,
+    statuses: &[DescriptorStatus],
+    choice: RuleMetadata,
+    domain: Option<&DomainRules>,
+) -> MetadataStruct {
     let mut merged = MetadataStruct::default();
-    for (descriptor, status) in plan.descriptors.iter().zip(statuses) {
-        let DescriptorPlan::Limited { limit, .. } = descriptor else {
+    let planned = plan.descriptors.iter().zip(&request.descriptors);
+    for ((descriptor_plan, descriptor), status) in planned.zip(statuses) {
+        let DescriptorPlan::Limited { limit, .. } = descriptor_plan else {
             continue;
         };
         if status.code != Code::Ok {
             continue;
         }
-        if let Some(metadata) = limit.rule().and_then(|rule| rule.metadata.as_deref()) {
+        let Some(rule) = limit.rule() else {
+            continue;
+        };
+        let Some(metadata) = rule.metadata.as_deref() else {
+            continue;
+        };
+        let left_out = match (choice, domain) {
+            (RuleMetadata::AsTheReference, Some(domain)) => {
+                rebuilt::rebuilt_without_metadata(domain, rule, descriptor)
+            }
+            _ => false,
+        };
+        if !left_out {
             merged.merge_first_wins(metadata);
         }
     }

@@ -59,6 +59,10 @@ pub struct Rule {
     pub detailed_metric: bool,
     pub value_to_metric: bool,
     pub share_threshold: bool,
+    /// Whether the rule's descriptor has `descriptors:` below it. envoyproxy/ratelimit answers
+    /// a `detailed_metric` rule without them with a limit rebuilt for its stats, which drops
+    /// the rule's `metadata:` (`core::dynamic_metadata`).
+    pub has_descriptors: bool,
     /// `metadata:`, as the protobuf Struct it is returned as in dynamic metadata
     /// (`core::dynamic_metadata`): converted once here, so that an answer only copies it.
     pub metadata: Option<Box<super::metadata::MetadataStruct>>,

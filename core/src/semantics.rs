@@ -7,6 +7,8 @@
 
 use crate::algorithm::{CheckRule, Overflow};
 use crate::charging::Charging;
+use crate::config::YamlStrings;
+use crate::dynamic_metadata::RuleMetadata;
 use crate::error_codes::ErrorCodes;
 use crate::headers::{HeaderMode, PlainHeaderNames};
 
@@ -38,6 +40,20 @@ impl LimitHeaders {
     }
 }
 
+/// Which settings turn tracing on, and the spans a call makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Traces {
+    /// floodgate's: OTLP/gRPC when `--otlp-endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`) is set,
+    /// one server span per call named `ShouldRateLimit`, its store call a child `store.decide`.
+    #[default]
+    Floodgate,
+    /// envoyproxy/ratelimit's: on with `TRACING_ENABLED`, configured by its `TRACING_*`
+    /// variables (OTLP over HTTP unless `TRACING_EXPORTER_PROTOCOL=grpc`); a gRPC call is a
+    /// server span named after the method, with a `ShouldRateLimit Execution` child and, on
+    /// Redis, a `Redis Pipeline Execution` grandchild.
+    AsTheReference,
+}
+
 /// One process's choices where the two services answer differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Semantics {
@@ -54,30 +70,46 @@ pub struct Semantics {
     pub limit_headers: LimitHeaders,
     /// The codes of calls that cannot be decided (`--error-codes`).
     pub error_codes: ErrorCodes,
+    /// Which passed rules give their `metadata:` in dynamic metadata (`--rule-metadata`).
+    pub rule_metadata: RuleMetadata,
+    /// How the reference's string fields in rule files read an unquoted number or boolean
+    /// (`--yaml-strings`).
+    pub yaml_strings: YamlStrings,
+    /// Which settings configure traces, and what a call's spans are called (`--traces`).
+    pub traces: Traces,
 }
 
 impl Semantics {
     /// floodgate's own: a check stands for one more hit, a refused request charges nothing,
-    /// a refused charge is not counted, `Retry-After` comes with the headers, and errors say
-    /// what failed.
+    /// a refused charge is not counted, `Retry-After` comes with the headers, errors say
+    /// what failed, every passed rule gives its metadata, rule files are read as YAML 1.2, and
+    /// traces are OpenTelemetry's `OTEL_*` settings and floodgate's span names.
     pub const FLOODGATE: Semantics = Semantics {
         check_only: CheckRule::OneMoreFits,
         charging: Charging::AllOrNothing,
         overflow: Overflow::Refuse,
         limit_headers: LimitHeaders::WithRetryAfter,
         error_codes: ErrorCodes::Distinct,
+        rule_metadata: RuleMetadata::Always,
+        yaml_strings: YamlStrings::Resolved,
+        traces: Traces::Floodgate,
     };
 
     /// envoyproxy/ratelimit's: a check passes while the count is within the limit, every
     /// descriptor is incremented whatever the verdict (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-    /// unset, so a charge past the limit is counted), the three headers and nothing more, and
-    /// every error is gRPC UNKNOWN.
+    /// unset, so a charge past the limit is counted), the three headers and nothing more,
+    /// every error is gRPC UNKNOWN, a limit rebuilt for its stats key (`detailed_metric`,
+    /// `value_to_metric`) gives no metadata, a string field holds the text written, as its
+    /// yaml.v2 decodes it, and traces follow its `TRACING_*` settings and span names.
     pub const REFERENCE: Semantics = Semantics {
         check_only: CheckRule::WithinLimit,
         charging: Charging::EveryDescriptor,
         overflow: Overflow::Refuse,
         limit_headers: LimitHeaders::AsTheReference,
         error_codes: ErrorCodes::Unknown,
+        rule_metadata: RuleMetadata::AsTheReference,
+        yaml_strings: YamlStrings::AsWritten,
+        traces: Traces::AsTheReference,
     };
 
     /// These choices with envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
@@ -107,6 +139,9 @@ mod tests {
         assert_ne!(floodgate.charging, reference.charging);
         assert_ne!(floodgate.limit_headers, reference.limit_headers);
         assert_ne!(floodgate.error_codes, reference.error_codes);
+        assert_ne!(floodgate.rule_metadata, reference.rule_metadata);
+        assert_ne!(floodgate.yaml_strings, reference.yaml_strings);
+        assert_ne!(floodgate.traces, reference.traces);
         // Every-descriptor charging counts a refused charge of a window already.
         assert_eq!(reference.overflow, Overflow::Refuse);
     }

@@ -4,13 +4,14 @@
 //! text), read as the shell reads them (UTF-8, invalid bytes replaced). A first byte below
 //! 0x08 sets the loader's options instead: bit 0 `MERGE_DOMAIN_CONFIG`, bit 1
 //! `--calendar-months`, bit 2 a `--max-rules` of 8; a plain YAML seed loads with the defaults.
+//! Each input is loaded twice: string fields as YAML 1.2 resolves them, and as written.
 //!
 //! Must hold: no panic; a failed load reports at least one error, each naming one of the
 //! files given and saying something; a successful one has at most `max_rules` rules and its
 //! warnings name given files too.
 
 use floodgate::core::algorithm::{Algorithm, Overflow};
-use floodgate::core::config::{load, LoadOptions, SourceFile};
+use floodgate::core::config::{load, LoadOptions, SourceFile, YamlStrings};
 
 /// More files than this are one file with NULs in it.
 const MAX_FILES: usize = 4;
@@ -28,8 +29,21 @@ pub fn run(data: &[u8]) {
             text: String::from_utf8_lossy(text).into_owned(),
         })
         .collect();
+    // Every input is loaded both ways the string fields can be read (the `ratelimit` door reads
+    // them as written, which parses some files twice).
+    for yaml_strings in [YamlStrings::Resolved, YamlStrings::AsWritten] {
+        let options = LoadOptions {
+            yaml_strings,
+            ..options.clone()
+        };
+        check_load(&files, &options);
+    }
+}
+
+/// Loads `files` and holds the outcome to the properties above.
+fn check_load(files: &[SourceFile], options: &LoadOptions) {
     let named = |file: &str| files.iter().any(|source| source.name == file);
-    match load(&files, &options) {
+    match load(files, options) {
         Ok(rules) => {
             assert!(
                 rules.rule_count() <= options.max_rules,
@@ -72,5 +86,6 @@ fn options(flags: u8) -> LoadOptions {
         } else {
             Overflow::Refuse
         },
+        yaml_strings: YamlStrings::Resolved,
     }
 }

@@ -882,11 +882,12 @@ pub struct TelemetryArgs {
 }
 
 impl TelemetryArgs {
+    /// floodgate's own trace settings (`--traces floodgate`).
     pub fn trace_options(&self) -> crate::telemetry::TraceOptions {
-        crate::telemetry::TraceOptions {
-            endpoint: self.otlp_endpoint.clone(),
-            sample_ratio: self.trace_sample_ratio,
-        }
+        crate::telemetry::TraceOptions::floodgate(
+            self.otlp_endpoint.clone(),
+            self.trace_sample_ratio,
+        )
     }
 
     pub fn decision_telemetry(&self) -> crate::telemetry::DecisionTelemetry {

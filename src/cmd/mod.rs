@@ -21,5 +21,6 @@ pub mod serve;
 pub(crate) mod serve_source;
 pub mod setting_values;
 pub(crate) mod statsd_settings;
+pub mod trace_settings;
 pub mod validate;
 pub(crate) mod xds_settings;

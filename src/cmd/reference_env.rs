@@ -26,7 +26,6 @@ pub enum Treatment {
 use Treatment::{Honoured, NotSupported, NotSupportedWhenOn};
 
 const MEMCACHE: &str = "no Memcached store: BACKEND_TYPE=redis or --store memory";
-const TRACING: &str = "traces use OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME";
 const POOL: &str = "floodgate multiplexes and pipelines on a few connections by itself, and can \
                     gather the decisions that meet into one script call (--redis-batch-max)";
 
@@ -140,12 +139,13 @@ pub const REFERENCE_VARIABLES: &[(&str, Treatment)] = &[
     ("QUOTA_MODE", Honoured),
     ("RESPONSE_DYNAMIC_METADATA", Honoured),
     ("MERGE_DOMAIN_CONFIG", Honoured),
-    ("TRACING_ENABLED", NotSupportedWhenOn(TRACING)),
-    ("TRACING_SERVICE_NAME", NotSupported(TRACING)),
-    ("TRACING_SERVICE_NAMESPACE", NotSupported(TRACING)),
-    ("TRACING_SERVICE_INSTANCE_ID", NotSupported(TRACING)),
-    ("TRACING_EXPORTER_PROTOCOL", NotSupported(TRACING)),
-    ("TRACING_SAMPLING_RATE", NotSupported("OTEL_TRACES_SAMPLER_ARG")),
+    // Read started as `ratelimit` (or with `--traces reference`): `cmd::trace_settings`.
+    ("TRACING_ENABLED", Honoured),
+    ("TRACING_SERVICE_NAME", Honoured),
+    ("TRACING_SERVICE_NAMESPACE", Honoured),
+    ("TRACING_SERVICE_INSTANCE_ID", Honoured),
+    ("TRACING_EXPORTER_PROTOCOL", Honoured),
+    ("TRACING_SAMPLING_RATE", Honoured),
     ("USE_CALENDAR_MONTH_RATE_LIMIT", Honoured),
 ];
 
@@ -592,7 +592,7 @@ mod tests {
                     .map(|(_, value)| (*value).to_owned())
             }
         };
-        let off = set(&[("TRACING_ENABLED", "0"), ("LOCAL_CACHE_SIZE_IN_BYTES", "0")]);
+        let off = set(&[("LOCAL_CACHE_SIZE_IN_BYTES", "0")]);
         assert_eq!(unsupported_in(off), []);
         let on = set(&[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")]);
         assert_eq!(

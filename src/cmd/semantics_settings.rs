@@ -11,8 +11,10 @@ use super::front_door::FrontDoor;
 use super::setting_values::env_bool;
 use crate::core::algorithm::{CheckRule, Overflow};
 use crate::core::charging::Charging;
+use crate::core::config::YamlStrings;
+use crate::core::dynamic_metadata::RuleMetadata;
 use crate::core::error_codes::ErrorCodes;
-use crate::core::semantics::Semantics;
+use crate::core::semantics::{Semantics, Traces};
 
 /// `--semantics`: a whole set of answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,6 +51,35 @@ pub enum ErrorCodesArg {
     Unknown,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuleMetadataArg {
+    /// Every passed rule gives its `metadata:`.
+    Always,
+    /// Not a rule whose limit envoyproxy/ratelimit rebuilds for its stats key
+    /// (`detailed_metric` at a descriptor with nothing below, or a `value_to_metric` key the
+    /// request's values change): the reference's rebuilt limit has no metadata.
+    Reference,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum YamlStringsArg {
+    /// As YAML 1.2 resolves them: `0x10` is `16`, `True` is `true`.
+    Resolved,
+    /// As written, as envoyproxy/ratelimit's yaml.v2 decodes them (`0x10`, `True`); what it
+    /// reads as a decimal number (`09`, `1.5`) or an integer past 2^63 − 1 is refused, as there.
+    AsWritten,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TracesArg {
+    /// floodgate's: OTLP/gRPC to --otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT), a
+    /// `ShouldRateLimit` span per call.
+    Floodgate,
+    /// envoyproxy/ratelimit's: TRACING_ENABLED and the other TRACING_* variables, its span
+    /// names.
+    Reference,
+}
+
 /// The flags of `core::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
@@ -71,6 +102,19 @@ pub struct SemanticsArgs {
     /// --semantics].
     #[arg(long, env = "FLOODGATE_ERROR_CODES", value_enum)]
     pub error_codes: Option<ErrorCodesArg>,
+    /// Which passed rules give their `metadata:` in dynamic metadata: always or reference
+    /// [default: by --semantics].
+    #[arg(long, env = "FLOODGATE_RULE_METADATA", value_enum)]
+    pub rule_metadata: Option<RuleMetadataArg>,
+    /// How the reference's string fields in rule files (`domain`, `key`, `value`, `unit`,
+    /// `name`) read an unquoted number or boolean: resolved or as-written [default: by
+    /// --semantics].
+    #[arg(long, env = "FLOODGATE_YAML_STRINGS", value_enum)]
+    pub yaml_strings: Option<YamlStringsArg>,
+    /// Which settings turn traces on and what a call's spans are called: floodgate (the
+    /// --otlp-endpoint flags, OTEL_*) or reference (TRACING_*) [default: by --semantics].
+    #[arg(long, env = "FLOODGATE_TRACES", value_enum)]
+    pub traces: Option<TracesArg>,
 }
 
 /// The set a door answers with when nothing says otherwise.
@@ -78,6 +122,19 @@ pub fn door_semantics(door: FrontDoor) -> Semantics {
     match door {
         FrontDoor::Floodgate => Semantics::FLOODGATE,
         FrontDoor::Reference => Semantics::REFERENCE,
+    }
+}
+
+/// Which traces the process exports: `--traces`, else the set `--semantics` or the door picks.
+/// Needed before the rest ([`semantics`]), when logging and tracing are set up.
+pub fn traces(args: &ServeArgs, door: FrontDoor) -> Traces {
+    let flags = &args.semantics;
+    match (flags.traces, flags.semantics) {
+        (Some(TracesArg::Floodgate), _) => Traces::Floodgate,
+        (Some(TracesArg::Reference), _) => Traces::AsTheReference,
+        (None, Some(SemanticsArg::Floodgate)) => Semantics::FLOODGATE.traces,
+        (None, Some(SemanticsArg::Reference)) => Semantics::REFERENCE.traces,
+        (None, None) => door_semantics(door).traces,
     }
 }
 
@@ -123,6 +180,19 @@ pub fn semantics(
             ErrorCodesArg::Unknown => ErrorCodes::Unknown,
         };
     }
+    if let Some(metadata) = flags.rule_metadata {
+        chosen.rule_metadata = match metadata {
+            RuleMetadataArg::Always => RuleMetadata::Always,
+            RuleMetadataArg::Reference => RuleMetadata::AsTheReference,
+        };
+    }
+    if let Some(strings) = flags.yaml_strings {
+        chosen.yaml_strings = match strings {
+            YamlStringsArg::Resolved => YamlStrings::Resolved,
+            YamlStringsArg::AsWritten => YamlStrings::AsWritten,
+        };
+    }
+    chosen.traces = traces(args, door);
     Ok(chosen)
 }
 
@@ -139,20 +209,25 @@ pub fn log(semantics: &Semantics, door: FrontDoor) {
         overflow = %semantics.overflow,
         limit_headers = semantics.limit_headers.name(),
         error_codes = %semantics.error_codes,
+        rule_metadata = ?semantics.rule_metadata,
+        yaml_strings = ?semantics.yaml_strings,
+        traces = ?semantics.traces,
         "answers where floodgate and envoyproxy/ratelimit differ: {set} unless a flag says \
-         (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes)"
+         (--semantics, --check-only, --charge, --overflow, --response-headers, --error-codes, \
+         --rule-metadata, --yaml-strings, --traces)"
     );
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
     use crate::cmd::cli::{Cli, Command};
     use crate::core::semantics::LimitHeaders;
 
-    fn serve_args(flags: &[&str]) -> ServeArgs {
+    /// `floodgate serve` with `flags`, parsed; panics on a line clap refuses.
+    pub(crate) fn serve_args(flags: &[&str]) -> ServeArgs {
         let line = ["floodgate", "serve"].iter().chain(flags).copied();
         match Cli::try_parse_from(line) {
             Ok(Cli {
@@ -203,8 +278,14 @@ mod tests {
             "--check-only=one-more-fits",
             "--overflow=owe",
             "--error-codes=distinct",
+            "--rule-metadata=always",
+            "--yaml-strings=resolved",
+            "--traces=floodgate",
         ];
         let own = chosen(&flags, FrontDoor::Reference, stop("false"));
+        assert_eq!(own.rule_metadata, RuleMetadata::Always);
+        assert_eq!(own.yaml_strings, YamlStrings::Resolved);
+        assert_eq!(own.traces, Traces::Floodgate);
         assert_eq!(own.charging, Charging::AllOrNothing);
         assert_eq!(own.check_only, CheckRule::OneMoreFits);
         assert_eq!(own.overflow, Overflow::Owe);
@@ -219,6 +300,17 @@ mod tests {
         assert_eq!(reference.charging, Charging::EveryDescriptor);
         assert_eq!(reference.check_only, CheckRule::WithinLimit);
         assert_eq!(reference.error_codes, ErrorCodes::Distinct);
+        let metadata = chosen(&["--rule-metadata=reference"], FrontDoor::Floodgate, |_| {
+            None
+        });
+        assert_eq!(metadata.rule_metadata, RuleMetadata::AsTheReference);
+        assert_eq!(metadata.check_only, Semantics::FLOODGATE.check_only);
+        let strings = chosen(&["--yaml-strings=as-written"], FrontDoor::Floodgate, |_| {
+            None
+        });
+        assert_eq!(strings.yaml_strings, YamlStrings::AsWritten);
+        let traces = chosen(&["--traces=reference"], FrontDoor::Floodgate, |_| None);
+        assert_eq!(traces.traces, Traces::AsTheReference);
     }
 
     #[test]

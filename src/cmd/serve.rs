@@ -241,6 +241,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         failure_policy: args.redis_failure_policy,
         shedding,
         error_codes: semantics.error_codes,
+        rule_metadata: semantics.rule_metadata,
+        traces: semantics.traces,
         response_dynamic_metadata: crate::cmd::reference_env::response_dynamic_metadata(
             args.response_dynamic_metadata,
             |name| std::env::var(name).ok(),
@@ -256,6 +258,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     // wait for the first xDS snapshot.
     let load_options = LoadOptions {
         default_overflow: semantics.overflow,
+        yaml_strings: semantics.yaml_strings,
         ..args.config.load_options()
     };
     let Some(first) =

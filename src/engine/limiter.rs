@@ -17,7 +17,7 @@ mod leases;
 
 use self::leases::Leased;
 use crate::core::adjustment::AdjustmentsAt;
-use crate::core::dynamic_metadata;
+use crate::core::dynamic_metadata::{self, RuleMetadata};
 use crate::core::error_codes::{ErrorCodes, Undecided};
 use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
 use crate::core::headers::HeaderMode;
@@ -29,6 +29,7 @@ use crate::core::plan::{plan_adjusted, PlanSettings};
 use crate::core::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::rules::RuleSet;
+use crate::core::semantics::Traces;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
@@ -55,6 +56,10 @@ pub struct LimiterSettings {
     /// `--response-dynamic-metadata`: every decided answer carries `dynamic_metadata`
     /// (`core::dynamic_metadata`). Off, nothing of it is built.
     pub response_dynamic_metadata: bool,
+    /// Which passed rules give their `metadata:` there (`core::semantics`).
+    pub rule_metadata: RuleMetadata,
+    /// What a call's spans are called (`--traces`).
+    pub traces: Traces,
     /// `--shed-above`: shed calls past this many in the limiter (`engine::self_shedding`).
     pub shedding: Option<SelfShedding>,
     /// `--error-codes`: what the gRPC and HTTP shells answer a call that was not decided.
@@ -270,9 +275,11 @@ impl<S: Store> Limiter<S> {
         if !traces::enabled() {
             return self.decide_measured(request, &Span::none()).await;
         }
+        let (name, kind) = traces::decision_span(self.settings.traces);
         let span = tracing::info_span!(
             "ShouldRateLimit",
-            otel.kind = "server",
+            otel.name = name,
+            otel.kind = kind,
             otel.status_code = field::Empty,
             floodgate.domain = %request.domain,
             floodgate.descriptor_count = span_int(request.descriptors.len()),
@@ -381,10 +388,12 @@ impl<S: Store> Limiter<S> {
         let store_span = if span.is_disabled() {
             Span::none()
         } else {
+            let backend = self.store.backend();
             tracing::info_span!(
                 parent: span,
                 "store.decide",
-                floodgate.store.backend = self.store.backend(),
+                otel.name = traces::store_span_name(self.settings.traces, backend),
+                floodgate.store.backend = backend,
                 floodgate.store.counters = span_int(plan.counters.len()),
                 otel.status_code = field::Empty,
                 error.message = field::Empty,
@@ -404,7 +413,7 @@ impl<S: Store> Limiter<S> {
             Leased::Decided(outcomes) => outcomes,
             Leased::Rejected(mut response) => {
                 self.record_failure_rejection(&live, &request.domain, &plan);
-                self.add_dynamic_metadata(&mut response, request, &plan);
+                self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
                 return Ok(Answered::Decided(response, Decision::OverLimit));
             }
         };
@@ -444,7 +453,7 @@ impl<S: Store> Limiter<S> {
                     StoreFallback::Decided(decided) => decided,
                     StoreFallback::Rejected(mut response) => {
                         self.record_failure_rejection(&live, &request.domain, &plan);
-                        self.add_dynamic_metadata(&mut response, request, &plan);
+                        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
                         return Ok(Answered::Decided(response, Decision::OverLimit));
                     }
                 }
@@ -462,7 +471,7 @@ impl<S: Store> Limiter<S> {
             over_limit,
             self.settings.header_mode,
         );
-        self.add_dynamic_metadata(&mut response, request, &plan);
+        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
         let call = DecidedCall {
             request,
             rules: &live.rules,
@@ -498,9 +507,16 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The answer's `dynamic_metadata`, when `--response-dynamic-metadata` asks for it.
-    fn add_dynamic_metadata(&self, response: &mut Response, request: &Request, plan: &Plan<'_>) {
+    fn add_dynamic_metadata(
+        &self,
+        response: &mut Response,
+        request: &Request,
+        (plan, rules): (&Plan<'_>, &RuleSet),
+    ) {
         if self.settings.response_dynamic_metadata {
-            dynamic_metadata::attach(response, request, plan);
+            let domain = rules.domain(&request.domain);
+            let choice = self.settings.rule_metadata;
+            dynamic_metadata::attach(response, request, plan, choice, domain);
         }
     }
 

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument as _, Span};
 
 use super::admission::{
     expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
@@ -12,12 +13,13 @@ use super::admission::{
 use super::convert::{request_from_wire, response_to_wire};
 use crate::core::error_codes::GrpcCode;
 use crate::core::overload::{overload_reply, OverloadReply};
+use crate::core::semantics::Traces;
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::server::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 use crate::telemetry::reference_stats;
-use crate::telemetry::traces::RemoteParent;
+use crate::telemetry::traces::{self, RemoteParent};
 
 pub struct RateLimitGrpc<S> {
     limiter: Arc<Limiter<S>>,
@@ -72,15 +74,37 @@ impl<S: Store> RateLimitGrpc<S> {
         // is on; the decision's span continues that trace.
         let metadata = request.metadata();
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
+        let (parent, server_span) = self.server_span(parent);
         let request = request_from_wire(request.into_inner());
         // Never past the call's deadline: `server::grpc_deadline` drops this future then (and
         // `admitted`, dropped unsettled, counts it).
-        let decided = self.limiter.decide_traced(&request, parent).await;
+        let decided = self
+            .limiter
+            .decide_traced(&request, parent)
+            .instrument(server_span.clone())
+            .await;
         admitted.settle();
-        match decided {
+        let answer = match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(error) => Err(self.error_status(&error)),
+        };
+        let code = answer
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        traces::record_grpc_code(&server_span, code as i32);
+        answer
+    }
+
+    /// Under the reference's traces, the server span its `otelgrpc` interceptor makes of the
+    /// call, continuing the caller's trace, with the decision's span inside it; else no span
+    /// here (the decision's span is the server span, and continues the caller's trace).
+    fn server_span(&self, parent: RemoteParent) -> (RemoteParent, Span) {
+        if self.limiter.settings().traces != Traces::AsTheReference {
+            return (parent, Span::none());
         }
+        let span = traces::reference_grpc_span();
+        parent.adopt(&span);
+        (RemoteParent::none(), span)
     }
 
     /// The status of a call not decided: its code as `--error-codes` says, its message the

@@ -3,12 +3,13 @@
 //! Logging: the filter the command line builds (`LOG_LEVEL` as envoyproxy/ratelimit reads it, or
 //! `RUST_LOG` directives) and `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug
 //! port's `/metrics`.
-//! Traces: [`traces`], exported over OTLP/gRPC when an endpoint is configured.
+//! Traces: [`traces`], exported over OTLP when configured.
 
 pub(crate) mod config_source;
 pub(crate) mod connections;
 pub(crate) mod label_budget;
 pub(crate) mod metrics;
+mod otlp_http;
 pub(crate) mod paced_log;
 pub(crate) mod record;
 pub(crate) mod reference_exposition;
@@ -26,7 +27,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-pub use traces::{TraceError, TraceOptions, TracingGuard};
+pub use traces::{OtlpExport, TraceError, TraceOptions, TracedService, TracingGuard};
 
 /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` default.
 pub const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
@@ -111,7 +112,8 @@ pub fn init(traces: Option<&TraceOptions>, filter: EnvFilter) -> Result<Telemetr
     if let Some(guard) = &guard {
         tracing::info!(
             endpoint = guard.endpoint(),
-            "exporting traces over OTLP/gRPC"
+            "exporting traces over {}",
+            guard.transport()
         );
     }
     Ok(Telemetry { tracing: guard })

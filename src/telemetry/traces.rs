@@ -1,6 +1,7 @@
 //! Traces: one span per ShouldRateLimit call (and a child for the store round trip), exported
 //! over OTLP/gRPC when an endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
-//! `--otlp-endpoint`).
+//! `--otlp-endpoint`), or as envoyproxy/ratelimit's `TRACING_*` settings say
+//! (`cmd::reference_tracing`): over OTLP/HTTP or OTLP/gRPC, under its service attributes.
 //!
 //! Off by default, and then free: the limiter asks [`enabled`] (one relaxed atomic load) before
 //! it builds a span or reads a header, so no span, field or allocation exists per call.
@@ -18,8 +19,8 @@ use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
-use opentelemetry::Context;
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
@@ -28,6 +29,9 @@ use opentelemetry_sdk::Resource;
 use siphasher::sip::SipHasher13;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::otlp_http::RuntimeHttpClient;
+use crate::core::semantics::Traces;
 
 /// Whether an OTLP exporter is installed. Set once at start-up, before any call is served.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -44,13 +48,77 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Where and how much to trace (`serve` flags and the standard `OTEL_*` variables).
+/// Where and how much to trace (`serve` flags and the standard `OTEL_*` variables, or the
+/// reference's `TRACING_*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceOptions {
-    /// The OTLP/gRPC collector, e.g. `http://jaeger:4317`. `None`: tracing off.
-    pub endpoint: Option<String>,
+    /// Where spans go. `None`: tracing off.
+    pub export: Option<OtlpExport>,
     /// The share of new traces recorded, 0.0–1.0; a caller's sampling decision is followed.
     pub sample_ratio: f64,
+    /// The service the spans come from.
+    pub service: TracedService,
+}
+
+/// A collector and the OTLP transport it is reached by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OtlpExport {
+    /// OTLP/gRPC, e.g. `http://jaeger:4317`.
+    Grpc(String),
+    /// OTLP/HTTP: protobuf posted to this URL, e.g. `http://collector:4318/v1/traces`.
+    Http(String),
+}
+
+impl OtlpExport {
+    fn endpoint(&self) -> &str {
+        match self {
+            OtlpExport::Grpc(endpoint) | OtlpExport::Http(endpoint) => endpoint,
+        }
+    }
+
+    /// The transport, for the start-up log line.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            OtlpExport::Grpc(_) => "OTLP/gRPC",
+            OtlpExport::Http(_) => "OTLP/HTTP",
+        }
+    }
+}
+
+/// The resource's `service.*` attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedService {
+    pub name: String,
+    /// `service.namespace`, when given (the reference always sets it, `""` by default).
+    pub namespace: Option<String>,
+    /// `service.instance.id`, when given.
+    pub instance_id: Option<String>,
+}
+
+impl TraceOptions {
+    /// floodgate's own: OTLP/gRPC to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (signal-specific, as
+    /// the OTel specification ranks it), else `--otlp-endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`),
+    /// as the service `OTEL_SERVICE_NAME` names, `floodgate` without it.
+    pub fn floodgate(endpoint_flag: Option<String>, sample_ratio: f64) -> TraceOptions {
+        let given = |endpoint: &String| !endpoint.trim().is_empty();
+        let endpoint = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .ok()
+            .filter(given)
+            .or_else(|| endpoint_flag.filter(given));
+        let name = std::env::var("OTEL_SERVICE_NAME")
+            .ok()
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
+        TraceOptions {
+            export: endpoint.map(OtlpExport::Grpc),
+            sample_ratio,
+            service: TracedService {
+                name,
+                namespace: None,
+                instance_id: None,
+            },
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,14 +134,19 @@ pub enum TraceError {
 
 /// Keeps the exporter alive; [`TracingGuard::shutdown`] sends what is still buffered.
 pub struct TracingGuard {
-    endpoint: String,
+    export: OtlpExport,
     provider: SdkTracerProvider,
 }
 
 impl TracingGuard {
     /// Where spans go (for the start-up log line).
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        self.export.endpoint()
+    }
+
+    /// How they get there (for the start-up log line).
+    pub fn transport(&self) -> &'static str {
+        self.export.transport()
     }
 
     /// Flushes buffered spans and stops the exporter. Call it from outside the async runtime
@@ -86,25 +159,21 @@ impl TracingGuard {
     }
 }
 
-/// The tracer that exports over OTLP/gRPC, and its guard; `None` when no endpoint is
-/// configured. Must run inside the Tokio runtime: the exporter's gRPC channel lives there.
+/// The tracer that exports over OTLP, and its guard; `None` when tracing is off. Must run
+/// inside the Tokio runtime: the exporter's connections live there.
 pub fn otlp_tracer(
     options: &TraceOptions,
 ) -> Result<Option<(opentelemetry_sdk::trace::Tracer, TracingGuard)>, TraceError> {
-    let Some(endpoint) = endpoint(options) else {
+    let Some(export) = options.export.clone() else {
         return Ok(None);
     };
     if !(0.0..=1.0).contains(&options.sample_ratio) {
         return Err(TraceError::SampleRatio(options.sample_ratio));
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint.clone())
-        .build()
-        .map_err(|source| TraceError::Exporter {
-            endpoint: endpoint.clone(),
-            source,
-        })?;
+    let exporter = span_exporter(&export).map_err(|source| TraceError::Exporter {
+        endpoint: export.endpoint().to_owned(),
+        source,
+    })?;
     let mut batch = BatchConfigBuilder::default();
     if std::env::var_os("OTEL_BSP_SCHEDULE_DELAY").is_none() {
         batch = batch.with_scheduled_delay(DEFAULT_BATCH_DELAY);
@@ -112,30 +181,115 @@ pub fn otlp_tracer(
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(batch.build())
         .build();
-    let service_name = std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
             options.sample_ratio,
         ))))
-        .with_resource(Resource::builder().with_service_name(service_name).build())
+        .with_resource(resource(&options.service))
         .build();
     let tracer = provider.tracer("floodgate");
     ENABLED.store(true, Ordering::Relaxed);
-    Ok(Some((tracer, TracingGuard { endpoint, provider })))
+    Ok(Some((tracer, TracingGuard { export, provider })))
 }
 
-/// The trace endpoint: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (signal-specific, as the OTel
-/// specification ranks it), else `--otlp-endpoint` / `OTEL_EXPORTER_OTLP_ENDPOINT`.
-fn endpoint(options: &TraceOptions) -> Option<String> {
-    let given = |endpoint: &String| !endpoint.trim().is_empty();
-    std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .ok()
-        .filter(given)
-        .or_else(|| options.endpoint.clone().filter(given))
+/// The exporter of `export`'s transport; the endpoint given is used as it is.
+fn span_exporter(
+    export: &OtlpExport,
+) -> Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError> {
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    match export {
+        OtlpExport::Grpc(endpoint) => builder.with_tonic().with_endpoint(endpoint).build(),
+        OtlpExport::Http(url) => {
+            let client = RuntimeHttpClient::on_current_runtime().map_err(|error| {
+                opentelemetry_otlp::ExporterBuildError::InternalFailure(error.to_string())
+            })?;
+            builder
+                .with_http()
+                .with_http_client(client)
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(url)
+                .build()
+        }
+    }
+}
+
+/// The resource the spans come from: `service.name` and, when given, `service.namespace` and
+/// `service.instance.id` (with the SDK's own attributes and `OTEL_RESOURCE_ATTRIBUTES`).
+fn resource(service: &TracedService) -> Resource {
+    let mut resource = Resource::builder().with_service_name(service.name.clone());
+    if let Some(namespace) = &service.namespace {
+        resource = resource.with_attribute(KeyValue::new("service.namespace", namespace.clone()));
+    }
+    if let Some(instance) = &service.instance_id {
+        resource = resource.with_attribute(KeyValue::new("service.instance.id", instance.clone()));
+    }
+    resource.build()
+}
+
+/// The name and the kind of a call's decision span: floodgate's `ShouldRateLimit` is the
+/// call's server span; the reference's `ShouldRateLimit Execution` (its service's
+/// `tracer.Start`) is an internal span below the gRPC server span ([`reference_grpc_span`]).
+pub fn decision_span(traces: Traces) -> (&'static str, &'static str) {
+    match traces {
+        Traces::Floodgate => ("ShouldRateLimit", "server"),
+        Traces::AsTheReference => ("ShouldRateLimit Execution", "internal"),
+    }
+}
+
+/// The name of the store call's span: the reference's Redis cache calls its own `Redis
+/// Pipeline Execution`; its other stores are not floodgate's, whose span is `store.decide`.
+pub fn store_span_name(traces: Traces, backend: &str) -> &'static str {
+    match (traces, backend) {
+        (Traces::AsTheReference, "redis") => "Redis Pipeline Execution",
+        _ => "store.decide",
+    }
+}
+
+/// The gRPC method the reference's server span is named after (OpenTelemetry Go's `otelgrpc`
+/// interceptor names it `<service>/<method>`).
+const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// The server span the reference's `otelgrpc` interceptor makes of a `ShouldRateLimit` call,
+/// with its `rpc.*` attributes; [`record_grpc_code`] adds the call's status. Disabled when
+/// tracing is off.
+pub fn reference_grpc_span() -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "grpc",
+        otel.name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = RLS_SERVICE,
+        rpc.method = "ShouldRateLimit",
+        rpc.grpc.status_code = tracing::field::Empty,
+    )
+}
+
+/// The gRPC status `code` of the call `span` stands for; a server-side failure (UNKNOWN 2,
+/// DEADLINE_EXCEEDED 4, UNIMPLEMENTED 12, INTERNAL 13, UNAVAILABLE 14, DATA_LOSS 15) marks the
+/// span an error, as `otelgrpc` does.
+pub fn record_grpc_code(span: &Span, code: i32) {
+    span.record("rpc.grpc.status_code", i64::from(code));
+    if matches!(code, 2 | 4 | 12..=15) {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The span the reference's `/json` handler starts once the service has answered (`NewJsonHandler
+/// Remaining Execution`), a trace of its own: that handler continues no caller's trace.
+pub fn reference_json_span() -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        parent: None,
+        "json",
+        otel.name = "NewJsonHandler Remaining Execution",
+    )
 }
 
 /// The caller's trace, if its request carried one; `None` continues nothing (a new trace).
@@ -393,17 +547,15 @@ mod tests {
 
     #[test]
     fn without_an_endpoint_tracing_stays_off() {
-        let options = TraceOptions {
-            endpoint: None,
-            sample_ratio: 1.0,
-        };
         if std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none() {
-            assert_eq!(endpoint(&options), None);
-            let blank = TraceOptions {
-                endpoint: Some("  ".into()),
-                ..options
-            };
-            assert_eq!(endpoint(&blank), None);
+            assert_eq!(TraceOptions::floodgate(None, 1.0).export, None);
+            let blank = TraceOptions::floodgate(Some("  ".into()), 1.0);
+            assert_eq!(blank.export, None);
+            let given = TraceOptions::floodgate(Some("http://jaeger:4317".into()), 1.0);
+            assert_eq!(
+                given.export,
+                Some(OtlpExport::Grpc("http://jaeger:4317".into()))
+            );
         }
         if !enabled() {
             // Nothing is read from the request while tracing is off.

@@ -1,10 +1,15 @@
-//! A real OTLP/gRPC trace receiver on a loopback port: the collector's
-//! `opentelemetry.proto.collector.trace.v1.TraceService/Export`, keeping every span it gets.
+//! A real OTLP trace receiver on a loopback port, keeping every span it gets: over gRPC (the
+//! collector's `opentelemetry.proto.collector.trace.v1.TraceService/Export`) or over HTTP
+//! (protobuf posted to `/v1/traces`, OTLP/HTTP).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -14,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -78,18 +84,14 @@ pub fn hex(bytes: &[u8]) -> String {
 #[derive(Default)]
 struct Received {
     spans: Mutex<Vec<ReceivedSpan>>,
+    /// The paths spans were posted to (OTLP/HTTP).
+    paths: Mutex<Vec<String>>,
 }
 
-struct Collector(Arc<Received>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+impl Received {
+    fn keep(&self, request: ExportTraceServiceRequest) {
         let mut received = Vec::new();
-        for resource_spans in request.into_inner().resource_spans {
+        for resource_spans in request.resource_spans {
             let resource: HashMap<String, Value> = resource_spans
                 .resource
                 .map(|resource| resource.attributes)
@@ -106,11 +108,57 @@ impl TraceService for Collector {
                 }
             }
         }
-        if let Ok(mut spans) = self.0.spans.lock() {
+        if let Ok(mut spans) = self.spans.lock() {
             spans.extend(received);
         }
+    }
+}
+
+struct Collector(Arc<Received>);
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.keep(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
+}
+
+/// One OTLP/HTTP export: a protobuf `ExportTraceServiceRequest` posted; answered with an empty
+/// `ExportTraceServiceResponse`, or 400 for a body that is not one.
+async fn export_over_http(
+    received: Arc<Received>,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible> {
+    if let Ok(mut paths) = received.paths.lock() {
+        paths.push(request.uri().path().to_owned());
+    }
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return Ok(http_answer(400, Bytes::new())),
+    };
+    match ExportTraceServiceRequest::decode(body) {
+        Ok(export) => {
+            received.keep(export);
+            let answer = ExportTraceServiceResponse::default().encode_to_vec();
+            Ok(http_answer(200, Bytes::from(answer)))
+        }
+        Err(_) => Ok(http_answer(400, Bytes::new())),
+    }
+}
+
+fn http_answer(status: u16, body: Bytes) -> hyper::Response<Full<Bytes>> {
+    let mut answer = hyper::Response::new(Full::new(body));
+    *answer.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_REQUEST);
+    answer.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-protobuf"),
+    );
+    answer
 }
 
 /// The receiver; stops serving when dropped.
@@ -120,15 +168,55 @@ pub struct OtlpReceiver {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A loopback listener and its port.
+async fn listen() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|error| panic!("cannot bind the OTLP receiver: {error}"));
+    let port = listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .unwrap_or_else(|error| panic!("no local address: {error}"));
+    (listener, port)
+}
+
 impl OtlpReceiver {
+    /// An OTLP/HTTP receiver: spans posted to any path (`paths` says which).
+    pub async fn start_http() -> OtlpReceiver {
+        let (listener, port) = listen().await;
+        let received = Arc::new(Received::default());
+        let shared = Arc::clone(&received);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let received = Arc::clone(&shared);
+                let service =
+                    service_fn(move |request| export_over_http(Arc::clone(&received), request));
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        OtlpReceiver {
+            port,
+            received,
+            task,
+        }
+    }
+
+    /// The paths spans were posted to, in order (OTLP/HTTP).
+    pub fn paths(&self) -> Vec<String> {
+        self.received
+            .paths
+            .lock()
+            .map(|paths| paths.clone())
+            .unwrap_or_default()
+    }
+
+    /// An OTLP/gRPC receiver.
     pub async fn start() -> OtlpReceiver {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|error| panic!("cannot bind the OTLP receiver: {error}"));
-        let port = listener
-            .local_addr()
-            .map(|addr| addr.port())
-            .unwrap_or_else(|error| panic!("no local address: {error}"));
+        let (listener, port) = listen().await;
         let received = Arc::new(Received::default());
         let service = TraceServiceServer::new(Collector(Arc::clone(&received)));
         let task = tokio::spawn(async move {

@@ -1,5 +1,5 @@
 //! Running floodgate: admin overrides, health and drain, metrics (and Envoy Gateway's dashboard),
-//! OTLP tracing, reloads, and memory (rules and eviction).
+//! OTLP tracing (floodgate's, and the reference's at the `ratelimit` door), reloads, and memory (rules and eviction).
 
 mod admin_overrides;
 mod health_drain;
@@ -13,3 +13,4 @@ mod reload_under_traffic;
 mod rules_memory;
 mod statsd_reference_names;
 mod tracing_otlp;
+mod tracing_reference;

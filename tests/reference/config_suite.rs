@@ -3,7 +3,8 @@
 //! for), loaded through floodgate's loader; each descriptor path finds the limit, unit, flags,
 //! wildcard and metadata the reference's `GetLimit` finds. The error fixtures are in `errors`,
 //! `TestShareThreshold` in `share_threshold`, the other stats keys (`detailed_metric`,
-//! `value_to_metric`, wildcards) in `stats_keys`.
+//! `value_to_metric`, wildcards) in `stats_keys`; the string fields read as yaml.v2 reads them,
+//! at either door, in `yaml_strings`.
 //!
 //! A stats key of the reference (`rl.Stats.Key`) is built by floodgate's core
 //! (`core::outcome::stats_key`) for the reference's metric names; [`stats_key`] asks it.
@@ -11,6 +12,7 @@
 mod errors;
 mod share_threshold;
 mod stats_keys;
+mod yaml_strings;
 
 use floodgate_core::config::{load, ConfigErrors, LoadOptions, SourceFile};
 use floodgate_core::outcome::stats_key::stats_key as reference_stats_key;

@@ -1,8 +1,9 @@
 //! test/service/ratelimit_test.go's dynamic metadata cases (`RESPONSE_DYNAMIC_METADATA=true`),
 //! against the floodgate binary over gRPC: the reference mocks its cache to say which
 //! descriptor is over; here a limit of 1 per hour, spent by a first call, makes it so. Then the
-//! reference's `metadata.yaml` fixture through gRPC and `/json`, and the answer without the
-//! setting.
+//! reference's `metadata.yaml` fixture through gRPC and `/json`, the answer without the
+//! setting, and, at either door, the metadata of limits the reference rebuilds for their stats
+//! key.
 
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use floodgate::proto::{RateLimitRequest, RateLimitResponse};
 use floodgate_testkit::http::request as http_request;
 use floodgate_testkit::rls::{self, Client};
 use floodgate_testkit::{repo_file, tempdir, wait_for_port, Floodgate};
+
+use crate::serving::{self, Door, MEMORY};
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
 use tempfile::TempDir;
@@ -295,4 +298,50 @@ async fn without_the_setting_no_dynamic_metadata_is_returned() {
     assert_eq!(response.dynamic_metadata, None, "{response:?}");
     let json = served.ask_json();
     assert!(json.get("dynamicMetadata").is_none(), "{json}");
+}
+
+/// A `detailed_metric` rule and a `value_to_metric` one, each with `metadata:`: the
+/// reference's `GetLimit` rebuilds both limits for their stats key (the request's value is in
+/// it), with `NewRateLimit`, which takes no metadata.
+const STATS_KEYED: &str = "domain: stats-keyed
+descriptors:
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {detailed: given}
+  - key: valued
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {valued: given}
+";
+
+/// The metadata names the answer gave for one call passing both stats-keyed rules.
+fn stats_keyed_names(door: Door, flags: &[&str]) -> Vec<String> {
+    let flags = [MEMORY, flags].concat();
+    let env = [("RESPONSE_DYNAMIC_METADATA", "true")];
+    let mut served = serving::Served::start_at(door, Some(STATS_KEYED), &flags, &env);
+    let request = rls::request("stats-keyed", &[&[("detailed", "a")], &[("valued", "b")]]);
+    let response = served
+        .call(request)
+        .unwrap_or_else(|status| panic!("ShouldRateLimit failed: {status}"));
+    assert_eq!(overall(&response), Code::Ok, "{response:?}");
+    match inner(dynamic_metadata(&response), "metadata") {
+        Some(passed) => passed.fields.keys().cloned().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Started as `ratelimit`, the limits the reference rebuilds for their stats give no metadata,
+/// as in the reference; `floodgate serve` gives every passed rule's, and so does the door with
+/// `--rule-metadata always`.
+#[test]
+fn limits_rebuilt_for_their_stats_key_give_metadata_only_by_floodgates_choice() {
+    let both = ["detailed", "valued"].map(str::to_owned).to_vec();
+    assert_eq!(stats_keyed_names(Door::Serve, &[]), both);
+    assert_eq!(
+        stats_keyed_names(Door::Ratelimit, &[]),
+        Vec::<String>::new()
+    );
+    let always = ["--rule-metadata", "always"];
+    assert_eq!(stats_keyed_names(Door::Ratelimit, &always), both);
 }

@@ -18,7 +18,7 @@ use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code};
 use floodgate::proto::RateLimitResponse;
 use floodgate_testkit::otlp::OtlpReceiver;
 use floodgate_testkit::redis::{scan_keys, store_flags, RedisServer};
-use floodgate_testkit::{ops, rls, serve_command, tempdir, Floodgate, Running};
+use floodgate_testkit::{ops, rls, serve_command, tempdir, Running};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::serving::{counted, overall, statuses, Door, Limit, Served, BOTH_DOORS};
@@ -421,41 +421,45 @@ descriptors:
     assert_eq!(keys.len(), 1, "{keys:?}");
 }
 
-/// One call, one span of the decision (the reference's is "ShouldRateLimit Execution";
-/// floodgate's "ShouldRateLimit", exported by OTLP instead of TRACING_* settings), with the store
-/// call as its child.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_test_service_tracer() {
-    let receiver = OtlpReceiver::start().await;
-    let dir = tempdir();
-    let config = dir.path().join("config.yaml");
-    ops::write_atomically(&config, DIFFERENT_DOMAIN.as_bytes());
-    let endpoint = receiver.endpoint();
-    let flags = [SERVICE, &["--otlp-endpoint", &endpoint]].concat();
-    let floodgate = Floodgate::start_with_env(&config, &flags, &[], dir.path());
-    let mut client = rls::connect(&floodgate.grpc_url()).await;
-    let answer = rls::call(
-        &mut client,
-        rls::request("test-domain", &[&[("hello", "world")]]),
-    )
-    .await
-    .unwrap_or_else(|status| panic!("{status:?}"));
-    assert_eq!(overall(&answer), Code::Ok);
-    let spans = receiver
-        .wait_for(Duration::from_secs(10), |spans| {
+/// One call, one span of the decision, with the store call as its child: started as
+/// `ratelimit`, the reference's `ShouldRateLimit Execution`, exported as its `TRACING_*`
+/// settings say; `floodgate serve`'s `ShouldRateLimit`, exported by OTLP (`--otlp-endpoint`).
+#[test]
+fn service_test_service_tracer() {
+    let runtime = floodgate_testkit::runtime();
+    for door in BOTH_DOORS {
+        let receiver = runtime.block_on(OtlpReceiver::start());
+        let endpoint = receiver.endpoint();
+        let (flags, env, name) = match door {
+            Door::Serve => (
+                [SERVICE, &["--otlp-endpoint", &endpoint]].concat(),
+                Vec::new(),
+                "ShouldRateLimit",
+            ),
+            Door::Ratelimit => (
+                SERVICE.to_vec(),
+                vec![
+                    ("TRACING_ENABLED", "true"),
+                    ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+                ],
+                "ShouldRateLimit Execution",
+            ),
+        };
+        let mut served = Served::start_at(door, Some(DIFFERENT_DOMAIN), &flags, &env);
+        let answer = served.answer("test-domain", &[&[("hello", "world")]]);
+        assert_eq!(overall(&answer), Code::Ok);
+        let spans = runtime.block_on(receiver.wait_for(Duration::from_secs(10), |spans| {
             spans.iter().any(|span| span.span.name == "store.decide")
-        })
-        .await;
-    let decisions: Vec<_> = spans
-        .iter()
-        .filter(|span| span.span.name == "ShouldRateLimit")
-        .collect();
-    assert_eq!(decisions.len(), 1, "{spans:#?}");
-    let children = spans
-        .iter()
-        .filter(|span| span.parent_span_id_hex() == decisions[0].span_id_hex())
-        .count();
-    assert_eq!(children, 1, "{spans:#?}");
+        }));
+        let decisions: Vec<_> = spans.iter().filter(|span| span.span.name == name).collect();
+        assert_eq!(decisions.len(), 1, "{door:?}: {spans:#?}");
+        let children = spans
+            .iter()
+            .filter(|span| span.parent_span_id_hex() == decisions[0].span_id_hex())
+            .count();
+        assert_eq!(children, 1, "{door:?}: {spans:#?}");
+    }
 }
 
 /// Without `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, healthy from the start, even before any

@@ -442,6 +442,7 @@ impl Level<'_> {
             detailed_metric: flags.detailed_metric,
             value_to_metric: flags.value_to_metric,
             share_threshold: flags.share_threshold,
+            has_descriptors: !descriptor.children.is_empty(),
             metadata: descriptor
                 .metadata
                 .as_ref()

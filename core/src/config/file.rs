@@ -25,7 +25,7 @@ pub(super) fn read_file(
     report: &mut Report,
 ) -> Option<(FileSpec, Value)> {
     let mut report = FileReport::new(report, index);
-    let mut parsed = match parse(&source.text) {
+    let mut parsed = match parse(&source.text, options.yaml_strings) {
         Ok(parsed) => parsed,
         Err(error) => {
             let path = match error.line_column {

@@ -15,6 +15,7 @@
 
 mod adaptive_concurrency_yaml;
 mod adaptive_yaml;
+mod as_written;
 mod build;
 mod check_profiles;
 mod concurrency;
@@ -28,6 +29,7 @@ mod report;
 mod spec;
 mod validate;
 mod yaml_tree;
+mod yaml_v2;
 
 pub(crate) use yaml_tree::TOO_LARGE_INTEGER_TAG;
 
@@ -70,6 +72,23 @@ pub struct LoadOptions {
     /// `limit` override in a domain without `overflow:`. Applied to the algorithms that count
     /// hits in windows only, the ones that can hold a count past the limit.
     pub default_overflow: Overflow,
+    /// How the reference's string fields read an unquoted number or boolean (`core::semantics`).
+    pub yaml_strings: YamlStrings,
+}
+
+/// How the reference's string fields (`domain`, a descriptor's `key` and `value`, a limit's
+/// `unit` and `name`, and the `name`s it `replaces`) read an unquoted scalar that YAML resolves
+/// to a number or a boolean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum YamlStrings {
+    /// As YAML 1.2 resolves it (floodgate's): the text of the value, so `0x10` is `16` and
+    /// `True` is `true`; `09` is the text `09`.
+    #[default]
+    Resolved,
+    /// As envoyproxy/ratelimit's yaml.v2 reads it: the text as written (`0x10`, `True`, `on`);
+    /// a file is refused where yaml.v2 reads a decimal number (`1.5`, `09`) or an integer past
+    /// 2^63 − 1, as the reference refuses it ("error checking config").
+    AsWritten,
 }
 
 impl Default for LoadOptions {
@@ -80,6 +99,7 @@ impl Default for LoadOptions {
             max_rules: DEFAULT_MAX_RULES,
             calendar_months: false,
             default_overflow: Overflow::Refuse,
+            yaml_strings: YamlStrings::Resolved,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! plain `serde_yaml::from_str` would refuse: a key written twice in one map is last-wins (and
 //! remembered, to warn about it), only the first document of a file counts, merge keys (`<<`)
 //! are applied. Integers beyond 64 bits become a marked value so that the walk can report them
-//! where they are, instead of failing the whole file.
+//! where they are, instead of failing the whole file. With [`YamlStrings::AsWritten`], the
+//! reference's string fields hold the text written (`as_written`).
 
 use std::fmt;
 
@@ -10,7 +11,9 @@ use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqA
 use serde_yaml::value::{Tag, TaggedValue};
 use serde_yaml::{Mapping, Value};
 
+use super::as_written::{plain_value, reference_string_field, written_unquoted, PlainText};
 use super::yaml_tree::{scalar_text, TOO_LARGE_INTEGER_TAG};
+use super::YamlStrings;
 
 /// One parsed file.
 pub(super) struct Parsed {
@@ -45,30 +48,66 @@ const EXTRA_VALUES: usize = 10_000;
 /// the `config_loader` fuzz target), and no rule file comes near it.
 const MAX_FLOW_DEPTH: usize = 128;
 
-pub(super) fn parse(text: &str) -> Result<Parsed, SyntaxError> {
+pub(super) fn parse(text: &str, strings: YamlStrings) -> Result<Parsed, SyntaxError> {
     check_flow_depth(text)?;
+    let as_written = strings == YamlStrings::AsWritten;
+    let first = parse_document(text, as_written, &[])?;
+    // A string field held a number or a boolean, whose text the parsed value lost: once more,
+    // reading those scalars as text.
+    let mut root = if first.reread.is_empty() {
+        first.root
+    } else {
+        parse_document(text, as_written, &first.reread)?.root
+    };
+    root.apply_merge().map_err(syntax_error)?;
+    Ok(Parsed {
+        root,
+        duplicate_keys: first.duplicates,
+        more_documents: first.more_documents,
+    })
+}
+
+/// The first document of `text`, before merge keys are applied.
+struct Document {
+    root: Value,
+    duplicates: Vec<DuplicateKey>,
+    /// The values (their places in the order parsed) of string fields that held a number or
+    /// a boolean, under [`YamlStrings::AsWritten`].
+    reread: Vec<usize>,
+    more_documents: bool,
+}
+
+/// Parses the first document; the values at the places in `as_text` are read as text.
+fn parse_document(
+    text: &str,
+    as_written: bool,
+    as_text: &[usize],
+) -> Result<Document, SyntaxError> {
     let mut state = ParseState {
         max_values: text.len().saturating_add(EXTRA_VALUES),
+        source: text,
+        as_written,
+        as_text,
         ..ParseState::default()
     };
     let mut documents = serde_yaml::Deserializer::from_str(text);
     // The document iterator repeats a parse error forever: take at most two items, never loop.
     let Some(first) = documents.next() else {
-        return Ok(Parsed {
+        return Ok(Document {
             root: Value::Null,
-            duplicate_keys: Vec::new(),
+            duplicates: Vec::new(),
+            reread: Vec::new(),
             more_documents: false,
         });
     };
-    let mut root = ValueSeed { state: &mut state }
+    let root = ValueSeed::new(&mut state)
         .deserialize(first)
         .map_err(syntax_error)?;
-    root.apply_merge().map_err(syntax_error)?;
-    let more_documents = documents.next().is_some();
-    Ok(Parsed {
+    Ok(Document {
         root,
-        duplicate_keys: state.duplicates,
-        more_documents,
+        duplicates: state.duplicates,
+        reread: state.reread,
+        more_documents: documents.next().is_some(),
     })
 }
 
@@ -112,16 +151,24 @@ fn syntax_error(error: serde_yaml::Error) -> SyntaxError {
 }
 
 #[derive(Default)]
-struct ParseState {
+struct ParseState<'t> {
     /// Map keys and list indexes from the root to the value being read.
     path: Vec<String>,
     duplicates: Vec<DuplicateKey>,
     /// Values read so far, and how many the text may hold ([`EXTRA_VALUES`]).
     values: usize,
     max_values: usize,
+    /// The text parsed, which unquoted scalars are lent from.
+    source: &'t str,
+    /// [`YamlStrings::AsWritten`]: the reference's string fields hold the text written.
+    as_written: bool,
+    /// Places (in the order values are read) of values to read as text, sorted.
+    as_text: &'t [usize],
+    /// Places of string fields' values that parsed as a number or a boolean.
+    reread: Vec<usize>,
 }
 
-impl ParseState {
+impl ParseState<'_> {
     fn path_text(&self) -> String {
         let mut text = String::new();
         for segment in &self.path {
@@ -135,14 +182,26 @@ impl ParseState {
 }
 
 /// Builds a `Value` like serde_yaml's own `Deserialize`, except for the leniencies above.
-struct ValueSeed<'s> {
-    state: &'s mut ParseState,
+struct ValueSeed<'s, 't> {
+    state: &'s mut ParseState<'t>,
+    /// The value of one of the reference's string fields, under [`YamlStrings::AsWritten`].
+    string_field: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+impl<'s, 't> ValueSeed<'s, 't> {
+    fn new(state: &'s mut ParseState<'t>) -> Self {
+        Self {
+            state,
+            string_field: false,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_, '_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        let place = self.state.values;
         self.state.values += 1;
         if self.state.values > self.state.max_values {
             return Err(de::Error::custom(format!(
@@ -151,11 +210,14 @@ impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
                 self.state.max_values
             )));
         }
+        if self.state.as_text.binary_search(&place).is_ok() {
+            return deserializer.deserialize_str(PlainText);
+        }
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for ValueSeed<'_> {
+impl<'de> Visitor<'de> for ValueSeed<'_, '_> {
     type Value = Value;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -196,6 +258,14 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         Ok(Value::String(value.to_owned()))
     }
 
+    fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Value, E> {
+        // yaml.v2 resolves some unquoted texts YAML 1.2 keeps as strings (`09`, `1_0.5`).
+        if self.string_field && written_unquoted(self.state.source, value) {
+            return Ok(plain_value(value));
+        }
+        Ok(Value::String(value.to_owned()))
+    }
+
     fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
         Ok(Value::String(value))
     }
@@ -216,9 +286,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         let mut sequence = Vec::new();
         loop {
             self.state.path.push(format!("[{}]", sequence.len()));
-            let item = items.next_element_seed(ValueSeed {
-                state: &mut *self.state,
-            });
+            let item = items.next_element_seed(ValueSeed::new(&mut *self.state));
             self.state.path.pop();
             match item? {
                 Some(item) => sequence.push(item),
@@ -229,16 +297,22 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
         let mut mapping = Mapping::new();
-        while let Some(key) = entries.next_key_seed(ValueSeed {
-            state: &mut *self.state,
-        })? {
+        while let Some(key) = entries.next_key_seed(ValueSeed::new(&mut *self.state))? {
             let key_text = scalar_text(&key).unwrap_or_else(|| "<complex key>".to_owned());
+            let string_field =
+                self.state.as_written && reference_string_field(&self.state.path, &key_text);
             self.state.path.push(key_text.clone());
+            let place = self.state.values;
             let value = entries.next_value_seed(ValueSeed {
                 state: &mut *self.state,
+                string_field,
             });
             self.state.path.pop();
-            if mapping.insert(key, value?).is_some() {
+            let value = value?;
+            if string_field && matches!(value, Value::Bool(_) | Value::Number(_)) {
+                self.state.reread.push(place);
+            }
+            if mapping.insert(key, value).is_some() {
                 let map_path = self.state.path_text();
                 self.state.duplicates.push(DuplicateKey {
                     map_path,
@@ -273,7 +347,9 @@ fn too_large_integer(text: String) -> Value {
 /// The root value of `text`, or `None` if it does not parse (for tests).
 #[cfg(test)]
 pub(super) fn parse_value(text: &str) -> Option<Value> {
-    parse(text).ok().map(|parsed| parsed.root)
+    parse(text, YamlStrings::Resolved)
+        .ok()
+        .map(|parsed| parsed.root)
 }
 
 #[cfg(test)]
@@ -282,7 +358,10 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_last_wins_and_remembered_with_their_place() {
-        let Ok(parsed) = parse("a: 1\nb:\n  - c: 1\n    c: 2\na: 3\n") else {
+        let Ok(parsed) = parse(
+            "a: 1\nb:\n  - c: 1\n    c: 2\na: 3\n",
+            YamlStrings::Resolved,
+        ) else {
             panic!("should parse");
         };
         assert_eq!(parsed.root["a"], Value::from(3));
@@ -309,7 +388,7 @@ mod tests {
 
     #[test]
     fn only_the_first_document_counts() {
-        let Ok(parsed) = parse("a: 1\n---\nb: [\n") else {
+        let Ok(parsed) = parse("a: 1\n---\nb: [\n", YamlStrings::Resolved) else {
             panic!("the first document is fine");
         };
         assert_eq!(parsed.root["a"], Value::from(1));
@@ -318,7 +397,7 @@ mod tests {
 
     #[test]
     fn syntax_errors_have_a_line_and_column() {
-        let Err(error) = parse("a: [1\nb: 2") else {
+        let Err(error) = parse("a: [1\nb: 2", YamlStrings::Resolved) else {
             panic!("should not parse");
         };
         assert_eq!(error.line_column, Some((2, 2)));
@@ -355,12 +434,16 @@ mod tests {
             let items = [previous.as_str(); 10].join(", ");
             text.push_str(&format!("a{level}: &a{level} [{items}]\n"));
         }
-        let Err(error) = parse(&text) else {
+        let Err(error) = parse(&text, YamlStrings::Resolved) else {
             panic!("10^8 values from {} bytes should be refused", text.len());
         };
         assert!(error.message.contains("aliases"), "{}", error.message);
         // Aliases that repeat a little are fine.
-        assert!(parse("base: &b {unit: second}\nx: *b\ny: *b\n").is_ok());
+        assert!(parse(
+            "base: &b {unit: second}\nx: *b\ny: *b\n",
+            YamlStrings::Resolved
+        )
+        .is_ok());
     }
 
     #[test]

@@ -116,7 +116,8 @@ pub(super) fn describe(value: &Value) -> String {
         {
             format!("the integer {}, which is too large", render(&tagged.value))
         }
-        Value::Tagged(tagged) => format!("a value tagged {}", tagged.tag),
+        Value::Tagged(tagged) => super::as_written::refused_description(&tagged.tag, &tagged.value)
+            .unwrap_or_else(|| format!("a value tagged {}", tagged.tag)),
     }
 }
 

@@ -12,7 +12,8 @@ use crate::rules::{Entry, RuleSet};
 use crate::unit::Unit;
 
 /// Two rules with `metadata:`, a third without, one unlimited, one in shadow mode, one that
-/// `replaces` another, and two whose stats keys the request's values shape.
+/// `replaces` another, and the ones whose stats keys the request's values may shape
+/// (`detailed_metric`, `value_to_metric`), each with `metadata:`.
 const RULES: &str = r#"
 domain: shop
 descriptors:
@@ -45,6 +46,35 @@ descriptors:
     value_to_metric: true
     rate_limit: {unit: minute, requests_per_unit: 5}
     metadata: {valued: kept}
+  - key: detailed_parent
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {detailed_parent: kept}
+    descriptors:
+      - key: sub
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: valued_exact
+    value: fixed
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {valued_exact: kept}
+  - key: valued_wildcard
+    value: "fix*"
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {valued_wildcard: kept}
+  - key: shared_wildcard
+    value: "fix*"
+    value_to_metric: true
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {shared_wildcard: kept}
+  - key: valued_parent
+    value_to_metric: true
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: minute, requests_per_unit: 5}
+        metadata: {valued_parent: kept}
 "#;
 
 fn rules() -> RuleSet {
@@ -82,6 +112,21 @@ fn answer(
     settings: PlanSettings,
     global_shadow: bool,
 ) -> Response {
+    answer_with(
+        request,
+        over,
+        (settings, global_shadow),
+        RuleMetadata::Always,
+    )
+}
+
+/// [`answer`], with the rules' metadata given as `rule_metadata` says.
+fn answer_with(
+    request: &Request,
+    over: &[usize],
+    (settings, global_shadow): (PlanSettings, bool),
+    rule_metadata: RuleMetadata,
+) -> Response {
     let rules = rules();
     let planned = plan(request, rules.domain(&request.domain), settings);
     let outcomes: Vec<CounterOutcome> = planned
@@ -104,7 +149,8 @@ fn answer(
     let over_limit =
         Decided::from_outcomes(&planned.counters, outcomes.clone(), global_shadow).over_limit;
     let mut response = assemble(&planned, &outcomes, over_limit, HeaderMode::None);
-    attach(&mut response, request, &planned);
+    let domain = rules.domain(&request.domain);
+    attach(&mut response, request, &planned, rule_metadata, domain);
     response
 }
 
@@ -282,14 +328,68 @@ fn a_request_hits_addend_of_zero_is_left_out() {
     assert_eq!(metadata_of(&response).get("hitsAddend"), None);
 }
 
+/// Every rule with detailed or value metrics, each passing, with the value it is asked with.
+const STATS_KEYED: [(&str, &str, &str); 8] = [
+    // (rule's metadata name, key, value); the leaf of `valued_parent` is asked below it.
+    ("detailed", "detailed", "x"),
+    ("detailed_parent", "detailed_parent", "x"),
+    ("valued", "valued", "y"),
+    ("valued_exact", "valued_exact", "fixed"),
+    ("valued_wildcard", "valued_wildcard", "fixture"),
+    ("shared_wildcard", "shared_wildcard", "fixture"),
+    ("valued_parent", "valued_parent", "z"),
+    ("valued", "valued", ""),
+];
+
+/// The metadata names the passed rules gave, one request per rule of [`STATS_KEYED`].
+fn given_by_stats_keyed_rules(rule_metadata: RuleMetadata) -> Vec<(&'static str, bool)> {
+    STATS_KEYED
+        .iter()
+        .map(|(name, key, value)| {
+            let request = if *name == "valued_parent" {
+                request(&[&[(key, value), ("leaf", "w")]])
+            } else {
+                request(&[&[(key, value)]])
+            };
+            let settings = (PlanSettings::default(), false);
+            let response = answer_with(&request, &[], settings, rule_metadata);
+            (*name, text_of(passed(&response), name) == Some("kept"))
+        })
+        .collect()
+}
+
 #[test]
 fn rules_with_detailed_or_value_metrics_keep_their_metadata() {
-    // The reference rebuilds these limits for their stats key and drops the metadata; a
-    // difference on purpose (docs/migrating-from-envoy-ratelimit.md).
-    let request = request(&[&[("detailed", "x")], &[("valued", "y")]]);
-    let response = answer(&request, &[], PlanSettings::default(), false);
-    assert_eq!(text_of(passed(&response), "detailed"), Some("kept"));
-    assert_eq!(text_of(passed(&response), "valued"), Some("kept"));
+    let given = given_by_stats_keyed_rules(RuleMetadata::Always);
+    assert!(given.iter().all(|(_, kept)| *kept), "{given:?}");
+}
+
+#[test]
+fn as_the_reference_limits_rebuilt_for_their_stats_key_give_no_metadata() {
+    // The reference's GetLimit rebuilds a detailed_metric limit at a descriptor with nothing
+    // below it, and any limit whose value_to_metric key differs from the rule's own; the
+    // rebuilt limit has no metadata.
+    let given = given_by_stats_keyed_rules(RuleMetadata::AsTheReference);
+    assert_eq!(
+        given,
+        [
+            ("detailed", false),
+            // Descriptors below: the reference changes only its stats key, after the walk.
+            ("detailed_parent", true),
+            // A key-only level: the request's value goes into the key.
+            ("valued", false),
+            // The configured value is the request's: the key is the rule's own.
+            ("valued_exact", true),
+            // A pattern, replaced by the request's value.
+            ("valued_wildcard", false),
+            // share_threshold keeps the pattern in the key.
+            ("shared_wildcard", true),
+            // value_to_metric on a level above the rule counts too.
+            ("valued_parent", false),
+            // An empty value adds nothing to the key.
+            ("valued", true),
+        ]
+    );
 }
 
 /// An answer's `descriptors` list.

@@ -20,8 +20,10 @@ use super::{
 use crate::core::error_codes::{ErrorCodes, HttpErrorBody, Undecided};
 use crate::core::overload::{overload_reply, OverloadReply};
 use crate::core::response::{Code, Response as Decision};
+use crate::core::semantics::Traces;
 use crate::server::convert::{request_from_wire, response_to_wire};
 use crate::store::Store;
+use crate::telemetry::traces::{reference_json_span, RemoteParent};
 
 pub(super) async fn json_endpoint<S: Store>(
     State(state): State<HttpState<S>>,
@@ -46,11 +48,19 @@ pub(super) async fn json_endpoint<S: Store>(
         };
     }
     let request = request_from_wire(wire);
-    let decided = state
-        .limiter
-        .decide_traced(&request, trace_parent(&headers))
-        .await;
+    let as_the_reference = state.limiter.settings().traces == Traces::AsTheReference;
+    // The reference's handler continues no caller's trace.
+    let parent = if as_the_reference {
+        RemoteParent::none()
+    } else {
+        trace_parent(&headers)
+    };
+    let decided = state.limiter.decide_traced(&request, parent).await;
     match decided {
+        Ok(response) if as_the_reference => {
+            let _remaining = reference_json_span().entered();
+            json_answer(response)
+        }
         Ok(response) => json_answer(response),
         Err(error) => limit_error_response(&error, codes),
     }

@@ -38,6 +38,7 @@ fn a_minimal_rule() {
             detailed_metric: false,
             value_to_metric: false,
             share_threshold: false,
+            has_descriptors: false,
             metadata: None,
             adaptive: None,
             priority: None,

@@ -11,6 +11,7 @@ mod overflow_defaults;
 mod priority;
 mod reference_readme;
 mod warnings;
+mod yaml_strings;
 
 use super::{load, ConfigError, LoadOptions, SourceFile};
 use crate::algorithm::Algorithm;
