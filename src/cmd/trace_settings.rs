@@ -4,13 +4,15 @@
 //! `TRACING_ENABLED` (off by default), `TRACING_EXPORTER_PROTOCOL` (`http`, its default, or
 //! `grpc`), the resource's `service.name` (`TRACING_SERVICE_NAME`, `RateLimit`),
 //! `service.namespace` and `service.instance.id` (a random UUID when not given), and a
-//! parent-based sampler of `TRACING_SAMPLING_RATE` (1). Where to send is OpenTelemetry Go's
-//! `OTEL_EXPORTER_OTLP_*` settings, as its exporters read them.
+//! parent-based sampler of `TRACING_SAMPLING_RATE` (1). Where and how to send is OpenTelemetry
+//! Go's `OTEL_EXPORTER_OTLP_*` settings, as its exporters read them: the endpoint, TLS (with the
+//! system's roots, or `OTEL_EXPORTER_OTLP_CERTIFICATE` and the client certificate variables),
+//! gzip; `OTEL_EXPORTER_OTLP_PROTOCOL` is not read (the exporter sends protobuf whatever it says).
 
 use super::cli::TelemetryArgs;
 use super::setting_values::env_bool;
 use crate::core::semantics::Traces;
-use crate::telemetry::{OtlpExport, TraceOptions, TracedService};
+use crate::telemetry::{OtlpExport, OtlpTlsFiles, TraceOptions, TracedService};
 
 /// The traces to export, and a remark for the log once it is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +53,7 @@ fn reference_setup(
         export: None,
         sample_ratio: 1.0,
         service: reference_service(env),
+        tls: OtlpTlsFiles::from_env(env),
     };
     if enabled != Some(true) {
         let endpoint_set = telemetry.otlp_endpoint.is_some()
@@ -144,6 +147,8 @@ fn otel(env: &impl Fn(&str) -> Option<String>, key: &str) -> Option<(String, Str
 /// (for HTTP its path as written), else `OTEL_EXPORTER_OTLP_ENDPOINT` (for HTTP with
 /// `/v1/traces` after its path), else `localhost:4318` (HTTP) or `localhost:4317` (gRPC); over
 /// TLS unless the URL says `http://` or `OTEL_EXPORTER_OTLP_[TRACES_]INSECURE` is `true`.
+/// `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL` is not read: OpenTelemetry Go's OTLP/HTTP exporter
+/// sends protobuf even when it says `http/json`, and `TRACING_EXPORTER_PROTOCOL` picks gRPC.
 fn reference_export(
     protocol: Protocol,
     env: &impl Fn(&str) -> Option<String>,
@@ -156,10 +161,6 @@ fn reference_export(
         origin: format!("localhost:{default_port}"),
         path: "/v1/traces".to_owned(),
         secure: true,
-        set_by: format!(
-            "the default endpoint, https://localhost:{default_port} (OTEL_EXPORTER_OTLP_ENDPOINT \
-             is not set)"
-        ),
     };
     if let Some((name, value)) = otel(env, "ENDPOINT") {
         target = Target::from_url(&name, &value, |path| {
@@ -170,33 +171,14 @@ fn reference_export(
         target = Target::from_url(&name, &value, str::to_owned)?;
     }
     for key in ["INSECURE", "TRACES_INSECURE"] {
-        if let Some((name, value)) = otel(env, key) {
+        if let Some((_, value)) = otel(env, key) {
             target.secure = !value.eq_ignore_ascii_case("true");
-            target.set_by = format!("{name}={value}");
         }
     }
-    if target.secure {
-        return Err(format!(
-            "TRACING_ENABLED=true exports over TLS as {}: floodgate exports traces over plain \
-             http only there; point OTEL_EXPORTER_OTLP_ENDPOINT at the collector with http:// \
-             (as Envoy Gateway does), or set OTEL_EXPORTER_OTLP_INSECURE=true",
-            target.set_by
-        ));
-    }
-    if protocol == Protocol::Http {
-        if let Some((name, value)) = otel(env, "TRACES_PROTOCOL").or_else(|| otel(env, "PROTOCOL"))
-        {
-            if value == "http/json" {
-                return Err(format!(
-                    "{name}=http/json: floodgate's OTLP/HTTP exporter sends protobuf only; \
-                     remove it (http/protobuf is the default)"
-                ));
-            }
-        }
-    }
+    let scheme = if target.secure { "https" } else { "http" };
     Ok(match protocol {
-        Protocol::Http => OtlpExport::Http(format!("http://{}{}", target.origin, target.path)),
-        Protocol::Grpc => OtlpExport::Grpc(format!("http://{}", target.origin)),
+        Protocol::Http => OtlpExport::Http(format!("{scheme}://{}{}", target.origin, target.path)),
+        Protocol::Grpc => OtlpExport::Grpc(format!("{scheme}://{}", target.origin)),
     })
 }
 
@@ -207,8 +189,6 @@ struct Target {
     /// The URL path spans are posted to (OTLP/HTTP).
     path: String,
     secure: bool,
-    /// What chose it, for a message.
-    set_by: String,
 }
 
 impl Target {
@@ -224,7 +204,11 @@ impl Target {
         let secure = match url.scheme() {
             "http" => false,
             "https" => true,
-            other => return Err(refused(&format!("has the scheme {other:?}, not http"))),
+            other => {
+                return Err(refused(&format!(
+                    "has the scheme {other:?}, not http or https"
+                )))
+            }
         };
         if url.host_str().is_none_or(str::is_empty) {
             return Err(refused("names no host"));
@@ -234,7 +218,6 @@ impl Target {
             origin: origin.to_owned(),
             path: path(url.path()),
             secure,
-            set_by: format!("{name}={value}"),
         })
     }
 }
@@ -322,32 +305,40 @@ mod tests {
     }
 
     #[test]
-    fn tls_which_floodgate_does_not_speak_there_is_refused_naming_what_chose_it() {
-        for (pairs, named) in [
-            (vec![ON], "the default endpoint"),
+    fn tls_unless_the_url_says_http_or_insecure_is_true_and_the_protocol_is_not_read() {
+        let grpc = ("TRACING_EXPORTER_PROTOCOL", "grpc");
+        for (pairs, expected) in [
+            (
+                vec![ON],
+                OtlpExport::Http("https://localhost:4318/v1/traces".into()),
+            ),
+            (
+                vec![ON, grpc],
+                OtlpExport::Grpc("https://localhost:4317".into()),
+            ),
             (
                 vec![
                     ON,
                     ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
                 ],
-                "OTEL_EXPORTER_OTLP_ENDPOINT=https://collector:4318",
+                OtlpExport::Http("https://collector:4318/v1/traces".into()),
             ),
             (
                 vec![
                     ON,
-                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
-                    ("OTEL_EXPORTER_OTLP_INSECURE", "false"),
+                    grpc,
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "false"),
                 ],
-                "OTEL_EXPORTER_OTLP_INSECURE=false",
+                OtlpExport::Grpc("https://collector:4317".into()),
             ),
         ] {
-            let refused = export(&pairs);
-            assert!(
-                refused.as_ref().is_err_and(|error| error.contains(named)
-                    && error.contains("OTEL_EXPORTER_OTLP_INSECURE=true")),
-                "{refused:?}"
-            );
+            assert_eq!(export(&pairs), Ok(Some(expected)), "{pairs:?}");
         }
+        let with_ca = reference(&[ON, ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/otel/ca.pem")])
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_ne!(with_ca.options.tls, OtlpTlsFiles::default());
         let not_a_url = export(&[ON, ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]);
         assert!(not_a_url.is_err(), "{not_a_url:?}");
     }

@@ -10,6 +10,7 @@ pub(crate) mod connections;
 pub(crate) mod label_budget;
 pub(crate) mod metrics;
 mod otlp_http;
+mod otlp_tls;
 pub(crate) mod paced_log;
 pub(crate) mod record;
 pub(crate) mod reference_exposition;
@@ -27,6 +28,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
+pub use otlp_tls::OtlpTlsFiles;
 pub use traces::{OtlpExport, TraceError, TraceOptions, TracedService, TracingGuard};
 
 /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` default.
@@ -115,6 +117,9 @@ pub fn init(traces: Option<&TraceOptions>, filter: EnvFilter) -> Result<Telemetr
             "exporting traces over {}",
             guard.transport()
         );
+        for passed_over in guard.tls_passed_over() {
+            tracing::warn!("{passed_over}");
+        }
     }
     Ok(Telemetry { tracing: guard })
 }

@@ -1,12 +1,17 @@
 //! The HTTP client of the OTLP/HTTP trace exporter. The SDK's batch processor exports from a
 //! thread of its own, outside the Tokio runtime, where Hyper's client can neither time a request
 //! out nor spawn its connections: each request is sent as a task on the runtime, which the
-//! processor waits for.
+//! processor waits for. An `https://` URL is reached over TLS (hyper-rustls, on the rustls the
+//! servers already use), with the roots and client certificate of [`OtlpTls`].
 
 use std::time::Duration;
 
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
 use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+
+use super::otlp_tls::OtlpTls;
 
 /// OpenTelemetry's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`).
 const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -14,17 +19,24 @@ const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Hyper's client, sending on the runtime it was made in.
 #[derive(Debug, Clone)]
 pub(super) struct RuntimeHttpClient {
-    client: HyperClient,
+    client: HyperClient<HttpsConnector<HttpConnector>>,
     runtime: tokio::runtime::Handle,
 }
 
 impl RuntimeHttpClient {
     /// A client on the current runtime (call it inside the runtime), each request bounded by
-    /// [`export_timeout`].
-    pub(super) fn on_current_runtime() -> Result<Self, tokio::runtime::TryCurrentError> {
+    /// [`export_timeout`]; it speaks TLS with `tls`'s settings (the system's roots without).
+    pub(super) fn on_current_runtime(tls: Option<&OtlpTls>) -> Result<Self, String> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|error| error.to_string())?;
+        let tls = OtlpTls::rustls(tls)?;
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
         Ok(Self {
-            client: HyperClient::with_default_connector(export_timeout(), None),
-            runtime: tokio::runtime::Handle::try_current()?,
+            client: HyperClient::new(connector, export_timeout(), None),
+            runtime,
         })
     }
 }

@@ -20,7 +20,7 @@ use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
@@ -31,6 +31,7 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::otlp_http::RuntimeHttpClient;
+use super::otlp_tls::{OtlpTls, OtlpTlsFiles};
 use crate::core::semantics::Traces;
 
 /// Whether an OTLP exporter is installed. Set once at start-up, before any call is served.
@@ -58,9 +59,13 @@ pub struct TraceOptions {
     pub sample_ratio: f64,
     /// The service the spans come from.
     pub service: TracedService,
+    /// The CA and client certificate files of an `https://` endpoint.
+    pub tls: OtlpTlsFiles,
 }
 
-/// A collector and the OTLP transport it is reached by.
+/// A collector and the OTLP transport it is reached by; over TLS when the URL says `https://`.
+/// Compressed as `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION` says (`gzip`), which the exporter
+/// reads itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OtlpExport {
     /// OTLP/gRPC, e.g. `http://jaeger:4317`.
@@ -98,7 +103,8 @@ pub struct TracedService {
 impl TraceOptions {
     /// floodgate's own: OTLP/gRPC to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (signal-specific, as
     /// the OTel specification ranks it), else `--otlp-endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`),
-    /// as the service `OTEL_SERVICE_NAME` names, `floodgate` without it.
+    /// as the service `OTEL_SERVICE_NAME` names, `floodgate` without it; an `https://`
+    /// endpoint with the TLS files of `OTEL_EXPORTER_OTLP_*CERTIFICATE` / `*CLIENT_KEY`.
     pub fn floodgate(endpoint_flag: Option<String>, sample_ratio: f64) -> TraceOptions {
         let given = |endpoint: &String| !endpoint.trim().is_empty();
         let endpoint = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -117,6 +123,7 @@ impl TraceOptions {
                 namespace: None,
                 instance_id: None,
             },
+            tls: OtlpTlsFiles::from_env(|name| std::env::var(name).ok()),
         }
     }
 }
@@ -136,9 +143,16 @@ pub enum TraceError {
 pub struct TracingGuard {
     export: OtlpExport,
     provider: SdkTracerProvider,
+    /// Why TLS files were passed over, for the log once it is set up.
+    tls_passed_over: Vec<String>,
 }
 
 impl TracingGuard {
+    /// The TLS files passed over, each with why (for start-up warnings).
+    pub fn tls_passed_over(&self) -> &[String] {
+        &self.tls_passed_over
+    }
+
     /// Where spans go (for the start-up log line).
     pub fn endpoint(&self) -> &str {
         self.export.endpoint()
@@ -170,7 +184,11 @@ pub fn otlp_tracer(
     if !(0.0..=1.0).contains(&options.sample_ratio) {
         return Err(TraceError::SampleRatio(options.sample_ratio));
     }
-    let exporter = span_exporter(&export).map_err(|source| TraceError::Exporter {
+    let tls = export
+        .endpoint()
+        .starts_with("https://")
+        .then(|| OtlpTls::load(&options.tls));
+    let exporter = span_exporter(&export, tls.as_ref()).map_err(|source| TraceError::Exporter {
         endpoint: export.endpoint().to_owned(),
         source,
     })?;
@@ -190,20 +208,35 @@ pub fn otlp_tracer(
         .build();
     let tracer = provider.tracer("floodgate");
     ENABLED.store(true, Ordering::Relaxed);
-    Ok(Some((tracer, TracingGuard { export, provider })))
+    let tls_passed_over = tls.map(|tls| tls.passed_over).unwrap_or_default();
+    Ok(Some((
+        tracer,
+        TracingGuard {
+            export,
+            provider,
+            tls_passed_over,
+        },
+    )))
 }
 
-/// The exporter of `export`'s transport; the endpoint given is used as it is.
+/// The exporter of `export`'s transport; the endpoint given is used as it is, over TLS with
+/// `tls` when it is an `https://` URL.
 fn span_exporter(
     export: &OtlpExport,
+    tls: Option<&OtlpTls>,
 ) -> Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
     match export {
-        OtlpExport::Grpc(endpoint) => builder.with_tonic().with_endpoint(endpoint).build(),
+        OtlpExport::Grpc(endpoint) => {
+            let mut grpc = builder.with_tonic().with_endpoint(endpoint);
+            if let Some(tls) = tls {
+                grpc = grpc.with_tls_config(tls.tonic());
+            }
+            grpc.build()
+        }
         OtlpExport::Http(url) => {
-            let client = RuntimeHttpClient::on_current_runtime().map_err(|error| {
-                opentelemetry_otlp::ExporterBuildError::InternalFailure(error.to_string())
-            })?;
+            let client = RuntimeHttpClient::on_current_runtime(tls)
+                .map_err(opentelemetry_otlp::ExporterBuildError::InternalFailure)?;
             builder
                 .with_http()
                 .with_http_client(client)

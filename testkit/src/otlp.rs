@@ -1,10 +1,14 @@
 //! A real OTLP trace receiver on a loopback port, keeping every span it gets: over gRPC (the
 //! collector's `opentelemetry.proto.collector.trace.v1.TraceService/Export`) or over HTTP
-//! (protobuf posted to `/v1/traces`, OTLP/HTTP).
+//! (protobuf posted to `/v1/traces`, OTLP/HTTP); in plain text or over TLS (optionally asking
+//! for a client certificate), taking gzip bodies as a collector does.
 
 use std::collections::HashMap;
+use std::io::Read as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use flate2::read::GzDecoder;
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -21,7 +25,17 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use tokio::net::TcpListener;
+use tokio_rustls::rustls::crypto::ring::default_provider;
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::testca::Pair;
 
 /// A span as received, with its resource's attributes.
 #[derive(Debug, Clone)]
@@ -86,9 +100,17 @@ struct Received {
     spans: Mutex<Vec<ReceivedSpan>>,
     /// The paths spans were posted to (OTLP/HTTP).
     paths: Mutex<Vec<String>>,
+    /// Each export's body encoding (`content-encoding` or `grpc-encoding`), `identity` if none.
+    encodings: Mutex<Vec<String>>,
 }
 
 impl Received {
+    fn note_encoding(&self, encoding: Option<&str>) {
+        if let Ok(mut encodings) = self.encodings.lock() {
+            encodings.push(encoding.unwrap_or("identity").to_owned());
+        }
+    }
+
     fn keep(&self, request: ExportTraceServiceRequest) {
         let mut received = Vec::new();
         for resource_spans in request.resource_spans {
@@ -122,6 +144,9 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let encoding = request.metadata().get("grpc-encoding");
+        self.0
+            .note_encoding(encoding.and_then(|value| value.to_str().ok()));
         self.0.keep(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
@@ -136,9 +161,26 @@ async fn export_over_http(
     if let Ok(mut paths) = received.paths.lock() {
         paths.push(request.uri().path().to_owned());
     }
+    let encoding = request
+        .headers()
+        .get(hyper::header::CONTENT_ENCODING)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    received.note_encoding(encoding.as_deref());
     let body = match request.into_body().collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => return Ok(http_answer(400, Bytes::new())),
+    };
+    let body = match encoding.as_deref() {
+        None | Some("identity") => body,
+        Some("gzip") => {
+            let mut plain = Vec::new();
+            if GzDecoder::new(&body[..]).read_to_end(&mut plain).is_err() {
+                return Ok(http_answer(400, Bytes::new()));
+            }
+            Bytes::from(plain)
+        }
+        Some(_) => return Ok(http_answer(415, Bytes::new())),
     };
     match ExportTraceServiceRequest::decode(body) {
         Ok(export) => {
@@ -161,11 +203,59 @@ fn http_answer(status: u16, body: Bytes) -> hyper::Response<Full<Bytes>> {
     answer
 }
 
+/// A receiver's TLS: its certificate, and the CA a client must show a certificate of (none: no
+/// client certificate asked for).
+pub struct ReceiverTls<'a> {
+    pub server: &'a Pair,
+    pub client_ca: Option<&'a str>,
+}
+
+impl ReceiverTls<'_> {
+    fn acceptor(&self) -> TlsAcceptor {
+        let provider = Arc::new(default_provider());
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|error| panic!("TLS versions: {error}"));
+        let builder = match self.client_ca {
+            Some(ca) => {
+                let mut roots = RootCertStore::empty();
+                roots.add_parsable_certificates(
+                    CertificateDer::pem_slice_iter(ca.as_bytes()).flatten(),
+                );
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap_or_else(|error| panic!("client verifier: {error}"));
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let chain = CertificateDer::pem_slice_iter(self.server.cert.as_bytes())
+            .flatten()
+            .collect();
+        let key = PrivateKeyDer::from_pem_slice(self.server.key.as_bytes())
+            .unwrap_or_else(|error| panic!("server key: {error}"));
+        let config = builder
+            .with_single_cert(chain, key)
+            .unwrap_or_else(|error| panic!("server certificate: {error}"));
+        TlsAcceptor::from(Arc::new(config))
+    }
+
+    fn tonic(&self) -> ServerTlsConfig {
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.server.cert, &self.server.key));
+        match self.client_ca {
+            Some(ca) => tls.client_ca_root(Certificate::from_pem(ca)),
+            None => tls,
+        }
+    }
+}
+
 /// The receiver; stops serving when dropped.
 pub struct OtlpReceiver {
     pub port: u16,
     received: Arc<Received>,
     task: tokio::task::JoinHandle<()>,
+    secure: bool,
 }
 
 /// A loopback listener and its port.
@@ -183,18 +273,37 @@ async fn listen() -> (TcpListener, u16) {
 impl OtlpReceiver {
     /// An OTLP/HTTP receiver: spans posted to any path (`paths` says which).
     pub async fn start_http() -> OtlpReceiver {
+        Self::start_http_on(None).await
+    }
+
+    /// An OTLP/HTTP receiver over TLS.
+    pub async fn start_https(tls: &ReceiverTls<'_>) -> OtlpReceiver {
+        Self::start_http_on(Some(tls.acceptor())).await
+    }
+
+    async fn start_http_on(acceptor: Option<TlsAcceptor>) -> OtlpReceiver {
         let (listener, port) = listen().await;
         let received = Arc::new(Received::default());
         let shared = Arc::clone(&received);
+        let secure = acceptor.is_some();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let received = Arc::clone(&shared);
                 let service =
                     service_fn(move |request| export_over_http(Arc::clone(&received), request));
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -202,7 +311,17 @@ impl OtlpReceiver {
             port,
             received,
             task,
+            secure,
         }
+    }
+
+    /// Each export's body encoding, in order (`identity` when none was named).
+    pub fn encodings(&self) -> Vec<String> {
+        self.received
+            .encodings
+            .lock()
+            .map(|encodings| encodings.clone())
+            .unwrap_or_default()
     }
 
     /// The paths spans were posted to, in order (OTLP/HTTP).
@@ -216,11 +335,28 @@ impl OtlpReceiver {
 
     /// An OTLP/gRPC receiver.
     pub async fn start() -> OtlpReceiver {
+        Self::start_grpc_on(None).await
+    }
+
+    /// An OTLP/gRPC receiver over TLS.
+    pub async fn start_grpc_tls(tls: &ReceiverTls<'_>) -> OtlpReceiver {
+        Self::start_grpc_on(Some(tls.tonic())).await
+    }
+
+    async fn start_grpc_on(tls: Option<ServerTlsConfig>) -> OtlpReceiver {
         let (listener, port) = listen().await;
         let received = Arc::new(Received::default());
-        let service = TraceServiceServer::new(Collector(Arc::clone(&received)));
+        let service = TraceServiceServer::new(Collector(Arc::clone(&received)))
+            .accept_compressed(CompressionEncoding::Gzip);
+        let secure = tls.is_some();
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            server = server
+                .tls_config(tls)
+                .unwrap_or_else(|error| panic!("receiver TLS: {error}"));
+        }
         let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
+            let _ = server
                 .add_service(service)
                 .serve_with_incoming(TcpListenerStream::new(listener))
                 .await;
@@ -229,11 +365,15 @@ impl OtlpReceiver {
             port,
             received,
             task,
+            secure,
         }
     }
 
+    /// `http://127.0.0.1:port`, or `https://…` over TLS (the test CA's server certificate names
+    /// 127.0.0.1).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.secure { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn spans(&self) -> Vec<ReceivedSpan> {

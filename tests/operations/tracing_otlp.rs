@@ -1,13 +1,14 @@
 //! Traces from the real binary to a real OTLP/gRPC receiver: the caller's trace (W3C
 //! `traceparent` or B3 in the gRPC metadata) is continued, the span carries the decision's
 //! attributes, descriptor values are hashed unless asked otherwise, the store call is a child
-//! span, and spans arrive promptly and on shutdown.
+//! span, spans arrive promptly and on shutdown, and over TLS to an `https://` endpoint.
 
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+use floodgate_testkit::otlp::{OtlpReceiver, ReceivedSpan, ReceiverTls};
 use floodgate_testkit::rls;
+use floodgate_testkit::testca::TestCa;
 use floodgate_testkit::{serve_command, tempdir, wait_for_port, Running};
 use tonic::metadata::MetadataValue;
 
@@ -215,6 +216,39 @@ async fn a_call_without_trace_context_starts_a_new_trace_and_values_can_be_shown
     assert_eq!(
         span.string("floodgate.descriptors"),
         Some("generic_key=api,client_id=alice")
+    );
+}
+
+/// An `https://` endpoint is reached over TLS, trusting the `OTEL_EXPORTER_OTLP_CERTIFICATE` CA
+/// (the variable OpenTelemetry's exporters read) at `floodgate serve` as at the ratelimit door.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_endpoint_is_reached_over_tls_with_the_otel_ca_file() {
+    let ca = TestCa::new("otel collector CA");
+    let server = ca.server();
+    let receiver = OtlpReceiver::start_grpc_tls(&ReceiverTls {
+        server: &server,
+        client_ca: None,
+    })
+    .await;
+    let dir = tempdir();
+    let ca_file = dir.path().join("otel-ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap_or_else(|error| panic!("cannot write: {error}"));
+    let traced = start(
+        dir.path(),
+        &receiver,
+        &[],
+        &[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca_file.to_string_lossy())],
+    );
+    call_with(&traced, &[]).await;
+    let spans = receiver
+        .wait_for(PROMPTLY, |spans| {
+            spans.iter().any(|span| span.span.name == "ShouldRateLimit")
+        })
+        .await;
+    assert!(
+        spans.iter().any(|span| span.span.name == "ShouldRateLimit"),
+        "no span over TLS: {}",
+        traced.process.log_text()
     );
 }
 

@@ -4,14 +4,17 @@
 //! is the `otelgrpc` server span `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
 //! its decision the child `ShouldRateLimit Execution`, a Redis store call the grandchild `Redis
 //! Pipeline Execution`; `/json` starts a trace of its own and adds `NewJsonHandler Remaining
-//! Execution`. Real receivers of both transports, the real binary.
+//! Execution`. Over TLS when the endpoint says `https://` (the reference's default), with the
+//! `OTEL_EXPORTER_OTLP_*` certificate files and compression. Real receivers of both transports,
+//! the real binary.
 
 use std::path::Path;
 use std::time::Duration;
 
-use floodgate_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+use floodgate_testkit::otlp::{OtlpReceiver, ReceivedSpan, ReceiverTls};
 use floodgate_testkit::redis::RedisServer;
 use floodgate_testkit::rls;
+use floodgate_testkit::testca::TestCa;
 use floodgate_testkit::{ratelimit_command, subdir, tempdir, wait_for_port, Running};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -218,31 +221,120 @@ async fn over_http_the_references_default_posts_to_v1_traces_with_its_redis_span
     );
 }
 
-#[test]
-fn over_tls_which_floodgate_does_not_send_there_the_door_refuses_to_start() {
+/// The test CA's files for `ratelimit`: its CA, and a client certificate and key of its own.
+struct TlsFiles {
+    ca: String,
+    client_cert: String,
+    client_key: String,
+}
+
+fn write_tls_files(dir: &Path, ca: &TestCa) -> TlsFiles {
+    let client = ca.client("ratelimit");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|error| panic!("cannot write {name}: {error}"));
+        path.to_string_lossy().into_owned()
+    };
+    TlsFiles {
+        ca: write("otel-ca.pem", &ca.pem()),
+        client_cert: write("otel-client.pem", &client.cert),
+        client_key: write("otel-client-key.pem", &client.key),
+    }
+}
+
+/// Over TLS both ways (the collector asks for a client certificate) and gzip, as OpenTelemetry
+/// Go's exporters read `OTEL_EXPORTER_OTLP_*`: the spans of one call arrive, every export gzip.
+async fn spans_arrive_over_mutual_tls_and_gzip(protocol: &str) {
+    let ca = TestCa::new("otel collector CA");
+    let server = ca.server();
+    let ca_pem = ca.pem();
+    let tls = ReceiverTls {
+        server: &server,
+        client_ca: Some(&ca_pem),
+    };
+    let receiver = if protocol == "grpc" {
+        OtlpReceiver::start_grpc_tls(&tls).await
+    } else {
+        OtlpReceiver::start_https(&tls).await
+    };
     let dir = tempdir();
-    let config = subdir(dir.path(), "config");
-    std::fs::write(config.join("config.yaml"), RULES)
-        .unwrap_or_else(|error| panic!("cannot write rules: {error}"));
-    let (mut command, _) = ratelimit_command(dir.path());
-    command
-        .env("BACKEND_TYPE", "memory")
-        .env("TRACING_ENABLED", "true")
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "https://collector.example:4318",
-        );
-    let mut process = Running::spawn("ratelimit", &mut command, dir.path());
-    let log = process.log_of_a_refused_start(Duration::from_secs(10));
+    let files = write_tls_files(dir.path(), &ca);
+    let endpoint = receiver.endpoint();
+    assert!(endpoint.starts_with("https://"), "{endpoint}");
+    let door = start_door(
+        dir.path(),
+        &[
+            ("BACKEND_TYPE", "memory"),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", protocol),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &files.ca),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &files.client_cert),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &files.client_key),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+        ],
+    );
+    call(&door, false).await;
+    let spans = receiver
+        .wait_for(PROMPTLY, |spans| !named(spans, DECISION_SPAN).is_empty())
+        .await;
+    let log = door.process.log_text();
+    only(&spans, DECISION_SPAN, &log);
+    only(&spans, SERVER_SPAN, &log);
+    let encodings = receiver.encodings();
     assert!(
-        log.contains("OTEL_EXPORTER_OTLP_ENDPOINT=https://collector.example:4318")
-            && log.contains("OTEL_EXPORTER_OTLP_INSECURE=true"),
+        !encodings.is_empty() && encodings.iter().all(|encoding| encoding == "gzip"),
+        "{encodings:?}\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_with_the_otel_ca_client_certificate_and_gzip_spans_arrive() {
+    spans_arrive_over_mutual_tls_and_gzip("http").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_grpc_with_tls_the_otel_ca_client_certificate_and_gzip_spans_arrive() {
+    spans_arrive_over_mutual_tls_and_gzip("grpc").await;
+}
+
+/// A CA file that cannot be used is passed over with a warning naming the variable, as
+/// OpenTelemetry Go's exporters do: the answers go on; the collector's certificate, which the
+/// system does not trust, gets no spans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_ca_file_is_named_in_a_warning_and_the_service_answers() {
+    let ca = TestCa::new("otel collector CA");
+    let server = ca.server();
+    let receiver = OtlpReceiver::start_https(&ReceiverTls {
+        server: &server,
+        client_ca: None,
+    })
+    .await;
+    let dir = tempdir();
+    let not_a_certificate = dir.path().join("otel-ca.pem");
+    std::fs::write(&not_a_certificate, "not a certificate")
+        .unwrap_or_else(|error| panic!("cannot write the CA file: {error}"));
+    let endpoint = receiver.endpoint();
+    let door = start_door(
+        dir.path(),
+        &[
+            ("BACKEND_TYPE", "memory"),
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            (
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                &not_a_certificate.to_string_lossy(),
+            ),
+        ],
+    );
+    call(&door, false).await;
+    let log = door.process.log_text();
+    assert!(
+        log.contains("OTEL_EXPORTER_OTLP_CERTIFICATE=") && log.contains("holds no PEM CA"),
         "{log}"
     );
-    assert_eq!(
-        process
-            .exit_within(Duration::from_secs(1))
-            .and_then(|status| status.code()),
-        Some(64)
-    );
+    let spans = receiver
+        .wait_for(Duration::from_secs(3), |spans| !spans.is_empty())
+        .await;
+    assert!(spans.is_empty(), "{spans:#?}");
 }
