@@ -4,6 +4,7 @@
 /// malformed descriptor, no configuration given. Not 2, which `check` answers for OVER_LIMIT.
 pub const EXIT_USAGE: u8 = 64;
 
+pub mod app_error;
 pub mod check;
 pub mod cli;
 pub(crate) mod config_location;

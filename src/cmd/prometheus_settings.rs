@@ -1,8 +1,8 @@
 //! Which statsd_exporter mapping the reference's Prometheus listener (`USE_PROMETHEUS`) serves
 //! its stats under: `PROMETHEUS_MAPPER_YAML` and `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
 
+use super::app_error::AppError;
 use super::cli::ServeArgs;
-use super::serve::AppError;
 use crate::telemetry::statsd_mapping::MetricMapper;
 
 /// The mapping `USE_PROMETHEUS` serves the reference's stats under: `PROMETHEUS_MAPPER_YAML`,

@@ -2,10 +2,10 @@
 //! default under the `ratelimit` front door, off for `floodgate serve`), `USE_DOG_STATSD`, and
 //! the flags beside them.
 
+use super::app_error::AppError;
 use super::cli::ServeArgs;
 use super::front_door::FrontDoor;
 use super::reference_env::go_duration;
-use super::serve::AppError;
 use crate::telemetry::statsd_mogrifiers::Mogrifiers;
 use crate::telemetry::statsd_options::{parse_extra_tags, StatsdOptions};
 
