@@ -3,7 +3,7 @@
 
 use super::app_error::AppError;
 use super::cli::ServeArgs;
-use crate::telemetry::statsd_mapping::MetricMapper;
+use crate::telemetry::reference::mapping::MetricMapper;
 
 /// The mapping `USE_PROMETHEUS` serves the reference's stats under: `PROMETHEUS_MAPPER_YAML`,
 /// or the reference's default (with `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` applied, as the

@@ -22,7 +22,7 @@ use crate::server::tls;
 use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
 use crate::store::{QuotaPeers, Store};
-use crate::telemetry::statsd_options::StatsdOptions;
+use crate::telemetry::statsd::options::StatsdOptions;
 use crate::telemetry::DecisionTelemetry;
 
 use super::listeners::{connection_limits, AdminSetup, BoundListeners};
@@ -146,9 +146,9 @@ pub(super) struct ServingSettings {
 
 /// envoyproxy/ratelimit's stats sent to statsd, when it is configured and the stats are on.
 fn start_statsd_sink(statsd: Option<StatsdOptions>, shutdown: &shutdown::Shutdown) {
-    if let (Some(options), Some(stats)) = (statsd, crate::telemetry::reference_stats::global()) {
-        crate::telemetry::statsd_sink::register_metrics();
-        let sink = crate::telemetry::statsd_sink::StatsdSink::new(options);
+    if let (Some(options), Some(stats)) = (statsd, crate::telemetry::reference::stats::global()) {
+        crate::telemetry::statsd::sink::register_metrics();
+        let sink = crate::telemetry::statsd::sink::StatsdSink::new(options);
         tokio::spawn(sink.run(stats, shutdown.clone().fired()));
     }
 }

@@ -19,7 +19,7 @@ use crate::engine::limiter::LimiterSettings;
 use crate::engine::self_shedding::SelfShedding;
 use crate::server::health::{self, Health};
 use crate::server::tls::{self, ServerTls};
-use crate::telemetry::statsd_options::StatsdOptions;
+use crate::telemetry::statsd::options::StatsdOptions;
 
 use super::listeners::ListenAddresses;
 
@@ -81,7 +81,7 @@ fn reference_stats(args: &ServeArgs, door: FrontDoor) -> Result<Option<StatsdOpt
     let statsd = crate::cmd::statsd_settings::statsd_options(args, door)?;
     if args.use_prometheus || statsd.is_some() {
         // Before the first load, which the reference's config_load_* count.
-        crate::telemetry::reference_stats::enable(
+        crate::telemetry::reference::stats::enable(
             crate::cmd::prometheus_settings::prometheus_mapper(args)?,
         );
     }
