@@ -545,7 +545,7 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_enum)]
     pub response_headers: Option<HeaderModeArg>,
     #[command(flatten)]
-    pub semantics: crate::cmd::semantics_settings::SemanticsArgs,
+    pub semantics: crate::cmd::semantics_args::SemanticsArgs,
     /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
     /// and the `metadata:` of the rules whose descriptors passed [default: off, or
     /// RESPONSE_DYNAMIC_METADATA].

@@ -17,6 +17,7 @@ pub(crate) mod prometheus_settings;
 pub mod reference_counters;
 pub mod reference_env;
 pub mod runtime;
+pub mod semantics_args;
 pub mod semantics_settings;
 pub mod serve;
 pub(crate) mod serve_source;
