@@ -4,7 +4,9 @@ use clap::Parser as _;
 use floodgate::cmd::cli::{Cli, Command};
 use floodgate::cmd::front_door::{choose_store, FrontDoor};
 use floodgate::cmd::serve;
+use floodgate::cmd::trace_settings::TraceSetup;
 use floodgate::telemetry;
+use tokio::runtime::Runtime;
 
 // Every request allocates many small, short-lived buffers (HTTP/2 frames, protobuf, the Redis
 // call); glibc malloc took 13 % of floodgate's CPU in Redis mode, and mimalloc raised Redis-mode
@@ -40,30 +42,64 @@ fn main() -> ExitCode {
     tune_allocator();
     let door = FrontDoor::of(std::env::args_os().next().as_deref());
     let command_line = door.command_line(std::env::args_os().collect());
-    let cli = match Cli::try_parse_from(&command_line.line) {
-        Ok(cli) => cli,
-        // --help and --version print to stdout and succeed; anything else is a usage error.
-        Err(error) if !error.use_stderr() => {
-            let _ = error.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            let _ = error.print();
-            return ExitCode::from(floodgate::cmd::EXIT_USAGE);
-        }
+    let (cli, runtime, telemetry) = match start(door, &command_line.line) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
+    command_line.warn_ignored();
+    let code = run(cli.command, door, &runtime);
+    stop(runtime, telemetry);
+    code
+}
+
+/// The command line parsed, and what every command runs in: the runtime, logs and traces; or
+/// the exit code of a command line that cannot start.
+fn start(
+    door: FrontDoor,
+    line: &[std::ffi::OsString],
+) -> Result<(Cli, Runtime, telemetry::Telemetry), ExitCode> {
+    let cli = parse(line)?;
     // Printed, not logged: there is no log before its level is known.
-    let log_filter =
-        match floodgate::cmd::setting_values::log_filter(door.default_log_level(), |name| {
-            std::env::var(name).ok()
-        }) {
-            Ok(filter) => filter,
-            Err(error) => {
-                eprintln!("floodgate: {error}");
-                return ExitCode::from(floodgate::cmd::EXIT_USAGE);
-            }
-        };
-    let (threads, default_threads) = match &cli.command {
+    let log_filter = floodgate::cmd::setting_values::log_filter(door.default_log_level(), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|error| usage_error(&error))?;
+    let runtime = runtime(&cli.command, door)?;
+    let trace_setup = trace_setup(&cli.command, door)?;
+    let trace_options = trace_setup.as_ref().map(|setup| &setup.options);
+    // Inside the runtime: the OTLP exporter's connections are spawned on it.
+    let telemetry = runtime
+        .block_on(async { telemetry::init(trace_options, log_filter) })
+        .map_err(|error| {
+            eprintln!("floodgate: {error}");
+            ExitCode::FAILURE
+        })?;
+    if let Some(note) = trace_setup.and_then(|setup| setup.note) {
+        tracing::warn!("{note}");
+    }
+    Ok((cli, runtime, telemetry))
+}
+
+/// `--help` and `--version` print to stdout and succeed; anything else wrong is a usage error.
+fn parse(line: &[std::ffi::OsString]) -> Result<Cli, ExitCode> {
+    Cli::try_parse_from(line).map_err(|error| {
+        let _ = error.print();
+        if error.use_stderr() {
+            ExitCode::from(floodgate::cmd::EXIT_USAGE)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
+fn usage_error(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("floodgate: {error}");
+    ExitCode::from(floodgate::cmd::EXIT_USAGE)
+}
+
+/// The runtime, its threads as `--worker-threads` or the store says.
+fn runtime(command: &Command, door: FrontDoor) -> Result<Runtime, ExitCode> {
+    let (threads, default_threads) = match command {
         // The store decides the default thread count; a store that cannot be chosen is
         // reported by `serve` itself.
         Command::Serve(args) => (
@@ -74,41 +110,27 @@ fn main() -> ExitCode {
         ),
         Command::Validate(_) | Command::Check(_) => (None, None),
     };
-    let runtime = match floodgate::cmd::runtime::build(threads, default_threads) {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("floodgate: {error}");
-            return ExitCode::FAILURE;
-        }
+    floodgate::cmd::runtime::build(threads, default_threads).map_err(|error| {
+        eprintln!("floodgate: {error}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Where `serve` sends its traces, if anywhere.
+fn trace_setup(command: &Command, door: FrontDoor) -> Result<Option<TraceSetup>, ExitCode> {
+    let Command::Serve(args) = command else {
+        return Ok(None);
     };
-    let trace_setup = match &cli.command {
-        Command::Serve(args) => {
-            let traces = floodgate::cmd::semantics_settings::traces(args, door);
-            let env = |name: &str| std::env::var(name).ok();
-            match floodgate::cmd::trace_settings::trace_setup(traces, &args.telemetry, env) {
-                Ok(setup) => Some(setup),
-                Err(error) => {
-                    eprintln!("floodgate: {error}");
-                    return ExitCode::from(floodgate::cmd::EXIT_USAGE);
-                }
-            }
-        }
-        Command::Validate(_) | Command::Check(_) => None,
-    };
-    let trace_options = trace_setup.as_ref().map(|setup| &setup.options);
-    // Inside the runtime: the OTLP exporter's connections are spawned on it.
-    let telemetry = match runtime.block_on(async { telemetry::init(trace_options, log_filter) }) {
-        Ok(telemetry) => telemetry,
-        Err(error) => {
-            eprintln!("floodgate: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Some(note) = trace_setup.and_then(|setup| setup.note) {
-        tracing::warn!("{note}");
-    }
-    command_line.warn_ignored();
-    let code = match cli.command {
+    let traces = floodgate::cmd::semantics_settings::traces(args, door);
+    let env = |name: &str| std::env::var(name).ok();
+    floodgate::cmd::trace_settings::trace_setup(traces, &args.telemetry, env)
+        .map(Some)
+        .map_err(|error| usage_error(&error))
+}
+
+/// Runs the command to its end: its exit code.
+fn run(command: Command, door: FrontDoor, runtime: &Runtime) -> ExitCode {
+    match command {
         Command::Serve(args) => match runtime.block_on(serve::serve(*args, door)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
@@ -124,7 +146,11 @@ fn main() -> ExitCode {
         },
         Command::Validate(args) => runtime.block_on(floodgate::cmd::validate::main(*args)),
         Command::Check(args) => runtime.block_on(floodgate::cmd::check::main(*args)),
-    };
+    }
+}
+
+/// Sends the spans still buffered and stops the runtime, each bounded by [`FLUSH_TIMEOUT`].
+fn stop(runtime: Runtime, telemetry: telemetry::Telemetry) {
     // The flush blocks until the exporter's connection (a task on the runtime) has sent the
     // spans, so it runs on its own thread while this one drives the runtime: a
     // single-threaded runtime runs tasks only inside `block_on`.
@@ -137,7 +163,6 @@ fn main() -> ExitCode {
     let _ = runtime.block_on(async { tokio::time::timeout(FLUSH_TIMEOUT, on_flushed).await });
     // Tasks still running (background loops, a blocking read) are dropped, not waited for.
     runtime.shutdown_timeout(FLUSH_TIMEOUT);
-    code
 }
 
 #[cfg(test)]

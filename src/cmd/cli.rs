@@ -432,7 +432,7 @@ pub struct ServeArgs {
     pub statsd_port: u16,
     /// tcp or udp (lyft/gostats' STATSD_PROTOCOL, which the reference's sink reads).
     #[arg(long, env = "STATSD_PROTOCOL", default_value = "tcp", value_parser = parse_statsd_protocol)]
-    pub statsd_protocol: crate::telemetry::statsd_options::Protocol,
+    pub statsd_protocol: crate::telemetry::statsd::options::Protocol,
     /// Tags on every stat, `key:value,key:value` (envoyproxy/ratelimit's EXTRA_TAGS): in the name
     /// (`.__key=value`) for statsd, as `|#key:value` for DogStatsD.
     #[arg(long, env = "EXTRA_TAGS", default_value = "")]
@@ -545,7 +545,7 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_enum)]
     pub response_headers: Option<HeaderModeArg>,
     #[command(flatten)]
-    pub semantics: crate::cmd::semantics_settings::SemanticsArgs,
+    pub semantics: crate::cmd::semantics_args::SemanticsArgs,
     /// Return dynamic metadata on every answer, for Envoy to log: the domain, the descriptors
     /// and the `metadata:` of the rules whose descriptors passed [default: off, or
     /// RESPONSE_DYNAMIC_METADATA].
@@ -757,8 +757,10 @@ impl RedisConnectionArgs {
     }
 }
 
-fn parse_statsd_protocol(text: &str) -> Result<crate::telemetry::statsd_options::Protocol, String> {
-    crate::telemetry::statsd_options::Protocol::parse(text).map_err(|error| error.to_string())
+fn parse_statsd_protocol(
+    text: &str,
+) -> Result<crate::telemetry::statsd::options::Protocol, String> {
+    crate::telemetry::statsd::options::Protocol::parse(text).map_err(|error| error.to_string())
 }
 
 fn parse_pool_size(text: &str) -> Result<usize, String> {

@@ -44,10 +44,17 @@ pub fn render(request: &RequestExplanation<'_>) -> String {
     text
 }
 
+/// One descriptor: the levels the lookup went down, its verdict, and the branches it did not
+/// try.
 fn render_descriptor(text: &mut String, descriptor: &DescriptorExplanation<'_>) {
     for (level, matched) in descriptor.levels.iter().enumerate() {
         let _ = writeln!(text, "  level {}: {}", level + 1, level_text(matched));
     }
+    render_verdict(text, descriptor);
+    render_not_tried(text, descriptor);
+}
+
+fn render_verdict(text: &mut String, descriptor: &DescriptorExplanation<'_>) {
     match &descriptor.verdict {
         Verdict::UnknownDomain => {
             let _ = writeln!(text, "  => OK, no limit (unknown domain)");
@@ -72,60 +79,8 @@ fn render_descriptor(text: &mut String, descriptor: &DescriptorExplanation<'_>) 
         Verdict::NoLimitHere {
             deeper_keys,
             exempted_from,
-        } => {
-            let reached = descriptor
-                .levels
-                .last()
-                .map_or("", |level| level.node_path.as_str());
-            match exempted_from {
-                Some(rule) => {
-                    let _ = writeln!(
-                        text,
-                        "  {reached} has no rate_limit and no descriptors below it: it exempts \
-                         (\"whitelists\") this value. The key-only rule {} would otherwise apply; \
-                         a value-specific node always wins over its key-only sibling.",
-                        rule.path
-                    );
-                }
-                None if deeper_keys.is_empty() => {
-                    let _ = writeln!(text, "  {reached} has no rate_limit.");
-                }
-                None => {
-                    let _ = writeln!(
-                        text,
-                        "  {reached} has no rate_limit; the rules below it need one more entry \
-                         (keys: {}). The depth must match exactly.",
-                        list(deeper_keys)
-                    );
-                }
-            }
-            let _ = writeln!(text, "  => OK, no limit (no rule on the node reached)");
-        }
-        Verdict::Limited(rule) => {
-            let _ = writeln!(text, "  rule {}", rule_text(rule));
-            if let Some(priority) = &rule.priority {
-                let entry = descriptor.entries.get(descriptor.levels.len());
-                let class = priority.class_for(entry.map(|entry| entry.value.as_str()));
-                let from = match entry {
-                    Some(entry) if entry.value == class.name() => "named by the last entry",
-                    Some(_) => "the default: the last entry names no class",
-                    None => "the default: no class entry",
-                };
-                let _ = writeln!(
-                    text,
-                    "  priority class {} ({}; may use {} of the capacity)",
-                    class.name(),
-                    from,
-                    class.share()
-                );
-            }
-            let shadow = if rule.shadow_mode {
-                " (shadow_mode: counted and reported, never rejected)"
-            } else {
-                ""
-            };
-            let _ = writeln!(text, "  => limited by {}{shadow}", rule.path);
-        }
+        } => render_no_limit_here(text, descriptor, deeper_keys, *exempted_from),
+        Verdict::Limited(rule) => render_limited(text, descriptor, rule),
         Verdict::Unlimited(rule) => {
             let _ = writeln!(text, "  rule {}", rule_text(rule));
             let _ = writeln!(text, "  => OK, unlimited ({})", rule.path);
@@ -144,7 +99,75 @@ fn render_descriptor(text: &mut String, descriptor: &DescriptorExplanation<'_>) 
             );
         }
     }
-    // The exempted rule was named above already.
+}
+
+/// The lookup reached a node without `rate_limit`: exempted, a leaf, or one entry short.
+fn render_no_limit_here(
+    text: &mut String,
+    descriptor: &DescriptorExplanation<'_>,
+    deeper_keys: &[&str],
+    exempted_from: Option<&Rule>,
+) {
+    let reached = descriptor
+        .levels
+        .last()
+        .map_or("", |level| level.node_path.as_str());
+    match exempted_from {
+        Some(rule) => {
+            let _ = writeln!(
+                text,
+                "  {reached} has no rate_limit and no descriptors below it: it exempts \
+                 (\"whitelists\") this value. The key-only rule {} would otherwise apply; \
+                 a value-specific node always wins over its key-only sibling.",
+                rule.path
+            );
+        }
+        None if deeper_keys.is_empty() => {
+            let _ = writeln!(text, "  {reached} has no rate_limit.");
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "  {reached} has no rate_limit; the rules below it need one more entry \
+                 (keys: {}). The depth must match exactly.",
+                list(deeper_keys)
+            );
+        }
+    }
+    let _ = writeln!(text, "  => OK, no limit (no rule on the node reached)");
+}
+
+/// A rule with a limit matched: the rule, the priority class the descriptor falls in, and
+/// whether it only reports (`shadow_mode`).
+fn render_limited(text: &mut String, descriptor: &DescriptorExplanation<'_>, rule: &Rule) {
+    let _ = writeln!(text, "  rule {}", rule_text(rule));
+    if let Some(priority) = &rule.priority {
+        let entry = descriptor.entries.get(descriptor.levels.len());
+        let class = priority.class_for(entry.map(|entry| entry.value.as_str()));
+        let from = match entry {
+            Some(entry) if entry.value == class.name() => "named by the last entry",
+            Some(_) => "the default: the last entry names no class",
+            None => "the default: no class entry",
+        };
+        let _ = writeln!(
+            text,
+            "  priority class {} ({}; may use {} of the capacity)",
+            class.name(),
+            from,
+            class.share()
+        );
+    }
+    let shadow = if rule.shadow_mode {
+        " (shadow_mode: counted and reported, never rejected)"
+    } else {
+        ""
+    };
+    let _ = writeln!(text, "  => limited by {}{shadow}", rule.path);
+}
+
+/// The rules another branch would have led to, which the lookup never goes back for.
+fn render_not_tried(text: &mut String, descriptor: &DescriptorExplanation<'_>) {
+    // The exempted rule was named with the verdict already.
     let exempted = match &descriptor.verdict {
         Verdict::NoLimitHere {
             exempted_from: Some(rule),

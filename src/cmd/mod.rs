@@ -4,6 +4,7 @@
 /// malformed descriptor, no configuration given. Not 2, which `check` answers for OVER_LIMIT.
 pub const EXIT_USAGE: u8 = 64;
 
+pub mod app_error;
 pub mod check;
 pub mod cli;
 pub(crate) mod config_location;
@@ -16,6 +17,7 @@ pub(crate) mod prometheus_settings;
 pub mod reference_counters;
 pub mod reference_env;
 pub mod runtime;
+pub mod semantics_args;
 pub mod semantics_settings;
 pub mod serve;
 pub(crate) mod serve_source;

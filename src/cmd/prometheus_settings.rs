@@ -1,9 +1,9 @@
 //! Which statsd_exporter mapping the reference's Prometheus listener (`USE_PROMETHEUS`) serves
 //! its stats under: `PROMETHEUS_MAPPER_YAML` and `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
 
+use super::app_error::AppError;
 use super::cli::ServeArgs;
-use super::serve::AppError;
-use crate::telemetry::statsd_mapping::MetricMapper;
+use crate::telemetry::reference::mapping::MetricMapper;
 
 /// The mapping `USE_PROMETHEUS` serves the reference's stats under: `PROMETHEUS_MAPPER_YAML`,
 /// or the reference's default (with `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` applied, as the

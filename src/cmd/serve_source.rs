@@ -179,7 +179,7 @@ async fn first_from_files(
                      envoyproxy/ratelimit does: every call fails with \"no rate limit \
                      configuration loaded\" until a reload loads one"
                 );
-                crate::telemetry::metrics::reload_failed();
+                crate::telemetry::config_loads::reload_failed();
                 FirstRules {
                     rules: RuleSet::default(),
                     follower: RulesFollower::Files(reloader),
@@ -197,7 +197,7 @@ async fn first_from_files(
         }
     };
     if first.loaded {
-        crate::telemetry::metrics::reload_succeeded(first.rules.rule_count());
+        crate::telemetry::config_loads::reload_succeeded(first.rules.rule_count());
     }
     if first.loaded && first.rules.rule_count() == 0 {
         // Not an error (the reference starts so too, and rules may arrive by reload), but a

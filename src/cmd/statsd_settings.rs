@@ -2,12 +2,12 @@
 //! default under the `ratelimit` front door, off for `floodgate serve`), `USE_DOG_STATSD`, and
 //! the flags beside them.
 
+use super::app_error::AppError;
 use super::cli::ServeArgs;
 use super::front_door::FrontDoor;
 use super::reference_env::go_duration;
-use super::serve::AppError;
-use crate::telemetry::statsd_mogrifiers::Mogrifiers;
-use crate::telemetry::statsd_options::{parse_extra_tags, StatsdOptions};
+use crate::telemetry::statsd::mogrifiers::Mogrifiers;
+use crate::telemetry::statsd::options::{parse_extra_tags, StatsdOptions};
 
 /// The statsd sink's settings, `None` when it is off.
 pub fn statsd_options(

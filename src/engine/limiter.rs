@@ -39,7 +39,9 @@ use crate::telemetry::metrics::{self, Metrics, OverloadReason, StoreSeries, UNKN
 use crate::telemetry::record::{
     call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
 };
-use crate::telemetry::reference_stats::{self, ErrType, ReferenceKeyTable, ReferenceStats};
+use crate::telemetry::reference::stats::{
+    self as reference_stats, ErrType, ReferenceKeyTable, ReferenceStats,
+};
 use crate::telemetry::traces::{self, hashed_value, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
 

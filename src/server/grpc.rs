@@ -18,7 +18,7 @@ use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::server::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
-use crate::telemetry::reference_stats;
+use crate::telemetry::reference::stats as reference_stats;
 use crate::telemetry::traces::{self, RemoteParent};
 
 pub struct RateLimitGrpc<S> {

@@ -1,6 +1,6 @@
 //! The reference's Prometheus listener (`USE_PROMETHEUS`, at `PROMETHEUS_ADDR` and
 //! `PROMETHEUS_PATH`): envoyproxy/ratelimit's stats under the names of its default mapping
-//! (`telemetry::reference_stats`), apart from floodgate's own metrics on the debug listener.
+//! (`telemetry::reference::stats`), apart from floodgate's own metrics on the debug listener.
 
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use super::connections::ConnectionLimits;
 use crate::engine::shutdown::Shutdown;
-use crate::telemetry::reference_stats;
+use crate::telemetry::reference::stats as reference_stats;
 
 /// Serves the reference's stats at `path` until shutdown.
 pub async fn serve(

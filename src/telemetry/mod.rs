@@ -2,9 +2,11 @@
 //!
 //! Logging: the filter the command line builds (`LOG_LEVEL` as envoyproxy/ratelimit reads it, or
 //! `RUST_LOG` directives) and `LOG_FORMAT=json|text`. Metrics: [`metrics`], served on the debug
-//! port's `/metrics`.
+//! port's `/metrics`; envoyproxy/ratelimit's stats under its names: [`reference`], served on
+//! its Prometheus listener and sent to statsd by [`statsd`].
 //! Traces: [`traces`], exported over OTLP when configured.
 
+pub(crate) mod config_loads;
 pub(crate) mod config_source;
 pub(crate) mod connections;
 pub(crate) mod label_budget;
@@ -13,14 +15,9 @@ mod otlp_http;
 mod otlp_tls;
 pub(crate) mod paced_log;
 pub(crate) mod record;
-pub(crate) mod reference_exposition;
-pub(crate) mod reference_stats;
+pub(crate) mod reference;
 pub(crate) mod rlqs;
-pub(crate) mod statsd_lines;
-pub(crate) mod statsd_mapping;
-pub(crate) mod statsd_mogrifiers;
-pub(crate) mod statsd_options;
-pub(crate) mod statsd_sink;
+pub(crate) mod statsd;
 pub(crate) mod traces;
 
 use tracing_subscriber::filter::Targets;

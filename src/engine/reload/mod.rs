@@ -122,7 +122,7 @@ fn swap_in<R>(
     let warnings = rules.warnings().to_vec();
     let replaced = install(rules);
     announce(shape);
-    crate::telemetry::metrics::reload_succeeded(shape.rules);
+    crate::telemetry::config_loads::reload_succeeded(shape.rules);
     for warning in warnings {
         tracing::warn!("{warning}");
     }
@@ -211,7 +211,7 @@ impl ConfigReloader {
             Err(_) if trigger == Trigger::WatchStarted => return None,
             Err(error) => {
                 let version = self.status.record_failure(error.to_string());
-                crate::telemetry::metrics::reload_failed();
+                crate::telemetry::config_loads::reload_failed();
                 tracing::error!(
                     trigger = trigger.as_str(),
                     live_version = version,
@@ -247,7 +247,7 @@ impl ConfigReloader {
             Ok(rules) => Some(Reloaded { rules, trigger }),
             Err(listed) => {
                 let version = self.status.record_failure(listed.join("\n"));
-                crate::telemetry::metrics::reload_failed();
+                crate::telemetry::config_loads::reload_failed();
                 tracing::error!(
                     trigger = trigger.as_str(),
                     live_version = version,

@@ -133,7 +133,7 @@ impl XdsReloader {
             Err(problems) => {
                 let message = problems.join("\n");
                 let live = self.status.record_failure(message.clone());
-                crate::telemetry::metrics::reload_failed();
+                crate::telemetry::config_loads::reload_failed();
                 let in_force = self.client.accepted_version().to_owned();
                 if self.logged_rejection.as_deref() == Some(version.as_str()) {
                     tracing::debug!(xds_version = %version, "configuration from xDS rejected again");

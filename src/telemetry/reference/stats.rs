@@ -2,8 +2,8 @@
 //! (`ratelimit.service.rate_limit.<key>.<stat>`, `ratelimit.service.config_load_success`, …)
 //! for the dashboards and alerts built on the reference. Two sinks read them: the Prometheus
 //! listener (`USE_PROMETHEUS`), which maps each name through a statsd_exporter mapping
-//! (`PROMETHEUS_MAPPER_YAML`, else the reference's default; `telemetry::reference_exposition`),
-//! and statsd (`USE_STATSD`, `telemetry::statsd_sink`), which sends the names as they are.
+//! (`PROMETHEUS_MAPPER_YAML`, else the reference's default; `telemetry::reference::exposition`),
+//! and statsd (`USE_STATSD`, `telemetry::statsd::sink`), which sends the names as they are.
 //! floodgate's `floodgate_*` metrics stay on the debug listener.
 //!
 //! The core decides what is counted (`core::outcome::reference_counts`) and under which key
@@ -20,22 +20,22 @@
 //! request values are built per call (as floodgate's own `detailed_metric` labels are).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::label_budget::{Holder, LabelBudget};
-use super::metrics::{MetricsError, FOLDED_RULE_LABEL, MAX_RULE_LABELS};
-use super::record::DecidedCall;
-use super::reference_exposition::{Exposition, MappedTimer};
-use super::statsd_mapping::{Mapped, MetricMapper, StatKind};
+use super::exposition::{Exposition, MappedTimer};
+use super::mapping::MetricMapper;
+use super::named_counter::NamedCounter;
 use crate::core::outcome::reference_counts::{reference_counts, ReferenceCounts};
 use crate::core::outcome::stats_key::{
     override_stats_key, sanitize_stat_name, stats_key, StatsKey,
 };
 use crate::core::plan::{DescriptorPlan, LimitSource};
 use crate::core::rules::{Rule, RuleSet};
+use crate::telemetry::label_budget::{Holder, LabelBudget};
+use crate::telemetry::metrics::{MetricsError, FOLDED_RULE_LABEL, MAX_RULE_LABELS};
+use crate::telemetry::record::DecidedCall;
 
 const CONFIG_LOAD_SUCCESS: &str = "ratelimit.service.config_load_success";
 const CONFIG_LOAD_ERROR: &str = "ratelimit.service.config_load_error";
@@ -69,35 +69,6 @@ pub const KEY_STATS: [&str; 5] = [
     "within_limit",
     "shadow_mode",
 ];
-
-/// One counter under its statsd name, with what the mapping makes of it.
-#[derive(Debug)]
-pub struct NamedCounter {
-    pub statsd_name: Box<str>,
-    pub mapped: Mapped,
-    value: AtomicU64,
-}
-
-impl NamedCounter {
-    fn new(statsd_name: String, mapper: &MetricMapper) -> Self {
-        let mapped = mapper.map(&statsd_name, StatKind::Counter);
-        Self {
-            statsd_name: statsd_name.into_boxed_str(),
-            mapped,
-            value: AtomicU64::new(0),
-        }
-    }
-
-    fn add(&self, value: u64) {
-        if value > 0 {
-            self.value.fetch_add(value, Ordering::Relaxed);
-        }
-    }
-
-    pub fn value(&self) -> u64 {
-        self.value.load(Ordering::Relaxed)
-    }
-}
 
 /// The five counters of one stats key.
 #[derive(Debug)]

@@ -80,24 +80,12 @@ pub(super) fn parse_document(
     origin: &str,
     unknown: &mut BTreeSet<String>,
 ) -> Result<MetricMapper, MappingError> {
-    let yaml_error = |error: serde_yaml::Error| {
-        let location = error.location();
-        MappingError::Yaml {
-            origin: origin.to_owned(),
-            line: location.as_ref().map(|l| l.line()),
-            column: location.as_ref().map(|l| l.column()),
-            message: error.to_string(),
-        }
-    };
     let invalid = |place: Place, problem: Problem| MappingError::Invalid {
         origin: origin.to_owned(),
         place,
         problem,
     };
-
-    let mut document: Value = serde_yaml::from_str(text).map_err(yaml_error)?;
-    // yaml.v2, statsd_exporter's parser, merges `<<: *anchor` keys: files may share labels so.
-    document.apply_merge().map_err(yaml_error)?;
+    let document = read_yaml(text, origin)?;
     let top = match untag(&document) {
         Value::Null => return Ok(MetricMapper::default()),
         Value::Mapping(top) => top,
@@ -113,14 +101,12 @@ pub(super) fn parse_document(
         }
     };
     note_unknown(top, TOP_KEYS, "", unknown);
-
     let defaults = match present(top, "defaults") {
         None => parse_defaults(&Mapping::new(), unknown),
         Some(Value::Mapping(defaults)) => parse_defaults(defaults, unknown),
         Some(other) => Err(wrong_type("defaults", "a mapping", other)),
     }
     .map_err(|problem| invalid(Place::Defaults, problem))?;
-
     let entries: &[Value] = match present(top, "mappings") {
         None => &[],
         Some(Value::Sequence(entries)) => entries,
@@ -131,41 +117,76 @@ pub(super) fn parse_document(
             ))
         }
     };
-
     let mut mapper = MetricMapper {
         globs: Vec::new(),
         regexes: Vec::new(),
-        unmapped_observer: match defaults.observer.unwrap_or(ObserverType::Summary) {
-            ObserverType::Histogram => Observer::Histogram {
-                buckets: defaults.buckets.clone(),
-            },
-            ObserverType::Summary => Observer::Summary {
-                quantiles: defaults.quantiles.clone(),
-            },
-        },
+        unmapped_observer: unmapped_observer(&defaults),
     };
     for (index, entry) in entries.iter().enumerate() {
-        let place = || Place::Mapping {
-            number: index + 1,
-            pattern: match untag(entry) {
-                Value::Mapping(fields) => present(fields, "match").and_then(scalar_text),
-                _ => None,
-            },
-        };
-        let Value::Mapping(fields) = untag(entry) else {
-            return Err(invalid(
-                place(),
-                wrong_type("(mapping)", "a mapping with `match` and `name`", entry),
-            ));
-        };
-        let (match_type, rule) = parse_mapping(fields, &defaults, unknown)
-            .map_err(|problem| invalid(place(), problem))?;
+        let (match_type, rule) = parse_entry(entry, &defaults, unknown)
+            .map_err(|problem| invalid(entry_place(index, entry), problem))?;
         match match_type {
             MatchType::Glob => mapper.globs.push(rule),
             MatchType::Regex => mapper.regexes.push(rule),
         }
     }
     Ok(mapper)
+}
+
+/// The file as YAML, with `<<: *anchor` keys merged as yaml.v2, statsd_exporter's parser, merges
+/// them (files may share labels so).
+fn read_yaml(text: &str, origin: &str) -> Result<Value, MappingError> {
+    let yaml_error = |error: serde_yaml::Error| {
+        let location = error.location();
+        MappingError::Yaml {
+            origin: origin.to_owned(),
+            line: location.as_ref().map(|l| l.line()),
+            column: location.as_ref().map(|l| l.column()),
+            message: error.to_string(),
+        }
+    };
+    let mut document: Value = serde_yaml::from_str(text).map_err(yaml_error)?;
+    document.apply_merge().map_err(yaml_error)?;
+    Ok(document)
+}
+
+/// How names no mapping matches are observed: the defaults' type, else a summary.
+fn unmapped_observer(defaults: &Defaults) -> Observer {
+    match defaults.observer.unwrap_or(ObserverType::Summary) {
+        ObserverType::Histogram => Observer::Histogram {
+            buckets: defaults.buckets.clone(),
+        },
+        ObserverType::Summary => Observer::Summary {
+            quantiles: defaults.quantiles.clone(),
+        },
+    }
+}
+
+/// Where the mapping at `index` is, for errors: its number and, when it has one, its pattern.
+fn entry_place(index: usize, entry: &Value) -> Place {
+    Place::Mapping {
+        number: index + 1,
+        pattern: match untag(entry) {
+            Value::Mapping(fields) => present(fields, "match").and_then(scalar_text),
+            _ => None,
+        },
+    }
+}
+
+/// One element of `mappings`, which must be a mapping.
+fn parse_entry(
+    entry: &Value,
+    defaults: &Defaults,
+    unknown: &mut BTreeSet<String>,
+) -> Result<(MatchType, Rule), Problem> {
+    let Value::Mapping(fields) = untag(entry) else {
+        return Err(wrong_type(
+            "(mapping)",
+            "a mapping with `match` and `name`",
+            entry,
+        ));
+    };
+    parse_mapping(fields, defaults, unknown)
 }
 
 fn parse_defaults(fields: &Mapping, unknown: &mut BTreeSet<String>) -> Result<Defaults, Problem> {
@@ -221,90 +242,14 @@ fn parse_mapping(
         Some(value) => parse_match_type(&value)?,
         None => defaults.match_type,
     };
-    let kind = match string_field(fields, "match_metric_type")? {
-        None => None,
-        Some(value) => Some(match value.as_str() {
-            "counter" => StatKind::Counter,
-            "gauge" => StatKind::Gauge,
-            // `timer`: statsd_exporter v0.26.1's legacy spelling.
-            "observer" | "timer" => StatKind::Observer,
-            _ => {
-                return Err(Problem::UnknownValue {
-                    key: "match_metric_type",
-                    value,
-                    allowed: "counter, gauge, observer (or the legacy timer)",
-                })
-            }
-        }),
-    };
-    let drop = match string_field(fields, "action")?.as_deref() {
-        None | Some("" | "map") => false,
-        Some("drop") => true,
-        Some(other) => {
-            return Err(Problem::UnknownValue {
-                key: "action",
-                value: other.to_owned(),
-                allowed: "map, drop",
-            })
-        }
-    };
+    let kind = match_metric_type(fields)?;
+    let drop = drops(fields)?;
     let name = string_field(fields, "name")?.filter(|name| !name.is_empty());
-
-    let labels = match present(fields, "labels") {
-        None => BTreeMap::new(),
-        Some(Value::Mapping(labels)) => {
-            let mut out = BTreeMap::new();
-            for (label, value) in labels {
-                let Some(label) = scalar_text(label) else {
-                    return Err(wrong_type(
-                        "labels",
-                        "a mapping of label names to values",
-                        label,
-                    ));
-                };
-                if !valid_label_name(&label) {
-                    return Err(Problem::InvalidLabelName { name: label });
-                }
-                let value = match untag(value) {
-                    Value::Null => String::new(),
-                    other => scalar_text(other)
-                        .ok_or_else(|| wrong_type(&format!("labels.{label}"), "a string", other))?,
-                };
-                out.insert(label, value);
-            }
-            out
-        }
-        Some(other) => {
-            return Err(wrong_type(
-                "labels",
-                "a mapping of label names to values",
-                other,
-            ))
-        }
-    };
-
+    let labels = labels_field(fields)?;
     let observer = resolve_observer(fields, defaults, unknown)?;
-    let scale = match present(fields, "scale") {
-        None => 1.0,
-        Some(value) => {
-            let scale = number(value).ok_or_else(|| wrong_type("scale", "a number", value))?;
-            if !scale.is_finite() {
-                return Err(Problem::InvalidScale { value: scale });
-            }
-            scale
-        }
-    };
+    let scale = scale_field(fields)?;
     let help = string_field(fields, "help")?.filter(|help| !help.is_empty());
-
-    let compiled = match match_type {
-        MatchType::Glob => glob_regex(&pattern),
-        MatchType::Regex => Regex::new(&pattern),
-    }
-    .map_err(|error| Problem::InvalidRegex {
-        pattern: pattern.clone(),
-        message: error.to_string(),
-    })?;
-
+    let compiled = compile_pattern(&pattern, match_type)?;
     let action = if drop {
         RuleAction::Drop
     } else {
@@ -324,6 +269,98 @@ fn parse_mapping(
             action,
         },
     ))
+}
+
+/// `match_metric_type`: the kind of stat the mapping applies to, or any.
+fn match_metric_type(fields: &Mapping) -> Result<Option<StatKind>, Problem> {
+    let Some(value) = string_field(fields, "match_metric_type")? else {
+        return Ok(None);
+    };
+    Ok(Some(match value.as_str() {
+        "counter" => StatKind::Counter,
+        "gauge" => StatKind::Gauge,
+        // `timer`: statsd_exporter v0.26.1's legacy spelling.
+        "observer" | "timer" => StatKind::Observer,
+        _ => {
+            return Err(Problem::UnknownValue {
+                key: "match_metric_type",
+                value,
+                allowed: "counter, gauge, observer (or the legacy timer)",
+            })
+        }
+    }))
+}
+
+/// Whether `action` drops what the mapping matches (else it maps it).
+fn drops(fields: &Mapping) -> Result<bool, Problem> {
+    match string_field(fields, "action")?.as_deref() {
+        None | Some("" | "map") => Ok(false),
+        Some("drop") => Ok(true),
+        Some(other) => Err(Problem::UnknownValue {
+            key: "action",
+            value: other.to_owned(),
+            allowed: "map, drop",
+        }),
+    }
+}
+
+/// `labels`: label names, checked, to their value templates (a null value is empty).
+fn labels_field(fields: &Mapping) -> Result<BTreeMap<String, String>, Problem> {
+    let labels = match present(fields, "labels") {
+        None => return Ok(BTreeMap::new()),
+        Some(Value::Mapping(labels)) => labels,
+        Some(other) => {
+            return Err(wrong_type(
+                "labels",
+                "a mapping of label names to values",
+                other,
+            ))
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (label, value) in labels {
+        let Some(label) = scalar_text(label) else {
+            return Err(wrong_type(
+                "labels",
+                "a mapping of label names to values",
+                label,
+            ));
+        };
+        if !valid_label_name(&label) {
+            return Err(Problem::InvalidLabelName { name: label });
+        }
+        let value = match untag(value) {
+            Value::Null => String::new(),
+            other => scalar_text(other)
+                .ok_or_else(|| wrong_type(&format!("labels.{label}"), "a string", other))?,
+        };
+        out.insert(label, value);
+    }
+    Ok(out)
+}
+
+/// `scale`: a finite factor for observed values, 1 when absent.
+fn scale_field(fields: &Mapping) -> Result<f64, Problem> {
+    let Some(value) = present(fields, "scale") else {
+        return Ok(1.0);
+    };
+    let scale = number(value).ok_or_else(|| wrong_type("scale", "a number", value))?;
+    if !scale.is_finite() {
+        return Err(Problem::InvalidScale { value: scale });
+    }
+    Ok(scale)
+}
+
+/// The mapping's `match` as a regex: a glob translated, or the regex as written.
+fn compile_pattern(pattern: &str, match_type: MatchType) -> Result<Regex, Problem> {
+    match match_type {
+        MatchType::Glob => glob_regex(pattern),
+        MatchType::Regex => Regex::new(pattern),
+    }
+    .map_err(|error| Problem::InvalidRegex {
+        pattern: pattern.to_owned(),
+        message: error.to_string(),
+    })
 }
 
 /// A mapping's observer: its own type, else the defaults', else a summary; its own buckets or

@@ -19,16 +19,24 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+mod adaptive;
+mod families;
+mod series;
+
 use crate::core::outcome::{Decision, RejectReason};
 use parking_lot::RwLock;
 use prometheus::core::{MetricVec, MetricVecBuilder};
-use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{Registry, TextEncoder};
 
 use super::label_budget::{Holder, LabelBudget};
 use crate::core::rules::{Rule, RuleSet};
+use adaptive::AdaptiveSeries;
+use families::{CallFamilies, ConfigFamilies, RuleFamilies, StoreFamilies};
+
+pub use adaptive::{
+    adaptive_error_ratio, adaptive_forget, adaptive_latency, adaptive_limit, adaptive_step,
+};
+pub use series::{ClassSeries, EvictionSeries, InFlight, RuleSeries, StoreSeries};
 
 /// How many distinct rule labels the per-rule metrics may carry before folding into `other`.
 pub const MAX_RULE_LABELS: usize = 1000;
@@ -41,13 +49,6 @@ pub const NO_CLASS_LABEL: &str = "";
 /// The `domain` label of a request whose domain is not configured: request text never becomes
 /// a label unless a rule asks for it.
 pub const UNKNOWN_DOMAIN_LABEL: &str = "unknown";
-
-/// Latency buckets in seconds: a memory decision takes microseconds, a Redis one about a
-/// millisecond, a stuck store up to its deadline.
-const LATENCY_BUCKETS: [f64; 17] = [
-    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -88,165 +89,13 @@ impl OverloadReason {
     }
 }
 
-/// The resolved per-rule series of one `(domain, rule)` label pair.
-#[derive(Debug)]
-pub struct RuleSeries {
-    /// The labels, to remove the series from the registry when the label is released.
-    domain: Box<str>,
-    rule: Box<str>,
-    /// Rejections per priority class of the rule, in the rule's class order.
-    classes: Box<[(Box<str>, ClassSeries)]>,
-    allowed: IntCounter,
-    rejected_limit: IntCounter,
-    rejected_shadow: IntCounter,
-    rejected_failure_policy: IntCounter,
-    /// Made for concurrency rules only; elsewhere a shed (never expected) counts as `limit`.
-    rejected_shed: Option<IntCounter>,
-    near_limit: IntCounter,
-    /// Set on the overflow series (`rule="other"`): every decision recorded there was folded.
-    folded: Option<IntCounter>,
-}
-
-impl RuleSeries {
-    pub fn allowed(&self) {
-        self.allowed.inc();
-        self.count_fold();
-    }
-
-    pub fn rejected(&self, reason: RejectReason) {
-        match reason {
-            RejectReason::Limit => self.rejected_limit.inc(),
-            RejectReason::Shadow => self.rejected_shadow.inc(),
-            RejectReason::FailurePolicy => self.rejected_failure_policy.inc(),
-            RejectReason::Shed => self
-                .rejected_shed
-                .as_ref()
-                .unwrap_or(&self.rejected_limit)
-                .inc(),
-            // Invalid requests have no rule; they are recorded by `Metrics::invalid_request`.
-            RejectReason::InvalidRequest => return,
-        }
-        self.count_fold();
-    }
-
-    /// Hits that arrived with the counter past the near-limit threshold (reference §2.5).
-    pub fn near_limit(&self, hits: u64) {
-        if hits > 0 {
-            self.near_limit.inc_by(hits);
-        }
-    }
-
-    #[cfg(test)]
-    pub fn is_folded(&self) -> bool {
-        self.folded.is_some()
-    }
-
-    /// The rejection series of the rule's priority class at `index`, if it has classes.
-    pub fn class(&self, index: usize) -> Option<&ClassSeries> {
-        self.classes.get(index).map(|(_, series)| series)
-    }
-
-    /// Whether these series were made for `rule`'s classes and kind (a reload may have changed
-    /// them).
-    fn fits(&self, rule: &Rule) -> bool {
-        self.classes
-            .iter()
-            .map(|(name, _)| &**name)
-            .eq(class_names(rule))
-            && self.rejected_shed.is_some() == sheds(rule)
-    }
-
-    fn count_fold(&self) {
-        if let Some(folded) = &self.folded {
-            folded.inc();
-        }
-    }
-}
-
-/// The rejection series of one priority class of one rule (`class="low"`).
-#[derive(Debug, Clone)]
-pub struct ClassSeries {
-    rejected_limit: IntCounter,
-    rejected_shadow: IntCounter,
-    rejected_shed: Option<IntCounter>,
-}
-
-impl ClassSeries {
-    /// A descriptor of this class refused for `reason`; false when the reason has no class
-    /// series (the caller records it without a class).
-    pub fn rejected(&self, reason: RejectReason) -> bool {
-        match reason {
-            RejectReason::Limit => self.rejected_limit.inc(),
-            RejectReason::Shadow => self.rejected_shadow.inc(),
-            RejectReason::Shed => match &self.rejected_shed {
-                Some(shed) => shed.inc(),
-                None => return false,
-            },
-            RejectReason::FailurePolicy | RejectReason::InvalidRequest => return false,
-        }
-        true
-    }
-}
-
-/// The resolved series of one store backend.
-#[derive(Debug, Clone)]
-pub struct StoreSeries {
-    seconds: Histogram,
-    errors: IntCounter,
-}
-
-impl StoreSeries {
-    /// One round trip to the store: how long it took and whether it failed.
-    pub fn call(&self, seconds: f64, ok: bool) {
-        self.seconds.observe(seconds);
-        if !ok {
-            self.errors.inc();
-        }
-    }
-}
-
-/// The eviction series of one store backend (the memory store: `--max-keys`).
-#[derive(Debug, Clone)]
-pub struct EvictionSeries {
-    evictions: IntCounter,
-    full: IntCounter,
-}
-
-impl EvictionSeries {
-    /// `counters` live counters forgotten to make room.
-    pub fn evicted(&self, counters: usize) {
-        self.evictions
-            .inc_by(u64::try_from(counters).unwrap_or(u64::MAX));
-    }
-
-    /// A request refused because only exhausted counters were left to forget.
-    pub fn refused_full(&self) {
-        self.full.inc();
-    }
-}
-
 /// Every metric floodgate exports.
 pub struct Metrics {
     registry: Registry,
-    calls: [IntCounter; 5],
-    decision_seconds: Histogram,
-    in_flight: IntGauge,
-    overload_rejections: [IntCounter; 3],
-    rules_loaded: IntGauge,
-    config_load_success: IntCounter,
-    config_load_error: IntCounter,
-    last_good_load: Gauge,
-    store_seconds: HistogramVec,
-    store_errors: IntCounterVec,
-    store_up: IntGaugeVec,
-    store_evictions: IntCounterVec,
-    store_full: IntCounterVec,
-    failure_policy_calls: IntCounterVec,
-    allowed: IntCounterVec,
-    rejected: IntCounterVec,
-    near_limit: IntCounterVec,
-    labels_folded: IntCounter,
-    effective_limit: IntGaugeVec,
+    calls: CallFamilies,
+    config: ConfigFamilies,
+    store: StoreFamilies,
+    per_rule: RuleFamilies,
     adaptive: AdaptiveSeries,
     /// Per-rule series handed out, by domain and rule label.
     rule_labels: LabelBudget<Arc<RuleSeries>>,
@@ -266,241 +115,18 @@ impl Metrics {
     /// A fresh registry (the process uses [`global`]; tests build their own).
     pub fn new(max_rule_labels: usize) -> Result<Self, MetricsError> {
         let registry = Registry::new();
-        let calls_vec = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_calls_total",
-                    "ShouldRateLimit calls (gRPC and HTTP) by how they ended.",
-                ),
-                &["decision"],
-            )?,
-        )?;
-        let call = |decision: Decision| calls_vec.get_metric_with_label_values(&[decision.label()]);
-        let calls = [
-            call(Decision::Ok)?,
-            call(Decision::OverLimit)?,
-            call(Decision::Shadow)?,
-            call(Decision::Unknown)?,
-            call(Decision::Error)?,
-        ];
-        let decision_seconds = register(
-            &registry,
-            Histogram::with_opts(
-                HistogramOpts::new(
-                    "floodgate_decision_duration_seconds",
-                    "Time to decide one call: validation, rule lookup, store and answer.",
-                )
-                .buckets(LATENCY_BUCKETS.to_vec()),
-            )?,
-        )?;
-        let in_flight = register(
-            &registry,
-            IntGauge::new(
-                "floodgate_calls_in_flight",
-                "Calls being decided right now.",
-            )?,
-        )?;
-        let overload_vec = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_overload_rejections_total",
-                    "gRPC and HTTP calls answered without a decision to protect floodgate: \
-                     in_flight (beyond --max-in-flight, answered by --overload-answer), \
-                     shed (past --shed-above, answered by --overload-answer) or deadline \
-                     (the caller's grpc-timeout passed first, DEADLINE_EXCEEDED).",
-                ),
-                &["reason"],
-            )?,
-        )?;
-        let overload =
-            |reason: OverloadReason| overload_vec.get_metric_with_label_values(&[reason.label()]);
-        let overload_rejections = [
-            overload(OverloadReason::InFlight)?,
-            overload(OverloadReason::Deadline)?,
-            overload(OverloadReason::Shed)?,
-        ];
-        let rules_loaded = register(
-            &registry,
-            IntGauge::new(
-                "floodgate_rules_loaded",
-                "Rules (descriptors with rate_limit or rate_limits) in the configuration in force.",
-            )?,
-        )?;
-        let config_load_success = register(
-            &registry,
-            IntCounter::new(
-                "floodgate_config_load_success_total",
-                "Configuration loads (the first and every reload) that were swapped in.",
-            )?,
-        )?;
-        let config_load_error = register(
-            &registry,
-            IntCounter::new(
-                "floodgate_config_load_error_total",
-                "Configuration reloads refused because of errors (the previous rules stay).",
-            )?,
-        )?;
-        let last_good_load = register(
-            &registry,
-            Gauge::new(
-                "floodgate_config_last_load_success_timestamp_seconds",
-                "When the configuration in force was loaded (Unix seconds).",
-            )?,
-        )?;
-        let store_seconds = register(
-            &registry,
-            HistogramVec::new(
-                HistogramOpts::new(
-                    "floodgate_store_duration_seconds",
-                    "Time of one store round trip (all counters of one call).",
-                )
-                .buckets(LATENCY_BUCKETS.to_vec()),
-                &["backend"],
-            )?,
-        )?;
-        let store_errors = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_store_errors_total",
-                    "Store round trips that failed (unreachable, timed out, refused).",
-                ),
-                &["backend"],
-            )?,
-        )?;
-        let store_up = register(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "floodgate_store_up",
-                    "Whether the store is reachable (1) or not (0), as last seen.",
-                ),
-                &["backend"],
-            )?,
-        )?;
-        let store_evictions = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_store_evictions_total",
-                    "Live counters the memory store forgot before their expiry to make room \
-                     under --max-keys (the least used first; never an exhausted one).",
-                ),
-                &["backend"],
-            )?,
-        )?;
-        let store_full = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_store_full_total",
-                    "Requests that needed a new counter while the memory store held --max-keys \
-                     counters, all exhausted: refused by the store, answered by the failure \
-                     policy.",
-                ),
-                &["backend"],
-            )?,
-        )?;
-        let failure_policy_calls = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_failure_policy_calls_total",
-                    "Calls the store failed, by the failure policy that answered them \
-                     (error, fail_open, fail_closed, local).",
-                ),
-                &["policy"],
-            )?,
-        )?;
-        let allowed = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_requests_allowed_total",
-                    "Descriptors a rule admitted, by domain and rule (config path).",
-                ),
-                &["domain", "rule"],
-            )?,
-        )?;
-        let rejected = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_requests_rejected_total",
-                    "Descriptors over their limit (reason limit, or shadow when shadow mode \
-                     answered OK; class names the priority class refused, empty without \
-                     classes), calls refused by the store failure policy, and invalid calls \
-                     (rule \"none\").",
-                ),
-                &["domain", "rule", "reason", "class"],
-            )?,
-        )?;
-        let near_limit = register(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "floodgate_near_limit_total",
-                    "Hits that took a counter past the near-limit ratio of its limit \
-                     (--near-limit-ratio), as envoyproxy/ratelimit's near_limit.",
-                ),
-                &["domain", "rule"],
-            )?,
-        )?;
-        let labels_folded = register(
-            &registry,
-            IntCounter::new(
-                "floodgate_metric_labels_folded_total",
-                "Descriptor decisions recorded under rule=\"other\" because the rule label \
-                 limit was reached.",
-            )?,
-        )?;
-        let effective_limit = register(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "floodgate_effective_limit",
-                    "requests_per_unit in force for a rule whose limit is adjusted at run time, \
-                     by domain, rule and source (override: the admin API; adaptive: the \
-                     adaptive controller). Rules without a series count with their configured \
-                     limit.",
-                ),
-                &["domain", "rule", "source"],
-            )?,
-        )?;
+        let calls = CallFamilies::register(&registry)?;
+        let config = ConfigFamilies::register(&registry)?;
+        let store = StoreFamilies::register(&registry)?;
+        let per_rule = RuleFamilies::register(&registry)?;
         let adaptive = AdaptiveSeries::register(&registry)?;
-        let build_info = register(
-            &registry,
-            IntGaugeVec::new(
-                Opts::new("floodgate_build_info", "The running floodgate version."),
-                &["version"],
-            )?,
-        )?;
-        build_info
-            .get_metric_with_label_values(&[env!("CARGO_PKG_VERSION")])?
-            .set(1);
+        families::register_build_info(&registry)?;
         Ok(Self {
             registry,
             calls,
-            decision_seconds,
-            in_flight,
-            overload_rejections,
-            rules_loaded,
-            config_load_success,
-            config_load_error,
-            last_good_load,
-            store_seconds,
-            store_errors,
-            store_up,
-            store_evictions,
-            store_full,
-            failure_policy_calls,
-            allowed,
-            rejected,
-            near_limit,
-            labels_folded,
-            effective_limit,
+            config,
+            store,
+            per_rule,
             adaptive,
             rule_labels: LabelBudget::new(max_rule_labels),
             folded: RwLock::new(HashMap::new()),
@@ -518,22 +144,22 @@ impl Metrics {
     }
 
     pub fn call_finished(&self, decision: Decision, seconds: f64) {
-        self.calls[decision.index()].inc();
-        self.decision_seconds.observe(seconds);
+        self.calls.by_decision[decision.index()].inc();
+        self.calls.seconds.observe(seconds);
     }
 
     /// Counts a call as in flight until the returned guard is dropped (also when the caller's
     /// future is cancelled, e.g. the client went away).
     pub fn call_started(&self) -> InFlight {
-        self.in_flight.inc();
+        self.calls.in_flight.inc();
         InFlight {
-            gauge: self.in_flight.clone(),
+            gauge: self.calls.in_flight.clone(),
         }
     }
 
     /// A call answered without a decision, to protect floodgate.
     pub fn overload_rejected(&self, reason: OverloadReason) {
-        if let Some(counter) = self.overload_rejections.get(reason.index()) {
+        if let Some(counter) = self.calls.overload_rejections.get(reason.index()) {
             counter.inc();
         }
     }
@@ -541,6 +167,7 @@ impl Metrics {
     /// A call the store failed, answered by `policy` (its name).
     pub fn failure_policy_applied(&self, policy: &str) {
         if let Ok(counter) = self
+            .store
             .failure_policy_calls
             .get_metric_with_label_values(&[policy])
         {
@@ -550,7 +177,7 @@ impl Metrics {
 
     /// An invalid request: rejected before any rule was looked at.
     pub fn invalid_request(&self, domain_label: &str) {
-        if let Ok(counter) = self.rejected.get_metric_with_label_values(&[
+        if let Ok(counter) = self.per_rule.rejected.get_metric_with_label_values(&[
             domain_label,
             NO_RULE_LABEL,
             RejectReason::InvalidRequest.label(),
@@ -561,27 +188,29 @@ impl Metrics {
     }
 
     pub fn reload_succeeded(&self, rules: usize) {
-        self.config_load_success.inc();
-        self.rules_loaded
+        self.config.load_success.inc();
+        self.config
+            .rules_loaded
             .set(i64::try_from(rules).unwrap_or(i64::MAX));
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|since| since.as_secs_f64())
             .unwrap_or_default();
-        self.last_good_load.set(now);
+        self.config.last_good_load.set(now);
     }
 
     pub fn reload_failed(&self) {
-        self.config_load_error.inc();
+        self.config.load_error.inc();
     }
 
     /// The series of one store backend, for callers that record on every call.
     pub fn store_series(&self, backend: &str) -> Result<StoreSeries, MetricsError> {
         Ok(StoreSeries {
             seconds: self
-                .store_seconds
+                .store
+                .seconds
                 .get_metric_with_label_values(&[backend])?,
-            errors: self.store_errors.get_metric_with_label_values(&[backend])?,
+            errors: self.store.errors.get_metric_with_label_values(&[backend])?,
         })
     }
 
@@ -589,14 +218,15 @@ impl Metrics {
     pub fn eviction_series(&self, backend: &str) -> Result<EvictionSeries, MetricsError> {
         Ok(EvictionSeries {
             evictions: self
-                .store_evictions
+                .store
+                .evictions
                 .get_metric_with_label_values(&[backend])?,
-            full: self.store_full.get_metric_with_label_values(&[backend])?,
+            full: self.store.full.get_metric_with_label_values(&[backend])?,
         })
     }
 
     pub fn store_state(&self, backend: &str, up: bool) {
-        if let Ok(gauge) = self.store_up.get_metric_with_label_values(&[backend]) {
+        if let Ok(gauge) = self.store.up.get_metric_with_label_values(&[backend]) {
             gauge.set(i64::from(up));
         }
     }
@@ -708,8 +338,8 @@ impl Metrics {
 
     fn remove_rule_series(&self, series: &RuleSeries) {
         let (domain, rule) = (&*series.domain, &*series.rule);
-        forget(&self.allowed, &[domain, rule]);
-        forget(&self.near_limit, &[domain, rule]);
+        forget(&self.per_rule.allowed, &[domain, rule]);
+        forget(&self.per_rule.near_limit, &[domain, rule]);
         for reason in [
             RejectReason::Limit,
             RejectReason::Shadow,
@@ -717,7 +347,7 @@ impl Metrics {
             RejectReason::Shed,
         ] {
             forget(
-                &self.rejected,
+                &self.per_rule.rejected,
                 &[domain, rule, reason.label(), NO_CLASS_LABEL],
             );
         }
@@ -727,7 +357,10 @@ impl Metrics {
                 RejectReason::Shadow,
                 RejectReason::Shed,
             ] {
-                forget(&self.rejected, &[domain, rule, reason.label(), class]);
+                forget(
+                    &self.per_rule.rejected,
+                    &[domain, rule, reason.label(), class],
+                );
             }
         }
     }
@@ -740,8 +373,12 @@ impl Metrics {
         (folded, sheds): (bool, bool),
     ) -> Result<RuleSeries, MetricsError> {
         let rejected = |reason: RejectReason, class: &str| {
-            self.rejected
-                .get_metric_with_label_values(&[domain, rule, reason.label(), class])
+            self.per_rule.rejected.get_metric_with_label_values(&[
+                domain,
+                rule,
+                reason.label(),
+                class,
+            ])
         };
         let shed = |class: &str| {
             sheds
@@ -762,15 +399,19 @@ impl Metrics {
             domain: Box::from(domain),
             rule: Box::from(rule),
             classes,
-            allowed: self.allowed.get_metric_with_label_values(&[domain, rule])?,
+            allowed: self
+                .per_rule
+                .allowed
+                .get_metric_with_label_values(&[domain, rule])?,
             rejected_limit: rejected(RejectReason::Limit, NO_CLASS_LABEL)?,
             rejected_shadow: rejected(RejectReason::Shadow, NO_CLASS_LABEL)?,
             rejected_failure_policy: rejected(RejectReason::FailurePolicy, NO_CLASS_LABEL)?,
             rejected_shed: shed(NO_CLASS_LABEL)?,
             near_limit: self
+                .per_rule
                 .near_limit
                 .get_metric_with_label_values(&[domain, rule])?,
-            folded: folded.then(|| self.labels_folded.clone()),
+            folded: folded.then(|| self.per_rule.labels_folded.clone()),
         })
     }
 }
@@ -802,9 +443,10 @@ impl Metrics {
         &self,
         adjusted: impl IntoIterator<Item = (&'a str, &'a str, &'a str, u32)>,
     ) {
-        self.effective_limit.reset();
+        self.per_rule.effective_limit.reset();
         for (domain, rule, source, requests_per_unit) in adjusted {
             if let Ok(gauge) = self
+                .per_rule
                 .effective_limit
                 .get_metric_with_label_values(&[domain, rule, source])
             {
@@ -812,146 +454,6 @@ impl Metrics {
             }
         }
     }
-}
-
-/// The adaptive controllers' series (`crate::engine::adaptive`), one set per adaptive rule.
-struct AdaptiveSeries {
-    limit: IntGaugeVec,
-    latency: GaugeVec,
-    error_ratio: GaugeVec,
-    steps: IntCounterVec,
-}
-
-impl AdaptiveSeries {
-    fn register(registry: &Registry) -> Result<Self, MetricsError> {
-        let rule_labels = ["domain", "rule"];
-        Ok(Self {
-            limit: register(
-                registry,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "floodgate_adaptive_limit",
-                        "The adaptive controller's limit (requests_per_unit) of a rule with \
-                         `adaptive:`; an override still wins over it (floodgate_effective_limit).",
-                    ),
-                    &rule_labels,
-                )?,
-            )?,
-            latency: register(
-                registry,
-                GaugeVec::new(
-                    Opts::new(
-                        "floodgate_adaptive_latency_seconds",
-                        "The latency signal (p95) an adaptive rule last read, in seconds; NaN \
-                         when it could not be read.",
-                    ),
-                    &rule_labels,
-                )?,
-            )?,
-            error_ratio: register(
-                registry,
-                GaugeVec::new(
-                    Opts::new(
-                        "floodgate_adaptive_error_ratio",
-                        "The error ratio an adaptive rule with `errors:` last read; NaN when it \
-                         could not be read.",
-                    ),
-                    &rule_labels,
-                )?,
-            )?,
-            steps: register(
-                registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "floodgate_adaptive_steps_total",
-                        "Adaptive controller steps by outcome: decrease, increase or hold.",
-                    ),
-                    &["domain", "rule", "change"],
-                )?,
-            )?,
-        })
-    }
-
-    fn forget(&self, domain: &str, rule: &str) {
-        let labels = [domain, rule];
-        let _ = self.limit.remove_label_values(&labels);
-        let _ = self.latency.remove_label_values(&labels);
-        let _ = self.error_ratio.remove_label_values(&labels);
-        for change in ["decrease", "increase", "hold"] {
-            let _ = self.steps.remove_label_values(&[domain, rule, change]);
-        }
-    }
-}
-
-fn adaptive_series() -> Option<&'static AdaptiveSeries> {
-    global().map(|metrics| &metrics.adaptive)
-}
-
-/// The adaptive controller of `rule` set its limit.
-pub fn adaptive_limit(domain: &str, rule: &str, limit: u32) {
-    let labels = [domain, rule];
-    if let Some(Ok(gauge)) =
-        adaptive_series().map(|s| s.limit.get_metric_with_label_values(&labels))
-    {
-        gauge.set(i64::from(limit));
-    }
-}
-
-/// The latency an adaptive rule read (`None`: no reading).
-pub fn adaptive_latency(domain: &str, rule: &str, seconds: Option<f64>) {
-    let labels = [domain, rule];
-    if let Some(Ok(gauge)) =
-        adaptive_series().map(|s| s.latency.get_metric_with_label_values(&labels))
-    {
-        gauge.set(seconds.unwrap_or(f64::NAN));
-    }
-}
-
-/// The error ratio an adaptive rule read (`None`: no reading).
-pub fn adaptive_error_ratio(domain: &str, rule: &str, ratio: Option<f64>) {
-    let labels = [domain, rule];
-    if let Some(Ok(gauge)) =
-        adaptive_series().map(|s| s.error_ratio.get_metric_with_label_values(&labels))
-    {
-        gauge.set(ratio.unwrap_or(f64::NAN));
-    }
-}
-
-/// One controller step of `rule` (`change`: decrease, increase, hold).
-pub fn adaptive_step(domain: &str, rule: &str, change: &str) {
-    let labels = [domain, rule, change];
-    if let Some(Ok(counter)) =
-        adaptive_series().map(|s| s.steps.get_metric_with_label_values(&labels))
-    {
-        counter.inc();
-    }
-}
-
-/// `rule` is no longer adaptive: its series go.
-pub fn adaptive_forget(domain: &str, rule: &str) {
-    if let Some(series) = adaptive_series() {
-        series.forget(domain, rule);
-    }
-}
-
-/// Decrements the in-flight gauge when dropped.
-#[derive(Debug)]
-pub struct InFlight {
-    gauge: IntGauge,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.gauge.dec();
-    }
-}
-
-fn register<M: prometheus::core::Collector + Clone + 'static>(
-    registry: &Registry,
-    metric: M,
-) -> Result<M, MetricsError> {
-    registry.register(Box::new(metric.clone()))?;
-    Ok(metric)
 }
 
 /// The process's metrics. `None` only if the registry could not be built (a bug caught by the
@@ -973,26 +475,6 @@ pub fn global() -> Option<&'static Metrics> {
 pub fn overload_rejected(reason: OverloadReason) {
     if let Some(metrics) = global() {
         metrics.overload_rejected(reason);
-    }
-}
-
-/// A configuration with `rules` rules was loaded and swapped in (the first load too).
-pub fn reload_succeeded(rules: usize) {
-    if let Some(metrics) = global() {
-        metrics.reload_succeeded(rules);
-    }
-    if let Some(stats) = super::reference_stats::global() {
-        stats.config_loaded(true);
-    }
-}
-
-/// A reload was refused; the previous rules stay in force.
-pub fn reload_failed() {
-    if let Some(metrics) = global() {
-        metrics.reload_failed();
-    }
-    if let Some(stats) = super::reference_stats::global() {
-        stats.config_loaded(false);
     }
 }
 

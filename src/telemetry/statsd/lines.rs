@@ -5,17 +5,17 @@
 //! what was counted since the last one, counters as `name:value|c` (only those that moved, as
 //! lyft/gostats does) and the response time as `|ms`.
 //!
-//! They are read from the counters [`super::reference_stats`] keeps under these names for
-//! both sinks, so the decision path counts once, in memory; statsd gets every name whole, whatever
-//! the Prometheus mapping makes of it.
+//! They are read from the counters [`crate::telemetry::reference::stats`] keeps under these
+//! names for both sinks, so the decision path counts once, in memory; statsd gets every name
+//! whole, whatever the Prometheus mapping makes of it.
 //!
 //! The response time is sent once per flush as the mean of the calls since the last, with the
 //! sample rate `@1/calls`, so that statsd counts every call.
 
 use std::collections::HashMap;
 
-use super::reference_stats::StatsdSnapshot;
-use super::statsd_mogrifiers::Mogrifiers;
+use super::mogrifiers::Mogrifiers;
+use crate::telemetry::reference::stats::StatsdSnapshot;
 
 const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
@@ -116,8 +116,8 @@ impl Deltas {
 mod tests {
     use super::*;
     use crate::core::outcome::reference_counts::ReferenceCounts;
-    use crate::telemetry::reference_stats::ReferenceStats;
-    use crate::telemetry::statsd_mapping::MetricMapper;
+    use crate::telemetry::reference::mapping::MetricMapper;
+    use crate::telemetry::reference::stats::ReferenceStats;
 
     fn stats() -> ReferenceStats {
         ReferenceStats::new(4, MetricMapper::reference_default(false))

@@ -1,6 +1,6 @@
 //! The reference's stats as the Prometheus listener serves them (`USE_PROMETHEUS`): each
-//! statsd name through the statsd_exporter mapping in force (`telemetry::statsd_mapping`), the
-//! series that map alike added up, as statsd_exporter adds the events of one series; then the
+//! statsd name through the statsd_exporter mapping in force ([`super::mapping`]), the series
+//! that map alike added up, as statsd_exporter adds the events of one series; then the
 //! process's own metrics (`process_resident_memory_bytes` and the rest), which the reference's
 //! Go client serves on the same listener and Envoy Gateway's dashboard reads.
 //!
@@ -14,10 +14,10 @@ use prometheus::core::Collector as _;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Histogram, HistogramOpts, TextEncoder};
 
-use super::metrics::MetricsError;
-use super::paced_log::PacedLog;
-use super::reference_stats::NamedCounter;
-use super::statsd_mapping::{Mapped, MappedMetric, MetricMapper, Observer, StatKind};
+use super::mapping::{Mapped, MappedMetric, MetricMapper, Observer, StatKind};
+use super::named_counter::NamedCounter;
+use crate::telemetry::metrics::MetricsError;
+use crate::telemetry::paced_log::PacedLog;
 
 static CONFLICT: PacedLog = PacedLog::every(std::time::Duration::from_secs(600));
 

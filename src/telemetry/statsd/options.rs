@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::statsd_mogrifiers::Mogrifiers;
+use super::mogrifiers::Mogrifiers;
 
 /// How the lines travel (lyft/gostats' `STATSD_PROTOCOL`, `tcp` by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Sends the reference's stats to statsd (`USE_STATSD`) or DogStatsD (`USE_DOG_STATSD`): a
 //! task of its own reads the counters every `STATS_FLUSH_INTERVAL` and sends what moved as
-//! batched lines (`telemetry::statsd_lines`) over TCP or UDP. The decision path only adds to
+//! batched lines (`telemetry::statsd::lines`) over TCP or UDP. The decision path only adds to
 //! in-memory counters; a statsd that is down or refuses costs a count in
 //! `floodgate_statsd_send_errors_total` and a log line at most every
 //! [`ERROR_LOG_INTERVAL`], and the stats of that flush.
@@ -13,10 +13,10 @@ use prometheus::IntCounter;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpStream, UdpSocket};
 
-use super::paced_log::PacedLog;
-use super::reference_stats::ReferenceStats;
-use super::statsd_lines::{Deltas, Tagging};
-use super::statsd_options::{Protocol, StatsdOptions};
+use super::lines::{Deltas, Tagging};
+use super::options::{Protocol, StatsdOptions};
+use crate::telemetry::paced_log::PacedLog;
+use crate::telemetry::reference::stats::ReferenceStats;
 
 /// At most one log line about a failing statsd per interval.
 pub const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -190,7 +190,7 @@ fn send_errors() -> Option<&'static IntCounter> {
     static COUNTER: OnceLock<Option<IntCounter>> = OnceLock::new();
     COUNTER
         .get_or_init(|| {
-            let metrics = super::metrics::global()?;
+            let metrics = crate::telemetry::metrics::global()?;
             let counter = IntCounter::new(
                 "floodgate_statsd_send_errors_total",
                 "Flushes of envoyproxy/ratelimit's stats that statsd did not take (down, \
