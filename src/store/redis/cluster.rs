@@ -17,7 +17,8 @@ use redis::{
     ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
 };
 
-use super::connection::{misconfigured, redact_url, scrub, unavailable, url_secrets, with_auth};
+use super::credentials::{redact_url, scrub, url_secrets, with_auth};
+use super::errors::{misconfigured, unavailable};
 use super::script::Call;
 use super::tls::{tcp_settings, TlsOptions};
 use super::RedisOptions;

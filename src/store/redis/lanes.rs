@@ -118,7 +118,7 @@ impl Lanes {
                 let position = next.fetch_add(1, Ordering::Relaxed) % lanes.len().max(1);
                 match lanes.get(position).or(lanes.first()) {
                     Some(lane) => lane.decide(request, timeout).await,
-                    None => Err(super::connection::unavailable(
+                    None => Err(super::errors::unavailable(
                         "no Redis socket to call".to_owned(),
                     )),
                 }

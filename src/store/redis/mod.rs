@@ -124,6 +124,8 @@
 mod batch;
 mod cluster;
 mod connection;
+mod credentials;
+mod errors;
 mod hybrid_sync;
 pub mod keys;
 mod lanes;
@@ -146,8 +148,9 @@ use redis::Script;
 
 pub use self::batch::MAX_BATCH;
 use self::cluster::ClusterLink;
+use self::connection::Connection;
 pub use self::connection::MAX_POOL_SIZE;
-use self::connection::{misconfigured, unavailable, Connection, BACKEND};
+use self::errors::{misconfigured, unavailable, BACKEND};
 pub use self::hybrid_sync::{instances_key, SyncItem, SyncReply, SYNC_SOURCE};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::lanes::Lanes;
@@ -320,7 +323,7 @@ impl fmt::Debug for RedisOptions {
         let url = if self.topology == Topology::Cluster {
             cluster::describe_seeds(&self.url, self.tls.enabled)
         } else {
-            connection::redact_url(&self.normalized_url())
+            credentials::redact_url(&self.normalized_url())
         };
         f.debug_struct("RedisOptions")
             .field("url", &url)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::connection::unavailable;
+use super::errors::unavailable;
 use super::RedisStore;
 use crate::core::key::quota_bucket_key;
 use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, StoreError};

@@ -27,7 +27,7 @@ use rand::Rng;
 
 use redis::Script;
 
-use super::connection::{misconfigured, unavailable};
+use super::errors::{misconfigured, unavailable};
 use super::{Link, RedisOptions};
 use crate::core::charging::{Charging, Recording};
 use crate::core::plan::Counter;
