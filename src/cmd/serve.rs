@@ -329,7 +329,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         },
         connections: connection_limits(&args, admin.is_some()),
         store_gate,
-        quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
+        rlqs: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
         without_grpc_reflection: !args.grpc_reflection,
     };
 
@@ -478,12 +478,12 @@ fn shared_limiter<S: Store>(
 }
 
 /// RLQS across the floodgates that share the limiter's Redis (`engine::quota::exchange`).
-fn exchange_quota_demands<S: Store + crate::store::QuotaPeers>(
+fn exchange_quota_demands<S: Store + crate::store::RlqsPeers>(
     limiter: &Arc<Limiter<S>>,
     serving: &Serving,
 ) {
     tokio::spawn(crate::engine::quota::exchange::run(
-        Arc::clone(&serving.operations.quota),
+        Arc::clone(&serving.operations.rlqs),
         Arc::clone(limiter),
         serving.shutdown.clone(),
     ));

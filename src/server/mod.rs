@@ -67,7 +67,7 @@ pub struct Operations {
     pub store_gate: health::StoreGate,
     /// RLQS's state, with its defaults and bounds (shared with the exchange between
     /// floodgates, when they share a store).
-    pub quota: Arc<crate::engine::quota::QuotaBoard>,
+    pub rlqs: Arc<crate::engine::quota::QuotaBoard>,
     /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
     pub without_grpc_reflection: bool,
 }
@@ -124,7 +124,7 @@ pub async fn serve_with<S: Store>(
     ))
     .add_service(rlqs::RateLimitQuotaGrpc::server(
         Arc::clone(&limiter),
-        Arc::clone(&operations.quota),
+        Arc::clone(&operations.rlqs),
         shutdown.clone(),
     ))
     .add_service(health_service);

@@ -507,7 +507,7 @@ impl Store for HybridStore {
     }
 }
 
-impl crate::store::QuotaPeers for HybridStore {
+impl crate::store::RlqsPeers for HybridStore {
     async fn exchange_demands(
         &self,
         instance: u64,
