@@ -270,7 +270,7 @@ impl Connection {
     }
 
     /// The same on the pool's socket at `position` (modulo its size): a batching lane keeps
-    /// to its own socket (`batch.rs`).
+    /// to its own socket (`batch/`).
     pub async fn invoke_on(
         &self,
         position: usize,
@@ -536,7 +536,7 @@ impl Drop for SearchRunning<'_> {
     }
 }
 
-/// `mutex` locked, poisoned or not: what this module and `batch.rs` guard are a few plain
+/// `mutex` locked, poisoned or not: what this module and `batch/` guard are a few plain
 /// fields that a panic elsewhere cannot leave inconsistent.
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match mutex.lock() {

@@ -1,4 +1,4 @@
-//! Which batching lane (`batch.rs`) a request joins, and where each lane's calls go.
+//! Which batching lane (`batch/`) a request joins, and where each lane's calls go.
 //!
 //! On one server (or the master Sentinel names) a lane is one socket of the pool, and requests
 //! take the lanes in turn, as lone calls take the sockets. On a cluster a lane is one hash

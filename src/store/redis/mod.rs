@@ -16,7 +16,7 @@
 //!
 //! With `--redis-batch-max N` above 1, requests that arrive while a call is in flight on their
 //! socket (on a cluster: for their hash slot) wait for it and then share the next call, up to
-//! N (`batch.rs`, `lanes.rs`). The script decides them one after the other in arrival order,
+//! N (`batch/`, `lanes.rs`). The script decides them one after the other in arrival order,
 //! each as its own call would have at that point, writes included, so decisions are the same;
 //! what a batch shares is the cost of the call. Deadlines, the circuit breaker and the failure
 //! policy stay per request. The default is 64 ([`DEFAULT_BATCH_MAX`] says why); with N = 1
