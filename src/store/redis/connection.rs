@@ -166,63 +166,79 @@ impl Connection {
             )));
         }
         let setup = ClientSetup::new(&options.tls)?;
-        let mut secrets: Vec<String> = options
+        let secrets: Vec<String> = options
             .auth
             .iter()
             .flat_map(|auth| auth_secrets(auth))
             .collect();
         if options.topology == Topology::Sentinel {
-            let sentinels = Sentinels::parse(
-                &options.url,
-                options.sentinel_auth.as_deref(),
-                options.tls.enabled,
-            )?;
-            if options.tls.has_settings() && !sentinels.tls {
-                return Err(not_tls());
-            }
-            secrets.extend(sentinels.secrets().map(str::to_owned));
-            // Bare HOST:PORT entries and the master's name hold nothing secret.
-            secrets.extend(
-                options
-                    .url
-                    .split(',')
-                    .filter(|part| part.contains("://"))
-                    .flat_map(url_secrets),
-            );
-            secrets.extend(
-                options
-                    .sentinel_auth
-                    .iter()
-                    .flat_map(|auth| auth_secrets(auth)),
-            );
-            let following = Following {
-                sentinels,
-                auth: options.auth.clone(),
-                search: Mutex::new(Search::default()),
-            };
-            let opener = Opener::new(setup, options, secrets);
-            let links =
-                tokio::time::timeout(opener.connect_timeout, opener.open_master(&following))
-                    .await
-                    .map_err(|_| {
-                        unavailable(format!(
-                            "cannot find the Redis master {:?} through the sentinels at {} within \
-                         {:?}",
-                            following.sentinels.master_name,
-                            following.sentinels.describe(),
-                            opener.connect_timeout
-                        ))
-                    })??;
-            Ok(Self::with(links, opener, Some(following)))
+            Self::open_through_sentinels(options, setup, secrets).await
         } else {
-            let url = options.normalized_url();
-            secrets.extend(url_secrets(&url));
-            let info = single_server(&url, options, &secrets)?;
-            secrets.extend(info.redis_settings().password().map(str::to_owned));
-            let opener = Opener::new(setup, options, secrets);
-            let links = opener.open(info, None).await?;
-            Ok(Self::with(links, opener, None))
+            Self::open_single(options, setup, secrets).await
         }
+    }
+
+    /// The master the sentinels of `options.url` name, followed from then on.
+    async fn open_through_sentinels(
+        options: &RedisOptions,
+        setup: ClientSetup,
+        mut secrets: Vec<String>,
+    ) -> Result<Self, StoreError> {
+        let sentinels = Sentinels::parse(
+            &options.url,
+            options.sentinel_auth.as_deref(),
+            options.tls.enabled,
+        )?;
+        if options.tls.has_settings() && !sentinels.tls {
+            return Err(not_tls());
+        }
+        secrets.extend(sentinels.secrets().map(str::to_owned));
+        // Bare HOST:PORT entries and the master's name hold nothing secret.
+        secrets.extend(
+            options
+                .url
+                .split(',')
+                .filter(|part| part.contains("://"))
+                .flat_map(url_secrets),
+        );
+        secrets.extend(
+            options
+                .sentinel_auth
+                .iter()
+                .flat_map(|auth| auth_secrets(auth)),
+        );
+        let following = Following {
+            sentinels,
+            auth: options.auth.clone(),
+            search: Mutex::new(Search::default()),
+        };
+        let opener = Opener::new(setup, options, secrets);
+        let links = tokio::time::timeout(opener.connect_timeout, opener.open_master(&following))
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "cannot find the Redis master {:?} through the sentinels at {} within {:?}",
+                    following.sentinels.master_name,
+                    following.sentinels.describe(),
+                    opener.connect_timeout
+                ))
+            })??;
+        Ok(Self::with(links, opener, Some(following)))
+    }
+
+    /// The one server of `options.url`.
+    async fn open_single(
+        options: &RedisOptions,
+        setup: ClientSetup,
+        mut secrets: Vec<String>,
+    ) -> Result<Self, StoreError> {
+        let url = options.normalized_url();
+        secrets.extend(url_secrets(&url));
+        let info = single_server(&url, options, &secrets)?;
+        secrets.extend(info.redis_settings().password().map(str::to_owned));
+        let opener = Opener::new(setup, options, secrets);
+        let links = opener.open(info, None).await?;
+        Ok(Self::with(links, opener, None))
     }
 
     fn with(links: Links, opener: Opener, following: Option<Following>) -> Self {
@@ -603,40 +619,33 @@ impl Opener {
     /// A pool of `pool_size` sockets to `info`, after one plain attempt (and, for a master
     /// found through Sentinel, `ROLE`).
     async fn open(&self, info: ConnectionInfo, master: Option<&str>) -> Result<Links, StoreError> {
-        let server = match master {
-            Some(name) => format!("{} (master {name:?})", describe_server(&info)),
-            None => describe_server(&info),
-        };
-        let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        let fail = |what: &str, message: String| {
-            let message = scrub(&message, &self.secrets);
-            let hint = if tls { tls::hint(&message) } else { None };
-            let text = match hint {
-                Some(hint) => format!("{what} Redis at {server}: {message} ({hint})"),
-                None => format!("{what} Redis at {server}: {message}"),
-            };
-            if tls && tls::is_settled_refusal(&message) {
-                misconfigured(text)
-            } else {
-                unavailable(text)
-            }
-        };
-        // Redis answered and refused these credentials: only new settings can help.
-        let refused = |error: &RedisError| {
-            let text = scrub(&error.to_string(), &self.secrets);
-            match error.kind() {
-                redis::ErrorKind::AuthenticationFailed => true,
-                _ => text.contains("WRONGPASS") || text.contains("NOAUTH"),
-            }
-            .then(|| misconfigured(format!("Redis at {server} refused the credentials: {text}")))
-        };
+        let opening = Opening::new(&info, master, &self.secrets);
         let client = self
             .setup
             .client(info)
-            .map_err(|error| fail("cannot use", error.to_string()))?;
+            .map_err(|error| opening.fail("cannot use", error.to_string()))?;
+        self.probe(&client, master.is_some(), &opening).await?;
+        let config = self.manager_config();
+        let pool = self.open_pool(&client, &config, &opening).await?;
+        Ok(Links {
+            server: opening.server,
+            address: None,
+            pool,
+            client,
+            config,
+        })
+    }
+
+    /// One plain attempt first: the manager retries every failure until its deadline, which
+    /// would hide a wrong password or a refused connection behind "no connection". `PING`,
+    /// and with `expect_master` `ROLE`, within the connect timeout.
+    async fn probe(
+        &self,
+        client: &redis::Client,
+        expect_master: bool,
+        opening: &Opening<'_>,
+    ) -> Result<(), StoreError> {
         let timeout = self.connect_timeout;
-        // One plain attempt first: the manager retries every failure until its deadline, which
-        // would hide a wrong password or a refused connection behind "no connection".
         let probe = async {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
@@ -645,43 +654,50 @@ impl Opener {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
             redis::cmd("PING").query_async::<()>(&mut probe).await?;
-            match master {
-                Some(_) => redis::cmd("ROLE")
+            if expect_master {
+                redis::cmd("ROLE")
                     .query_async::<Role>(&mut probe)
                     .await
-                    .map(Some),
-                None => Ok(None),
+                    .map(Some)
+            } else {
+                Ok(None)
             }
         };
         match tokio::time::timeout(timeout, probe).await {
-            Ok(Ok(None | Some(Role::Primary { .. }))) => {}
-            Ok(Ok(Some(_))) => {
-                return Err(fail(
-                    "cannot use",
-                    "the sentinels name it master but it answers ROLE as a replica (a \
-                     failover in progress?)"
-                        .to_owned(),
-                ))
-            }
-            Ok(Err(error)) => {
-                return Err(
-                    refused(&error).unwrap_or_else(|| fail("cannot connect to", error.to_string()))
-                )
-            }
+            Ok(Ok(None | Some(Role::Primary { .. }))) => Ok(()),
+            Ok(Ok(Some(_))) => Err(opening.fail(
+                "cannot use",
+                "the sentinels name it master but it answers ROLE as a replica (a failover in \
+                 progress?)"
+                    .to_owned(),
+            )),
+            Ok(Err(error)) => Err(opening
+                .refused(&error)
+                .unwrap_or_else(|| opening.fail("cannot connect to", error.to_string()))),
             Err(_) => {
-                return Err(fail(
-                    "cannot connect to",
-                    format!("no answer within {timeout:?}"),
-                ))
+                Err(opening.fail("cannot connect to", format!("no answer within {timeout:?}")))
             }
         }
-        // No response timeout of the crate's own: every call on these sockets goes through
-        // `within`, with its deadline. The crate's default (500 ms) used to end calls first,
-        // whatever `--redis-timeout-ms` said.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
+    }
+
+    /// How the pool's sockets connect and reconnect. No response timeout of the crate's own:
+    /// every call on these sockets goes through `within`, with its deadline. The crate's
+    /// default (500 ms) used to end calls first, whatever `--redis-timeout-ms` said.
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None)
-            .set_max_delay(MAX_RECONNECT_DELAY);
+            .set_max_delay(MAX_RECONNECT_DELAY)
+    }
+
+    /// `pool_size` sockets made with `client` and `config`, all within the connect timeout.
+    async fn open_pool(
+        &self,
+        client: &redis::Client,
+        config: &ConnectionManagerConfig,
+        opening: &Opening<'_>,
+    ) -> Result<Pool, StoreError> {
+        let timeout = self.connect_timeout;
         let connecting = async {
             let first = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
             let mut others = Vec::with_capacity(self.pool_size.saturating_sub(1));
@@ -692,22 +708,67 @@ impl Opener {
             }
             Ok::<_, RedisError>(Pool { first, others })
         };
-        let pool = match tokio::time::timeout(timeout, connecting).await {
-            Ok(Ok(pool)) => pool,
-            Ok(Err(error)) => return Err(fail("cannot connect to", error.to_string())),
-            Err(_) => {
-                return Err(fail(
-                    "cannot connect to",
-                    format!("no connection within {timeout:?}"),
-                ))
-            }
+        match tokio::time::timeout(timeout, connecting).await {
+            Ok(Ok(pool)) => Ok(pool),
+            Ok(Err(error)) => Err(opening.fail("cannot connect to", error.to_string())),
+            Err(_) => Err(opening.fail(
+                "cannot connect to",
+                format!("no connection within {timeout:?}"),
+            )),
+        }
+    }
+}
+
+/// A server being connected to, as its errors name it (`host:port/db`, and the master's name
+/// under Sentinel), and what they must not show.
+struct Opening<'a> {
+    server: String,
+    tls: bool,
+    secrets: &'a [String],
+}
+
+impl<'a> Opening<'a> {
+    fn new(info: &ConnectionInfo, master: Option<&str>, secrets: &'a [String]) -> Self {
+        let server = match master {
+            Some(name) => format!("{} (master {name:?})", describe_server(info)),
+            None => describe_server(info),
         };
-        Ok(Links {
+        Self {
             server,
-            address: None,
-            pool,
-            client,
-            config,
+            tls: matches!(info.addr(), ConnectionAddr::TcpTls { .. }),
+            secrets,
+        }
+    }
+
+    /// "`what` Redis at `server`: `message`", scrubbed, with a hint for a TLS failure; a TLS
+    /// refusal that retrying cannot change is a misconfiguration, anything else unavailable.
+    fn fail(&self, what: &str, message: String) -> StoreError {
+        let server = &self.server;
+        let message = scrub(&message, self.secrets);
+        let hint = if self.tls { tls::hint(&message) } else { None };
+        let text = match hint {
+            Some(hint) => format!("{what} Redis at {server}: {message} ({hint})"),
+            None => format!("{what} Redis at {server}: {message}"),
+        };
+        if self.tls && tls::is_settled_refusal(&message) {
+            misconfigured(text)
+        } else {
+            unavailable(text)
+        }
+    }
+
+    /// Redis answered and refused these credentials: only new settings can help.
+    fn refused(&self, error: &RedisError) -> Option<StoreError> {
+        let text = scrub(&error.to_string(), self.secrets);
+        match error.kind() {
+            redis::ErrorKind::AuthenticationFailed => true,
+            _ => text.contains("WRONGPASS") || text.contains("NOAUTH"),
+        }
+        .then(|| {
+            misconfigured(format!(
+                "Redis at {} refused the credentials: {text}",
+                self.server
+            ))
         })
     }
 }
