@@ -19,9 +19,9 @@ use redis::{
 
 use super::credentials::{auth_secrets, redact_url, scrub, url_secrets, with_auth};
 use super::errors::{misconfigured, unavailable};
+use super::options::{describe_seeds, seed_urls, RedisOptions};
 use super::script::Call;
 use super::tls::{tcp_settings, TlsOptions};
-use super::RedisOptions;
 use crate::store::StoreError;
 
 /// How often one request is retried after a redirection or a lost connection. A decision's
@@ -227,44 +227,6 @@ fn failed(what: &str, server: &str, secrets: &[String], error: &RedisError) -> S
         "{what} Redis {server}: {}",
         scrub(&error.to_string(), secrets)
     ))
-}
-
-/// The seed URLs of `seeds`: envoyproxy/ratelimit's `host1:port1,host2:port2` (`rediss://` with
-/// `tls`), or one URL per seed (`redis://[[user]:password@]host:port`), comma-separated.
-fn seed_urls(seeds: &str, tls: bool) -> Result<Vec<String>, String> {
-    let urls: Vec<String> = seeds
-        .split(',')
-        .map(str::trim)
-        .filter(|seed| !seed.is_empty())
-        .map(|seed| {
-            if seed.contains("://") {
-                seed.to_owned()
-            } else if tls {
-                format!("rediss://{seed}")
-            } else {
-                format!("redis://{seed}")
-            }
-        })
-        .collect();
-    if urls.is_empty() {
-        return Err(
-            "no Redis Cluster seed node: give --redis-url (REDIS_URL) as host:port[,host:port…]"
-                .to_owned(),
-        );
-    }
-    Ok(urls)
-}
-
-/// `seeds` with each seed's credentials replaced by `***` (safe for logs).
-pub(super) fn describe_seeds(seeds: &str, tls: bool) -> String {
-    match seed_urls(seeds, tls) {
-        Ok(urls) => urls
-            .iter()
-            .map(|url| redact_url(url))
-            .collect::<Vec<_>>()
-            .join(","),
-        Err(_) => "(no seed)".to_owned(),
-    }
 }
 
 /// Refuses what a cluster cannot serve: unix sockets (nodes announce IP addresses), any

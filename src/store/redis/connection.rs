@@ -40,11 +40,11 @@ use redis::{
 
 use super::credentials::{auth_secrets, redact_url, scrub, url_secrets, with_auth};
 use super::errors::{misconfigured, unavailable};
+use super::options::{RedisOptions, Topology};
 use super::script::Call;
 use super::sentinel::Sentinels;
 use super::silence::Watches;
 use super::tls::{self, ClientSetup};
-use super::{RedisOptions, Topology};
 use crate::store::StoreError;
 
 /// The longest pause between reconnection attempts: a restarted Redis is found again quickly
