@@ -109,7 +109,7 @@ impl HybridStore {
             for (identity, entry) in guard.iter_mut() {
                 let first = outgoing.items.len();
                 let included = if resend {
-                    resend_in_flight(entry, &mut outgoing.items)
+                    add_in_flight(entry, &mut outgoing.items)
                 } else {
                     send_pending(entry, now, &mut outgoing.items)
                 };
@@ -179,8 +179,9 @@ struct Outgoing {
     sent: Vec<Sent>,
 }
 
-/// Adds the items of the sync that got no answer, unchanged: whether `entry` had any.
-fn resend_in_flight(entry: &Entry, items: &mut Vec<SyncItem>) -> bool {
+/// Adds the hits `entry` has in flight (on a resend: what the sync that got no answer
+/// carried, unchanged): whether it has any.
+fn add_in_flight(entry: &Entry, items: &mut Vec<SyncItem>) -> bool {
     if entry.in_flight.is_empty() {
         return false;
     }
@@ -209,13 +210,7 @@ fn send_pending(entry: &mut Entry, now: Micros, items: &mut Vec<SyncItem>) -> bo
     }
     entry.touched = false;
     entry.in_flight = std::mem::take(&mut entry.pending);
-    items.extend(
-        entry
-            .in_flight
-            .iter()
-            .map(|&(start, hits)| sync_item(entry, start, hits)),
-    );
-    if entry.in_flight.is_empty() {
+    if !add_in_flight(entry, items) {
         items.push(sync_item(entry, window_start(&entry.quota, now), 0));
     }
     true
