@@ -67,7 +67,7 @@ pub struct Operations {
     pub store_gate: health::StoreGate,
     /// RLQS's state, with its defaults and bounds (shared with the exchange between
     /// floodgates, when they share a store).
-    pub quota: Arc<crate::engine::quota::QuotaBoard>,
+    pub rlqs: Arc<crate::engine::quota::QuotaBoard>,
     /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
     pub without_grpc_reflection: bool,
 }
@@ -98,25 +98,7 @@ pub async fn serve_with<S: Store>(
     operations: Operations,
 ) -> Result<(), ServeError> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    // Registered before the listener answers: an early check must hear a status, not
-    // "service not registered" (NotFound), which the mirror task would otherwise race.
-    health_reporter
-        .set_service_status(
-            health::READINESS_SERVICE,
-            operations.health.serving_status(),
-        )
-        .await;
-    tokio::spawn(health::mirror_to_grpc(
-        operations.health.clone(),
-        health_reporter,
-        shutdown.clone(),
-    ));
-    tokio::spawn(health::poll_store(
-        Arc::clone(&limiter),
-        operations.health.clone(),
-        operations.store_gate,
-        shutdown.clone(),
-    ));
+    follow_health(health_reporter, &limiter, &operations, &shutdown).await;
     let admission = admission::Admission::new(operations.admission);
     let grpc_routes = tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
         Arc::clone(&limiter),
@@ -124,35 +106,13 @@ pub async fn serve_with<S: Store>(
     ))
     .add_service(rlqs::RateLimitQuotaGrpc::server(
         Arc::clone(&limiter),
-        Arc::clone(&operations.quota),
+        Arc::clone(&operations.rlqs),
         shutdown.clone(),
     ))
     .add_service(health_service);
-    let grpc_routes = if operations.without_grpc_reflection {
-        grpc_routes
-    } else {
-        let (reflection_v1, reflection_v1alpha) = reflection_services()?;
-        grpc_routes
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-    };
-    let grpc_service =
-        grpc_deadline::GrpcDeadline::new(grpc_routes, operations.admission.default_deadline);
+    let grpc_routes = with_reflection(grpc_routes, !operations.without_grpc_reflection)?;
     let limits = operations.connections;
-    let grpc = connections::serve(
-        Listener {
-            name: "grpc",
-            socket: listeners.grpc,
-            protocol: Protocol::Http2 {
-                max_streams: operations.admission.streams_per_connection(),
-            },
-            tls: operations.grpc_tls,
-            connect_info: false,
-        },
-        grpc_service,
-        limits,
-        shutdown.clone(),
-    );
+    let grpc = serve_grpc(grpc_routes, listeners.grpc, &operations, shutdown.clone());
     let http_routes = http::main_routes(Arc::clone(&limiter), http_settings, admission)
         .merge(health::healthcheck_routes(operations.health.clone()));
     let http = connections::serve(
@@ -161,6 +121,89 @@ pub async fn serve_with<S: Store>(
         limits,
         shutdown.clone(),
     );
+    let debug = serve_debug(
+        limiter,
+        (listeners.debug, listeners.debug_pages),
+        &operations,
+        shutdown,
+    );
+    tokio::join!(grpc, http, debug);
+    Ok(())
+}
+
+/// Keeps grpc.health.v1 and the readiness of the store in step with `operations.health`.
+/// The readiness service is registered before the listener answers: an early check must
+/// hear a status, not "service not registered" (NotFound), which the mirror task would
+/// otherwise race.
+async fn follow_health<S: Store>(
+    reporter: tonic_health::server::HealthReporter,
+    limiter: &Arc<Limiter<S>>,
+    operations: &Operations,
+    shutdown: &Shutdown,
+) {
+    reporter
+        .set_service_status(
+            health::READINESS_SERVICE,
+            operations.health.serving_status(),
+        )
+        .await;
+    tokio::spawn(health::mirror_to_grpc(
+        operations.health.clone(),
+        reporter,
+        shutdown.clone(),
+    ));
+    tokio::spawn(health::poll_store(
+        Arc::clone(limiter),
+        operations.health.clone(),
+        operations.store_gate,
+        shutdown.clone(),
+    ));
+}
+
+/// `routes` with grpc.reflection v1 and v1alpha added when `reflect` (not
+/// `--grpc-reflection=false`).
+fn with_reflection(
+    routes: tonic::service::Routes,
+    reflect: bool,
+) -> Result<tonic::service::Routes, ServeError> {
+    if !reflect {
+        return Ok(routes);
+    }
+    let (reflection_v1, reflection_v1alpha) = reflection_services()?;
+    Ok(routes
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha))
+}
+
+/// The gRPC listener: HTTP/2, TLS as `operations` say, each call under its deadline.
+async fn serve_grpc(
+    routes: tonic::service::Routes,
+    socket: TcpListener,
+    operations: &Operations,
+    shutdown: Shutdown,
+) {
+    let service = grpc_deadline::GrpcDeadline::new(routes, operations.admission.default_deadline);
+    let listener = Listener {
+        name: "grpc",
+        socket,
+        protocol: Protocol::Http2 {
+            max_streams: operations.admission.streams_per_connection(),
+        },
+        tls: operations.grpc_tls.clone(),
+        connect_info: false,
+    };
+    connections::serve(listener, service, operations.connections, shutdown).await;
+}
+
+/// The debug port (`/metrics`, and `/rlconfig` unless `--debug-pages-addr` gives the pages a
+/// listener of their own), every answer with the reload headers.
+async fn serve_debug<S: Store>(
+    limiter: Arc<Limiter<S>>,
+    (debug, debug_pages): (TcpListener, Option<TcpListener>),
+    operations: &Operations,
+    shutdown: Shutdown,
+) {
+    let limits = operations.connections;
     let with_headers = |routes: axum::Router| match &operations.reload {
         Some(status) => with_reload_headers(routes, Arc::clone(status)),
         None => routes,
@@ -170,7 +213,7 @@ pub async fn serve_with<S: Store>(
         operations.reload.clone(),
         operations.health.clone(),
     );
-    let (debug_routes, pages) = match listeners.debug_pages {
+    let (debug_routes, pages) = match debug_pages {
         Some(socket) => (
             debug::metrics_routes(false),
             Some((socket, pages.merge(debug::pages_index()))),
@@ -178,7 +221,7 @@ pub async fn serve_with<S: Store>(
         None => (debug::metrics_routes(true).merge(pages), None),
     };
     let debug = connections::serve(
-        http1_listener("debug", listeners.debug),
+        http1_listener("debug", debug),
         with_headers(debug_routes),
         limits,
         shutdown.clone(),
@@ -194,8 +237,7 @@ pub async fn serve_with<S: Store>(
             .await;
         }
     };
-    tokio::join!(grpc, http, debug, pages);
-    Ok(())
+    tokio::join!(debug, pages);
 }
 
 /// An HTTP/1 listener without TLS.

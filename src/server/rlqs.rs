@@ -87,13 +87,25 @@ impl<S: Store> RateLimitQuotaService for RateLimitQuotaGrpc<S> {
     }
 }
 
+/// Where a stream's answers go: two in flight at most.
+type AnswerSender = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// Whether a stream stays open after an answer.
+enum Answered {
+    Open,
+    /// The Envoy stopped reading.
+    Gone,
+    /// The report ends the stream with this status.
+    Refused(Status),
+}
+
 /// Reads `reports` until the Envoy ends the stream, an error ends it, or shutdown.
 async fn serve_stream<S: Store>(
     limiter: Arc<Limiter<S>>,
     board: Arc<QuotaBoard>,
     mut stream: QuotaStream,
     mut reports: Streaming<RateLimitQuotaUsageReports>,
-    answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    answers: AnswerSender,
     shutdown: Shutdown,
 ) {
     let stop = shutdown.fired();
@@ -109,16 +121,10 @@ async fn serve_stream<S: Store>(
                 return;
             }
             () = answers.closed() => return,
-            () = stream.push_due() => {
-                let actions = stream.pushes(Instant::now());
-                if !actions.is_empty() {
-                    rlqs_metrics::pushed(actions.len());
-                    if answers.send(Ok(response_to_wire(actions))).await.is_err() {
-                        return;
-                    }
-                }
-                continue;
-            }
+            () = stream.push_due() => match send_pushes(&mut stream, &answers).await {
+                Answered::Open => continue,
+                Answered::Gone | Answered::Refused(_) => return,
+            },
             message = reports.message() => message,
         };
         let report = match message {
@@ -129,40 +135,10 @@ async fn serve_stream<S: Store>(
                 return;
             }
         };
-        let (domain, usages) = reports_from_wire(report);
-        if stream.domain().is_none() {
-            tracing::info!(%domain, "RLQS stream opened");
-        }
-        tracing::debug!(buckets = usages.len(), "RLQS usage report");
-        let rules = limiter.rules();
-        let adjustments = limiter.adjustments();
-        let snapshot = adjustments.snapshot();
-        let in_force = InForce {
-            rules: &rules,
-            adjustments: &snapshot,
-            now_unix_ms: adjustments.now_unix_ms(),
-        };
-        match stream.report(&domain, &usages, in_force, Instant::now()) {
-            Ok(_) if usages.is_empty() => {}
-            Ok(actions) => {
-                let abandoned = actions
-                    .iter()
-                    .filter(|action| matches!(action, StreamAction::Abandon { .. }))
-                    .count();
-                rlqs_metrics::report_answered(abandoned, board.all_buckets());
-                // Nothing to send while every bucket of the report is held (engine::quota).
-                if !actions.is_empty() && answers.send(Ok(response_to_wire(actions))).await.is_err()
-                {
-                    return;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(
-                    domain = stream.domain().unwrap_or(&domain),
-                    %error,
-                    "RLQS stream closed"
-                );
-                let status = report_status(&error);
+        match answer_report(&limiter, &board, &mut stream, report, &answers).await {
+            Answered::Open => {}
+            Answered::Gone => return,
+            Answered::Refused(status) => {
                 counted.close(match status.code() {
                     tonic::Code::ResourceExhausted => "resource_exhausted",
                     _ => "invalid_argument",
@@ -170,6 +146,65 @@ async fn serve_stream<S: Store>(
                 let _ = answers.send(Err(status)).await;
                 return;
             }
+        }
+    }
+}
+
+/// Sends the assignments `stream` pushes now that its buckets' shares moved, if any.
+async fn send_pushes(stream: &mut QuotaStream, answers: &AnswerSender) -> Answered {
+    let actions = stream.pushes(Instant::now());
+    if actions.is_empty() {
+        return Answered::Open;
+    }
+    rlqs_metrics::pushed(actions.len());
+    match answers.send(Ok(response_to_wire(actions))).await {
+        Ok(()) => Answered::Open,
+        Err(_) => Answered::Gone,
+    }
+}
+
+/// Answers one usage report against the rules and adjustments in force.
+async fn answer_report<S: Store>(
+    limiter: &Limiter<S>,
+    board: &QuotaBoard,
+    stream: &mut QuotaStream,
+    report: RateLimitQuotaUsageReports,
+    answers: &AnswerSender,
+) -> Answered {
+    let (domain, usages) = reports_from_wire(report);
+    if stream.domain().is_none() {
+        tracing::info!(%domain, "RLQS stream opened");
+    }
+    tracing::debug!(buckets = usages.len(), "RLQS usage report");
+    let rules = limiter.rules();
+    let adjustments = limiter.adjustments();
+    let snapshot = adjustments.snapshot();
+    let in_force = InForce {
+        rules: &rules,
+        adjustments: &snapshot,
+        now_unix_ms: adjustments.now_unix_ms(),
+    };
+    match stream.report(&domain, &usages, in_force, Instant::now()) {
+        Ok(_) if usages.is_empty() => Answered::Open,
+        Ok(actions) => {
+            let abandoned = actions
+                .iter()
+                .filter(|action| matches!(action, StreamAction::Abandon { .. }))
+                .count();
+            rlqs_metrics::report_answered(abandoned, board.all_buckets());
+            // Nothing to send while every bucket of the report is held (engine::quota).
+            if !actions.is_empty() && answers.send(Ok(response_to_wire(actions))).await.is_err() {
+                return Answered::Gone;
+            }
+            Answered::Open
+        }
+        Err(error) => {
+            tracing::warn!(
+                domain = stream.domain().unwrap_or(&domain),
+                %error,
+                "RLQS stream closed"
+            );
+            Answered::Refused(report_status(&error))
         }
     }
 }

@@ -97,7 +97,7 @@ pub struct ExchangeTerms {
 }
 
 /// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::quota::exchange`).
-pub trait QuotaPeers: Send + Sync + 'static {
+pub trait RlqsPeers: Send + Sync + 'static {
     /// Publishes `instance`'s demand on each bucket of `items` and reads back, per item in
     /// order, the demands of every other instance that count under `terms`.
     fn exchange_demands(

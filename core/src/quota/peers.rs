@@ -3,7 +3,7 @@
 //! while longer, because the Envoys it served may still enforce the parts it gave them until
 //! they report to another floodgate. A floodgate that has just started and heard every Envoy
 //! it will hear (its startup grace is over) retires the remembered ones: their Envoys have
-//! reported again by then. `lua/quota_exchange.lua` decides the same in Redis.
+//! reported again by then. `lua/rlqs_exchange.lua` decides the same in Redis.
 
 /// What an exchange does with another instance's entry on a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

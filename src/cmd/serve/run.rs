@@ -21,7 +21,7 @@ use crate::server::health::{self, Health};
 use crate::server::tls;
 use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
-use crate::store::{QuotaPeers, Store};
+use crate::store::{RlqsPeers, Store};
 use crate::telemetry::statsd::options::StatsdOptions;
 use crate::telemetry::DecisionTelemetry;
 
@@ -113,7 +113,7 @@ impl Serving {
             },
             connections: connection_limits(args, bound.admin.is_some()),
             store_gate,
-            quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
+            rlqs: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
         };
         let addresses = &bound.addresses;
@@ -239,7 +239,7 @@ fn shared_limiter<S: Store>(
 
 /// A limiter whose store other instances share: RLQS demands exchanged with them, overrides
 /// set on any of them followed, then served until shutdown.
-async fn serve_shared<S: SharesLimits + QuotaPeers>(
+async fn serve_shared<S: SharesLimits + RlqsPeers>(
     limiter: Arc<Limiter<S>>,
     reloader: RulesFollower,
     serving: Serving,
@@ -250,9 +250,9 @@ async fn serve_shared<S: SharesLimits + QuotaPeers>(
 }
 
 /// RLQS across the floodgates that share the limiter's Redis (`engine::quota::exchange`).
-fn exchange_quota_demands<S: Store + QuotaPeers>(limiter: &Arc<Limiter<S>>, serving: &Serving) {
+fn exchange_quota_demands<S: Store + RlqsPeers>(limiter: &Arc<Limiter<S>>, serving: &Serving) {
     tokio::spawn(crate::engine::quota::exchange::run(
-        Arc::clone(&serving.operations.quota),
+        Arc::clone(&serving.operations.rlqs),
         Arc::clone(limiter),
         serving.shutdown.clone(),
     ));

@@ -4,7 +4,7 @@
 //! among its own Envoys. An instance that stopped publishing is remembered at its last demand
 //! for `peer_memory`, or until an instance that started since has heard every Envoy (its
 //! startup grace over) and retires it (`core::quota::peer_entry`). One call per domain
-//! (`QuotaPeers`); no report waits for it but a bucket's first on this instance.
+//! (`RlqsPeers`); no report waits for it but a bucket's first on this instance.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::board::QuotaBoard;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
-use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, Store};
+use crate::store::{DemandItem, ExchangeTerms, RlqsPeers, Store};
 use crate::telemetry::paced_log::PacedLog;
 use crate::telemetry::rlqs as rlqs_metrics;
 
@@ -21,7 +21,7 @@ const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Until `shutdown`: the exchanges of this instance, under an id of its own, every
 /// `exchange_interval` and at once when a bucket new to this instance waits for one.
-pub async fn run<S: Store + QuotaPeers>(
+pub async fn run<S: Store + RlqsPeers>(
     board: Arc<QuotaBoard>,
     limiter: Arc<Limiter<S>>,
     shutdown: Shutdown,
@@ -39,7 +39,7 @@ pub async fn run<S: Store + QuotaPeers>(
 }
 
 /// One exchange: publish, read, record. A failure keeps the last peers.
-pub async fn exchange_once<P: QuotaPeers>(
+pub async fn exchange_once<P: RlqsPeers>(
     board: &QuotaBoard,
     store: &P,
     instance: u64,

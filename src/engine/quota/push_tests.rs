@@ -171,7 +171,7 @@ fn a_bucket_new_to_a_floodgate_with_peers_waits_for_their_demand() {
 /// A store that cannot be reached.
 struct Unreachable;
 
-impl crate::store::QuotaPeers for Unreachable {
+impl crate::store::RlqsPeers for Unreachable {
     async fn exchange_demands(
         &self,
         _instance: u64,
@@ -219,7 +219,7 @@ struct Retirements {
     retired: parking_lot::Mutex<Vec<bool>>,
 }
 
-impl crate::store::QuotaPeers for Retirements {
+impl crate::store::RlqsPeers for Retirements {
     async fn exchange_demands(
         &self,
         _instance: u64,

@@ -423,7 +423,7 @@ pub(super) struct SharedDemands {
     published: parking_lot::Mutex<Published>,
 }
 
-impl crate::store::QuotaPeers for SharedDemands {
+impl crate::store::RlqsPeers for SharedDemands {
     async fn exchange_demands(
         &self,
         instance: u64,

@@ -138,8 +138,6 @@ pub async fn serve<S, B>(
     B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    static AT_BOUND: PacedLog = PacedLog::every(LOG_INTERVAL);
-    static ACCEPT_FAILED: PacedLog = PacedLog::every(LOG_INTERVAL);
     let Listener {
         name,
         socket,
@@ -147,49 +145,26 @@ pub async fn serve<S, B>(
         tls,
         connect_info,
     } = listener;
-    let bound = usize::try_from(limits.max_connections).unwrap_or(usize::MAX);
-    let mut connections = JoinSet::new();
     let stop = shutdown.clone().fired();
     tokio::pin!(stop);
+    let accepting = Accepting {
+        name,
+        protocol,
+        tls,
+        connect_info,
+        limits,
+        shutdown,
+        service,
+    };
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             () = &mut stop => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = socket.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if connections.len() >= bound {
-                        connection_refused(name);
-                        if let Some(suppressed) = AT_BOUND.allow() {
-                            tracing::warn!(
-                                listener = name,
-                                max_connections = limits.max_connections,
-                                %peer,
-                                suppressed,
-                                "listener at --max-connections: new connections are closed \
-                                 until some end"
-                            );
-                        }
-                        continue;
-                    }
-                    let _ = stream.set_nodelay(true);
-                    let connection = Connection {
-                        listener: name,
-                        peer,
-                        protocol,
-                        limits,
-                        shutdown: shutdown.clone(),
-                    };
-                    let service = service.clone();
-                    let tls = tls.clone();
-                    connections.spawn(async move {
-                        let _open = connection_opened(name);
-                        connection.run(stream, tls, service, connect_info).await;
-                    });
-                }
+                Ok((stream, peer)) => accepting.admit(&mut connections, stream, peer),
                 Err(error) => {
-                    if let Some(suppressed) = ACCEPT_FAILED.allow() {
-                        tracing::warn!(listener = name, %error, suppressed, "accept failed");
-                    }
+                    accept_failed(name, &error);
                     tokio::time::sleep(ACCEPT_RETRY).await;
                 }
             },
@@ -197,6 +172,80 @@ pub async fn serve<S, B>(
     }
     // Stop accepting now: a client that connects during the close waits for nothing.
     drop(socket);
+    close_all(name, connections).await;
+}
+
+/// What a listener's accepted connections are served with.
+struct Accepting<S> {
+    name: &'static str,
+    protocol: Protocol,
+    tls: Option<ServerTls>,
+    connect_info: bool,
+    limits: ConnectionLimits,
+    shutdown: Shutdown,
+    service: S,
+}
+
+impl<S> Accepting<S> {
+    /// Serves the connection on a task of its own, or, with `--max-connections` reached,
+    /// closes it at once.
+    fn admit<B>(&self, connections: &mut JoinSet<()>, stream: TcpStream, peer: SocketAddr)
+    where
+        S: ListenerService<B> + Sync,
+        S::Future: Send + 'static,
+        B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let bound = usize::try_from(self.limits.max_connections).unwrap_or(usize::MAX);
+        if connections.len() >= bound {
+            refused_at_bound(self.name, self.limits.max_connections, peer);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let connection = Connection {
+            listener: self.name,
+            peer,
+            protocol: self.protocol,
+            limits: self.limits,
+            shutdown: self.shutdown.clone(),
+        };
+        let (name, connect_info) = (self.name, self.connect_info);
+        let service = self.service.clone();
+        let tls = self.tls.clone();
+        connections.spawn(async move {
+            let _open = connection_opened(name);
+            connection.run(stream, tls, service, connect_info).await;
+        });
+    }
+}
+
+/// A connection closed for `--max-connections`: counted, and logged at most once per
+/// [`LOG_INTERVAL`].
+fn refused_at_bound(name: &'static str, max_connections: u32, peer: SocketAddr) {
+    static AT_BOUND: PacedLog = PacedLog::every(LOG_INTERVAL);
+    connection_refused(name);
+    if let Some(suppressed) = AT_BOUND.allow() {
+        tracing::warn!(
+            listener = name,
+            max_connections,
+            %peer,
+            suppressed,
+            "listener at --max-connections: new connections are closed until some end"
+        );
+    }
+}
+
+/// Accept itself failed (out of descriptors, say): logged at most once per [`LOG_INTERVAL`].
+fn accept_failed(name: &'static str, error: &std::io::Error) {
+    static ACCEPT_FAILED: PacedLog = PacedLog::every(LOG_INTERVAL);
+    if let Some(suppressed) = ACCEPT_FAILED.allow() {
+        tracing::warn!(listener = name, %error, suppressed, "accept failed");
+    }
+}
+
+/// Waits for every connection to end; each ends itself within [`CLOSE_GRACE`], and what is
+/// left a moment later is dropped.
+async fn close_all(name: &'static str, mut connections: JoinSet<()>) {
     let closing = async { while connections.join_next().await.is_some() {} };
     // Each connection ends itself within CLOSE_GRACE; this is the backstop.
     if tokio::time::timeout(CLOSE_GRACE + Duration::from_secs(1), closing)

@@ -3,7 +3,7 @@
 //! local budget, and whether it is decided exactly until its window ends.
 
 use crate::core::algorithm::{Quota, State};
-use crate::core::hybrid::{add_hits, local_budget, window_start};
+use crate::core::hybrid::{add_hits, local_budget, window_end, window_start};
 use crate::core::time::Micros;
 
 /// Hits counted in one window: (its start, how many).
@@ -51,6 +51,20 @@ impl Entry {
         }
     }
 
+    /// Takes on `quota` when a reload changed it: with another algorithm or other windows
+    /// what Redis holds is read anew; any change recomputes the budget.
+    pub fn follow_quota(&mut self, quota: &Quota) {
+        if self.quota == *quota {
+            return;
+        }
+        if self.quota.algorithm != quota.algorithm || self.quota.tiling() != quota.tiling() {
+            self.seen = None;
+            self.known = false;
+        }
+        self.quota = quota.clone();
+        self.budget = None;
+    }
+
     /// The counter as this instance knows it: what Redis said, with its own unsent hits.
     pub fn view(&self) -> Option<State> {
         let mut state = self.seen.clone();
@@ -81,6 +95,19 @@ impl Entry {
                 self.budget = Some((start, amount));
                 amount
             }
+        }
+    }
+
+    /// Takes in the global `state` a sync read back: what was in flight is in it now, and the
+    /// budget for the window holding `now` follows from it (0: exact until the window ends).
+    pub fn synced(&mut self, state: Option<State>, now: Micros, instances: u64, share: f64) {
+        self.in_flight.clear();
+        self.seen = state;
+        self.known = true;
+        let budget = local_budget(&self.quota, self.seen.as_ref(), now, instances, share);
+        self.budget = Some((window_start(&self.quota, now), budget));
+        if budget == 0 {
+            self.exact_until = self.exact_until.max(window_end(&self.quota, now));
         }
     }
 

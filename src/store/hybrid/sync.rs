@@ -5,10 +5,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::entry::Entry;
 use super::HybridStore;
 use crate::core::algorithm::Counting;
-use crate::core::hybrid::{local_budget, window_end, window_start};
-use crate::store::redis::SyncItem;
+use crate::core::hybrid::window_start;
+use crate::core::time::Micros;
+use crate::store::redis::{SyncItem, SyncReply};
+use crate::store::StoreError;
 
 /// An instance counts as present for this many sync intervals after its last sync (at least
 /// [`MIN_HORIZON`]): one that died still divides the budgets for that long, which only makes
@@ -69,124 +72,155 @@ impl HybridStore {
         } else {
             self.sequence.fetch_add(1, Ordering::Relaxed) + 1
         };
-        let mut items: Vec<SyncItem> = Vec::new();
-        // (shard, identity, how many items) in the order of `items`.
-        let mut sent: Vec<(usize, Vec<u8>, usize)> = Vec::new();
+        let outgoing = self.gather(now, retrying != 0);
+        let deadline = self.options.sync_interval.max(Duration::from_millis(250));
+        let local_before = self.clock.now();
+        let result = self
+            .redis
+            .sync_hits(
+                &outgoing.items,
+                (self.instance, sequence),
+                self.horizon(),
+                deadline,
+            )
+            .await;
+        let local_after = self.clock.now();
+        match result {
+            Ok(reply) => {
+                self.answered(reply, outgoing.sent, (local_before, local_after));
+                true
+            }
+            Err(error) => {
+                self.unanswered(sequence, &error);
+                false
+            }
+        }
+    }
+
+    /// What this sync sends, idle counters forgotten first: with `resend`, exactly what the
+    /// unanswered sync carried; else every counter's pending hits, or a read of its window.
+    fn gather(&self, now: Micros, resend: bool) -> Outgoing {
+        let mut outgoing = Outgoing::default();
         for (index, shard) in self.shards.iter().enumerate() {
             let mut guard = shard.lock();
             let before = guard.len();
             guard.retain(|_, entry| !entry.is_idle(now));
             self.held.fetch_sub(before - guard.len(), Ordering::Relaxed);
             for (identity, entry) in guard.iter_mut() {
-                if retrying != 0 {
-                    if !entry.in_flight.is_empty() {
-                        let first = items.len();
-                        items.extend(entry.in_flight.iter().map(|&(start, hits)| SyncItem {
-                            key: entry.key.clone(),
-                            quota: entry.quota.clone(),
-                            window_start: start,
-                            hits,
-                        }));
-                        sent.push((index, identity.clone(), items.len() - first));
-                    }
-                    continue;
-                }
-                if entry.touched {
-                    entry.idle_syncs = 0;
+                let first = outgoing.items.len();
+                let included = if resend {
+                    add_in_flight(entry, &mut outgoing.items)
                 } else {
-                    entry.idle_syncs = entry.idle_syncs.saturating_add(1);
+                    send_pending(entry, now, &mut outgoing.items)
+                };
+                if included {
+                    let count = outgoing.items.len() - first;
+                    outgoing.sent.push((index, identity.clone(), count));
                 }
-                if entry.idle_syncs >= 2 && entry.pending.is_empty() {
-                    // Not read any more, so what it saw grows stale: its next decision is exact.
-                    entry.known = false;
-                    continue;
-                }
-                entry.touched = false;
-                entry.in_flight = std::mem::take(&mut entry.pending);
-                let first = items.len();
-                for &(start, hits) in &entry.in_flight {
-                    items.push(SyncItem {
-                        key: entry.key.clone(),
-                        quota: entry.quota.clone(),
-                        window_start: start,
-                        hits,
-                    });
-                }
-                if entry.in_flight.is_empty() {
-                    items.push(SyncItem {
-                        key: entry.key.clone(),
-                        quota: entry.quota.clone(),
-                        window_start: window_start(&entry.quota, now),
-                        hits: 0,
-                    });
-                }
-                sent.push((index, identity.clone(), items.len() - first));
             }
         }
-        let deadline = self.options.sync_interval.max(Duration::from_millis(250));
-        let local_before = self.clock.now();
-        let result = self
-            .redis
-            .sync_hits(&items, (self.instance, sequence), self.horizon(), deadline)
-            .await;
-        let local_after = self.clock.now();
-        match result {
-            Ok(reply) => {
-                self.syncs.fetch_add(1, Ordering::Relaxed);
-                self.retrying.store(0, Ordering::Relaxed);
-                if self.follows_redis_time {
-                    let local_mid = local_before + (local_after - local_before) / 2;
-                    self.offset.store(reply.now - local_mid, Ordering::Relaxed);
-                }
-                let instances = reply.instances.max(1);
-                self.instances.store(instances, Ordering::Relaxed);
-                let now = self.now();
-                let mut states = reply.states.into_iter();
-                for (index, identity, count) in sent {
-                    let state = states.by_ref().take(count).last().flatten();
-                    let Some(shard) = self.shards.get(index) else {
-                        continue;
-                    };
-                    let mut guard = shard.lock();
-                    let Some(entry) = guard.get_mut(&identity) else {
-                        continue;
-                    };
-                    entry.in_flight.clear();
-                    entry.seen = state;
-                    entry.known = true;
-                    let budget = local_budget(
-                        &entry.quota,
-                        entry.seen.as_ref(),
-                        now,
-                        instances,
-                        self.options.local_share,
-                    );
-                    entry.budget = Some((window_start(&entry.quota, now), budget));
-                    if budget == 0 {
-                        entry.exact_until = entry.exact_until.max(window_end(&entry.quota, now));
-                    }
-                }
-                if !self.reachable.swap(true, Ordering::Relaxed) {
-                    tracing::info!(
-                        redis = %self.redis.server(),
-                        "hybrid store: Redis answers again; unsent hits are counted there"
-                    );
-                }
-                true
-            }
-            Err(error) => {
-                self.failed_syncs.fetch_add(1, Ordering::Relaxed);
-                // What it carried stays in flight (counted in the views) until sent again.
-                self.retrying.store(sequence, Ordering::Relaxed);
-                if self.reachable.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(
-                        redis = %self.redis.server(),
-                        "hybrid store: cannot sync with Redis; deciding here and keeping the \
-                         hits to send when it answers: {error}"
-                    );
-                }
-                false
+        outgoing
+    }
+
+    /// Redis answered: its clock, the number of instances and every counter's global state
+    /// are taken in. `measured`: the local clock before and after the call.
+    fn answered(&self, reply: SyncReply, sent: Vec<Sent>, measured: (Micros, Micros)) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.retrying.store(0, Ordering::Relaxed);
+        if self.follows_redis_time {
+            let (local_before, local_after) = measured;
+            let local_mid = local_before + (local_after - local_before) / 2;
+            self.offset.store(reply.now - local_mid, Ordering::Relaxed);
+        }
+        let instances = reply.instances.max(1);
+        self.instances.store(instances, Ordering::Relaxed);
+        let now = self.now();
+        let mut states = reply.states.into_iter();
+        for (index, identity, count) in sent {
+            let state = states.by_ref().take(count).last().flatten();
+            let Some(shard) = self.shards.get(index) else {
+                continue;
+            };
+            let mut guard = shard.lock();
+            if let Some(entry) = guard.get_mut(&identity) {
+                entry.synced(state, now, instances, self.options.local_share);
             }
         }
+        if !self.reachable.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                redis = %self.redis.server(),
+                "hybrid store: Redis answers again; unsent hits are counted there"
+            );
+        }
+    }
+
+    /// Redis did not answer: the sync is to be sent again as it was.
+    fn unanswered(&self, sequence: u64, error: &StoreError) {
+        self.failed_syncs.fetch_add(1, Ordering::Relaxed);
+        // What it carried stays in flight (counted in the views) until sent again.
+        self.retrying.store(sequence, Ordering::Relaxed);
+        if self.reachable.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                redis = %self.redis.server(),
+                "hybrid store: cannot sync with Redis; deciding here and keeping the \
+                 hits to send when it answers: {error}"
+            );
+        }
+    }
+}
+
+/// A counter a sync carries items of: (shard, identity, how many items), in item order.
+type Sent = (usize, Vec<u8>, usize);
+
+/// What one sync sends.
+#[derive(Default)]
+struct Outgoing {
+    items: Vec<SyncItem>,
+    sent: Vec<Sent>,
+}
+
+/// Adds the hits `entry` has in flight (on a resend: what the sync that got no answer
+/// carried, unchanged): whether it has any.
+fn add_in_flight(entry: &Entry, items: &mut Vec<SyncItem>) -> bool {
+    if entry.in_flight.is_empty() {
+        return false;
+    }
+    items.extend(
+        entry
+            .in_flight
+            .iter()
+            .map(|&(start, hits)| sync_item(entry, start, hits)),
+    );
+    true
+}
+
+/// Moves `entry`'s pending hits in flight and adds them (nothing pending: a read of the window
+/// holding `now`); a counter untouched for two syncs with nothing to send is not read any
+/// more. Whether it is in this sync.
+fn send_pending(entry: &mut Entry, now: Micros, items: &mut Vec<SyncItem>) -> bool {
+    if entry.touched {
+        entry.idle_syncs = 0;
+    } else {
+        entry.idle_syncs = entry.idle_syncs.saturating_add(1);
+    }
+    if entry.idle_syncs >= 2 && entry.pending.is_empty() {
+        // Not read any more, so what it saw grows stale: its next decision is exact.
+        entry.known = false;
+        return false;
+    }
+    entry.touched = false;
+    entry.in_flight = std::mem::take(&mut entry.pending);
+    if !add_in_flight(entry, items) {
+        items.push(sync_item(entry, window_start(&entry.quota, now), 0));
+    }
+    true
+}
+
+fn sync_item(entry: &Entry, window_start: Micros, hits: u64) -> SyncItem {
+    SyncItem {
+        key: entry.key.clone(),
+        quota: entry.quota.clone(),
+        window_start,
+        hits,
     }
 }

@@ -11,16 +11,17 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{
     ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
 };
 
-use super::connection::{misconfigured, redact_url, scrub, unavailable, url_secrets, with_auth};
+use super::credentials::{auth_secrets, redact_url, scrub, url_secrets, with_auth};
+use super::errors::{misconfigured, unavailable};
+use super::options::{describe_seeds, seed_urls, RedisOptions};
 use super::script::Call;
 use super::tls::{tcp_settings, TlsOptions};
-use super::RedisOptions;
 use crate::store::StoreError;
 
 /// How often one request is retried after a redirection or a lost connection. A decision's
@@ -45,89 +46,37 @@ impl ClusterLink {
     /// `options.auth` (`password` or `user:password`) applies to seeds without a password;
     /// `options.tls` as for a single server.
     pub async fn open(options: &RedisOptions, script: &Script) -> Result<Self, StoreError> {
-        let connect_timeout = options.connect_timeout;
         let urls = seed_urls(&options.url, options.tls.enabled).map_err(unavailable)?;
         let server = format!(
             "cluster via {}",
             describe_seeds(&options.url, options.tls.enabled)
         );
         let mut secrets: Vec<String> = urls.iter().flat_map(|url| url_secrets(url)).collect();
-        secrets.extend(options.auth.iter().flat_map(|auth| {
-            [
-                Some(auth.as_str()),
-                auth.split_once(':').map(|(_, password)| password),
-            ]
-            .into_iter()
-            .flatten()
-            .map(str::to_owned)
-        }));
+        secrets.extend(options.auth.iter().flat_map(|auth| auth_secrets(auth)));
         secrets.retain(|secret| !secret.is_empty());
-        let mut nodes = Vec::with_capacity(urls.len());
-        for url in &urls {
-            let info: ConnectionInfo = url.as_str().into_connection_info().map_err(|error| {
-                misconfigured(format!(
-                    "invalid Redis Cluster seed {}: {}",
-                    redact_url(url),
-                    scrub(&error.to_string(), &secrets)
-                ))
-            })?;
-            check_seed(&info, url, &options.tls)?;
-            let info = with_auth(info, options.auth.as_deref());
-            secrets.extend(info.redis_settings().password().map(str::to_owned));
-            nodes.push(info);
-        }
-        let tls = nodes
-            .iter()
-            .any(|node| matches!(node.addr(), ConnectionAddr::TcpTls { .. }));
-        // Each call's own deadline (`within`) ends it; the crate's, per attempt, only bounds what
-        // no call waits for (the slot-map refresh), and never cuts a call before its deadline.
-        let mut builder = ClusterClientBuilder::new(nodes)
-            .tcp_settings(tcp_settings())
-            .connection_timeout(connect_timeout)
-            .response_timeout(options.response_backstop())
-            .overall_response_timeout(None)
-            .retries(RETRIES)
-            .min_retry_wait(MIN_RETRY_WAIT_MS)
-            .max_retry_wait(MAX_RETRY_WAIT_MS);
-        if tls {
-            if let Some(certificates) = options.tls.certificates()? {
-                builder = builder.certs(certificates);
-            }
-            builder =
-                builder.danger_accept_invalid_hostnames(options.tls.skip_hostname_verification);
-        }
-        let failed = |what: &str, error: RedisError| {
-            unavailable(format!(
-                "{what} Redis {server}: {}",
-                scrub(&error.to_string(), &secrets)
-            ))
-        };
-        let client = builder
+        let nodes = seed_nodes(&urls, options, &mut secrets)?;
+        let client = client_builder(nodes, options)?
             .build()
-            .map_err(|error| failed("cannot use", error))?;
-        let connection =
-            match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
-                Ok(Ok(connection)) => connection,
-                Ok(Err(error)) => return Err(failed("cannot connect to", error)),
-                Err(_) => {
-                    return Err(unavailable(format!(
-                        "cannot connect to Redis {server}: no answer within \
-                     {connect_timeout:?}"
-                    )))
-                }
-            };
+            .map_err(|error| failed("cannot use", &server, &secrets, &error))?;
+        let connection = connect(&client, options.connect_timeout, &server, &secrets).await?;
         let link = Self {
             connection,
             server,
             secrets,
         };
-        let mut connection = link.connection.clone();
-        link.within(
-            options.script_load_deadline(),
+        link.load(script, options.script_load_deadline()).await?;
+        Ok(link)
+    }
+
+    /// `SCRIPT LOAD`s `script` on every node within `deadline`.
+    async fn load(&self, script: &Script, deadline: Duration) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        self.within(
+            deadline,
             script.prepare_invoke().load_async(&mut connection),
         )
-        .await?;
-        Ok(link)
+        .await
+        .map(drop)
     }
 
     /// The seeds, as `cluster via redis://host:port,…` (safe for logs).
@@ -205,42 +154,79 @@ impl ClusterLink {
     }
 }
 
-/// The seed URLs of `seeds`: envoyproxy/ratelimit's `host1:port1,host2:port2` (`rediss://` with
-/// `tls`), or one URL per seed (`redis://[[user]:password@]host:port`), comma-separated.
-fn seed_urls(seeds: &str, tls: bool) -> Result<Vec<String>, String> {
-    let urls: Vec<String> = seeds
-        .split(',')
-        .map(str::trim)
-        .filter(|seed| !seed.is_empty())
-        .map(|seed| {
-            if seed.contains("://") {
-                seed.to_owned()
-            } else if tls {
-                format!("rediss://{seed}")
-            } else {
-                format!("redis://{seed}")
-            }
-        })
-        .collect();
-    if urls.is_empty() {
-        return Err(
-            "no Redis Cluster seed node: give --redis-url (REDIS_URL) as host:port[,host:port…]"
-                .to_owned(),
-        );
+/// The seeds of `urls`, checked (`check_seed`), with `options.auth` where a seed has no
+/// password; each password found is added to `secrets`.
+fn seed_nodes(
+    urls: &[String],
+    options: &RedisOptions,
+    secrets: &mut Vec<String>,
+) -> Result<Vec<ConnectionInfo>, StoreError> {
+    let mut nodes = Vec::with_capacity(urls.len());
+    for url in urls {
+        let info: ConnectionInfo = url.as_str().into_connection_info().map_err(|error| {
+            misconfigured(format!(
+                "invalid Redis Cluster seed {}: {}",
+                redact_url(url),
+                scrub(&error.to_string(), secrets)
+            ))
+        })?;
+        check_seed(&info, url, &options.tls)?;
+        let info = with_auth(info, options.auth.as_deref());
+        secrets.extend(info.redis_settings().password().map(str::to_owned));
+        nodes.push(info);
     }
-    Ok(urls)
+    Ok(nodes)
 }
 
-/// `seeds` with each seed's credentials replaced by `***` (safe for logs).
-pub(super) fn describe_seeds(seeds: &str, tls: bool) -> String {
-    match seed_urls(seeds, tls) {
-        Ok(urls) => urls
-            .iter()
-            .map(|url| redact_url(url))
-            .collect::<Vec<_>>()
-            .join(","),
-        Err(_) => "(no seed)".to_owned(),
+/// The cluster client's settings: timeouts, retries, and TLS when a seed uses it.
+fn client_builder(
+    nodes: Vec<ConnectionInfo>,
+    options: &RedisOptions,
+) -> Result<ClusterClientBuilder, StoreError> {
+    let tls = nodes
+        .iter()
+        .any(|node| matches!(node.addr(), ConnectionAddr::TcpTls { .. }));
+    // Each call's own deadline (`within`) ends it; the crate's, per attempt, only bounds what
+    // no call waits for (the slot-map refresh), and never cuts a call before its deadline.
+    let mut builder = ClusterClientBuilder::new(nodes)
+        .tcp_settings(tcp_settings())
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.response_backstop())
+        .overall_response_timeout(None)
+        .retries(RETRIES)
+        .min_retry_wait(MIN_RETRY_WAIT_MS)
+        .max_retry_wait(MAX_RETRY_WAIT_MS);
+    if tls {
+        if let Some(certificates) = options.tls.certificates()? {
+            builder = builder.certs(certificates);
+        }
+        builder = builder.danger_accept_invalid_hostnames(options.tls.skip_hostname_verification);
     }
+    Ok(builder)
+}
+
+/// The connection to every node, within `connect_timeout`.
+async fn connect(
+    client: &ClusterClient,
+    connect_timeout: Duration,
+    server: &str,
+    secrets: &[String],
+) -> Result<ClusterConnection, StoreError> {
+    match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(error)) => Err(failed("cannot connect to", server, secrets, &error)),
+        Err(_) => Err(unavailable(format!(
+            "cannot connect to Redis {server}: no answer within {connect_timeout:?}"
+        ))),
+    }
+}
+
+/// "`what` Redis `server`: `error`", scrubbed of `secrets`.
+fn failed(what: &str, server: &str, secrets: &[String], error: &RedisError) -> StoreError {
+    unavailable(format!(
+        "{what} Redis {server}: {}",
+        scrub(&error.to_string(), secrets)
+    ))
 }
 
 /// Refuses what a cluster cannot serve: unix sockets (nodes announce IP addresses), any

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::connection::unavailable;
+use super::errors::unavailable;
 use super::script::{window_arg, Arg, Call};
 use super::{Link, RedisStore};
 use crate::core::algorithm::{Algorithm, Quota, State};

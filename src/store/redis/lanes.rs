@@ -1,4 +1,4 @@
-//! Which batching lane (`batch.rs`) a request joins, and where each lane's calls go.
+//! Which batching lane (`batch/`) a request joins, and where each lane's calls go.
 //!
 //! On one server (or the master Sentinel names) a lane is one socket of the pool, and requests
 //! take the lanes in turn, as lone calls take the sockets. On a cluster a lane is one hash
@@ -118,7 +118,7 @@ impl Lanes {
                 let position = next.fetch_add(1, Ordering::Relaxed) % lanes.len().max(1);
                 match lanes.get(position).or(lanes.first()) {
                     Some(lane) => lane.decide(request, timeout).await,
-                    None => Err(super::connection::unavailable(
+                    None => Err(super::errors::unavailable(
                         "no Redis socket to call".to_owned(),
                     )),
                 }

@@ -27,8 +27,9 @@ use rand::Rng;
 
 use redis::Script;
 
-use super::connection::{misconfigured, unavailable};
-use super::{Link, RedisOptions};
+use super::errors::{misconfigured, unavailable};
+use super::options::{RedisOptions, ReferenceCounters};
+use super::Link;
 use crate::core::charging::{Charging, Recording};
 use crate::core::plan::Counter;
 use crate::core::reference_cache::{
@@ -40,34 +41,8 @@ use crate::core::time::{Clock, Micros, SystemClock};
 use crate::core::unit::Unit;
 use crate::store::StoreError;
 
-/// envoyproxy/ratelimit's default `EXPIRATION_JITTER_MAX_SECONDS`.
-pub const DEFAULT_EXPIRATION_JITTER_MAX_SECONDS: u64 = 300;
-
 /// Gives hits back under a reference key, never below 0, and renews its expiry.
 const TAKE_BACK: &str = include_str!("lua/take_back.lua");
-
-/// How to count under the reference's keys.
-#[derive(Clone, Debug)]
-pub struct ReferenceCounters {
-    /// Put before every such key, verbatim: the reference's `CACHE_KEY_PREFIX` (empty by
-    /// default there).
-    pub key_prefix: String,
-    /// Each `EXPIRE` gets a random 0 to this many seconds (excluded) more; 0: none
-    /// (`EXPIRATION_JITTER_MAX_SECONDS`).
-    pub expiration_jitter_max_seconds: u64,
-    /// Where SECOND limits are counted, when not in the main Redis (`REDIS_PERSECOND`).
-    pub per_second: Option<Box<RedisOptions>>,
-}
-
-impl ReferenceCounters {
-    pub fn new(key_prefix: impl Into<String>) -> Self {
-        Self {
-            key_prefix: key_prefix.into(),
-            expiration_jitter_max_seconds: DEFAULT_EXPIRATION_JITTER_MAX_SECONDS,
-            per_second: None,
-        }
-    }
-}
 
 /// One counter's commands.
 pub(super) struct ReferenceCall {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use tokio::task::JoinSet;
 
-use super::connection::{misconfigured, redact_url, scrub, url_secrets, with_auth};
+use super::credentials::{redact_url, scrub, url_secrets, with_auth};
+use super::errors::misconfigured;
 use super::tls::ClientSetup;
 use crate::store::StoreError;
 

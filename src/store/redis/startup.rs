@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::{RedisOptions, RedisStore};
+use super::options::RedisOptions;
+use super::RedisStore;
 use crate::store::StoreError;
 
 /// How the first connection is retried (the reference's `REDIS_STARTUP_*`).

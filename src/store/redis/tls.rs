@@ -17,7 +17,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
-use super::connection::misconfigured;
+use super::errors::misconfigured;
 use crate::store::StoreError;
 
 /// How to talk TLS to Redis (and to the sentinels in Sentinel mode).

@@ -1,4 +1,4 @@
--- RLQS across floodgates (src/store/redis/quota_exchange.rs): each instance publishes, per
+-- RLQS across floodgates (src/store/redis/rlqs_exchange.rs): each instance publishes, per
 -- bucket, what its Envoys offer together, and reads what every other instance published
 -- recently; each then takes its part of the bucket's limit (core::quota::share::instance_part).
 -- One call per domain: the keys carry the domain's hash tag, so they share one slot.

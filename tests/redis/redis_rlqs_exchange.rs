@@ -1,4 +1,4 @@
-//! RLQS across floodgates (`QuotaPeers` on the Redis store): each instance sees every other
+//! RLQS across floodgates (`RlqsPeers` on the Redis store): each instance sees every other
 //! instance's last published demand on a bucket, never its own, within the horizon, or within
 //! the memory unless retired (as `core::quota::peer_entry` decides), and buckets of several
 //! domains in one exchange, on a single server and on a Cluster (each domain's buckets share
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use floodgate::core::quota::{peer_entry, BucketKey, BucketKeyBounds};
 use floodgate::store::redis::RedisStore;
-use floodgate::store::{DemandItem, ExchangeTerms, QuotaPeers};
+use floodgate::store::{DemandItem, ExchangeTerms, RlqsPeers};
 use floodgate_testkit::redis::{RedisCluster, RedisServer};
 use floodgate_testkit::runtime;
 

@@ -21,7 +21,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::connection::{lock, unavailable};
+use super::connection::lock;
+use super::errors::unavailable;
 use super::script::{parse_replies, Call, RequestArgs};
 use crate::store::{Decided, StoreError};
 

@@ -1,5 +1,5 @@
 //! RLQS across floodgates that share a Redis (`engine::quota::exchange`): one `EVALSHA` of
-//! `lua/quota_exchange.lua` per domain publishes this instance's demand on each of the
+//! `lua/rlqs_exchange.lua` per domain publishes this instance's demand on each of the
 //! domain's buckets and reads back every other instance's. The keys carry the domain's hash
 //! tag, so each call touches one slot: single server, Sentinel and Cluster alike.
 
@@ -9,17 +9,17 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::connection::unavailable;
+use super::errors::unavailable;
 use super::RedisStore;
 use crate::core::key::quota_bucket_key;
-use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, StoreError};
+use crate::store::{DemandItem, ExchangeTerms, RlqsPeers, StoreError};
 
 fn exchange_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::new(include_str!("lua/quota_exchange.lua")))
+    SCRIPT.get_or_init(|| Script::new(include_str!("lua/rlqs_exchange.lua")))
 }
 
-impl QuotaPeers for RedisStore {
+impl RlqsPeers for RedisStore {
     async fn exchange_demands(
         &self,
         instance: u64,
@@ -77,24 +77,24 @@ fn parse_reply(reply: &[String], keys: usize) -> Result<Vec<Vec<Option<f64>>>, S
         let count: usize = values
             .next()
             .and_then(|count| count.parse().ok())
-            .ok_or_else(|| format!("the quota exchange script answered no count for key {key}"))?;
+            .ok_or_else(|| format!("the RLQS exchange script answered no count for key {key}"))?;
         let mut demands = Vec::with_capacity(count);
         for _ in 0..count {
             let text = values.next().ok_or_else(|| {
-                format!("the quota exchange script answered too few demands for key {key}")
+                format!("the RLQS exchange script answered too few demands for key {key}")
             })?;
             demands.push(if text.is_empty() {
                 None
             } else {
                 Some(text.parse::<f64>().map_err(|error| {
-                    format!("the quota exchange script answered demand {text:?}: {error}")
+                    format!("the RLQS exchange script answered demand {text:?}: {error}")
                 })?)
             });
         }
         parsed.push(demands);
     }
     if values.next().is_some() {
-        return Err("the quota exchange script answered more values than its keys".to_owned());
+        return Err("the RLQS exchange script answered more values than its keys".to_owned());
     }
     Ok(parsed)
 }

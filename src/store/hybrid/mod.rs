@@ -61,7 +61,7 @@ pub use self::sync::run as run_sync;
 use super::redis::RedisStore;
 use super::{Decided, Store, StoreError};
 use crate::core::algorithm::{Counting, Hits, State};
-use crate::core::charging::{settle, Charging};
+use crate::core::charging::{settle, Charging, Settled};
 use crate::core::hybrid::{supports, window_end};
 use crate::core::plan::Counter;
 use crate::core::time::{Clock, Micros};
@@ -274,52 +274,14 @@ impl HybridStore {
     /// outside exact mode, else [`Here::Exact`].
     fn decide_here(&self, counters: &[Counter], global_shadow: bool, budgeted: bool) -> Here {
         let now = self.now();
-        let mut locked = self.lock_shards(counters);
-        let shard_position = |identity: &[u8], locked: &[(usize, MutexGuard<'_, _>)]| {
-            let shard = self.shard_of(identity);
-            locked.iter().position(|(index, _)| *index == shard)
+        let mut locked = LockedShards {
+            store: self,
+            guards: self.lock_shards(counters),
         };
-        let mut views: Vec<Option<State>> = Vec::with_capacity(counters.len());
-        // Whether a counter is near its limit: an admission needs Redis.
-        let mut exact = false;
-        for counter in counters {
-            let Some(position) = shard_position(&counter.key, &locked) else {
-                return Here::Exact;
-            };
-            let Some((_, guard)) = locked.get_mut(position) else {
-                return Here::Exact;
-            };
-            let entry = match guard.get_mut(counter.key.as_slice()) {
-                Some(entry) => entry,
-                None => {
-                    if self.held.load(Ordering::Relaxed) >= self.options.max_keys {
-                        return Here::Exact;
-                    }
-                    self.held.fetch_add(1, Ordering::Relaxed);
-                    guard.entry(counter.key.clone()).or_insert_with(|| {
-                        Entry::new(counter.quota.clone(), self.redis.key_of(counter))
-                    })
-                }
-            };
-            if entry.quota != counter.quota {
-                if entry.quota.algorithm != counter.quota.algorithm
-                    || entry.quota.tiling() != counter.quota.tiling()
-                {
-                    // Another algorithm or other windows: read what Redis holds anew.
-                    entry.seen = None;
-                    entry.known = false;
-                }
-                entry.quota = counter.quota.clone();
-                entry.budget = None;
-            }
-            entry.touched = true;
-            if budgeted && !entry.known {
-                // New here, or not read for a while: what Redis holds is unknown here.
-                return Here::Exact;
-            }
-            exact = exact || (budgeted && entry.exact_until > now);
-            views.push(entry.view());
-        }
+        let Some(Views { views, exact }) = self.read_views(&mut locked, counters, budgeted, now)
+        else {
+            return Here::Exact;
+        };
         let settled = settle(
             counters,
             Charging::AllOrNothing,
@@ -335,48 +297,15 @@ impl HybridStore {
                 over_limit: true,
             });
         }
-        // (counter's identity, window start, hits) for every kept charge.
-        let charges: Vec<(&[u8], Micros, u64)> = counters
-            .iter()
-            .zip(settled.evaluations.iter().zip(&settled.kept))
-            .filter_map(|(counter, (evaluation, &kept))| match counter.hits {
-                Hits::Charge(hits) if kept => Some((
-                    counter.key.as_slice(),
-                    window_of(&evaluation.next_state)?,
-                    hits,
-                )),
-                _ => None,
-            })
-            .collect();
+        let charges = kept_charges(counters, &settled);
         if exact && !charges.is_empty() {
             return Here::Exact;
         }
         if budgeted {
-            let instances = self.instances.load(Ordering::Relaxed);
-            for (at, &(identity, start, _)) in charges.iter().enumerate() {
-                let wanted: u64 = charges
-                    .iter()
-                    .filter(|(other, other_start, _)| *other == identity && *other_start == start)
-                    .map(|(_, _, hits)| *hits)
-                    .sum();
-                if charges
-                    .iter()
-                    .take(at)
-                    .any(|(other, other_start, _)| *other == identity && *other_start == start)
-                {
-                    continue; // counted with its first mention
-                }
-                let Some(entry) = shard_position(identity, &locked)
-                    .and_then(|position| locked.get_mut(position))
-                    .and_then(|(_, guard)| guard.get_mut(identity))
-                else {
-                    return Here::Exact;
-                };
-                let budget = entry.budget_at(now, instances, self.options.local_share);
-                if budget == 0 {
-                    entry.exact_until = entry.exact_until.max(window_end(&entry.quota, now));
-                }
-                if entry.unsynced_in(start).saturating_add(wanted) > budget {
+            match self.check_budgets(&mut locked, &charges, now) {
+                Budgets::Admit => {}
+                Budgets::Missing => return Here::Exact,
+                Budgets::Exhausted => {
                     drop(locked);
                     self.wake.notify_one();
                     return Here::Exact;
@@ -384,10 +313,7 @@ impl HybridStore {
             }
         }
         for &(identity, start, hits) in &charges {
-            if let Some(entry) = shard_position(identity, &locked)
-                .and_then(|position| locked.get_mut(position))
-                .and_then(|(_, guard)| guard.get_mut(identity))
-            {
+            if let Some(entry) = locked.entry(identity) {
                 entry.add_pending(start, hits);
             }
         }
@@ -395,6 +321,80 @@ impl HybridStore {
             outcomes: settled.outcomes().collect(),
             over_limit: settled.over_limit,
         })
+    }
+
+    /// Each counter's local view, its entry made when it is new here (the quota a reload
+    /// changed taken on); `None` when Redis must decide: no room for one more counter, or,
+    /// `budgeted`, a counter whose global state is unknown here.
+    fn read_views(
+        &self,
+        locked: &mut LockedShards<'_>,
+        counters: &[Counter],
+        budgeted: bool,
+        now: Micros,
+    ) -> Option<Views> {
+        let mut views: Vec<Option<State>> = Vec::with_capacity(counters.len());
+        // Whether a counter is near its limit: an admission needs Redis.
+        let mut exact = false;
+        for counter in counters {
+            let shard = locked.shard(&counter.key)?;
+            let entry = match shard.get_mut(counter.key.as_slice()) {
+                Some(entry) => entry,
+                None => {
+                    if self.held.load(Ordering::Relaxed) >= self.options.max_keys {
+                        return None;
+                    }
+                    self.held.fetch_add(1, Ordering::Relaxed);
+                    shard.entry(counter.key.clone()).or_insert_with(|| {
+                        Entry::new(counter.quota.clone(), self.redis.key_of(counter))
+                    })
+                }
+            };
+            entry.follow_quota(&counter.quota);
+            entry.touched = true;
+            if budgeted && !entry.known {
+                // New here, or not read for a while: what Redis holds is unknown here.
+                return None;
+            }
+            exact = exact || (budgeted && entry.exact_until > now);
+            views.push(entry.view());
+        }
+        Some(Views { views, exact })
+    }
+
+    /// Whether this instance's budgets admit `charges` (a counter charged twice in one window
+    /// counts both against its budget); a budget found at 0 puts its counter in exact mode
+    /// until its window ends.
+    fn check_budgets(
+        &self,
+        locked: &mut LockedShards<'_>,
+        charges: &[Charge<'_>],
+        now: Micros,
+    ) -> Budgets {
+        let instances = self.instances.load(Ordering::Relaxed);
+        for (at, &(identity, start, _)) in charges.iter().enumerate() {
+            let same_window =
+                |(other, other_start, _): &&Charge<'_>| *other == identity && *other_start == start;
+            if charges.iter().take(at).any(|charge| same_window(&charge)) {
+                continue; // counted with its first mention
+            }
+            let wanted: u64 = charges
+                .iter()
+                .filter(same_window)
+                .map(|(_, _, hits)| *hits)
+                .sum();
+            let Some(entry) = locked.entry(identity) else {
+                return Budgets::Missing;
+            };
+            let budget = entry.budget_at(now, instances, self.options.local_share);
+            if budget == 0 {
+                entry.exact_until = entry.exact_until.max(window_end(&entry.quota, now));
+            }
+            if entry.unsynced_in(start).saturating_add(wanted) > budget {
+                return Budgets::Exhausted;
+            }
+        }
+        Budgets::Admit
     }
 
     /// Decides in Redis; while Redis fails, windowed counters are decided here after all.
@@ -438,6 +438,62 @@ impl HybridStore {
             }),
         }
     }
+}
+
+/// The shards one request needs, locked (`HybridStore::lock_shards`), and its counters'
+/// entries among them.
+struct LockedShards<'s> {
+    store: &'s HybridStore,
+    guards: Vec<(usize, MutexGuard<'s, Shard>)>,
+}
+
+impl LockedShards<'_> {
+    /// The shard of the counter `identity`, if it is among the locked ones.
+    fn shard(&mut self, identity: &[u8]) -> Option<&mut Shard> {
+        let wanted = self.store.shard_of(identity);
+        self.guards
+            .iter_mut()
+            .find(|(index, _)| *index == wanted)
+            .map(|(_, guard)| &mut **guard)
+    }
+
+    fn entry(&mut self, identity: &[u8]) -> Option<&mut Entry> {
+        self.shard(identity)?.get_mut(identity)
+    }
+}
+
+/// The counters' local views, in request order, and whether any of them is decided exactly now.
+struct Views {
+    views: Vec<Option<State>>,
+    exact: bool,
+}
+
+/// A kept charge: the counter's identity, the start of its window, the hits.
+type Charge<'c> = (&'c [u8], Micros, u64);
+
+/// What a request's charges come to against this instance's budgets.
+enum Budgets {
+    Admit,
+    /// A budget would be exceeded: Redis decides, and a sync is due now.
+    Exhausted,
+    /// A charged counter is not held here (the shards stay locked, so never expected).
+    Missing,
+}
+
+/// Every charge `settled` keeps, in request order.
+fn kept_charges<'c>(counters: &'c [Counter], settled: &Settled) -> Vec<Charge<'c>> {
+    counters
+        .iter()
+        .zip(settled.evaluations.iter().zip(&settled.kept))
+        .filter_map(|(counter, (evaluation, &kept))| match counter.hits {
+            Hits::Charge(hits) if kept => Some((
+                counter.key.as_slice(),
+                window_of(&evaluation.next_state)?,
+                hits,
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Where the window of a windowed state starts.
@@ -507,7 +563,7 @@ impl Store for HybridStore {
     }
 }
 
-impl crate::store::QuotaPeers for HybridStore {
+impl crate::store::RlqsPeers for HybridStore {
     async fn exchange_demands(
         &self,
         instance: u64,
