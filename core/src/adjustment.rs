@@ -28,8 +28,8 @@ use std::collections::HashMap;
 /// The longest an operator's override may last: an incident measure, not a configuration.
 pub const MAX_OVERRIDE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-use super::algorithm::{Algorithm, Quota, SLIDING_LOG_MAX_LIMIT};
-use super::rules::Rule;
+use crate::algorithm::{Algorithm, Quota, SLIDING_LOG_MAX_LIMIT};
+use crate::rules::Rule;
 
 /// Where an adjusted limit came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,7 +324,7 @@ pub enum InvalidAdjustment {
 /// that `requests_per_unit` fits it.
 pub fn target_limit(
     rule: &Rule,
-    unit: Option<super::unit::Unit>,
+    unit: Option<crate::unit::Unit>,
     requests_per_unit: u64,
 ) -> Result<usize, InvalidAdjustment> {
     if rule.concurrency.is_some() {
@@ -400,7 +400,7 @@ pub struct AdjustedRule<'a> {
 /// Every rule of `rules` with an adjustment in force at `now_unix_ms`, by domain and path.
 /// Adjustments of rules that are not in `rules` are left out.
 pub fn adjusted_rules<'a>(
-    rules: &'a super::rules::RuleSet,
+    rules: &'a crate::rules::RuleSet,
     adjustments: &'a Adjustments,
     now_unix_ms: u64,
 ) -> Vec<AdjustedRule<'a>> {
@@ -428,8 +428,9 @@ mod tests {
     use super::*;
     use crate::config::load_valid;
     use crate::plan::{plan, plan_adjusted, DescriptorPlan, LimitSource, PlanSettings};
+    use crate::request::Entry;
     use crate::request::{Descriptor, Request};
-    use crate::rules::{Entry, RuleSet};
+    use crate::rules::RuleSet;
     use crate::unit::Unit;
 
     const RULES: &str = r#"

@@ -1,7 +1,7 @@
 //! The proleptic Gregorian calendar in UTC, on the core's microseconds: which month an instant
 //! falls in, and where a month starts. Calendar months are the windows of a MONTH limit under
 //! `--calendar-months` (envoyproxy/ratelimit's `USE_CALENDAR_MONTH_RATE_LIMIT`), and dates are
-//! what `time::rfc3339` prints.
+//! what [`rfc3339`] prints.
 //!
 //! Howard Hinnant's `days_from_civil` / `civil_from_days`, counted from March so that February,
 //! the month of varying length, comes last in its year: a year of the March-based count is
@@ -40,6 +40,30 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
         year,
         u32::try_from(month).unwrap_or(1),
         u32::try_from(day).unwrap_or(1),
+    )
+}
+
+/// `2026-11-30T10:00:00Z`, UTC, whole seconds.
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    let seconds = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    format!(
+        "{}Z",
+        date_time_text(i64::try_from(seconds).unwrap_or(i64::MAX))
+    )
+}
+
+/// `seconds` since the epoch (negative before it) as `2026-11-30T10:00:00`, UTC, with no zone
+/// and no fraction: how every RFC 3339 timestamp floodgate writes begins.
+pub fn date_time_text(seconds: i64) -> String {
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    let of_day = seconds.rem_euclid(86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
     )
 }
 
@@ -98,6 +122,8 @@ pub(crate) mod dates {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::dates::*;
     use super::*;
 
@@ -189,5 +215,14 @@ mod tests {
         // Any day count is answered, none overflows.
         let _ = civil_from_days(i64::MAX);
         let _ = civil_from_days(i64::MIN);
+    }
+
+    #[test]
+    fn timestamps_are_utc_rfc3339() {
+        let at = |seconds| UNIX_EPOCH + Duration::from_secs(seconds);
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(at(1_796_083_210)), "2026-12-01T00:00:10Z");
+        assert_eq!(rfc3339(at(4_107_542_399)), "2100-02-28T23:59:59Z");
     }
 }

@@ -27,8 +27,9 @@ mod rebuilt;
 use crate::metadata::{MetadataStruct, MetadataValue};
 use crate::plan::{DescriptorPlan, Plan};
 use crate::request::{Descriptor, LimitOverride, Request};
-use crate::response::{Code, DescriptorStatus, Response};
+use crate::response::Response;
 use crate::rules::DomainRules;
+use crate::status::{Code, DescriptorStatus};
 
 /// Which passed rules give their `metadata:`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -7,7 +7,8 @@
 //! without a limit exempts that value. Each of those outcomes has its own variant here, so the
 //! explanation can name it.
 
-use super::rules::{DomainRules, Entry, MatchedLevel, Node, Rule, RuleSet, StepMiss};
+use crate::request::Entry;
+use crate::rules::{DomainRules, MatchedLevel, Node, Rule, RuleSet, StepMiss};
 
 /// How one request entry matched a level of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]

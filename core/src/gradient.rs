@@ -28,8 +28,8 @@
 //! `min` (and one draining) every `probe_every`. The 0.75 keeps one bad interval from halving
 //! the limit (Envoy's filter allows 0.5). Pure: the shell measures and keeps the state.
 
-use super::aimd::{AdaptiveSettings, Change, Step};
-use super::time::Micros;
+use crate::aimd::{AdaptiveSettings, Change, Step};
+use crate::time::Micros;
 
 /// The fewest leases a probe needs before its median counts.
 pub const MIN_PROBE_SAMPLES: u32 = 3;

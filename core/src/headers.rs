@@ -29,8 +29,8 @@
 //! (until a slot may free). An admitted lease shows nothing: its slot frees when some request
 //! ends, not at a time a client could pace itself on.
 
-use super::response::{Code, DescriptorStatus};
-use super::time::ceil_seconds;
+use crate::status::{Code, DescriptorStatus};
+use crate::time::ceil_seconds;
 
 /// The names of the three headers of [`HeaderMode::RateLimit`]: envoyproxy/ratelimit's, or the
 /// ones its `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER` name.
@@ -361,7 +361,7 @@ fn sf_string(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::response::CurrentLimit;
+    use crate::status::CurrentLimit;
     use crate::unit::Unit;
 
     fn status(
@@ -550,7 +550,7 @@ mod tests {
         let refused = DescriptorStatus {
             code: Code::OverLimit,
             current_limit: None,
-            in_flight_limit: Some(crate::response::InFlightLimit {
+            in_flight_limit: Some(crate::status::InFlightLimit {
                 max_in_flight: 4,
                 name: None,
             }),

@@ -2,9 +2,10 @@
 //! is length-prefixed, so no value (whatever bytes it holds) can shift into the next field.
 //! Stores hash these bytes into their own key format.
 
-use super::algorithm::{Quota, Tiling};
-use super::quota::BucketKey;
-use super::rules::{Entry, MatchedLevel};
+use crate::algorithm::{Quota, Tiling};
+use crate::quota::BucketKey;
+use crate::request::Entry;
+use crate::rules::MatchedLevel;
 
 /// Builds the identity of the counter that limit `limit_index` of rule `rule_path` keeps for
 /// the request's `entries`. Values matched by a `share_threshold` wildcard contribute the

@@ -26,10 +26,9 @@ mod slots;
 
 pub use slots::Leases;
 
-use super::algorithm::Share;
-use super::plan::{DescriptorPlan, Plan};
-use super::shed;
-use super::time::Micros;
+use crate::algorithm::Share;
+use crate::shed;
+use crate::time::Micros;
 
 /// The most slots one concurrency rule may hold: each slot is stored (and the Redis store
 /// reads every slot of a counter at each call), as a sliding log keeps each hit.
@@ -250,17 +249,6 @@ pub fn settle(
     let kept = outcomes.iter().all(|outcome| outcome.admitted);
     let next = if kept { working } else { Vec::new() };
     (Settled { outcomes, kept }, next)
-}
-
-/// Whether `plan`'s concurrency rules refuse the request, given one outcome per lease call:
-/// a refused acquire, or a descriptor with no lease id to count.
-pub fn over_limit(plan: &Plan<'_>, outcomes: &[LeaseOutcome]) -> bool {
-    plan.descriptors.iter().any(|descriptor| match descriptor {
-        DescriptorPlan::Concurrency { lease, .. } => !lease
-            .and_then(|at| outcomes.get(at))
-            .is_some_and(|o| o.admitted),
-        _ => false,
-    })
 }
 
 /// What a failure policy that admits (`fail_open`) makes of calls the store could not

@@ -30,6 +30,7 @@ pub mod response;
 pub mod rules;
 pub mod semantics;
 pub mod shed;
+pub mod status;
 pub mod time;
 pub mod unit;
 pub mod verdict;

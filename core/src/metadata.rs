@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use serde_yaml::value::Tag;
 use serde_yaml::{Mapping, Value};
 
-use crate::config::TOO_LARGE_INTEGER_TAG;
+/// Marks an integer beyond 64 bits, which the configuration's parser (`config::parse`) keeps as
+/// its digits in text.
+pub(crate) const TOO_LARGE_INTEGER_TAG: &str = "!floodgate/too-large-integer";
 
 /// One `google.protobuf.Value`.
 #[derive(Debug, Clone, PartialEq)]

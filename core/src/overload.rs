@@ -5,7 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::response::{Code, DescriptorStatus, Response};
+use crate::response::Response;
+use crate::status::{Code, DescriptorStatus};
 
 /// The answer to a call refused because floodgate is at its in-flight bound
 /// (`--overload-answer`).

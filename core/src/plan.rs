@@ -1,17 +1,18 @@
 //! From a request and the domain's rules to the counters the request touches: rule lookup,
 //! `replaces`, `unlimited`, limit overrides, hits and roles. Pure; the store does the counting.
 
-use super::adjustment::{Adjustment, AdjustmentsAt};
-use super::algorithm::{CheckRule, Hits, Quota, Share};
-use super::key::{counter_key, lease_key};
-use super::lease::{
-    adjusted_max_in_flight, is_usable_lease_id, reserve_at, LeaseAction, LeaseCall,
+use crate::adjustment::{Adjustment, AdjustmentsAt};
+use crate::algorithm::{CheckRule, Hits, Quota, Share};
+use crate::key::{counter_key, lease_key};
+use crate::lease::{
+    adjusted_max_in_flight, is_usable_lease_id, reserve_at, LeaseAction, LeaseCall, LeaseOutcome,
 };
-use super::priority::ClassChoice;
-use super::request::{Descriptor, LimitOverride, Request};
-use super::rules::{DomainRules, Entry, MatchedLevel, Rule};
-use super::shed;
-use super::verdict::Role;
+use crate::priority::ClassChoice;
+use crate::request::Entry;
+use crate::request::{Descriptor, LimitOverride, Request};
+use crate::rules::{DomainRules, MatchedLevel, Rule};
+use crate::shed;
+use crate::verdict::Role;
 
 /// One counter a request touches: which descriptor asks, its identity, its limit, what to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +131,17 @@ impl Plan<'_> {
             .max()
             .unwrap_or(Share::FULL)
     }
+}
+
+/// Whether `plan`'s concurrency rules refuse the request, given one outcome per lease call:
+/// a refused acquire, or a descriptor with no lease id to count.
+pub fn leases_over_limit(plan: &Plan<'_>, outcomes: &[LeaseOutcome]) -> bool {
+    plan.descriptors.iter().any(|descriptor| match descriptor {
+        DescriptorPlan::Concurrency { lease, .. } => !lease
+            .and_then(|at| outcomes.get(at))
+            .is_some_and(|o| o.admitted),
+        _ => false,
+    })
 }
 
 /// Settings that change how requests are planned (`QUOTA_MODE`, the check-only rule).
@@ -362,7 +374,7 @@ fn override_source<'a>(
     }
     path.push_str("[override]");
     // validate() refuses an override without a unit before planning.
-    let unit = limit.unit.unwrap_or(super::unit::Unit::Second);
+    let unit = limit.unit.unwrap_or(crate::unit::Unit::Second);
     let mut quota = Quota::new(limit.requests_per_unit, unit)
         .with_algorithm(domain.default_algorithm)
         .with_multiplier(limit.unit_multiplier.unwrap_or(1).max(1))

@@ -15,7 +15,7 @@
 //!
 //! The arithmetic (what a share allows of each algorithm) is in `algorithm::Share`.
 
-use super::algorithm::Share;
+use crate::algorithm::Share;
 
 /// `priority:` of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]

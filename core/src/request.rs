@@ -1,9 +1,25 @@
 //! A rate-limit request as the core sees it, independent of the wire (gRPC or JSON), and the
 //! checks every request must pass before it is decided.
 
-use super::algorithm::{CheckRule, Hits};
-use super::rules::Entry;
-use super::unit::Unit;
+use crate::algorithm::{CheckRule, Hits};
+use crate::unit::Unit;
+
+/// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
+/// an empty header).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Entry {
+    pub key: String,
+    pub value: String,
+}
+
+impl Entry {
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+}
 
 /// `RateLimitRequest`: a domain and the descriptors Envoy built for one HTTP request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

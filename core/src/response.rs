@@ -10,16 +10,16 @@
 //! A concurrency rule's descriptor (`response::leases`) carries its in-flight limit apart from
 //! `current_limit`, which has a rate unit: the headers describe it, the proxy reads no rate.
 
-use super::algorithm::{Hits, Quota, Share, Snapshot};
-use super::failure::UNAVAILABLE_HEADER;
-use super::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
-use super::lease::LeaseOutcome;
-use super::metadata::MetadataStruct;
-use super::plan::{Counter, DescriptorPlan, LimitSource, Plan};
-use super::priority::ClassChoice;
-use super::time::Micros;
-use super::unit::Unit;
-use super::verdict::{request_over_limit, Role, Vote};
+use crate::algorithm::{Hits, Snapshot};
+use crate::failure::UNAVAILABLE_HEADER;
+use crate::headers::{priority_headers, response_headers, ClassRefusal, HeaderMode, Refused};
+use crate::lease::LeaseOutcome;
+use crate::metadata::MetadataStruct;
+use crate::plan::{Counter, DescriptorPlan, LimitSource, Plan};
+use crate::priority::ClassChoice;
+use crate::status::{Code, CurrentLimit, DescriptorStatus};
+use crate::time::Micros;
+use crate::verdict::{request_over_limit, Role, Vote};
 
 #[cfg(test)]
 mod lease_refusal_tests;
@@ -48,83 +48,6 @@ pub struct CounterOutcome {
     pub withheld: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    Ok,
-    OverLimit,
-}
-
-/// `current_limit` of a status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentLimit {
-    pub requests_per_unit: u32,
-    pub unit: Unit,
-    pub unit_multiplier: u32,
-    pub name: Option<String>,
-}
-
-impl CurrentLimit {
-    /// `quota` as a class with `share` sees it: its part of the limit.
-    fn of(quota: &Quota, name: Option<&str>, share: Share) -> Self {
-        let requests_per_unit = share.of(u64::from(quota.requests_per_unit));
-        Self {
-            requests_per_unit: u32::try_from(requests_per_unit).unwrap_or(quota.requests_per_unit),
-            unit: quota.unit,
-            unit_multiplier: quota.unit_multiplier.max(1),
-            name: name.map(str::to_owned),
-        }
-    }
-
-    pub fn window_seconds(&self) -> u64 {
-        self.unit.seconds() * u64::from(self.unit_multiplier)
-    }
-}
-
-/// A concurrency rule's limit as the descriptor's class sees it: the leases the class may hold
-/// at once (`max_in_flight` in force less the class's reserve), and the rule's `name`. Never
-/// sent as `current_limit`: that has a rate unit, and Envoy would build its `x-ratelimit-*`
-/// headers on a rate that does not exist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InFlightLimit {
-    pub max_in_flight: u32,
-    pub name: Option<String>,
-}
-
-/// One descriptor's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DescriptorStatus {
-    pub code: Code,
-    pub current_limit: Option<CurrentLimit>,
-    /// Set for a concurrency rule's descriptor (`current_limit` is `None` then), so that its
-    /// refusal gets headers (`core::headers`).
-    pub in_flight_limit: Option<InFlightLimit>,
-    pub limit_remaining: u32,
-    /// Until the counter is whole again (OK) or until the request could pass (OVER_LIMIT).
-    pub duration_until_reset: Option<Micros>,
-    /// The rule that decided (its config path), for headers, logs and `check`.
-    pub rule_path: Option<String>,
-    /// The limit that decided was in shadow mode and over: reported as OK.
-    pub shadowed: bool,
-    /// The descriptor counts as a quota (`quota_mode`, `QUOTA_MODE`): over its limit alone it
-    /// does not refuse the request.
-    pub quota: bool,
-}
-
-impl DescriptorStatus {
-    fn without_limit(remaining: u32, rule_path: Option<String>) -> Self {
-        Self {
-            code: Code::Ok,
-            current_limit: None,
-            in_flight_limit: None,
-            limit_remaining: remaining,
-            duration_until_reset: None,
-            rule_path,
-            shadowed: false,
-            quota: false,
-        }
-    }
-}
-
 /// The whole answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Response {
@@ -148,7 +71,7 @@ pub fn assemble(
 
 /// [`assemble`] of a plan with lease calls too: `leases` holds one outcome per
 /// `plan.leases` (`core::lease`), and `over_limit` joins both verdicts
-/// ([`crate::lease::over_limit`]).
+/// ([`crate::plan::leases_over_limit`]).
 pub fn assemble_with_leases(
     plan: &Plan<'_>,
     (outcomes, leases): (&[CounterOutcome], &[LeaseOutcome]),

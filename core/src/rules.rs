@@ -10,26 +10,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::algorithm::{Algorithm, Quota};
-use super::config::ConfigWarning;
+use crate::algorithm::{Algorithm, Quota};
 use crate::http_check::profile::{CheckProfile, CheckProfiles};
-
-/// One `(key, value)` pair of a request descriptor. An empty value is legal (Envoy sends one for
-/// an empty header).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Entry {
-    pub key: String,
-    pub value: String,
-}
-
-impl Entry {
-    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            value: value.into(),
-        }
-    }
-}
+use crate::request::Entry;
 
 /// The rate-limit settings of one descriptor node that has `rate_limit` or `rate_limits`.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,14 +48,14 @@ pub struct Rule {
     pub has_descriptors: bool,
     /// `metadata:`, as the protobuf Struct it is returned as in dynamic metadata
     /// (`core::dynamic_metadata`): converted once here, so that an answer only copies it.
-    pub metadata: Option<Box<super::metadata::MetadataStruct>>,
+    pub metadata: Option<Box<crate::metadata::MetadataStruct>>,
     /// `adaptive:`: the limit moves between bounds with a latency signal (`core::aimd`).
-    pub adaptive: Option<Box<super::aimd::AdaptiveSettings>>,
+    pub adaptive: Option<Box<crate::aimd::AdaptiveSettings>>,
     /// `priority:`: classes sharing this rule's counters (`core::priority`).
-    pub priority: Option<Box<super::priority::Priority>>,
+    pub priority: Option<Box<crate::priority::Priority>>,
     /// `concurrency:`: the rule counts leases in flight, not hits (`core::lease`); `limits`
     /// is empty then.
-    pub concurrency: Option<Box<super::lease::Concurrency>>,
+    pub concurrency: Option<Box<crate::lease::Concurrency>>,
 }
 
 /// How one level of a request descriptor matched the tree.
@@ -449,6 +432,23 @@ impl Node {
 
     fn count_rules(&self) -> usize {
         usize::from(self.rule.is_some()) + self.child_nodes().map(Node::count_rules).sum::<usize>()
+    }
+}
+
+/// Something that loads (envoyproxy/ratelimit accepts it too) but probably does not do what
+/// was meant, such as a key the reference silently ignores where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub file: String,
+    /// Rule path, or the YAML location when no rule path exists.
+    pub path: String,
+    /// What is odd and what to change.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.path, self.message)
     }
 }
 

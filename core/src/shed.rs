@@ -13,7 +13,7 @@
 //! 2^46 for the bounds in force) decides exactly as Rust for the same draw. The hard bound
 //! (`--max-in-flight`, `max_in_flight`) stays the last line: shedding only refuses earlier.
 
-use super::algorithm::Share;
+use crate::algorithm::Share;
 
 /// One survival draw's range: a draw is uniform in `0..DRAW_RANGE`.
 pub const DRAW_RANGE: u64 = 1 << 32;

@@ -67,35 +67,3 @@ pub fn ceil_seconds(span: Micros) -> i64 {
         (span + MICROS_PER_SECOND - 1) / MICROS_PER_SECOND
     }
 }
-
-/// `2026-11-30T10:00:00Z`, UTC, whole seconds.
-pub fn rfc3339(time: std::time::SystemTime) -> String {
-    let seconds = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
-    let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX);
-    let of_day = seconds % 86_400;
-    let (year, month, day) = crate::calendar::civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use super::*;
-
-    #[test]
-    fn timestamps_are_utc_rfc3339() {
-        let at = |seconds| UNIX_EPOCH + Duration::from_secs(seconds);
-        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(at(1_796_083_210)), "2026-12-01T00:00:10Z");
-        assert_eq!(rfc3339(at(4_107_542_399)), "2100-02-28T23:59:59Z");
-    }
-}

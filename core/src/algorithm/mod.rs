@@ -20,8 +20,8 @@ pub use window::{Span, Tiling};
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::time::{Micros, MICROS_PER_SECOND};
-use super::unit::Unit;
+use crate::time::{Micros, MICROS_PER_SECOND};
+use crate::unit::Unit;
 
 /// Which algorithm decides a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

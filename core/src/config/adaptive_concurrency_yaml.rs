@@ -17,9 +17,9 @@ use std::time::Duration;
 use serde_yaml::Mapping;
 
 use super::adaptive_yaml::{bounds, common, duration, Common};
-use super::file::FileWalk;
 use super::keys::floodgate_map;
 use super::spec::RuleSpec;
+use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, wrong_type};
 use crate::aimd::{AdaptiveSettings, Control, SignalSource, SignalUnit};
 use crate::lease::MAX_IN_FLIGHT;

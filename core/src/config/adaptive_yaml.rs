@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use serde_yaml::{Mapping, Value};
 
-use super::file::FileWalk;
 use super::keys::floodgate_map;
 use super::spec::RuleSpec;
+use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, wrong_type};
 use crate::aimd::{
     AdaptiveSettings, Control, ErrorCondition, SignalSource, SignalUnit, DEFAULT_INTERVAL,

@@ -16,9 +16,9 @@
 
 use serde_yaml::Mapping;
 
-use super::file::FileWalk;
 use super::keys::floodgate_map;
 use super::spec::{DescriptorSpec, RuleSpec};
+use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, text, wrong_type};
 use crate::lease::{Concurrency, ReleaseMarker, MAX_IN_FLIGHT, MAX_LEASE_TTL};
 use crate::time::Micros;

@@ -6,11 +6,11 @@ use serde_yaml::{Mapping, Value};
 use super::adaptive_concurrency_yaml::read_concurrency_adaptive;
 use super::adaptive_yaml::read_adaptive;
 use super::concurrency::read_concurrency;
-use super::file::FileWalk;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;
 use super::priority::read_priority;
 use super::spec::{DescriptorFlags, DescriptorSpec};
+use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, not_a_map, render, wrong_type};
 
 /// Reads the descriptors of `list` (the value of a `descriptors:` key) under `parent_path`.

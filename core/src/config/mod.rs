@@ -23,15 +23,15 @@ mod descriptor;
 mod file;
 mod keys;
 mod limit;
+mod limit_fields;
 mod parse;
 mod priority;
 mod report;
 mod spec;
 mod validate;
+mod walk;
 mod yaml_tree;
 mod yaml_v2;
-
-pub(crate) use yaml_tree::TOO_LARGE_INTEGER_TAG;
 
 #[cfg(test)]
 mod tests;
@@ -113,23 +113,6 @@ pub struct ConfigError {
     pub path: String,
     /// What is wrong and how to fix it.
     pub message: String,
-}
-
-/// Something that loads (envoyproxy/ratelimit accepts it too) but probably does not do what
-/// was meant, such as a key the reference silently ignores where it is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigWarning {
-    pub file: String,
-    /// Rule path, or the YAML location when no rule path exists.
-    pub path: String,
-    /// What is odd and what to change.
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigWarning {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}: {}", self.file, self.path, self.message)
-    }
 }
 
 /// Every problem found in one load; never empty.

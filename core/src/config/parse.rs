@@ -12,8 +12,9 @@ use serde_yaml::value::{Tag, TaggedValue};
 use serde_yaml::{Mapping, Value};
 
 use super::as_written::{plain_value, reference_string_field, written_unquoted, PlainText};
-use super::yaml_tree::{scalar_text, TOO_LARGE_INTEGER_TAG};
+use super::yaml_tree::scalar_text;
 use super::YamlStrings;
+use crate::metadata::TOO_LARGE_INTEGER_TAG;
 
 /// One parsed file.
 pub(super) struct Parsed {

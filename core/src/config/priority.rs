@@ -15,9 +15,9 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::file::FileWalk;
 use super::keys::{did_you_mean, floodgate_map};
 use super::spec::{DescriptorSpec, RuleSpec};
+use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, render, wrong_type};
 use crate::algorithm::Share;
 use crate::priority::{Priority, PriorityClass};

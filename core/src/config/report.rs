@@ -1,7 +1,8 @@
 //! Collects the errors and warnings of one load, each tagged with the file it belongs to, so
 //! they can be listed file by file whatever phase found them.
 
-use super::{ConfigError, ConfigWarning, SourceFile};
+use super::{ConfigError, SourceFile};
+use crate::rules::ConfigWarning;
 
 pub(super) struct Report {
     file_names: Vec<String>,

@@ -1,9 +1,9 @@
 //! Checks between the fields of one limit, and the [`Quota`] they make: unit and `unlimited`
 //! (the reference's rules), then floodgate's algorithm options.
 
-use super::file::FileWalk;
 use super::keys::suggest;
-use super::limit::LimitFields;
+use super::limit_fields::LimitFields;
+use super::walk::FileWalk;
 use crate::algorithm::{Algorithm, Counting, Overflow, Quota, SLIDING_LOG_MAX_LIMIT};
 use crate::unit::Unit;
 

@@ -11,9 +11,6 @@
 
 use serde_yaml::{Mapping, Value};
 
-/// Marks an integer beyond 64 bits (see `parse`); its value is the digits as text.
-pub(crate) const TOO_LARGE_INTEGER_TAG: &str = "!floodgate/too-large-integer";
-
 /// The value of `key` in `map`; `None` when absent or `null` (the reference's zero value).
 pub(super) fn field<'m>(map: &'m Mapping, key: &str) -> Option<&'m Value> {
     map.get(key).filter(|value| !value.is_null())
@@ -112,7 +109,8 @@ pub(super) fn describe(value: &Value) -> String {
         Value::Sequence(_) => format!("a list ({})", render(value)),
         Value::Mapping(_) => format!("a map ({})", render(value)),
         Value::Tagged(tagged)
-            if tagged.tag == serde_yaml::value::Tag::new(TOO_LARGE_INTEGER_TAG) =>
+            if tagged.tag
+                == serde_yaml::value::Tag::new(crate::metadata::TOO_LARGE_INTEGER_TAG) =>
         {
             format!("the integer {}, which is too large", render(&tagged.value))
         }

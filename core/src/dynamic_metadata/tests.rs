@@ -6,9 +6,10 @@ use crate::algorithm::Snapshot;
 use crate::config::{load, LoadOptions, SourceFile};
 use crate::headers::HeaderMode;
 use crate::plan::{plan, PlanSettings};
+use crate::request::Entry;
 use crate::request::LimitOverride;
 use crate::response::{assemble, CounterOutcome, Decided};
-use crate::rules::{Entry, RuleSet};
+use crate::rules::RuleSet;
 use crate::unit::Unit;
 
 /// Two rules with `metadata:`, a third without, one unlimited, one in shadow mode, one that

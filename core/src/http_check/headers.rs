@@ -16,8 +16,8 @@
 //!
 //! Pure: the shell hands over the header values as text.
 
+use crate::request::Entry;
 use crate::request::{Descriptor, Request};
-use crate::rules::Entry;
 
 /// The domain of the request.
 pub const DOMAIN_HEADER: &str = "x-ratelimit-domain";

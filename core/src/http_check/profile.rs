@@ -31,8 +31,8 @@
 use std::collections::HashMap;
 
 use crate::http_check::headers::{parse_hits, CheckInputError};
+use crate::request::Entry;
 use crate::request::{Descriptor, Request};
-use crate::rules::Entry;
 
 /// Every profile of a rule set, by name (unique across files).
 #[derive(Debug, Clone, Default)]

@@ -4,8 +4,9 @@
 //! the same counter and are decided by the same path.
 
 use super::{is_usable_lease_id, LeaseAction, MAX_LEASE_ID_LEN};
+use crate::request::Entry;
 use crate::request::{Descriptor, Request};
-use crate::rules::{Entry, RuleSet};
+use crate::rules::RuleSet;
 
 /// What an application asks: the rule's entries (a priority class entry may end them) and the
 /// lease.

@@ -10,8 +10,9 @@ pub mod stats_key;
 use crate::algorithm::{Algorithm, Hits};
 use crate::lease::LeaseOutcome;
 use crate::plan::{DescriptorPlan, Plan};
-use crate::response::{deciding_counter, Code, Decided, DescriptorStatus, Response};
+use crate::response::{deciding_counter, Decided, Response};
 use crate::rules::{DomainRules, MatchedLevel};
+use crate::status::{Code, DescriptorStatus};
 use near_limit::{near_limit_hits, threshold, Around};
 
 /// How one ShouldRateLimit call ended (`floodgate_calls_total{decision}`).
@@ -227,7 +228,7 @@ pub fn deciding_algorithm(plan: &Plan<'_>, decided: &Decided, index: usize) -> O
 /// pattern instead, since all its values share one counter).
 pub fn detailed_label(
     domain: &DomainRules,
-    request_entries: &[crate::rules::Entry],
+    request_entries: &[crate::request::Entry],
 ) -> Option<String> {
     let matched = domain.lookup(request_entries)?;
     let mut label = domain.name.clone();

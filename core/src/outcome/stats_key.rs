@@ -6,7 +6,8 @@
 
 use super::MAX_DETAILED_LABEL_BYTES;
 use crate::request::Descriptor;
-use crate::rules::{Entry, Matched, MatchedLevel};
+use crate::request::Entry;
+use crate::rules::{Matched, MatchedLevel};
 
 /// A descriptor's stats key: the rule's config path when no request value is in it (known
 /// before any request, so counted under the rule's place in the label budget), or a key made

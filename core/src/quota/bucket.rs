@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::rules::{DomainRules, Entry, Matched};
+use crate::request::Entry;
+use crate::rules::{DomainRules, Matched};
 
 /// How big one bucket id may be: Envoy builds them from request headers, so their size is in
 /// the hands of whoever sends requests.

@@ -51,7 +51,8 @@ mod tests {
     use super::*;
     use crate::algorithm::Quota;
     use crate::key::counter_key;
-    use crate::rules::{Entry, MatchedLevel};
+    use crate::request::Entry;
+    use crate::rules::MatchedLevel;
     use crate::unit::Unit;
 
     #[test]

@@ -7,8 +7,9 @@ use crate::config::load_valid;
 use crate::headers::{PlainHeaderNames, PRIORITY_HEADER};
 use crate::lease::{settle, Leases, SHED_RETRY_AFTER};
 use crate::plan::{plan, PlanSettings};
+use crate::request::Entry;
 use crate::request::{Descriptor, Request};
-use crate::rules::{Entry, RuleSet};
+use crate::rules::RuleSet;
 use crate::time::MICROS_PER_SECOND;
 
 const RULES: &str = "
@@ -78,7 +79,7 @@ fn answer_at(
         })
         .collect();
     let (settled, _) = settle(&planned.leases, NOW, |_| held.clone());
-    let over_limit = crate::lease::over_limit(&planned, &settled.outcomes);
+    let over_limit = crate::plan::leases_over_limit(&planned, &settled.outcomes);
     assemble_with_leases(&planned, (&[], &settled.outcomes), over_limit, mode)
 }
 

@@ -9,10 +9,10 @@
 //! Every status carries the class's in-flight limit ([`InFlightLimit`]), so that a refusal
 //! gets `Retry-After` and the header mode's fields (`core::headers`) as a rate limit's does.
 
-use super::{Code, DescriptorStatus, InFlightLimit};
 use crate::lease::{reserve_at, LeaseCall, LeaseOutcome};
 use crate::priority::ClassChoice;
 use crate::rules::Rule;
+use crate::status::{Code, DescriptorStatus, InFlightLimit};
 use crate::time::Micros;
 
 /// The longest a concurrency refusal tells a client to wait. A slot frees when any request in

@@ -84,7 +84,7 @@ fn start_and_release_calls_plan_one_counter_without_the_lease_entries() {
     // No lease entry, or an id with a NUL (the Redis store's slot separator): nothing to count
     // with, refused by `lease::over_limit`.
     assert_eq!(leases, [Some(0), Some(1), None, None]);
-    assert!(crate::lease::over_limit(&planned, &[]));
+    assert!(crate::plan::leases_over_limit(&planned, &[]));
 }
 
 #[test]

@@ -63,7 +63,7 @@ fn an_envoy_limit_override_in_months_follows_the_calendar_too() {
     use crate::request::{Descriptor, LimitOverride, Request};
     let calendar = calendar_months();
     let rules = loaded_with(&one_limit("unit: second, requests_per_unit: 1"), &calendar);
-    let mut descriptor = Descriptor::new(vec![crate::rules::Entry::new("k", "v")]);
+    let mut descriptor = Descriptor::new(vec![crate::request::Entry::new("k", "v")]);
     descriptor.limit_override = Some(LimitOverride {
         requests_per_unit: 5,
         unit: Some(Unit::Month),

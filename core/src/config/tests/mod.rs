@@ -15,7 +15,8 @@ mod yaml_strings;
 
 use super::{load, ConfigError, LoadOptions, SourceFile};
 use crate::algorithm::Algorithm;
-use crate::rules::{DomainRules, Entry, Matched, Rule, RuleSet};
+use crate::request::Entry;
+use crate::rules::{DomainRules, Matched, Rule, RuleSet};
 
 /// The name every single-file test loads its text under.
 const FILE: &str = "test.yaml";

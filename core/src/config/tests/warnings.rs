@@ -1,7 +1,7 @@
 //! What loads (the reference accepts it too) but is reported as probably wrong.
 
 use super::*;
-use crate::config::ConfigWarning;
+use crate::rules::ConfigWarning;
 
 fn warnings_of(text: &str) -> Vec<ConfigWarning> {
     loaded(text).warnings().to_vec()
