@@ -1,5 +1,5 @@
 //! Which answers the process gives where floodgate and envoyproxy/ratelimit differ
-//! (`core::semantics`): the set the door picks — the reference's when started as `ratelimit`,
+//! (`core::decision::semantics`): the set the door picks — the reference's when started as `ratelimit`,
 //! floodgate's as `floodgate serve` — or `--semantics`; then the reference's
 //! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when set; then each of floodgate's own settings,
 //! which win at either door.
@@ -9,12 +9,12 @@ use clap::{Args, ValueEnum};
 use super::cli::ServeArgs;
 use super::front_door::FrontDoor;
 use super::setting_values::env_bool;
-use crate::core::algorithm::{CheckRule, Overflow};
-use crate::core::charging::Charging;
-use crate::core::config::YamlStrings;
-use crate::core::dynamic_metadata::RuleMetadata;
-use crate::core::error_codes::ErrorCodes;
-use crate::core::semantics::{Semantics, Traces};
+use crate::core::arithmetic::algorithm::{CheckRule, Overflow};
+use crate::core::decision::charging::Charging;
+use crate::core::decision::dynamic_metadata::RuleMetadata;
+use crate::core::decision::error_codes::ErrorCodes;
+use crate::core::decision::semantics::{Semantics, Traces};
+use crate::core::policy::config::YamlStrings;
 
 /// `--semantics`: a whole set of answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,7 +80,7 @@ pub enum TracesArg {
     Reference,
 }
 
-/// The flags of `core::semantics` that have no other home.
+/// The flags of `core::decision::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
     /// The answers where floodgate and envoyproxy/ratelimit differ, as a set: floodgate or
@@ -224,7 +224,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::cmd::cli::{Cli, Command};
-    use crate::core::semantics::LimitHeaders;
+    use crate::core::decision::semantics::LimitHeaders;
 
     /// `floodgate serve` with `flags`, parsed; panics on a line clap refuses.
     pub(crate) fn serve_args(flags: &[&str]) -> ServeArgs {

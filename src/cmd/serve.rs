@@ -13,15 +13,15 @@ use crate::cmd::hybrid_settings::CountingNotes;
 use crate::cmd::semantics_settings;
 use crate::cmd::serve_source::{FirstRules, FirstRulesError, RulesFollower};
 use crate::cmd::setting_values::{env_bool, SettingError};
-use crate::core::algorithm::Counting;
-use crate::core::charging::Charging;
-use crate::core::config::LoadOptions;
-use crate::core::headers::HeaderMode;
-use crate::core::overload::OverloadAnswer;
-use crate::core::plan::PlanSettings;
-use crate::core::request::RequestBounds;
-use crate::core::rules::RuleSet;
-use crate::core::time::SystemClock;
+use crate::core::arithmetic::algorithm::Counting;
+use crate::core::decision::charging::Charging;
+use crate::core::decision::headers::HeaderMode;
+use crate::core::decision::overload::OverloadAnswer;
+use crate::core::decision::plan::PlanSettings;
+use crate::core::ground::time::SystemClock;
+use crate::core::policy::config::LoadOptions;
+use crate::core::policy::request::RequestBounds;
+use crate::core::policy::rules::RuleSet;
 use crate::engine::limiter::{Limiter, LimiterSettings};
 use crate::engine::observers::observed;
 use crate::engine::overrides_sync::SharedOverrides;
@@ -47,7 +47,7 @@ pub enum AppError {
     #[error("cannot read the configuration: {0}")]
     Source(#[from] crate::engine::config_source::SourceError),
     #[error("the configuration has errors:\n{0}")]
-    Config(#[from] crate::core::config::ConfigErrors),
+    Config(#[from] crate::core::policy::config::ConfigErrors),
     #[error(
         "cannot listen on {addr} for the {listener} listener: {source}{hint} \
          (choose another address with {setting})"
@@ -112,10 +112,10 @@ impl From<reload::FirstLoadError> for AppError {
 /// `--rlqs-unmatched rule:NAME` where no loaded domain has a rule named NAME: every unmatched
 /// bucket is allowed (a misspelt name would otherwise go unnoticed until buckets pass).
 fn warn_of_a_missing_default_rule(
-    unmatched: &crate::core::quota::UnmatchedBucket,
+    unmatched: &crate::core::policy::rlqs::UnmatchedBucket,
     rules: &RuleSet,
 ) {
-    let crate::core::quota::UnmatchedBucket::Rule(name) = unmatched else {
+    let crate::core::policy::rlqs::UnmatchedBucket::Rule(name) = unmatched else {
         return;
     };
     if rules

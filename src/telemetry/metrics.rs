@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::core::outcome::{Decision, RejectReason};
+use crate::core::decision::outcome::{Decision, RejectReason};
 use parking_lot::RwLock;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{
@@ -28,7 +28,7 @@ use prometheus::{
 };
 
 use super::label_budget::{Holder, LabelBudget};
-use crate::core::rules::{Rule, RuleSet};
+use crate::core::policy::rules::{Rule, RuleSet};
 
 /// How many distinct rule labels the per-rule metrics may carry before folding into `other`.
 pub const MAX_RULE_LABELS: usize = 1000;
@@ -1063,7 +1063,7 @@ mod tests {
                 "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
             ));
         }
-        crate::core::config::load_valid("d.yaml", &text)
+        crate::core::policy::config::load_valid("d.yaml", &text)
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::HybridStore;
-use crate::core::algorithm::Counting;
-use crate::core::hybrid::{local_budget, window_end, window_start};
+use crate::core::arithmetic::algorithm::Counting;
+use crate::core::arithmetic::hybrid::{local_budget, window_end, window_start};
 use crate::store::redis::SyncItem;
 
 /// An instance counts as present for this many sync intervals after its last sync (at least

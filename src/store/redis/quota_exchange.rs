@@ -11,7 +11,7 @@ use redis::Script;
 
 use super::connection::unavailable;
 use super::RedisStore;
-use crate::core::key::quota_bucket_key;
+use crate::core::decision::key::quota_bucket_key;
 use crate::store::{DemandItem, ExchangeTerms, QuotaPeers, StoreError};
 
 fn exchange_script() -> &'static Script {
