@@ -17,7 +17,6 @@ mod leases;
 
 use self::leases::Leased;
 use crate::core::arithmetic::failure::{FailureAction, FailurePolicy, LogPace};
-use crate::core::arithmetic::lease;
 use crate::core::decision::dynamic_metadata::{self, RuleMetadata};
 use crate::core::decision::error_codes::{ErrorCodes, Undecided};
 use crate::core::decision::headers::HeaderMode;
@@ -26,7 +25,7 @@ use crate::core::decision::outcome::{
 };
 use crate::core::decision::overload::{overload_reply, OverloadReply};
 use crate::core::decision::plan::Plan;
-use crate::core::decision::plan::{plan_adjusted, PlanSettings};
+use crate::core::decision::plan::{leases_over_limit, plan_adjusted, PlanSettings};
 use crate::core::decision::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::decision::semantics::Traces;
 use crate::core::policy::adjustment::AdjustmentsAt;
@@ -420,7 +419,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         self.time_leases(&request.domain, &plan, &lease_outcomes);
-        let leases_refuse = lease::over_limit(&plan, &lease_outcomes);
+        let leases_refuse = leases_over_limit(&plan, &lease_outcomes);
         // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
         let decided = if leases_refuse && !self.settings.global_shadow {
             Ok(leases::refused_before_counting())
