@@ -1,5 +1,5 @@
 //! Probabilistic shedding as arithmetic: past a soft threshold, a new call survives with
-//! probability `soft / depth` (the brief's max_queue / queue_depth), so the refusals come early,
+//! probability `soft / depth` (a queue's `max_queue / queue_depth`), so the refusals come early,
 //! fast and spread over every caller instead of all at the hard bound, and the depth levels off
 //! where the admitted rate meets what the protected resource can serve.
 //!
