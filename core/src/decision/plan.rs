@@ -3,7 +3,8 @@
 
 use crate::arithmetic::algorithm::{CheckRule, Hits, Quota, Share};
 use crate::arithmetic::lease::{
-    adjusted_max_in_flight, is_usable_lease_id, reserve_at, LeaseAction, LeaseCall, LeaseOutcome,
+    adjusted_max_in_flight, is_usable_lease_id, reserve_at, Concurrency, LeaseAction, LeaseCall,
+    LeaseOutcome,
 };
 use crate::arithmetic::priority::ClassChoice;
 use crate::arithmetic::shed;
@@ -180,142 +181,224 @@ pub fn plan_adjusted<'a>(
         .iter()
         .map(|descriptor| find(domain, descriptor))
         .collect();
-    let replaced = replaced_names(&found);
-
-    let mut plan = Plan {
-        descriptors: Vec::with_capacity(found.len()),
-        counters: Vec::with_capacity(found.len()),
-        leases: Vec::new(),
+    let matched: Vec<Option<&'a Rule>> = found.iter().map(Found::rule).collect();
+    let mut planner = Planner {
+        request,
+        domain,
+        settings,
+        adjustments,
+        plan: Plan {
+            descriptors: Vec::with_capacity(found.len()),
+            counters: Vec::with_capacity(found.len()),
+            leases: Vec::new(),
+        },
     };
     for (index, (descriptor, found)) in request.descriptors.iter().zip(found).enumerate() {
         let descriptor_plan = match found {
             Found::Nothing => DescriptorPlan::NoRule,
-            Found::Rule { rule, .. } if is_replaced(rule, &replaced) => {
-                DescriptorPlan::Replaced { rule }
+            Found::Rule(found) if found.rule.replaced_by(matched.iter().copied()).is_some() => {
+                DescriptorPlan::Replaced { rule: found.rule }
             }
-            Found::Rule { rule, .. } if rule.unlimited => DescriptorPlan::Unlimited { rule },
-            Found::Rule {
-                rule,
-                levels,
-                class_entry,
-                lease_entry,
-                release_entry,
-            } if rule.concurrency.is_some() => {
-                let class = rule.priority.as_ref().map(|p| {
-                    p.class_for(
-                        class_entry
-                            .and_then(|at| descriptor.entries.get(at))
-                            .map(|entry| entry.value.as_str()),
-                    )
-                });
-                let lease_id = lease_entry
-                    .and_then(|at| descriptor.entries.get(at))
-                    .map(|entry| entry.value.as_str())
-                    .filter(|id| is_usable_lease_id(id));
-                let counted = descriptor
-                    .entries
-                    .get(..levels.len())
-                    .unwrap_or(&descriptor.entries);
-                let adjusted = adjustments.and_then(|at| at.for_rule(&domain.name, rule));
-                let lease = rule.concurrency.as_deref().zip(lease_id).map(|(c, id)| {
-                    let share = class.map_or(Share::FULL, |class| class.share());
-                    let max_in_flight = adjusted.map_or(c.max_in_flight, |adjustment| {
-                        adjusted_max_in_flight(adjustment.requests_per_unit)
-                    });
-                    plan.leases.push(LeaseCall {
-                        descriptor: index,
-                        key: lease_key(&domain.name, &rule.path, counted, &levels),
-                        lease_id: id.to_owned(),
-                        action: if release_entry.is_some() {
-                            LeaseAction::Release
-                        } else {
-                            LeaseAction::Acquire
-                        },
-                        max_in_flight,
-                        reserve: reserve_at(max_in_flight, share),
-                        lease_ttl: c.lease_ttl,
-                        shed_above: c.shed_above.map_or(0, |soft| {
-                            shed::threshold_for(
-                                scaled_threshold(soft, c.max_in_flight, max_in_flight),
-                                share,
-                            )
-                        }),
-                        // The shell draws; 0 survives, so a call it did not draw for is
-                        // never shed.
-                        draw: 0,
-                    });
-                    plan.leases.len() - 1
-                });
-                DescriptorPlan::Concurrency { rule, lease, class }
+            Found::Rule(found) if found.rule.unlimited => {
+                DescriptorPlan::Unlimited { rule: found.rule }
             }
-            Found::Rule {
-                rule,
-                levels,
-                class_entry,
-                ..
-            } => {
-                let role = role_of(rule.shadow_mode, rule.quota_mode, settings);
-                let source = match adjustments.and_then(|at| at.for_rule(&domain.name, rule)) {
-                    Some(adjustment) => LimitSource::Adjusted {
-                        rule,
-                        quotas: adjustment.apply(&rule.limits),
-                        adjustment,
-                    },
-                    None => LimitSource::Rule(rule),
-                };
-                let hits = request.hits_for(descriptor, settings.check_only);
-                // The class entry picks the class; it is no part of the counters' identity.
-                let class_value = class_entry
-                    .and_then(|at| descriptor.entries.get(at))
-                    .map(|entry| entry.value.as_str());
-                let class = rule.priority.as_ref().map(|p| p.class_for(class_value));
-                let counted = descriptor
-                    .entries
-                    .get(..levels.len())
-                    .unwrap_or(&descriptor.entries);
-                add_counters(
-                    &mut plan,
-                    index,
-                    domain,
-                    (counted, &levels),
-                    source,
-                    (hits, role),
-                    class,
-                )
+            Found::Rule(found) if found.rule.concurrency.is_some() => {
+                planner.concurrency(index, descriptor, &found)
             }
-            Found::Override(limit) => {
-                let source = override_source(domain, descriptor, &limit);
-                let hits = request.hits_for(descriptor, settings.check_only);
-                let role = role_of(false, false, settings);
-                let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
-                add_counters(
-                    &mut plan,
-                    index,
-                    domain,
-                    (&descriptor.entries, &levels),
-                    source,
-                    (hits, role),
-                    None,
-                )
-            }
+            Found::Rule(found) => planner.limited(index, descriptor, &found),
+            Found::Override(limit) => planner.overridden(index, descriptor, &limit),
         };
-        plan.descriptors.push(descriptor_plan);
+        planner.plan.descriptors.push(descriptor_plan);
     }
-    plan
+    planner.plan
 }
 
+/// What a descriptor found in the domain: a rule, an override of its own, or nothing.
 enum Found<'a> {
     Nothing,
-    Rule {
-        rule: &'a Rule,
-        levels: Vec<MatchedLevel<'a>>,
-        /// Index of the priority class entry among the descriptor's entries.
-        class_entry: Option<usize>,
-        /// Indexes of a concurrency rule's lease id entry and release marker.
-        lease_entry: Option<usize>,
-        release_entry: Option<usize>,
-    },
+    Rule(FoundRule<'a>),
     Override(LimitOverride),
+}
+
+struct FoundRule<'a> {
+    rule: &'a Rule,
+    levels: Vec<MatchedLevel<'a>>,
+    /// Index of the priority class entry among the descriptor's entries.
+    class_entry: Option<usize>,
+    /// Indexes of a concurrency rule's lease id entry and release marker.
+    lease_entry: Option<usize>,
+    release_entry: Option<usize>,
+}
+
+impl<'a> Found<'a> {
+    fn rule(&self) -> Option<&'a Rule> {
+        match self {
+            Found::Rule(found) => Some(found.rule),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> FoundRule<'a> {
+    /// The value of the descriptor's entry at `at`, if the rule found one there.
+    fn value_at<'d>(descriptor: &'d Descriptor, at: Option<usize>) -> Option<&'d str> {
+        at.and_then(|at| descriptor.entries.get(at))
+            .map(|entry| entry.value.as_str())
+    }
+
+    /// The entries that make the counters' identity: those the rule's levels matched (a
+    /// priority class entry, a lease id and a release marker left out).
+    fn counted<'d>(&self, descriptor: &'d Descriptor) -> &'d [Entry] {
+        descriptor
+            .entries
+            .get(..self.levels.len())
+            .unwrap_or(&descriptor.entries)
+    }
+
+    /// The priority class the descriptor is decided in, when the rule has classes.
+    fn class(&self, descriptor: &Descriptor) -> Option<ClassChoice<'a>> {
+        let class_value = Self::value_at(descriptor, self.class_entry);
+        self.rule
+            .priority
+            .as_ref()
+            .map(|p| p.class_for(class_value))
+    }
+}
+
+/// One request being planned against one domain: the descriptors' plans are added in order.
+struct Planner<'a, 'r> {
+    request: &'r Request,
+    domain: &'a DomainRules,
+    settings: PlanSettings,
+    adjustments: Option<AdjustmentsAt<'a>>,
+    plan: Plan<'a>,
+}
+
+impl<'a> Planner<'a, '_> {
+    /// A concurrency rule's descriptor: one lease call when the descriptor names a usable
+    /// lease id (a descriptor without one is refused by [`leases_over_limit`]).
+    fn concurrency(
+        &mut self,
+        index: usize,
+        descriptor: &Descriptor,
+        found: &FoundRule<'a>,
+    ) -> DescriptorPlan<'a> {
+        let rule = found.rule;
+        let class = found.class(descriptor);
+        let lease_id =
+            FoundRule::value_at(descriptor, found.lease_entry).filter(|id| is_usable_lease_id(id));
+        let lease = rule
+            .concurrency
+            .as_deref()
+            .zip(lease_id)
+            .map(|(concurrency, id)| {
+                let call = self.lease_call(index, descriptor, found, concurrency, id, class);
+                self.plan.leases.push(call);
+                self.plan.leases.len() - 1
+            });
+        DescriptorPlan::Concurrency { rule, lease, class }
+    }
+
+    fn lease_call(
+        &self,
+        index: usize,
+        descriptor: &Descriptor,
+        found: &FoundRule<'a>,
+        concurrency: &Concurrency,
+        lease_id: &str,
+        class: Option<ClassChoice>,
+    ) -> LeaseCall {
+        let share = class.map_or(Share::FULL, |class| class.share());
+        let adjusted = self
+            .adjustments
+            .and_then(|at| at.for_rule(&self.domain.name, found.rule));
+        let max_in_flight = adjusted.map_or(concurrency.max_in_flight, |adjustment| {
+            adjusted_max_in_flight(adjustment.requests_per_unit)
+        });
+        LeaseCall {
+            descriptor: index,
+            key: lease_key(
+                &self.domain.name,
+                &found.rule.path,
+                found.counted(descriptor),
+                &found.levels,
+            ),
+            lease_id: lease_id.to_owned(),
+            action: if found.release_entry.is_some() {
+                LeaseAction::Release
+            } else {
+                LeaseAction::Acquire
+            },
+            max_in_flight,
+            reserve: reserve_at(max_in_flight, share),
+            lease_ttl: concurrency.lease_ttl,
+            shed_above: concurrency.shed_above.map_or(0, |soft| {
+                shed::threshold_for(
+                    scaled_threshold(soft, concurrency.max_in_flight, max_in_flight),
+                    share,
+                )
+            }),
+            // The shell draws; 0 survives, so a call it did not draw for is never shed.
+            draw: 0,
+        }
+    }
+
+    /// A rate-limited rule's descriptor: its counters, with the limits adjusted if an
+    /// adjustment is in force.
+    fn limited(
+        &mut self,
+        index: usize,
+        descriptor: &Descriptor,
+        found: &FoundRule<'a>,
+    ) -> DescriptorPlan<'a> {
+        let rule = found.rule;
+        let role = role_of(rule.shadow_mode, rule.quota_mode, self.settings);
+        let adjustment = self
+            .adjustments
+            .and_then(|at| at.for_rule(&self.domain.name, rule));
+        let source = match adjustment {
+            Some(adjustment) => LimitSource::Adjusted {
+                rule,
+                quotas: adjustment.apply(&rule.limits),
+                adjustment,
+            },
+            None => LimitSource::Rule(rule),
+        };
+        let hits = self.request.hits_for(descriptor, self.settings.check_only);
+        add_counters(
+            &mut self.plan,
+            index,
+            self.domain,
+            (found.counted(descriptor), &found.levels),
+            source,
+            (hits, role),
+            // The class entry picks the class; it is no part of the counters' identity.
+            found.class(descriptor),
+        )
+    }
+
+    /// A descriptor with Envoy's `limit` override: counted as the override says, every entry
+    /// part of the identity.
+    fn overridden(
+        &mut self,
+        index: usize,
+        descriptor: &Descriptor,
+        limit: &LimitOverride,
+    ) -> DescriptorPlan<'a> {
+        let source = override_source(self.domain, descriptor, limit);
+        let hits = self.request.hits_for(descriptor, self.settings.check_only);
+        let role = role_of(false, false, self.settings);
+        let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
+        add_counters(
+            &mut self.plan,
+            index,
+            self.domain,
+            (&descriptor.entries, &levels),
+            source,
+            (hits, role),
+            None,
+        )
+    }
 }
 
 fn find<'a>(domain: &'a DomainRules, descriptor: &Descriptor) -> Found<'a> {
@@ -323,32 +406,15 @@ fn find<'a>(domain: &'a DomainRules, descriptor: &Descriptor) -> Found<'a> {
         return Found::Override(limit);
     }
     match domain.lookup(&descriptor.entries) {
-        Some(matched) => Found::Rule {
+        Some(matched) => Found::Rule(FoundRule {
             rule: matched.rule,
             levels: matched.levels,
             class_entry: matched.class_entry,
             lease_entry: matched.lease_entry,
             release_entry: matched.release_entry,
-        },
+        }),
         None => Found::Nothing,
     }
-}
-
-fn replaced_names<'a>(found: &[Found<'a>]) -> Vec<&'a str> {
-    found
-        .iter()
-        .filter_map(|found| match found {
-            Found::Rule { rule, .. } => Some(rule.replaces.iter().map(String::as_str)),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
-fn is_replaced(rule: &Rule, replaced: &[&str]) -> bool {
-    rule.name
-        .as_deref()
-        .is_some_and(|name| replaced.contains(&name))
 }
 
 fn role_of(shadow_mode: bool, quota_mode: bool, settings: PlanSettings) -> Role {

@@ -58,6 +58,24 @@ pub struct Rule {
     pub concurrency: Option<Box<crate::arithmetic::lease::Concurrency>>,
 }
 
+impl Rule {
+    /// The first of a request's matched rules (one per descriptor, `None` where no rule
+    /// matched) whose `replaces` names this rule, with its place: every matched rule may
+    /// replace, limited or not, and a replaced rule is not counted. The planner and `explain`
+    /// both ask this, so that they agree.
+    pub fn replaced_by<'r>(
+        &self,
+        matched: impl IntoIterator<Item = Option<&'r Rule>>,
+    ) -> Option<(usize, &'r Rule)> {
+        let name = self.name.as_deref()?;
+        matched.into_iter().enumerate().find_map(|(index, other)| {
+            other
+                .filter(|other| other.replaces.iter().any(|replaced| replaced == name))
+                .map(|other| (index, other))
+        })
+    }
+}
+
 /// How one level of a request descriptor matched the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatchedLevel<'a> {

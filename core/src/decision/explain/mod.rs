@@ -338,8 +338,8 @@ fn lookup_from<'a>(node: &'a Node, rest: &[Entry]) -> Option<&'a Rule> {
     node.rule()
 }
 
-/// Marks rules named in another matched rule's `replaces`, as the planner does: every rule
-/// that matched (not only limited ones) may replace, and a replaced rule is not counted.
+/// Marks rules named in another matched rule's `replaces` ([`Rule::replaced_by`], as the
+/// planner asks).
 fn apply_replaces(descriptors: &mut [DescriptorExplanation<'_>]) {
     let matched: Vec<Option<&Rule>> = descriptors
         .iter()
@@ -352,15 +352,7 @@ fn apply_replaces(descriptors: &mut [DescriptorExplanation<'_>]) {
         let (Verdict::Limited(rule) | Verdict::Unlimited(rule)) = descriptor.verdict else {
             continue;
         };
-        let Some(name) = rule.name.as_deref() else {
-            continue;
-        };
-        let replacer = matched.iter().enumerate().find_map(|(index, other)| {
-            other
-                .filter(|other| other.replaces.iter().any(|replaced| replaced == name))
-                .map(|other| (index, other))
-        });
-        if let Some((by_descriptor, by)) = replacer {
+        if let Some((by_descriptor, by)) = rule.replaced_by(matched.iter().copied()) {
             descriptor.verdict = Verdict::Replaced {
                 rule,
                 by,
