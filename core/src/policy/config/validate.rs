@@ -12,7 +12,47 @@ const UNIT_NAMES: [&str; 7] = ["second", "minute", "hour", "day", "week", "month
 /// The quota of a limit that is not unlimited, or `None` after reporting why there is none.
 pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) -> Option<Quota> {
     let unit = unit_of(fields, path, walk);
-    let requests_per_unit = match fields.requests_per_unit {
+    let requests_per_unit = requests_of(fields, path, walk);
+    let chosen = ChosenAlgorithm::of(fields, walk);
+    let mut valid = unit.is_some();
+    valid &= burst_fits(fields, path, walk, &chosen);
+    valid &= options_fit(fields, path, walk, &chosen, requests_per_unit);
+    warn_about_choices_without_effect(fields, path, walk, &chosen, unit);
+    let unit = unit.filter(|_| valid)?;
+    Some(build_quota(
+        fields,
+        walk,
+        unit,
+        requests_per_unit,
+        chosen.algorithm,
+    ))
+}
+
+/// A limit's algorithm, and how messages say where it comes from when it was not written.
+struct ChosenAlgorithm {
+    algorithm: Algorithm,
+    /// Empty when written, else ` (the default from …)`.
+    chosen: String,
+}
+
+impl ChosenAlgorithm {
+    fn of(fields: &LimitFields, walk: &FileWalk) -> Self {
+        match fields.algorithm {
+            Some(algorithm) => Self {
+                algorithm,
+                chosen: String::new(),
+            },
+            None => Self {
+                algorithm: walk.default_algorithm,
+                chosen: format!(" (the default from {})", walk.default_algorithm_source),
+            },
+        }
+    }
+}
+
+/// `requests_per_unit`, 0 with a warning when absent (as the reference reads it).
+fn requests_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) -> u32 {
+    match fields.requests_per_unit {
         Some(requests) => requests,
         None => {
             walk.report.warning(
@@ -25,16 +65,19 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
             );
             0
         }
-    };
-    let (algorithm, chosen) = match fields.algorithm {
-        Some(algorithm) => (algorithm, String::new()),
-        None => (
-            walk.default_algorithm,
-            format!(" (the default from {})", walk.default_algorithm_source),
-        ),
-    };
-    let mut valid = unit.is_some();
+    }
+}
 
+/// Whether `burst`, if written, fits the algorithm; reports why not.
+fn burst_fits(
+    fields: &LimitFields,
+    path: &str,
+    walk: &mut FileWalk,
+    chosen: &ChosenAlgorithm,
+) -> bool {
+    let ChosenAlgorithm { algorithm, chosen } = chosen;
+    let algorithm = *algorithm;
+    let mut valid = true;
     if let Some(burst) = fields.burst {
         if !algorithm.accepts_burst() {
             walk.report.error(
@@ -59,6 +102,21 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
             valid = false;
         }
     }
+    valid
+}
+
+/// Whether `unit_multiplier`, `nodelay`, `overflow` and the limit itself fit the algorithm;
+/// reports every one that does not.
+fn options_fit(
+    fields: &LimitFields,
+    path: &str,
+    walk: &mut FileWalk,
+    chosen: &ChosenAlgorithm,
+    requests_per_unit: u32,
+) -> bool {
+    let ChosenAlgorithm { algorithm, chosen } = chosen;
+    let algorithm = *algorithm;
+    let mut valid = true;
     if fields.unit_multiplier == Some(0) {
         walk.report.error(
             path,
@@ -106,6 +164,20 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
         valid = false;
     }
 
+    valid
+}
+
+/// Warnings for choices that load but change nothing for this algorithm: `counting: hybrid`
+/// on an algorithm counted exactly, calendar months without window edges.
+fn warn_about_choices_without_effect(
+    fields: &LimitFields,
+    path: &str,
+    walk: &mut FileWalk,
+    chosen: &ChosenAlgorithm,
+    unit: Option<Unit>,
+) {
+    let ChosenAlgorithm { algorithm, chosen } = chosen;
+    let algorithm = *algorithm;
     if fields.counting == Some(Counting::Hybrid) && !crate::arithmetic::hybrid::supports(algorithm)
     {
         walk.report.warning(
@@ -131,8 +203,16 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
             ),
         );
     }
+}
 
-    let unit = unit.filter(|_| valid)?;
+/// The quota of a limit whose fields passed every check.
+fn build_quota(
+    fields: &LimitFields,
+    walk: &FileWalk,
+    unit: Unit,
+    requests_per_unit: u32,
+    algorithm: Algorithm,
+) -> Quota {
     let mut quota = Quota::new(requests_per_unit, unit)
         .with_algorithm(algorithm)
         .with_multiplier(fields.unit_multiplier.unwrap_or(1))
@@ -152,7 +232,7 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
     if let Some(counting) = fields.counting {
         quota = quota.with_counting(counting);
     }
-    Some(quota)
+    quota
 }
 
 fn unit_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) -> Option<Unit> {
