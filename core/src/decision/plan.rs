@@ -241,7 +241,7 @@ impl<'a> Found<'a> {
 
 impl<'a> FoundRule<'a> {
     /// The value of the descriptor's entry at `at`, if the rule found one there.
-    fn value_at<'d>(descriptor: &'d Descriptor, at: Option<usize>) -> Option<&'d str> {
+    fn value_at(descriptor: &Descriptor, at: Option<usize>) -> Option<&str> {
         at.and_then(|at| descriptor.entries.get(at))
             .map(|entry| entry.value.as_str())
     }
