@@ -6,11 +6,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use floodgate::core::algorithm::{evaluate, Algorithm, Hits, Quota, Share};
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{evaluate, Algorithm, Hits, Quota, Share};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::Decided;
 

@@ -12,12 +12,13 @@
 
 use std::process::ExitCode;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota, Share};
-use floodgate::core::key::counter_key;
-use floodgate::core::plan::Counter;
-use floodgate::core::rules::{Entry, MatchedLevel};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota, Share};
+use floodgate::core::decision::key::counter_key;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::rules::MatchedLevel;
 use floodgate::store::redis::{script_call, KeyLayout, DEFAULT_PREFIX, SCRIPT_SOURCE};
 
 fn main() -> ExitCode {

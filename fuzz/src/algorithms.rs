@@ -1,4 +1,4 @@
-//! `algorithms`: each algorithm's arithmetic (`core::algorithm`) under random quotas, clocks
+//! `algorithms`: each algorithm's arithmetic (`core::arithmetic::algorithm`) under random quotas, clocks
 //! and hits, the evaluations run as a store runs them: the next state kept when a charge is
 //! admitted (and, recording refused hits, when it is not), and sometimes forgotten once it
 //! expired.
@@ -16,11 +16,11 @@
 //!   sliding log      ≤ L in any [a, a + W)
 //!   token, leaky     ≤ C + ⌊Δ·L / W⌋ in any [a, a + Δ]
 
-use floodgate::core::algorithm::{
+use floodgate::core::arithmetic::algorithm::{
     evaluate_counter, Algorithm, CheckRule, Evaluation, Hits, Quota, Refused, Share, State,
 };
-use floodgate::core::time::{Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
+use floodgate::core::ground::time::{Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
 
 use crate::input::Input;
 

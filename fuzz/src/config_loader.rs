@@ -10,8 +10,8 @@
 //! files given and saying something; a successful one has at most `max_rules` rules and its
 //! warnings name given files too.
 
-use floodgate::core::algorithm::{Algorithm, Overflow};
-use floodgate::core::config::{load, LoadOptions, SourceFile, YamlStrings};
+use floodgate::core::arithmetic::algorithm::{Algorithm, Overflow};
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile, YamlStrings};
 
 /// More files than this are one file with NULs in it.
 const MAX_FILES: usize = 4;

@@ -15,12 +15,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::algorithm::{Algorithm, CheckRule, Hits, Quota, Share};
-use floodgate::core::charging::Charging;
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, CheckRule, Hits, Quota, Share};
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::{check_quota, RedisOptions, RedisStore};
 use floodgate::store::Store as _;

@@ -21,7 +21,7 @@ pub enum AppError {
     #[error("cannot read the configuration: {0}")]
     Source(#[from] crate::engine::config_source::SourceError),
     #[error("the configuration has errors:\n{0}")]
-    Config(#[from] crate::core::config::ConfigErrors),
+    Config(#[from] crate::core::policy::config::ConfigErrors),
     #[error(
         "cannot listen on {addr} for the {listener} listener: {source}{hint} \
          (choose another address with {setting})"

@@ -13,8 +13,8 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::cmd::cli::{CheckArgs, ClientTlsArgs};
 use crate::cmd::config_location::{location, LocationError};
-use crate::core::config::load;
-use crate::core::rules::Entry as RuleEntry;
+use crate::core::policy::config::load;
+use crate::core::policy::request::Entry as RuleEntry;
 use crate::engine::config_source::read_sources;
 use crate::server::proto::rate_limit_descriptor::Entry;
 use crate::server::proto::rate_limit_response::{self, rate_limit::Unit};
@@ -52,7 +52,7 @@ pub enum CheckError {
     #[error("cannot read the configuration: {0}")]
     Source(#[from] crate::engine::config_source::SourceError),
     #[error("the configuration has errors:\n{0}")]
-    Config(#[from] crate::core::config::ConfigErrors),
+    Config(#[from] crate::core::policy::config::ConfigErrors),
     #[error(transparent)]
     Location(#[from] LocationError),
 }
@@ -198,7 +198,7 @@ fn explain(args: &CheckArgs) -> Result<CheckOutcome, CheckError> {
          answers from the rules it has loaded, which may be another version)",
         crate::engine::config_source::location_path(&location).display()
     ));
-    let explanation = crate::core::explain::explain(&rules, domain, &descriptors);
+    let explanation = crate::core::decision::explain::explain(&rules, domain, &descriptors);
     crate::cmd::output::print(format_args!(
         "{}",
         crate::cmd::explain_text::render(&explanation)

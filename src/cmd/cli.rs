@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cmd::setting_values::GoBool;
-use crate::core::algorithm::Algorithm;
-use crate::core::charging::Charging;
-use crate::core::config::{LoadOptions, DEFAULT_MAX_RULES};
-use crate::core::failure::FailurePolicy;
-use crate::core::headers::{HeaderMode, PlainHeaderNames};
-use crate::core::overload::OverloadAnswer;
+use crate::core::arithmetic::algorithm::Algorithm;
+use crate::core::arithmetic::failure::FailurePolicy;
+use crate::core::decision::charging::Charging;
+use crate::core::decision::headers::{HeaderMode, PlainHeaderNames};
+use crate::core::decision::overload::OverloadAnswer;
+use crate::core::policy::config::{LoadOptions, DEFAULT_MAX_RULES};
 use crate::server::DenyStatus;
 
 #[derive(Debug, Parser)]
@@ -134,7 +134,7 @@ impl From<HeaderModeArg> for HeaderMode {
     }
 }
 
-/// `--charge`: which counters a request charges (`core::charging`).
+/// `--charge`: which counters a request charges (`core::decision::charging`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ChargeArg {
     /// A rejected request charges nothing; one that passes charges every descriptor.
@@ -622,7 +622,7 @@ pub struct RlqsArgs {
     /// What an RLQS bucket that meets no rule is assigned: allow-all, deny-all, or rule:NAME
     /// (the limit of the rule with `name: NAME` in its domain; allow-all where none has it).
     #[arg(long, env = "FLOODGATE_RLQS_UNMATCHED", default_value = "allow-all", value_parser = parse_unmatched_bucket)]
-    pub rlqs_unmatched: crate::core::quota::UnmatchedBucket,
+    pub rlqs_unmatched: crate::core::policy::rlqs::UnmatchedBucket,
     /// assignment_time_to_live of every RLQS assignment, in whole seconds: an Envoy that
     /// hears nothing from floodgate for this long falls back to its
     /// expired_assignment_behavior. Give it at least two of Envoy's reporting intervals (Envoy
@@ -680,8 +680,10 @@ impl RlqsArgs {
     }
 }
 
-fn parse_unmatched_bucket(text: &str) -> Result<crate::core::quota::UnmatchedBucket, String> {
-    crate::core::quota::UnmatchedBucket::parse(text).ok_or_else(|| {
+fn parse_unmatched_bucket(
+    text: &str,
+) -> Result<crate::core::policy::rlqs::UnmatchedBucket, String> {
+    crate::core::policy::rlqs::UnmatchedBucket::parse(text).ok_or_else(|| {
         format!(
             "'{text}' is not a default for unmatched RLQS buckets: write allow-all, deny-all, \
              or rule:NAME (the rule with `name: NAME` in the bucket's domain)"

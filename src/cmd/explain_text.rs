@@ -1,12 +1,13 @@
-//! `floodgate check --explain`: the explanation of `core::explain` as text for people.
+//! `floodgate check --explain`: the explanation of `core::decision::explain` as text for people.
 
 use std::fmt::Write as _;
 
-use crate::core::describe::rule_summary;
-use crate::core::explain::{
+use crate::core::decision::explain::{
     DescriptorExplanation, LevelExplanation, LevelMatch, Miss, RequestExplanation, Verdict,
 };
-use crate::core::rules::{Entry, Rule};
+use crate::core::policy::describe::rule_summary;
+use crate::core::policy::request::Entry;
+use crate::core::policy::rules::Rule;
 
 /// Longest list of keys, values or patterns shown in full.
 const LIST_LIMIT: usize = 12;

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::cmd::cli::ServeArgs;
-use crate::core::algorithm::{Counting, Quota};
-use crate::core::charging::Charging;
-use crate::core::hybrid::supports;
-use crate::core::rules::RuleSet;
+use crate::core::arithmetic::algorithm::{Counting, Quota};
+use crate::core::arithmetic::hybrid::supports;
+use crate::core::decision::charging::Charging;
+use crate::core::policy::rules::RuleSet;
 use crate::store::hybrid::HybridOptions;
 
 /// Why hybrid counting cannot run with these flags, or `None` when it can.

@@ -10,7 +10,7 @@ use crate::cmd::cli::RedisCountersArg;
 use crate::cmd::front_door::FrontDoor;
 use crate::cmd::reference_env::{go_duration, socket_type_mismatch};
 use crate::cmd::setting_values::env_bool;
-use crate::core::charging::Charging;
+use crate::core::decision::charging::Charging;
 use crate::store::redis::{
     RedisOptions, ReferenceCounters, Topology, DEFAULT_EXPIRATION_JITTER_MAX_SECONDS, MAX_POOL_SIZE,
 };

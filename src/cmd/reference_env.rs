@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::cmd::setting_values::{env_bool, go_bool, SettingError};
-use crate::core::headers::{HeaderMode, PlainHeaderNames};
-use crate::core::semantics::LimitHeaders;
+use crate::core::decision::headers::{HeaderMode, PlainHeaderNames};
+use crate::core::decision::semantics::LimitHeaders;
 use crate::store::redis::StartupRetry;
 
 /// What floodgate does with one of the reference's variables.

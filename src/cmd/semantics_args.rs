@@ -68,7 +68,7 @@ pub enum TracesArg {
     Reference,
 }
 
-/// The flags of `core::semantics` that have no other home.
+/// The flags of `core::decision::semantics` that have no other home.
 #[derive(Debug, Args)]
 pub struct SemanticsArgs {
     /// The answers where floodgate and envoyproxy/ratelimit differ, as a set: floodgate or

@@ -1,5 +1,5 @@
 //! Which answers the process gives where floodgate and envoyproxy/ratelimit differ
-//! (`core::semantics`): the set the door picks — the reference's when started as `ratelimit`,
+//! (`core::decision::semantics`): the set the door picks — the reference's when started as `ratelimit`,
 //! floodgate's as `floodgate serve` — or `--semantics`; then the reference's
 //! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` when set; then each of floodgate's own settings,
 //! which win at either door.
@@ -11,12 +11,12 @@ use super::semantics_args::{
     YamlStringsArg,
 };
 use super::setting_values::env_bool;
-use crate::core::algorithm::{CheckRule, Overflow};
-use crate::core::charging::Charging;
-use crate::core::config::YamlStrings;
-use crate::core::dynamic_metadata::RuleMetadata;
-use crate::core::error_codes::ErrorCodes;
-use crate::core::semantics::{Semantics, Traces};
+use crate::core::arithmetic::algorithm::{CheckRule, Overflow};
+use crate::core::decision::charging::Charging;
+use crate::core::decision::dynamic_metadata::RuleMetadata;
+use crate::core::decision::error_codes::ErrorCodes;
+use crate::core::decision::semantics::{Semantics, Traces};
+use crate::core::policy::config::YamlStrings;
 
 /// The set a door answers with when nothing says otherwise.
 pub fn door_semantics(door: FrontDoor) -> Semantics {
@@ -125,7 +125,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::cmd::cli::{Cli, Command};
-    use crate::core::semantics::LimitHeaders;
+    use crate::core::decision::semantics::LimitHeaders;
 
     /// `floodgate serve` with `flags`, parsed; panics on a line clap refuses.
     pub(crate) fn serve_args(flags: &[&str]) -> ServeArgs {

@@ -1,4 +1,4 @@
-//! Which traces the process exports (`core::semantics::Traces`): floodgate's own settings
+//! Which traces the process exports (`core::decision::semantics::Traces`): floodgate's own settings
 //! (`--otlp-endpoint`, `OTEL_*`), or envoyproxy/ratelimit's `TRACING_*` variables, read as its
 //! `src/settings/settings.go` reads them and applied as its `src/trace/trace.go` does:
 //! `TRACING_ENABLED` (off by default), `TRACING_EXPORTER_PROTOCOL` (`http`, its default, or
@@ -11,7 +11,7 @@
 
 use super::cli::TelemetryArgs;
 use super::setting_values::env_bool;
-use crate::core::semantics::Traces;
+use crate::core::decision::semantics::Traces;
 use crate::telemetry::{OtlpExport, OtlpTlsFiles, TraceOptions, TracedService};
 
 /// The traces to export, and a remark for the log once it is set up.

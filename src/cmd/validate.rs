@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cmd::cli::{ConfigTypeArg, ValidateArgs};
-use crate::core::config::{load, LoadOptions};
-use crate::core::rules::RuleSet;
+use crate::core::policy::config::{load, LoadOptions};
+use crate::core::policy::rules::RuleSet;
 use crate::engine::config_source::xds::{fetch_once, XdsSettings};
 use crate::engine::config_source::{read_sources, ConfigLocation};
 use crate::engine::reload::load_xds_resources;
@@ -108,7 +108,7 @@ fn report(label: &str, loaded: Result<RuleSet, Vec<String>>) -> ExitCode {
                 for rule in domain.rules() {
                     crate::cmd::output::print_line(format_args!(
                         "  {}",
-                        crate::core::describe::rule_summary(rule)
+                        crate::core::policy::describe::rule_summary(rule)
                     ));
                 }
             }

@@ -1,4 +1,4 @@
-//! The live runtime adjustments (`core::adjustment`): operators' overrides from the admin API and
+//! The live runtime adjustments (`core::policy::adjustment`): operators' overrides from the admin API and
 //! the adaptive controller's values, held as one immutable snapshot that a decision loads
 //! without a lock and a change replaces whole.
 //!
@@ -11,9 +11,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use crate::core::adjustment::{adjusted_rules, Adjustment, AdjustmentSource, Adjustments};
-use crate::core::rules::RuleSet;
-use crate::core::time::{Clock, SystemClock};
+use crate::core::ground::time::{Clock, SystemClock};
+use crate::core::policy::adjustment::{adjusted_rules, Adjustment, AdjustmentSource, Adjustments};
+use crate::core::policy::rules::RuleSet;
 
 /// One override as the admin API lists it and Redis stores it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -291,7 +291,7 @@ impl LiveAdjustments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::time::ManualClock;
+    use crate::core::ground::time::ManualClock;
 
     fn record(id: &str, rule: &str, created: u64, expires: u64) -> OverrideRecord {
         OverrideRecord {

@@ -1,4 +1,4 @@
-//! What adaptive concurrency measures (`core::gradient`): for each adaptive concurrency rule a
+//! What adaptive concurrency measures (`core::arithmetic::gradient`): for each adaptive concurrency rule a
 //! controller watches, how long its leases were held (one time per release this instance
 //! decided) and the most leases in flight any of its calls saw, gathered between two steps of
 //! the controller, which takes them. Rules nobody watches cost one map lookup per lease call.
@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
-use crate::core::time::Micros;
+use crate::core::arithmetic::lease::{LeaseAction, LeaseCall, LeaseOutcome};
+use crate::core::ground::time::Micros;
 
 /// Times kept per interval and rule.
 pub const MAX_SAMPLES: usize = 4096;

@@ -16,20 +16,21 @@ use tracing::{field, Instrument as _, Span};
 mod leases;
 
 use self::leases::Leased;
-use crate::core::adjustment::AdjustmentsAt;
-use crate::core::dynamic_metadata::{self, RuleMetadata};
-use crate::core::error_codes::{ErrorCodes, Undecided};
-use crate::core::failure::{FailureAction, FailurePolicy, LogPace};
-use crate::core::headers::HeaderMode;
-use crate::core::lease;
-use crate::core::outcome::{deciding_algorithm, deciding_descriptor, Decision, RejectReason};
-use crate::core::overload::{overload_reply, OverloadReply};
-use crate::core::plan::Plan;
-use crate::core::plan::{plan_adjusted, PlanSettings};
-use crate::core::request::{InvalidRequest, Request, RequestBounds};
-use crate::core::response::{assemble_with_leases, fail_closed, Response};
-use crate::core::rules::RuleSet;
-use crate::core::semantics::Traces;
+use crate::core::arithmetic::failure::{FailureAction, FailurePolicy, LogPace};
+use crate::core::decision::dynamic_metadata::{self, RuleMetadata};
+use crate::core::decision::error_codes::{ErrorCodes, Undecided};
+use crate::core::decision::headers::HeaderMode;
+use crate::core::decision::outcome::{
+    deciding_algorithm, deciding_descriptor, Decision, RejectReason,
+};
+use crate::core::decision::overload::{overload_reply, OverloadReply};
+use crate::core::decision::plan::Plan;
+use crate::core::decision::plan::{leases_over_limit, plan_adjusted, PlanSettings};
+use crate::core::decision::response::{assemble_with_leases, fail_closed, Response};
+use crate::core::decision::semantics::Traces;
+use crate::core::policy::adjustment::AdjustmentsAt;
+use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
+use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
@@ -56,9 +57,9 @@ pub struct LimiterSettings {
     /// What a request gets when the store fails, unless its domain says (`failure_policy:`).
     pub failure_policy: FailurePolicy,
     /// `--response-dynamic-metadata`: every decided answer carries `dynamic_metadata`
-    /// (`core::dynamic_metadata`). Off, nothing of it is built.
+    /// (`core::decision::dynamic_metadata`). Off, nothing of it is built.
     pub response_dynamic_metadata: bool,
-    /// Which passed rules give their `metadata:` there (`core::semantics`).
+    /// Which passed rules give their `metadata:` there (`core::decision::semantics`).
     pub rule_metadata: RuleMetadata,
     /// What a call's spans are called (`--traces`).
     pub traces: Traces,
@@ -420,7 +421,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         self.time_leases(&request.domain, &plan, &lease_outcomes);
-        let leases_refuse = lease::over_limit(&plan, &lease_outcomes);
+        let leases_refuse = leases_over_limit(&plan, &lease_outcomes);
         // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
         let decided = if leases_refuse && !self.settings.global_shadow {
             Ok(leases::refused_before_counting())

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::core::adjustment::MAX_OVERRIDE_TTL;
+use crate::core::policy::adjustment::MAX_OVERRIDE_TTL;
 use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::adjustment_set::OverrideRecord;

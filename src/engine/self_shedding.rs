@@ -10,9 +10,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::core::overload::OverloadAnswer;
-use crate::core::plan::Plan;
-use crate::core::shed;
+use crate::core::arithmetic::shed;
+use crate::core::decision::overload::OverloadAnswer;
+use crate::core::decision::plan::Plan;
 
 /// `--shed-above` and the answer a shed call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

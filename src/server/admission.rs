@@ -19,7 +19,7 @@
 //!   and the call's deadline (its `grpc-timeout`, or `--grpc-default-deadline-ms`).
 //! - [`Admitted::check`], at the top of the handler, once tonic has decoded the message: it
 //!   takes one of `--max-in-flight` permits without waiting, held until the answer is built.
-//!   A call beyond the bound gets the overload answer (`core::overload`) at once; a call whose
+//!   A call beyond the bound gets the overload answer (`core::decision::overload`) at once; a call whose
 //!   deadline ran out while its message arrived is not decided at all (DEADLINE_EXCEEDED); any
 //!   other call gets the rest of its deadline.
 
@@ -31,7 +31,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::service::Interceptor;
 use tonic::Status;
 
-use crate::core::overload::{parse_grpc_timeout, remaining_budget, Budget, OverloadAnswer};
+use crate::core::decision::overload::{
+    parse_grpc_timeout, remaining_budget, Budget, OverloadAnswer,
+};
 use crate::telemetry::metrics::{self, OverloadReason};
 
 /// Calls decided at once unless `--max-in-flight` says otherwise.

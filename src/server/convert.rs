@@ -1,11 +1,12 @@
 //! Between Envoy's RLS v3 messages and the core's request and response.
 
-use crate::core::metadata::{MetadataStruct, MetadataValue};
-use crate::core::request::{Descriptor, LimitOverride, Request};
-use crate::core::response::{Code, DescriptorStatus, Response};
-use crate::core::rules::Entry;
-use crate::core::time::ceil_seconds;
-use crate::core::unit::Unit;
+use crate::core::decision::response::Response;
+use crate::core::decision::status::{Code, DescriptorStatus};
+use crate::core::ground::metadata::{MetadataStruct, MetadataValue};
+use crate::core::ground::time::ceil_seconds;
+use crate::core::ground::unit::Unit;
+use crate::core::policy::request::Entry;
+use crate::core::policy::request::{Descriptor, LimitOverride, Request};
 use crate::server::proto::rate_limit_response::{self, rate_limit::Unit as WireUnit};
 use crate::server::proto::{
     HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,

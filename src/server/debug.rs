@@ -10,11 +10,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use crate::core::adjustment::{
+use crate::core::policy::adjustment::{
     adjusted_quota, Adjustment, AdjustmentSource, Adjustments, AdjustmentsAt,
 };
-use crate::core::describe::{rule_summary, window_text};
-use crate::core::rules::Rule;
+use crate::core::policy::describe::{rule_summary, window_text};
+use crate::core::policy::rules::Rule;
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
 use crate::server::health::Health;

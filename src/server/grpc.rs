@@ -11,9 +11,9 @@ use super::admission::{
     expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
 };
 use super::convert::{request_from_wire, response_to_wire};
-use crate::core::error_codes::GrpcCode;
-use crate::core::overload::{overload_reply, OverloadReply};
-use crate::core::semantics::Traces;
+use crate::core::decision::error_codes::GrpcCode;
+use crate::core::decision::overload::{overload_reply, OverloadReply};
+use crate::core::decision::semantics::Traces;
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::server::proto::{RateLimitRequest, RateLimitResponse};

@@ -15,7 +15,7 @@ use std::time::Duration;
 use hyper::{HeaderMap, Request, Response};
 use tonic::Status;
 
-use crate::core::overload::parse_grpc_timeout;
+use crate::core::decision::overload::parse_grpc_timeout;
 
 /// The unary methods floodgate serves, by path: the ones that get the default deadline.
 pub fn unary_methods() -> Vec<String> {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::core::time::rfc3339;
+use crate::core::ground::calendar::rfc3339;
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
 use crate::engine::shutdown::Shutdown;

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 
-use crate::core::quota::{Assignment, BucketKey};
+use crate::core::policy::rlqs::{Assignment, BucketKey};
 use crate::engine::quota::{BucketReport, StreamAction};
 
 /// The report's domain (empty after the first report of a stream) and its bucket usages.
@@ -94,7 +94,7 @@ fn bucket_id(bucket: &BucketKey) -> BucketId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::quota::TokenBucketShape;
+    use crate::core::policy::rlqs::TokenBucketShape;
     use std::time::Duration;
 
     #[test]

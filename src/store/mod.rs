@@ -1,6 +1,6 @@
 //! Where counters live. A store evaluates every counter of one request, asks the core whether
 //! the request is over its limits and which counters it charges (all or none by default,
-//! `core::charging`), and charges them, atomically.
+//! `core::decision::charging`), and charges them, atomically.
 
 pub mod hybrid;
 pub mod memory;
@@ -9,10 +9,10 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::core::lease::{LeaseCall, LeaseOutcome};
-use crate::core::plan::Counter;
-use crate::core::quota::BucketKey;
-pub use crate::core::response::Decided;
+use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::plan::Counter;
+pub use crate::core::decision::response::Decided;
+use crate::core::policy::rlqs::BucketKey;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -47,15 +47,15 @@ pub enum StoreError {
 /// A place that keeps counters.
 pub trait Store: Send + Sync + 'static {
     /// Evaluates `counters` together and charges them as the store's charging mode says (all
-    /// or none unless told; `global_shadow`: the request is never over; see `core::verdict` and
-    /// `core::charging`).
+    /// or none unless told; `global_shadow`: the request is never over; see `core::ground::verdict` and
+    /// `core::decision::charging`).
     fn decide(
         &self,
         counters: &[Counter],
         global_shadow: bool,
     ) -> impl Future<Output = Result<Decided, StoreError>> + Send;
 
-    /// Decides a request's lease calls (concurrency rules) together, as `core::lease::settle`
+    /// Decides a request's lease calls (concurrency rules) together, as `core::arithmetic::lease::settle`
     /// does: one outcome per call, in order, and when an acquire is refused nothing changes.
     fn leases(
         &self,
@@ -82,7 +82,7 @@ pub struct DemandItem<'a> {
     pub demand: Option<f64>,
 }
 
-/// Which published demands an exchange counts (`core::quota::peer_entry`), and how long it may
+/// Which published demands an exchange counts (`core::policy::rlqs::peer_entry`), and how long it may
 /// take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExchangeTerms {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::core::failure::LogPace;
+use crate::core::arithmetic::failure::LogPace;
 
 /// How much of a client's text a log line carries.
 pub const CLIENT_TEXT_CHARS: usize = 160;

@@ -1,4 +1,4 @@
-//! One decided call counted in the metrics: [`record_call`] adds what `core::outcome`
+//! One decided call counted in the metrics: [`record_call`] adds what `core::decision::outcome`
 //! classified (each descriptor's verdict, near-limit hits, the call's decision) to the series
 //! of the rules that decided, through handles resolved at each rule's first decision
 //! ([`RuleSeriesTable`]).
@@ -6,15 +6,15 @@
 use std::sync::{Arc, OnceLock};
 
 use super::metrics::{ClassSeries, Metrics, RuleSeries};
-use crate::core::lease::LeaseOutcome;
-use crate::core::outcome::{
+use crate::core::arithmetic::lease::LeaseOutcome;
+use crate::core::decision::outcome::{
     classify_descriptor, descriptor_near_limit, detailed_label, Decision, DecisionTally,
     RuleVerdict,
 };
-use crate::core::plan::{DescriptorPlan, LimitSource, Plan};
-use crate::core::request::Request;
-use crate::core::response::{Decided, Response};
-use crate::core::rules::{Rule, RuleSet};
+use crate::core::decision::plan::{DescriptorPlan, LimitSource, Plan};
+use crate::core::decision::response::{Decided, Response};
+use crate::core::policy::request::Request;
+use crate::core::policy::rules::{Rule, RuleSet};
 
 /// Each rule's series for one rule set, resolved at the rule's first decision and kept, so
 /// later decisions find their counters without a lock or a lookup. One slot per rule, at the
@@ -216,18 +216,18 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::core::algorithm::Algorithm;
-    use crate::core::config::load_valid;
-    use crate::core::headers::HeaderMode;
-    use crate::core::outcome::{
+    use crate::core::arithmetic::algorithm::Algorithm;
+    use crate::core::decision::headers::HeaderMode;
+    use crate::core::decision::outcome::{
         deciding_algorithm, deciding_descriptor, RejectReason, MAX_DETAILED_LABEL_BYTES,
     };
-    use crate::core::plan::{plan, PlanSettings};
-    use crate::core::request::Descriptor;
-    use crate::core::response::assemble;
-    use crate::core::response::{Code, DescriptorStatus};
-    use crate::core::rules::Entry;
-    use crate::core::time::{ManualClock, MICROS_PER_SECOND};
+    use crate::core::decision::plan::{plan, PlanSettings};
+    use crate::core::decision::response::assemble;
+    use crate::core::decision::status::{Code, DescriptorStatus};
+    use crate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+    use crate::core::policy::config::load_valid;
+    use crate::core::policy::request::Descriptor;
+    use crate::core::policy::request::Entry;
     use crate::store::memory::MemoryStore;
 
     const RULES: &str = r#"

@@ -32,7 +32,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::otlp_http::RuntimeHttpClient;
 use super::otlp_tls::{OtlpTls, OtlpTlsFiles};
-use crate::core::semantics::Traces;
+use crate::core::decision::semantics::Traces;
 
 /// Whether an OTLP exporter is installed. Set once at start-up, before any call is served.
 static ENABLED: AtomicBool = AtomicBool::new(false);

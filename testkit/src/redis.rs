@@ -9,13 +9,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::key::counter_key;
-use floodgate::core::plan::Counter;
-use floodgate::core::rules::{Entry, MatchedLevel};
-use floodgate::core::time::Clock;
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::decision::key::counter_key;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::Clock;
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::rules::MatchedLevel;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::{RedisOptions, RedisStore, Topology};
 use floodgate::store::{Decided, Store, StoreError};
@@ -339,7 +340,7 @@ pub fn counter(descriptor: usize, key: &[u8], quota: &Quota, hits: Hits, role: R
         quota: quota.clone(),
         hits,
         role,
-        share: floodgate::core::algorithm::Share::FULL,
+        share: floodgate::core::arithmetic::algorithm::Share::FULL,
     }
 }
 

@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
-use floodgate::core::algorithm::Algorithm;
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::rules::{Entry, MatchedLevel, RuleSet};
-use floodgate::core::unit::Unit;
+use floodgate::core::arithmetic::algorithm::Algorithm;
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::rules::{MatchedLevel, RuleSet};
 
 fn example_files() -> Vec<SourceFile> {
     let directory = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");

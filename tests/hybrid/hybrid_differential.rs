@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota, State};
-use floodgate::core::charging::{settle, Charging};
-use floodgate::core::hybrid::{add_hits, window_start};
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota, State};
+use floodgate::core::arithmetic::hybrid::{add_hits, window_start};
+use floodgate::core::decision::charging::{settle, Charging};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::hybrid::{HybridOptions, HybridStore};
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::Store;

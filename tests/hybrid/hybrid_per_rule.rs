@@ -12,10 +12,10 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Counting, Hits, Quota};
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Counting, Hits, Quota};
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::store::hybrid::{HybridOptions, HybridStore};
 use floodgate::store::Store;
@@ -65,7 +65,8 @@ async fn each_limit_is_counted_as_it_says_or_as_the_store_counts() {
     ];
     let marked_bucket = [counter(0, b"d\0bucket", &bucket, charge, Role::Enforced)];
 
-    let decide = |counters: &'static str, request: Vec<floodgate::core::plan::Counter>| {
+    let decide = |counters: &'static str,
+                  request: Vec<floodgate::core::decision::plan::Counter>| {
         let store = &store;
         async move {
             let before = store.counts();

@@ -1,4 +1,4 @@
-//! The sync script (`hybrid_sync.lua`) adds hits as `core::hybrid::add_hits` does: random
+//! The sync script (`hybrid_sync.lua`) adds hits as `core::arithmetic::hybrid::add_hits` does: random
 //! sequences of (window, hits) items for fixed and sliding windows (epoch windows and calendar
 //! months), hits of the current window, of the one before and of older ones, on a test clock
 //! that moves through window edges; every state the script returns, and every state it keeps,
@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::algorithm::{Algorithm, Quota, State};
-use floodgate::core::hybrid::add_hits;
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Quota, State};
+use floodgate::core::arithmetic::hybrid::add_hits;
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
 use floodgate::store::redis::SyncItem;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

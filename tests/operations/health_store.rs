@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::plan::Counter;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::engine::shutdown;
 use floodgate::server::health::{Health, StoreGate};
@@ -36,8 +36,8 @@ impl Store for SwitchableStore {
 
     async fn leases(
         &self,
-        _: &[floodgate::core::lease::LeaseCall],
-    ) -> Result<Vec<floodgate::core::lease::LeaseOutcome>, StoreError> {
+        _: &[floodgate::core::arithmetic::lease::LeaseCall],
+    ) -> Result<Vec<floodgate::core::arithmetic::lease::LeaseOutcome>, StoreError> {
         Err(StoreError::Unavailable {
             backend: "switchable",
             reason: "a test store".to_owned(),

@@ -1,4 +1,4 @@
-//! Adaptive concurrency (`core::gradient`): floodgate moves a concurrency rule's
+//! Adaptive concurrency (`core::arithmetic::gradient`): floodgate moves a concurrency rule's
 //! `max_in_flight` from how long its own leases are held. The upstream is a pool of workers
 //! that each spend a fixed service time per request, behind more clients than it can serve;
 //! each client takes a lease over `/lease/acquire` (a refused one retries shortly after),

@@ -7,14 +7,15 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use floodgate::core::config::load_text;
-use floodgate::core::lease::{LeaseCall, LeaseOutcome};
-use floodgate::core::overload::{OverloadAnswer, OVERLOADED_HEADER};
-use floodgate::core::plan::Counter;
-use floodgate::core::request::{Descriptor, Request};
-use floodgate::core::response::{Code, Response};
-use floodgate::core::rules::Entry;
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use floodgate::core::decision::overload::{OverloadAnswer, OVERLOADED_HEADER};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::decision::response::Response;
+use floodgate::core::decision::status::Code;
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::policy::config::load_text;
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::request::{Descriptor, Request};
 use floodgate::engine::limiter::{LimitError, Limiter, LimiterSettings};
 use floodgate::engine::self_shedding::SelfShedding;
 use floodgate::store::memory::MemoryStore;

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits};
-use floodgate::core::time::{Clock, ManualClock, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits};
+use floodgate::core::ground::time::{Clock, ManualClock, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::{Decided, Store};
 
@@ -15,7 +15,10 @@ use floodgate_testkit::redis::{counter, identity, quota_admitting, RedisServer, 
 
 const LIMIT: u32 = 3;
 
-async fn decide(store: &RedisStore, counters: &[floodgate::core::plan::Counter]) -> Decided {
+async fn decide(
+    store: &RedisStore,
+    counters: &[floodgate::core::decision::plan::Counter],
+) -> Decided {
     store
         .decide(counters, false)
         .await

@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::charging::Charging;
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{Clock, ManualClock, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::{Clock, ManualClock, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::{Decided, Store};
 

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use floodgate::core::algorithm::Algorithm;
-use floodgate::core::unit::Unit;
+use floodgate::core::arithmetic::algorithm::Algorithm;
+use floodgate::core::ground::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitResponse;
 
@@ -80,7 +80,9 @@ fn loaded_at(server: &Floodgate) -> String {
 /// Whether `stamp` is `rfc3339(t + offset)` for a whole second t in `from..=to`.
 fn stamped_within(stamp: &str, from: u64, to: u64, offset: u64) -> bool {
     (from..=to).any(|second| {
-        floodgate::core::time::rfc3339(UNIX_EPOCH + Duration::from_secs(second + offset)) == stamp
+        floodgate::core::ground::calendar::rfc3339(
+            UNIX_EPOCH + Duration::from_secs(second + offset),
+        ) == stamp
     })
 }
 

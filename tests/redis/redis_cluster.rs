@@ -22,15 +22,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::key::counter_key;
-use floodgate::core::plan::Counter;
-use floodgate::core::response::CounterOutcome;
-use floodgate::core::rules::{Entry, MatchedLevel};
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::decision::key::counter_key;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::decision::response::CounterOutcome;
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::rules::MatchedLevel;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::{slot_groups, HashTag, KeyLayout, RedisStore, DEFAULT_PREFIX};

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::redis::{RedisOptions, RedisStore};
 use floodgate::store::{Store, StoreError};
 

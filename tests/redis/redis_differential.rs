@@ -17,13 +17,13 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::{Algorithm, CheckRule, Hits, Overflow, Quota, Share};
-use floodgate::core::calendar::month_index;
-use floodgate::core::charging::Charging;
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, CheckRule, Hits, Overflow, Quota, Share};
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::calendar::month_index;
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::{Decided, Store};

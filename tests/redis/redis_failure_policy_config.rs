@@ -1,8 +1,8 @@
 //! A domain's `failure_policy:`: read from the top of its file, checked, and exposed on
 //! `DomainRules`; merged files of one domain must agree.
 
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::failure::FailurePolicy;
+use floodgate::core::arithmetic::failure::FailurePolicy;
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
 
 fn file(name: &str, text: &str) -> SourceFile {
     SourceFile {

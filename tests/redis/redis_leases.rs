@@ -1,5 +1,5 @@
 //! Concurrency rules' leases in Redis (`src/store/redis/lua/leases.lua`) decide exactly as in
-//! memory (`core::lease`): seeded random sequences of acquires (an id holding slots already
+//! memory (`core::arithmetic::lease`): seeded random sequences of acquires (an id holding slots already
 //! takes another), releases of known and unknown ids, priority reserves and requests of several
 //! calls run against both stores with one manual clock, which jumps past lease TTLs now and
 //! then; every outcome must be identical. Then the properties themselves: N acquires with one
@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use floodgate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::arithmetic::lease::{LeaseAction, LeaseCall, LeaseOutcome};
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::store::hybrid::{HybridOptions, HybridStore};
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::RedisStore;
@@ -28,7 +28,7 @@ const TTL: Micros = 5 * MICROS_PER_SECOND;
 /// A lease counter identity as the plan builds it (domain and rule path first, as every
 /// identity, so the Redis key carries the domain's tag).
 fn identity(counter: usize) -> Vec<u8> {
-    floodgate::core::key::lease_key("leases", "leases.backend", &[], &[])
+    floodgate::core::decision::key::lease_key("leases", "leases.backend", &[], &[])
         .into_iter()
         .chain(counter.to_le_bytes())
         .collect()

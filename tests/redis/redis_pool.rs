@@ -1,9 +1,9 @@
 //! `--redis-pool-size N` (envoyproxy/ratelimit's `REDIS_POOL_SIZE`): the store opens N sockets
 //! to the server and calls take them in turn.
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::redis::RedisStore;
 use floodgate::store::{Store, StoreError};
 

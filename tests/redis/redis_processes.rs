@@ -12,8 +12,8 @@
 //! The same again with `--redis-batch-max 64`: requests that meet in a process share a script
 //! call (fewer calls than decisions, counted by Redis), and the total is still exactly LIMIT.
 
-use floodgate::core::algorithm::Algorithm;
-use floodgate::core::unit::Unit;
+use floodgate::core::arithmetic::algorithm::Algorithm;
+use floodgate::core::ground::unit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 
 use floodgate_testkit::redis::{

@@ -15,14 +15,16 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::CheckRule;
-use floodgate::core::charging::Charging;
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::plan::PlanSettings;
-use floodgate::core::request::{Descriptor, Request};
-use floodgate::core::response::{Code, Response};
-use floodgate::core::rules::{Entry, RuleSet};
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::arithmetic::algorithm::CheckRule;
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::plan::PlanSettings;
+use floodgate::core::decision::response::Response;
+use floodgate::core::decision::status::Code;
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::request::{Descriptor, Request};
+use floodgate::core::policy::rules::RuleSet;
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::store::redis::{RedisOptions, RedisStore, ReferenceCounters};
 use floodgate::store::Store;

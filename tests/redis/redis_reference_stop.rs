@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use floodgate::core::charging::Charging;
-use floodgate::core::response::{Code, Response};
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::response::Response;
+use floodgate::core::decision::status::Code;
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
 use floodgate::engine::limiter::Limiter;
 use floodgate::store::redis::ReferenceCounters;
 use floodgate_testkit::redis::{command_calls, scan_keys, RedisCluster, RedisServer};

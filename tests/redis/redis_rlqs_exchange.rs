@@ -1,13 +1,13 @@
 //! RLQS across floodgates (`RlqsPeers` on the Redis store): each instance sees every other
 //! instance's last published demand on a bucket, never its own, within the horizon, or within
-//! the memory unless retired (as `core::quota::peer_entry` decides), and buckets of several
+//! the memory unless retired (as `core::policy::rlqs::peer_entry` decides), and buckets of several
 //! domains in one exchange, on a single server and on a Cluster (each domain's buckets share
 //! its hash tag).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use floodgate::core::quota::{peer_entry, BucketKey, BucketKeyBounds};
+use floodgate::core::policy::rlqs::{peer_entry, BucketKey, BucketKeyBounds};
 use floodgate::store::redis::RedisStore;
 use floodgate::store::{DemandItem, ExchangeTerms, RlqsPeers};
 use floodgate_testkit::redis::{RedisCluster, RedisServer};
@@ -112,7 +112,7 @@ fn instances_see_each_others_demands_per_bucket_on_a_single_server() {
 
 /// An entry published about 300 ms before, read under each combination of horizon, memory
 /// and retirement whose thresholds are far from that age: counted exactly when
-/// `core::quota::peer_entry` says it counts, and deleted when it does not.
+/// `core::policy::rlqs::peer_entry` says it counts, and deleted when it does not.
 #[test]
 fn the_script_counts_a_peers_entry_as_the_core_does() {
     let server = RedisServer::start();

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::core::algorithm::{Algorithm, Hits};
-use floodgate::core::plan::Counter;
-use floodgate::core::time::{Clock, ManualClock, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::time::{Clock, ManualClock, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::{Store, StoreError};
 

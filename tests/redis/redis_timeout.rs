@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::plan::Counter;
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::store::redis::{RedisStore, DEFAULT_TIMEOUT};
 use floodgate::store::{Store, StoreError};

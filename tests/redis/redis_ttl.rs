@@ -2,10 +2,10 @@
 //! state takes to mean nothing (window, or bucket refill), keys never hold raw descriptor
 //! values, and counters that are only checked or rejected are never written.
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::plan::Counter;
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::decision::plan::Counter;
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::Store;
 
 use floodgate_testkit::redis::{counter, identity, scan_keys, RedisServer};

@@ -4,9 +4,9 @@
 //! every other request. Found by the `redis_lua` fuzz target (docs/fuzzing.md). Through the
 //! service, such a request is an invalid argument: its failure policy does not answer it.
 
-use floodgate::core::algorithm::{Algorithm, Hits, Quota};
-use floodgate::core::unit::Unit;
-use floodgate::core::verdict::Role;
+use floodgate::core::arithmetic::algorithm::{Algorithm, Hits, Quota};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::ground::verdict::Role;
 use floodgate::store::redis::{check_quota, RedisStore};
 use floodgate::store::Store;
 

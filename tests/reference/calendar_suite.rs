@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::request::{Descriptor, Request};
-use floodgate::core::response::{Code, DescriptorStatus};
-use floodgate::core::rules::Entry;
-use floodgate::core::time::{ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::decision::status::{Code, DescriptorStatus};
+use floodgate::core::ground::time::{ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::request::{Descriptor, Request};
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::Store;
@@ -34,7 +34,7 @@ const FEBRUARY_1_2024_0500_JST: i64 = 1_706_731_200;
 const FEBRUARY_1_2024: i64 = 1_706_745_600;
 
 /// One `unit` limit of `limit` per window, loaded with calendar months on or off.
-fn rules(unit: &str, limit: u32, calendar_months: bool) -> floodgate::core::rules::RuleSet {
+fn rules(unit: &str, limit: u32, calendar_months: bool) -> floodgate::core::policy::rules::RuleSet {
     let text = format!(
         "domain: billing\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: {unit}, \
          requests_per_unit: {limit}}}\n"

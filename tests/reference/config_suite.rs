@@ -7,19 +7,20 @@
 //! at either door, in `yaml_strings`.
 //!
 //! A stats key of the reference (`rl.Stats.Key`) is built by floodgate's core
-//! (`core::outcome::stats_key`) for the reference's metric names; [`stats_key`] asks it.
+//! (`core::decision::outcome::stats_key`) for the reference's metric names; [`stats_key`] asks it.
 
 mod errors;
 mod share_threshold;
 mod stats_keys;
 mod yaml_strings;
 
-use floodgate_core::config::{load, ConfigErrors, LoadOptions, SourceFile};
-use floodgate_core::outcome::stats_key::stats_key as reference_stats_key;
-use floodgate_core::plan::{plan, DescriptorPlan, PlanSettings};
-use floodgate_core::request::{Descriptor, LimitOverride, Request};
-use floodgate_core::rules::{Entry, Matched, MatchedLevel, Rule, RuleSet};
-use floodgate_core::unit::Unit;
+use floodgate_core::decision::outcome::stats_key::stats_key as reference_stats_key;
+use floodgate_core::decision::plan::{plan, DescriptorPlan, PlanSettings};
+use floodgate_core::ground::unit::Unit;
+use floodgate_core::policy::config::{load, ConfigErrors, LoadOptions, SourceFile};
+use floodgate_core::policy::request::Entry;
+use floodgate_core::policy::request::{Descriptor, LimitOverride, Request};
+use floodgate_core::policy::rules::{Matched, MatchedLevel, Rule, RuleSet};
 
 /// One entry of a request descriptor: (key, value).
 type Pair<'a> = (&'a str, &'a str);
@@ -95,7 +96,7 @@ fn limit(rules: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> (u32, Unit) {
 }
 
 /// `rl.Stats.Key`: the reference's stats key of this descriptor, as floodgate's core builds it
-/// for the reference's metric names (`core::outcome::stats_key`).
+/// for the reference's metric names (`core::decision::outcome::stats_key`).
 fn stats_key(rules: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> String {
     let Some(matched) = found(rules, domain, pairs) else {
         panic!("{domain} {pairs:?} should find a rule");

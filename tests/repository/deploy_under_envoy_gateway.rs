@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use floodgate::cmd::reference_env::{Treatment, NOT_READ_BY_THE_REFERENCE, REFERENCE_VARIABLES};
-use floodgate::core::failure::FailurePolicy;
+use floodgate::core::arithmetic::failure::FailurePolicy;
 use serde::Deserialize;
 use serde_yaml::Value;
 

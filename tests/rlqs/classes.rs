@@ -1,6 +1,6 @@
 //! Priority classes through RLQS: an Envoy whose buckets name the class (`x-priority`) beside
 //! the tenant meets the tenant's rule in that class, and the rule's limit is divided higher
-//! class first (`core::quota::class_totals`): `low` (50 %) gets at most half, and what
+//! class first (`core::policy::rlqs::class_totals`): `low` (50 %) gets at most half, and what
 //! `critical` asks comes first.
 
 use std::time::{Duration, Instant};

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::config::{load, LoadOptions, SourceFile};
-use floodgate::core::headers::{HeaderMode, PlainHeaderNames};
-use floodgate::core::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::decision::headers::{HeaderMode, PlainHeaderNames};
+use floodgate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use floodgate::core::policy::config::{load, LoadOptions, SourceFile};
 use floodgate::engine::limiter::{Limiter, LimiterSettings};
 use floodgate::engine::shutdown;
 use floodgate::proto::rate_limit_descriptor::RateLimitOverride;

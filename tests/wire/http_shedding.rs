@@ -1,4 +1,4 @@
-//! Probabilistic shedding on a concurrency rule (`shed_above`, `core::shed`), over the HTTP
+//! Probabilistic shedding on a concurrency rule (`shed_above`, `core::arithmetic::shed`), over the HTTP
 //! lease pair against the real binary, in memory and in Redis: past a class's own threshold
 //! new leases are refused with probability (429, `Retry-After: 1`, `reason=shed`), well before
 //! the hard `max_in_flight`; the lower class's threshold comes first; below a threshold

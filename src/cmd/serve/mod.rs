@@ -13,8 +13,8 @@ use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
 use crate::cmd::front_door::FrontDoor;
 use crate::cmd::serve_source::{self, FirstRules};
-use crate::core::quota::UnmatchedBucket;
-use crate::core::rules::RuleSet;
+use crate::core::policy::rlqs::UnmatchedBucket;
+use crate::core::policy::rules::RuleSet;
 
 use listeners::BoundListeners;
 use run::{LimiterParts, Serving, ServingSettings, Signals};

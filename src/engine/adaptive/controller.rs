@@ -1,5 +1,5 @@
 //! One adaptive rule's controller: every interval, read the signals, step
-//! (`core::aimd::step`), keep the new limit where it is shared, publish it to the limiter.
+//! (`core::arithmetic::aimd::step`), keep the new limit where it is shared, publish it to the limiter.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -10,8 +10,10 @@ use super::shared::{
     keep_lead, read_limit, read_signal, take_lead, write_limit, SharedKeys, SharesLimits,
 };
 use super::signals::PushedSignals;
-use crate::core::aimd::{step, AdaptiveSettings, Change, Control, Reading, SignalSource, Step};
-use crate::core::gradient::{Gradient, LeaseSample};
+use crate::core::arithmetic::aimd::{
+    step, AdaptiveSettings, Change, Control, Reading, SignalSource, Step,
+};
+use crate::core::arithmetic::gradient::{Gradient, LeaseSample};
 use crate::engine::limiter::Limiter;
 use crate::telemetry::metrics;
 

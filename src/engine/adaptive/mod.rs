@@ -1,11 +1,11 @@
-//! Adaptive limits: the shell around `core::aimd`. One controller task per rule with
+//! Adaptive limits: the shell around `core::arithmetic::aimd`. One controller task per rule with
 //! `adaptive:` steps its limit every interval from a latency signal (a Prometheus query or a
 //! value pushed to the admin API) and publishes it through the limiter's runtime adjustments
 //! (`crate::engine::adjustment_set`), where decisions, `/rlconfig` and `current_limit` see it. An
 //! operator's override still wins over it.
 //!
 //! * `controller`: one rule's loop (signals → step → shared value → limiter); a concurrency
-//!   rule's signal is its own leases (`engine::lease_timings`, `core::gradient`);
+//!   rule's signal is its own leases (`engine::lease_timings`, `core::arithmetic::gradient`);
 //! * `prometheus`: the instant query; `signals` and `push`: pushed values and their route;
 //! * `shared`: where the limit lives between steps (in the process, or in Redis for every
 //!   instance).
@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::core::aimd::SignalSource;
-use crate::core::rules::RuleSet;
+use crate::core::arithmetic::aimd::SignalSource;
+use crate::core::policy::rules::RuleSet;
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::Shutdown;
 use crate::telemetry::metrics;

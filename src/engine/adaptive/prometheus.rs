@@ -13,7 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::de::IgnoredAny;
 
-use crate::core::aimd::Reading;
+use crate::core::arithmetic::aimd::Reading;
 
 /// The largest answer read: one aggregated sample is a few hundred bytes.
 const MAX_BODY_BYTES: usize = 1 << 20;

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::core::aimd::Reading;
+use crate::core::arithmetic::aimd::Reading;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::{SharedValues, Store, StoreError};

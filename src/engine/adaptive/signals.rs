@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-use crate::core::aimd::Reading;
+use crate::core::arithmetic::aimd::Reading;
 
 #[derive(Debug, Default)]
 pub struct PushedSignals {

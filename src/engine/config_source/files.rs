@@ -16,7 +16,7 @@ use std::fs;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
-use crate::core::config::SourceFile;
+use crate::core::policy::config::SourceFile;
 
 /// The default of `--max-config-bytes`: 3 MiB of YAML, 25 000 to 35 000 rules as operators
 /// write them (85 to 125 bytes per rule).

@@ -1,5 +1,5 @@
 //! Where the rules come from, and reading them: the I/O shells around the pure loader
-//! (`core::config::load`).
+//! (`core::policy::config::load`).
 //!
 //! * [`files`]: YAML files on disk, at a path or in envoyproxy/ratelimit's runtime layout
 //!   (`CONFIG_TYPE=FILE`, the default);
@@ -7,7 +7,7 @@
 //!   state-of-the-world stream (`CONFIG_TYPE=GRPC_XDS_SOTW`, as Envoy Gateway runs the
 //!   reference), each turned into the YAML the loader reads.
 //!
-//! Both end in [`SourceFile`](crate::core::config::SourceFile)s loaded together, so a rule
+//! Both end in [`SourceFile`](crate::core::policy::config::SourceFile)s loaded together, so a rule
 //! means the same wherever it came from; swapping the rules in is `engine::reload`'s job.
 
 pub mod files;

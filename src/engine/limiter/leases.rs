@@ -1,12 +1,12 @@
-//! The limiter's lease calls (concurrency rules, `core::lease`): asked of the store before the
+//! The limiter's lease calls (concurrency rules, `core::arithmetic::lease`): asked of the store before the
 //! rate-limit counters, so that a request refused for want of a slot charges nothing; the
 //! failure policy answers a store that cannot decide them, as it does for counters.
 
 use super::Limiter;
-use crate::core::failure::{FailureAction, FailurePolicy};
-use crate::core::lease::{self, LeaseOutcome};
-use crate::core::plan::{DescriptorPlan, Plan};
-use crate::core::response::fail_closed;
+use crate::core::arithmetic::failure::{FailureAction, FailurePolicy};
+use crate::core::arithmetic::lease::{self, LeaseOutcome};
+use crate::core::decision::plan::{DescriptorPlan, Plan};
+use crate::core::decision::response::fail_closed;
 use crate::store::{Decided, Store, StoreError};
 
 /// What the lease calls came to.
@@ -14,7 +14,7 @@ pub(super) enum Leased {
     /// One outcome per call of the plan.
     Decided(Vec<LeaseOutcome>),
     /// The failure policy's answer, complete.
-    Rejected(crate::core::response::Response),
+    Rejected(crate::core::decision::response::Response),
 }
 
 impl<S: Store> Limiter<S> {

@@ -11,9 +11,9 @@ use tokio::sync::Notify;
 use super::mailbox::Mailbox;
 use super::settings::QuotaSettings;
 use super::stream::QuotaStream;
-use crate::core::algorithm::Share;
-use crate::core::priority::Priority;
-use crate::core::quota::{
+use crate::core::arithmetic::algorithm::Share;
+use crate::core::arithmetic::priority::Priority;
+use crate::core::policy::rlqs::{
     aggregate_demand, class_totals, divide, instance_part, peers_moved, BucketKey, ShareSettings,
 };
 
@@ -51,7 +51,7 @@ pub(super) struct DomainBuckets {
 
 /// Buckets that name a rule's priority class (`{tenant: t1, priority: low}`), grouped by the
 /// bucket they are classes of (`{tenant: t1}`): one limit for the group, divided among its
-/// classes first (`core::quota::class_totals`).
+/// classes first (`core::policy::rlqs::class_totals`).
 #[derive(Default)]
 pub(super) struct ClassGroups {
     group_of: HashMap<BucketKey, BucketKey>,
@@ -429,7 +429,7 @@ impl QuotaBoard {
     /// its demand: the demands of every stream that reported on the bucket within
     /// `abandon_after` are divided.
     /// With `peers` (other floodgates' demands on the bucket), `limit` is first divided among
-    /// the instances (`core::quota::instance_part`) and this instance's part among its streams.
+    /// the instances (`core::policy::rlqs::instance_part`) and this instance's part among its streams.
     pub(super) fn share(
         demands: &mut Vec<EnvoyDemand>,
         stream: StreamId,

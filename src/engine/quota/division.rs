@@ -8,9 +8,9 @@ use std::time::Instant;
 use super::board::{DomainBuckets, QuotaBoard, StreamId};
 use super::settings::QuotaSettings;
 use super::stream::InForce;
-use crate::core::priority::Priority;
-use crate::core::quota::{assign, opening, Assignment, BucketKey, BucketLimit};
-use crate::core::rules::DomainRules;
+use crate::core::arithmetic::priority::Priority;
+use crate::core::policy::rlqs::{assign, opening, Assignment, BucketKey, BucketLimit};
+use crate::core::policy::rules::DomainRules;
 
 #[derive(Debug, Clone)]
 pub(super) enum Division {
@@ -70,7 +70,7 @@ impl Division {
 
     /// `stream`'s assignment on `key` now, from what every stream on it last reported. Until
     /// its demand there is measured the bucket is new on its Envoy, whose token bucket starts
-    /// full: it opens with a part of its burst (`core::quota::opening`).
+    /// full: it opens with a part of its burst (`core::policy::rlqs::opening`).
     pub(super) fn assignment(
         &self,
         buckets: &mut DomainBuckets,

@@ -1,9 +1,9 @@
 //! RLQS across floodgates: every `--rlqs-exchange-ms`, each instance publishes what its Envoys
 //! offer on each bucket to the store they share and reads what the others published, so each
-//! takes its part of every bucket's limit (`core::quota::instance_part`) before dividing it
+//! takes its part of every bucket's limit (`core::policy::rlqs::instance_part`) before dividing it
 //! among its own Envoys. An instance that stopped publishing is remembered at its last demand
 //! for `peer_memory`, or until an instance that started since has heard every Envoy (its
-//! startup grace over) and retires it (`core::quota::peer_entry`). One call per domain
+//! startup grace over) and retires it (`core::policy::rlqs::peer_entry`). One call per domain
 //! (`RlqsPeers`); no report waits for it but a bucket's first on this instance.
 
 use std::sync::Arc;

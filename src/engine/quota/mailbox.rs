@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::core::quota::BucketKey;
+use crate::core::policy::rlqs::BucketKey;
 
 #[derive(Default)]
 pub(super) struct Mailbox {

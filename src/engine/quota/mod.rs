@@ -1,6 +1,6 @@
 //! RLQS's live state: which Envoys (streams) report on which buckets and what each offered at
 //! its last report, bounded per stream, per domain and in streams. The division itself is pure
-//! (`core::quota`); this keeps what it divides over. Floodgates that share a Redis exchange
+//! (`core::policy::rlqs`); this keeps what it divides over. Floodgates that share a Redis exchange
 //! their demands (`exchange`), so Envoys connected to different floodgates share one limit.
 
 mod board;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::core::quota::{BucketKeyBounds, PushSettings, ShareSettings, UnmatchedBucket};
+use crate::core::policy::rlqs::{BucketKeyBounds, PushSettings, ShareSettings, UnmatchedBucket};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuotaSettings {

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use super::board::{DomainBuckets, EnvoyDemand, QuotaBoard, StreamId};
 use super::division::Division;
 use super::mailbox::Mailbox;
-use crate::core::adjustment::Adjustments;
-use crate::core::quota::{demand_moved, worth_pushing, Assignment, BucketError, BucketKey};
-use crate::core::rules::RuleSet;
+use crate::core::policy::adjustment::Adjustments;
+use crate::core::policy::rlqs::{demand_moved, worth_pushing, Assignment, BucketError, BucketKey};
+use crate::core::policy::rules::RuleSet;
 
 /// What a report is answered against: the rules and the runtime adjustments (overrides,
 /// adaptive limits) in force now.
@@ -271,7 +271,7 @@ impl QuotaStream {
     }
 
     /// The new assignments of the buckets posted since the last push that are worth pushing
-    /// (`core::quota::worth_pushing`): Envoy applies them to the buckets it reported.
+    /// (`core::policy::rlqs::worth_pushing`): Envoy applies them to the buckets it reported.
     pub fn pushes(&mut self, now: Instant) -> Vec<StreamAction> {
         let posted = self.mailbox.take();
         let (Some(domain), false) = (self.domain.clone(), posted.is_empty()) else {

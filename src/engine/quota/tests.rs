@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::core::adjustment::{Adjustment, AdjustmentSource, Adjustments};
-use crate::core::config::load_valid;
-use crate::core::quota::{Assignment, TokenBucketShape, UnmatchedBucket};
-use crate::core::rules::RuleSet;
+use crate::core::policy::adjustment::{Adjustment, AdjustmentSource, Adjustments};
+use crate::core::policy::config::load_valid;
+use crate::core::policy::rlqs::{Assignment, TokenBucketShape, UnmatchedBucket};
+use crate::core::policy::rules::RuleSet;
 
 const RULES: &str = "
 domain: acme
@@ -373,7 +373,7 @@ fn the_assignment_carries_the_configured_time_to_live() {
     assert_eq!(
         action,
         StreamAction::Assign {
-            bucket: crate::core::quota::BucketKey::from_map(
+            bucket: crate::core::policy::rlqs::BucketKey::from_map(
                 &usage(&[("name", "prod")], 0, 0).bucket_id,
                 Default::default()
             )
@@ -415,7 +415,7 @@ fn an_override_or_adaptive_value_changes_the_total_divided() {
 }
 
 /// Each instance's last demand on one bucket of one domain.
-type Published = HashMap<(String, crate::core::quota::BucketKey), HashMap<u64, Option<f64>>>;
+type Published = HashMap<(String, crate::core::policy::rlqs::BucketKey), HashMap<u64, Option<f64>>>;
 
 /// A store that every board of the test publishes to, as Redis does for floodgates.
 #[derive(Default)]

@@ -34,8 +34,8 @@ pub use trim::trim_after_load;
 use watch::{DirectoryWatch, WatchTarget};
 pub use xds::{load_xds_resources, XdsReloader};
 
-use crate::core::config::{load, ConfigErrors, LoadOptions, SourceFile};
-use crate::core::rules::RuleSet;
+use crate::core::policy::config::{load, ConfigErrors, LoadOptions, SourceFile};
+use crate::core::policy::rules::RuleSet;
 use crate::engine::config_source::SourceError;
 use crate::engine::config_source::{
     location_directories, read_sources, ConfigLocation, DEFAULT_MAX_CONFIG_BYTES,

@@ -1,13 +1,13 @@
 //! What the reloads have done so far: where the rules come from, which version of them is
 //! live, since when, and the last error. Shown on the debug port, in metrics and in logs.
 
-use crate::core::time::rfc3339;
+use crate::core::ground::calendar::rfc3339;
 use std::fmt;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-use crate::core::rules::RuleSet;
+use crate::core::policy::rules::RuleSet;
 
 /// The reload history of one process. Shared (in an `Arc`) by the reloader, which writes it,
 /// and the debug listener, which shows it.

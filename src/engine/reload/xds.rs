@@ -1,6 +1,6 @@
 //! Rules that arrive over xDS, swapped in as a file reload's are: every resource of a snapshot
 //! turned into a source (`xds:<resource name>`), all of them loaded together with
-//! `core::config::load` on a loader thread, checked against the store, and installed through
+//! `core::policy::config::load` on a loader thread, checked against the store, and installed through
 //! the same `install` as file reloads — so a counter whose rule did not change (same domain,
 //! rule path, algorithm and window) keeps counting.
 //!
@@ -18,8 +18,8 @@ use super::loader::{Loader, Retired};
 use super::status::ReloadStatus;
 use super::swap_in;
 use super::trim::trim_after_load;
-use crate::core::config::{load, LoadOptions, SourceFile};
-use crate::core::rules::RuleSet;
+use crate::core::policy::config::{load, LoadOptions, SourceFile};
+use crate::core::policy::rules::RuleSet;
 use crate::engine::config_source::xds::{decode_all, to_source, Snapshot, XdsClient};
 use crate::engine::shutdown::Shutdown;
 

@@ -2,7 +2,7 @@
 //! authenticated changes at run time. Every route needs `Authorization: Bearer <token>`, the
 //! token being a line of the token file; anything else gets 401 and no detail.
 //!
-//! * `POST /v1/overrides`: put a temporary limit on a rule (`core::adjustment`), e.g. during an
+//! * `POST /v1/overrides`: put a temporary limit on a rule (`core::policy::adjustment`), e.g. during an
 //!   incident, without editing the configuration; `GET /v1/overrides` lists them with the time
 //!   left; `DELETE /v1/overrides/{id}` ends one early. Each change is logged (target
 //!   `floodgate::audit`) with the caller's address.
@@ -36,10 +36,11 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::core::adjustment::{adjusted_quota, target_limit, MAX_OVERRIDE_TTL};
-use crate::core::rules::{Entry, Rule, RuleSet};
-use crate::core::time::rfc3339;
-use crate::core::unit::Unit;
+use crate::core::ground::calendar::rfc3339;
+use crate::core::ground::unit::Unit;
+use crate::core::policy::adjustment::{adjusted_quota, target_limit, MAX_OVERRIDE_TTL};
+use crate::core::policy::request::Entry;
+use crate::core::policy::rules::{Rule, RuleSet};
 use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
 use crate::engine::overrides_sync::SharedOverrides;
@@ -698,7 +699,7 @@ fn new_record(
 }
 
 fn find_rule<'a>(
-    domain: &'a crate::core::rules::DomainRules,
+    domain: &'a crate::core::policy::rules::DomainRules,
     new: &NewOverride,
 ) -> Result<&'a Rule, String> {
     match (&new.rule, &new.descriptor) {

@@ -15,7 +15,7 @@ use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{text_response, HttpState};
-use crate::core::overload::OverloadAnswer;
+use crate::core::decision::overload::OverloadAnswer;
 use crate::server::admission::OVERLOADED_MESSAGE;
 use crate::telemetry::metrics::{self, OverloadReason};
 

@@ -28,14 +28,15 @@ use axum::response::Response;
 
 use super::admission::{admit, overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
-use crate::core::error_codes::ErrorCodes;
-use crate::core::headers::{response_headers, HeaderMode};
-use crate::core::http_check::headers::{
+use crate::core::decision::error_codes::ErrorCodes;
+use crate::core::decision::headers::{response_headers, HeaderMode};
+use crate::core::decision::overload::{overload_reply, OverloadReply};
+use crate::core::decision::response::Response as Decision;
+use crate::core::decision::status::Code;
+use crate::core::policy::http_check::headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
 };
-use crate::core::overload::{overload_reply, OverloadReply};
-use crate::core::request::Request;
-use crate::core::response::{Code, Response as Decision};
+use crate::core::policy::request::Request;
 use crate::store::Store;
 use crate::telemetry::paced_log::{ClientText, PacedLog};
 
@@ -220,10 +221,10 @@ fn lossy(value: &HeaderValue) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::headers::PlainHeaderNames;
-    use crate::core::overload::{OverloadAnswer, OVERLOADED_HEADER};
-    use crate::core::response::{CurrentLimit, DescriptorStatus};
-    use crate::core::unit::Unit;
+    use crate::core::decision::headers::PlainHeaderNames;
+    use crate::core::decision::overload::{OverloadAnswer, OVERLOADED_HEADER};
+    use crate::core::decision::status::{CurrentLimit, DescriptorStatus};
+    use crate::core::ground::unit::Unit;
 
     fn decision(code: Code, configured: HeaderMode) -> Decision {
         let statuses = vec![DescriptorStatus {

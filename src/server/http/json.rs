@@ -17,10 +17,11 @@ use super::protojson::{request_from_json, response_to_json};
 use super::{
     body_rejection_response, limit_error_response, text_response, trace_parent, HttpState,
 };
-use crate::core::error_codes::{ErrorCodes, HttpErrorBody, Undecided};
-use crate::core::overload::{overload_reply, OverloadReply};
-use crate::core::response::{Code, Response as Decision};
-use crate::core::semantics::Traces;
+use crate::core::decision::error_codes::{ErrorCodes, HttpErrorBody, Undecided};
+use crate::core::decision::overload::{overload_reply, OverloadReply};
+use crate::core::decision::response::Response as Decision;
+use crate::core::decision::semantics::Traces;
+use crate::core::decision::status::Code;
 use crate::server::convert::{request_from_wire, response_to_wire};
 use crate::store::Store;
 use crate::telemetry::traces::{reference_json_span, RemoteParent};

@@ -6,12 +6,12 @@
 //! {"domain": "backend", "entries": [{"key": "backend", "value": "slow"}], "lease": "job-42"}
 //! ```
 //!
-//! The call is decided as Envoy's start or stream-end call would be (`core::lease::
+//! The call is decided as Envoy's start or stream-end call would be (`core::arithmetic::lease::
 //! application` builds that request), in the same counter. The answer is JSON: 200
 //! `{"code":"OK","rule":…,"remaining":N}` (what the caller's class may still take), or 429
 //! `{"code":"OVER_LIMIT","rule":…,"retryAfterMs":…}` with `Retry-After` (seconds, rounded up:
 //! when the earliest lease expires, at the latest) and the `--response-headers` fields, the
-//! headers the same refusal gets over gRPC (`core::headers`). A release is always 200; an unknown id
+//! headers the same refusal gets over gRPC (`core::decision::headers`). A release is always 200; an unknown id
 //! releases nothing. Errors are as `/json`'s: 400 with the reason (a body that is not such a
 //! request, no concurrency rule matching), 503 when the store cannot decide.
 
@@ -26,11 +26,12 @@ use super::admission::{admit, overloaded_response, Admit};
 use super::{
     body_rejection_response, limit_error_response, text_response, trace_parent, HttpState,
 };
-use crate::core::error_codes::ErrorCodes;
-use crate::core::lease::application::{as_request, LeaseRequest};
-use crate::core::lease::LeaseAction;
-use crate::core::response::{Code, Response as Decision};
-use crate::core::rules::Entry;
+use crate::core::arithmetic::lease::LeaseAction;
+use crate::core::decision::error_codes::ErrorCodes;
+use crate::core::decision::response::Response as Decision;
+use crate::core::decision::status::Code;
+use crate::core::policy::lease_request::{as_request, LeaseRequest};
+use crate::core::policy::request::Entry;
 use crate::store::Store;
 
 #[derive(Deserialize)]

@@ -4,8 +4,8 @@
 //! * `/json`: envoyproxy/ratelimit's JSON endpoint, a `RateLimitRequest` in proto3 JSON in and the
 //!   `RateLimitResponse` out (200 OK, 429 OVER_LIMIT);
 //! * `/check` and `/check/<profile>`: for nginx's `auth_request`. The descriptors come from
-//!   request headers (`core::http_check::headers`) or from a check profile of the configuration
-//!   (`core::http_check::profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
+//!   request headers (`core::policy::http_check::headers`) or from a check profile of the configuration
+//!   (`core::policy::http_check::profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
 //!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy;
 //! * `/lease/acquire` and `/lease/release`: concurrency rules' leases for applications (`lease`).
 //!
@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::Router;
 
-use crate::core::error_codes::{ErrorCodes, HttpErrorBody};
+use crate::core::decision::error_codes::{ErrorCodes, HttpErrorBody};
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::admission::Admission;
 use crate::server::connections::is_body_timeout;
@@ -115,7 +115,7 @@ fn text_response(status: StatusCode, message: impl std::fmt::Display) -> Respons
 }
 
 /// What a request the limiter could not decide gets, as `codes` says
-/// (`core::error_codes`): with floodgate's codes 400 with the reason for a request that cannot
+/// (`core::decision::error_codes`): with floodgate's codes 400 with the reason for a request that cannot
 /// be decided, 503 when the store is unavailable (nginx turns both into a 500, which its
 /// `error_page` then serves fail-open or fail-closed); with the reference's, `400 Bad Request`.
 fn limit_error_response(error: &LimitError, codes: ErrorCodes) -> Response {

@@ -2,9 +2,9 @@
 //! the hits this instance admitted since (sent and not yet answered, or not yet sent), its
 //! local budget, and whether it is decided exactly until its window ends.
 
-use crate::core::algorithm::{Quota, State};
-use crate::core::hybrid::{add_hits, local_budget, window_end, window_start};
-use crate::core::time::Micros;
+use crate::core::arithmetic::algorithm::{Quota, State};
+use crate::core::arithmetic::hybrid::{add_hits, local_budget, window_end, window_start};
+use crate::core::ground::time::Micros;
 
 /// Hits counted in one window: (its start, how many).
 pub(super) type WindowHits = (Micros, u64);
@@ -125,11 +125,11 @@ impl Entry {
         if self.touched || !self.pending.is_empty() || !self.in_flight.is_empty() {
             return false;
         }
-        let evaluation = crate::core::algorithm::evaluate(
+        let evaluation = crate::core::arithmetic::algorithm::evaluate(
             &self.quota,
             self.seen.as_ref(),
             now,
-            crate::core::algorithm::Hits::PEEK,
+            crate::core::arithmetic::algorithm::Hits::PEEK,
         );
         !self.known || self.seen.is_none() || evaluation.expires_at <= now
     }
@@ -138,9 +138,9 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::Algorithm;
-    use crate::core::time::MICROS_PER_SECOND;
-    use crate::core::unit::Unit;
+    use crate::core::arithmetic::algorithm::Algorithm;
+    use crate::core::ground::time::MICROS_PER_SECOND;
+    use crate::core::ground::unit::Unit;
 
     const T: Micros = 1_796_083_200 * MICROS_PER_SECOND;
 

@@ -4,10 +4,10 @@
 //!
 //! # What is local
 //!
-//! Fixed and sliding windows (`core::hybrid::supports`: their counts add). A counter's local
+//! Fixed and sliding windows (`core::arithmetic::hybrid::supports`: their counts add). A counter's local
 //! view is the global state Redis gave at the last sync with this instance's unsent hits laid
-//! over it (`core::hybrid::add_hits`); the core decides from it exactly as the memory store
-//! does (`core::charging::settle`, all or nothing). A request naming a bucket, a sliding log
+//! over it (`core::arithmetic::hybrid::add_hits`); the core decides from it exactly as the memory store
+//! does (`core::decision::charging::settle`, all or nothing). A request naming a bucket, a sliding log
 //! or a refund is decided exactly, in Redis, whole (`RedisStore`): those states depend on the
 //! order of every hit, so they do not add.
 //!
@@ -22,7 +22,7 @@
 //!
 //! Between two syncs an instance admits on its own at most its budget,
 //! `floor(share × remaining / instances)` hits of a counter (`--hybrid-local-share`, 0.01;
-//! `core::hybrid::local_budget`). A request beyond it is decided exactly in Redis and asks for
+//! `core::arithmetic::hybrid::local_budget`). A request beyond it is decided exactly in Redis and asks for
 //! a sync at once. A counter whose budget is 0 is decided exactly until its window ends
 //! (refusals excepted: what the local view refuses, Redis refuses too, so those stay here). So
 //! when a counter's global count reaches its limit, the hits Redis had not heard of are at most
@@ -60,11 +60,11 @@ use self::entry::Entry;
 pub use self::sync::run as run_sync;
 use super::redis::RedisStore;
 use super::{Decided, Store, StoreError};
-use crate::core::algorithm::{Counting, Hits, State};
-use crate::core::charging::{settle, Charging, Settled};
-use crate::core::hybrid::{supports, window_end};
-use crate::core::plan::Counter;
-use crate::core::time::{Clock, Micros};
+use crate::core::arithmetic::algorithm::{Counting, Hits, State};
+use crate::core::arithmetic::hybrid::{supports, window_end};
+use crate::core::decision::charging::{settle, Charging, Settled};
+use crate::core::decision::plan::Counter;
+use crate::core::ground::time::{Clock, Micros};
 
 /// The default interval between two syncs (`--hybrid-sync-ms`).
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
@@ -544,8 +544,8 @@ impl Store for HybridStore {
     /// In flight is a count every instance must agree on at once: decided in Redis, always.
     async fn leases(
         &self,
-        calls: &[crate::core::lease::LeaseCall],
-    ) -> Result<Vec<crate::core::lease::LeaseOutcome>, StoreError> {
+        calls: &[crate::core::arithmetic::lease::LeaseCall],
+    ) -> Result<Vec<crate::core::arithmetic::lease::LeaseOutcome>, StoreError> {
         self.redis.leases(calls).await
     }
 

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::entry::Entry;
 use super::HybridStore;
-use crate::core::algorithm::Counting;
-use crate::core::hybrid::window_start;
-use crate::core::time::Micros;
+use crate::core::arithmetic::algorithm::Counting;
+use crate::core::arithmetic::hybrid::window_start;
+use crate::core::ground::time::Micros;
 use crate::store::redis::{SyncItem, SyncReply};
 use crate::store::StoreError;
 

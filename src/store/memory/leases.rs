@@ -1,4 +1,4 @@
-//! The memory store's lease counters (concurrency rules, `core::lease`): the slots of each
+//! The memory store's lease counters (concurrency rules, `core::arithmetic::lease`): the slots of each
 //! lease id, with their expiries, per counter, behind one lock, since a lease call is rare beside a rate-limit decision
 //! and touches one or two counters. Bounded like the counters: a new lease counter past
 //! `max_keys` is refused ([`StoreError::Full`]) after the expired ones are dropped.
@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 
 use super::super::StoreError;
-use crate::core::lease::{self, LeaseCall, LeaseOutcome, Leases};
-use crate::core::time::Micros;
+use crate::core::arithmetic::lease::{self, LeaseCall, LeaseOutcome, Leases};
+use crate::core::ground::time::Micros;
 
 #[derive(Default)]
 pub(super) struct LeaseTable {

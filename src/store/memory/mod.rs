@@ -1,7 +1,7 @@
 //! The embedded in-memory store: counters in a sharded hash map, one lock per shard. A request
 //! locks only the shards its counters live in, in ascending order (so two requests can never
 //! wait on each other in a cycle), evaluates, and charges what the core settles (all or none by
-//! default, `core::charging`) before unlocking.
+//! default, `core::decision::charging`) before unlocking.
 //!
 //! `--max-keys` bounds the counters held. A request that needs more room first frees it
 //! (`shard.rs` says in which order): in its own shards, then in the others, never forgetting an
@@ -24,11 +24,11 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use self::leases::LeaseTable;
 use self::shard::{Freed, Shard, Slot, SlotKey};
 use super::{Decided, Store, StoreError};
-use crate::core::charging::{settle, Charging};
-use crate::core::failure::LogPace;
-use crate::core::lease::{LeaseCall, LeaseOutcome};
-use crate::core::plan::Counter;
-use crate::core::time::{Clock, Micros};
+use crate::core::arithmetic::failure::LogPace;
+use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::charging::{settle, Charging};
+use crate::core::decision::plan::Counter;
+use crate::core::ground::time::{Clock, Micros};
 
 /// Enough shards that two cores rarely meet on one lock, few enough to sweep quickly.
 const SHARDS: usize = 128;
@@ -50,9 +50,9 @@ pub struct MemoryStore {
     observer: Option<Arc<dyn EvictionObserver>>,
     /// Paces the log line of a store full of exhausted counters (it refuses every new one).
     full_log: Mutex<LogPace>,
-    /// Which counters a request charges (`core::charging`).
+    /// Which counters a request charges (`core::decision::charging`).
     charging: Charging,
-    /// The concurrency rules' leases (`core::lease`).
+    /// The concurrency rules' leases (`core::arithmetic::lease`).
     leases: LeaseTable,
 }
 
@@ -390,10 +390,10 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, Hits, Quota, Share};
-    use crate::core::time::{ManualClock, MICROS_PER_SECOND};
-    use crate::core::unit::Unit;
-    use crate::core::verdict::Role;
+    use crate::core::arithmetic::algorithm::{Algorithm, Hits, Quota, Share};
+    use crate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+    use crate::core::ground::unit::Unit;
+    use crate::core::ground::verdict::Role;
 
     const START: Micros = 1_796_083_200 * MICROS_PER_SECOND;
 

@@ -1,16 +1,18 @@
-//! The answer a priority class gets (`core::response::assemble`) for counters the memory store
+//! The answer a priority class gets (`core::decision::response::assemble`) for counters the memory store
 //! decided: its share of the limit, what it can still use, and why it was refused.
 
 use std::sync::Arc;
 
-use crate::core::config::load_valid;
-use crate::core::headers::HeaderMode;
-use crate::core::headers::PRIORITY_HEADER;
-use crate::core::plan::{plan, PlanSettings};
-use crate::core::request::{Descriptor, Request};
-use crate::core::response::{assemble, Code, Response};
-use crate::core::rules::{Entry, RuleSet};
-use crate::core::time::{ManualClock, MICROS_PER_SECOND};
+use crate::core::decision::headers::HeaderMode;
+use crate::core::decision::headers::PRIORITY_HEADER;
+use crate::core::decision::plan::{plan, PlanSettings};
+use crate::core::decision::response::{assemble, Response};
+use crate::core::decision::status::Code;
+use crate::core::ground::time::{ManualClock, MICROS_PER_SECOND};
+use crate::core::policy::config::load_valid;
+use crate::core::policy::request::Entry;
+use crate::core::policy::request::{Descriptor, Request};
+use crate::core::policy::rules::RuleSet;
 use crate::store::memory::MemoryStore;
 
 const RULES: &str = "

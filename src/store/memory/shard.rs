@@ -9,8 +9,8 @@
 
 use hashbrown::HashMap;
 
-use crate::core::algorithm::{Fullness, State};
-use crate::core::time::Micros;
+use crate::core::arithmetic::algorithm::{Fullness, State};
+use crate::core::ground::time::Micros;
 
 const MICROS_PER_MILLI: Micros = 1_000;
 

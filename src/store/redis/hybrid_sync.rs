@@ -16,8 +16,8 @@ use redis::Script;
 use super::errors::unavailable;
 use super::script::{window_arg, Arg, Call};
 use super::{Link, RedisStore};
-use crate::core::algorithm::{Algorithm, Quota, State};
-use crate::core::time::Micros;
+use crate::core::arithmetic::algorithm::{Algorithm, Quota, State};
+use crate::core::ground::time::Micros;
 use crate::store::StoreError;
 
 /// The sync script: the shared helpers, then the merge.
@@ -44,7 +44,7 @@ fn sync_script() -> &'static Script {
 pub struct SyncItem {
     /// The counter's Redis key (`RedisStore::key_of`).
     pub key: String,
-    /// Fixed or sliding window (`core::hybrid::supports`).
+    /// Fixed or sliding window (`core::arithmetic::hybrid::supports`).
     pub quota: Quota,
     pub window_start: Micros,
     pub hits: u64,

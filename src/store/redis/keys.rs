@@ -32,7 +32,7 @@
 //!   counters can be found (`SCAN MATCH floodgate:{edge*}:<rule>:*`). Hashed, not written out:
 //!   a config path holds config values (`api_key_<value>`), which may be secrets.
 //! * `<counter>`: the first 128 bits of SHA-256 of the whole counter identity
-//!   (`core::key::counter_key`: domain, rule path, algorithm, limit index, window and the
+//!   (`core::decision::key::counter_key`: domain, rule path, algorithm, limit index, window and the
 //!   descriptor's entries, each length-prefixed), in hex. No descriptor value (an IP, an API
 //!   key) is stored in the clear, no value can change the layout or reach another key, and
 //!   every instance derives the same key. The hash is not keyed: a guessable value (an IPv4
@@ -41,8 +41,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::core::plan::Counter;
-use crate::core::verdict::Role;
+use crate::core::decision::plan::Counter;
+use crate::core::ground::verdict::Role;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "floodgate:";
@@ -147,8 +147,8 @@ impl KeyLayout {
     }
 
     /// The key of an identity that must always carry the domain's hash tag, whatever
-    /// `--redis-hash-tag` says: a lease counter (`core::key::lease_key`), so a request's lease
-    /// calls share one slot, and an RLQS bucket (`core::key::quota_bucket_key`), so one
+    /// `--redis-hash-tag` says: a lease counter (`core::decision::key::lease_key`), so a request's lease
+    /// calls share one slot, and an RLQS bucket (`core::decision::key::quota_bucket_key`), so one
     /// domain's buckets go in one exchange call.
     pub fn domain_key_for(&self, identity: &[u8]) -> String {
         self.key(identity, HashTag::Domain)
@@ -180,7 +180,7 @@ impl KeyLayout {
     }
 }
 
-/// The domain and rule path that `core::key::counter_key` writes first, each as a
+/// The domain and rule path that `core::decision::key::counter_key` writes first, each as a
 /// little-endian u64 length and the bytes. `None` if the identity is not shaped so; the key
 /// is still unique (the whole identity is hashed), it just shows an empty domain.
 fn leading_fields(identity: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -189,7 +189,7 @@ fn leading_fields(identity: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((domain, rule_path))
 }
 
-/// The digest of what `core::key::counter_key` writes for one descriptor of one rule: the
+/// The digest of what `core::decision::key::counter_key` writes for one descriptor of one rule: the
 /// domain and rule path, then the entries; the algorithm, limit index and window between them
 /// are left out, so every limit of a descriptor gets one digest. An identity not shaped so is
 /// hashed whole.
@@ -245,10 +245,11 @@ fn push_hex(key: &mut String, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, Quota, Share};
-    use crate::core::key::counter_key;
-    use crate::core::rules::{Entry, MatchedLevel};
-    use crate::core::unit::Unit;
+    use crate::core::arithmetic::algorithm::{Algorithm, Quota, Share};
+    use crate::core::decision::key::counter_key;
+    use crate::core::ground::unit::Unit;
+    use crate::core::policy::request::Entry;
+    use crate::core::policy::rules::MatchedLevel;
 
     fn identity(domain: &str, path: &str, entries: &[Entry]) -> Vec<u8> {
         let levels = vec![MatchedLevel::Default; entries.len()];
@@ -421,7 +422,7 @@ mod tests {
             descriptor: 0,
             key: id.clone(),
             quota: Quota::new(1, Unit::Second),
-            hits: crate::core::algorithm::Hits::Charge(1),
+            hits: crate::core::arithmetic::algorithm::Hits::Charge(1),
             role,
             share: Share::FULL,
         };

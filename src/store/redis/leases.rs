@@ -1,4 +1,4 @@
-//! The Redis store's lease calls (concurrency rules, `core::lease`): one `EVALSHA` of
+//! The Redis store's lease calls (concurrency rules, `core::arithmetic::lease`): one `EVALSHA` of
 //! `lua/leases.lua` per request, which reads each counter's sorted set once, decides every
 //! call as the core does and writes all of them or none. The keys carry the domain's hash tag
 //! whatever `--redis-hash-tag` says, so on a cluster a request's leases share one slot.
@@ -9,7 +9,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::keys::KeyLayout;
 use super::script::Now;
-use crate::core::lease::{LeaseAction, LeaseCall, LeaseOutcome};
+use crate::core::arithmetic::lease::{LeaseAction, LeaseCall, LeaseOutcome};
 
 fn lease_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();

@@ -5,9 +5,9 @@
 //! # One round trip, all or nothing
 //!
 //! A request becomes one `EVALSHA` (`script.rs`, Lua in `lua/`): the script reads each counter
-//! once, evaluates every counter with the same arithmetic as `core::algorithm` (a counter named
+//! once, evaluates every counter with the same arithmetic as `core::arithmetic::algorithm` (a counter named
 //! twice sees its earlier mention's pending state, as in `MemoryStore`), computes the verdict
-//! of `core::verdict`, then writes every admitted counter or none. Redis runs a script
+//! of `core::ground::verdict`, then writes every admitted counter or none. Redis runs a script
 //! atomically, so concurrent requests from any number of instances never interleave. The
 //! script is loaded with `SCRIPT LOAD` when the store connects and loaded again, transparently,
 //! when Redis answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
@@ -46,14 +46,14 @@
 //!
 //! With [`RedisOptions::reference_counters`] a fixed window the reference could count (one
 //! whole unit, the only limit of its descriptor, no priority class:
-//! `core::reference_cache::counts_under_reference_key`) is counted under the reference's own
+//! `core::decision::reference_cache::counts_under_reference_key`) is counted under the reference's own
 //! key, `CACHE_KEY_PREFIX` + `domain_key_value…_<window start>`, with its `INCRBY` and
 //! `EXPIRE` pipelined (`reference.rs`), so its pods and floodgate's share one count. The core
 //! decides from the counts; "now" is then the instance's clock, as the reference's. Such keys
 //! are charged descriptor by descriptor, or, all-or-refused, in the reference's two round trips
 //! (`GET`, then `INCRBY` of the keys the core picks); never rolled back, so the store refuses
 //! them under all-or-nothing charging. The other counters of a request are decided by the
-//! script at the same time; the verdict joins both (`core::response::Decided::from_outcomes`).
+//! script at the same time; the verdict joins both (`core::decision::response::Decided::from_outcomes`).
 //!
 //! # Redis Cluster
 //!
@@ -111,7 +111,7 @@
 //! values) have a longer floor of their own. The redis crate's own response timeout never ends
 //! a call first (its 500 ms default used to cut every longer call timeout short).
 //!
-//! A circuit breaker (`core::failure::Breaker`) stands before the calls: after
+//! A circuit breaker (`core::arithmetic::failure::Breaker`) stands before the calls: after
 //! [`RedisOptions::breaker_threshold`] consecutive failures (5 by default) the store stops
 //! calling Redis and answers `Unavailable` at once, so a dead Redis costs no request its
 //! deadline; one real decision per [`RedisOptions::probe_interval`] (500 ms) goes through as a
@@ -119,7 +119,7 @@
 //! 500 ms and not 1 s: after a restart the first probe may only wake the connection's
 //! reconnection (it fails while the socket is re-established), so two probes a second keep
 //! "decisions resume within 1 s of Redis returning" (`tests/redis_failure/redis_failure.rs`). What a
-//! failed request gets is the limiter's failure policy (`core::failure::FailurePolicy`).
+//! failed request gets is the limiter's failure policy (`core::arithmetic::failure::FailurePolicy`).
 
 mod batch;
 mod cluster;
@@ -170,13 +170,13 @@ pub use self::slot::slot_groups;
 pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
-use crate::core::adjustment::adjusted_quota;
-use crate::core::charging::Charging;
-use crate::core::failure::{Breaker, Gate, Transition};
-use crate::core::lease::{LeaseCall, LeaseOutcome};
-use crate::core::plan::Counter;
-use crate::core::rules::RuleSet;
-use crate::core::time::Clock;
+use crate::core::arithmetic::failure::{Breaker, Gate, Transition};
+use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::charging::Charging;
+use crate::core::decision::plan::Counter;
+use crate::core::ground::time::Clock;
+use crate::core::policy::adjustment::adjusted_quota;
+use crate::core::policy::rules::RuleSet;
 
 /// How long keys outlive their state under a test clock: Redis expires keys on its own clock,
 /// which moves far slower than a test's.
@@ -663,7 +663,7 @@ const READY_DEADLINE: Duration = Duration::from_millis(500);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::load_valid;
+    use crate::core::policy::config::load_valid;
 
     #[test]
     fn limits_beyond_the_bounds_are_listed_by_rule() {

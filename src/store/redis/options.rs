@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::credentials::redact_url;
 use super::keys::{HashTag, DEFAULT_PREFIX};
 use super::tls::TlsOptions;
-use crate::core::charging::Charging;
-use crate::core::time::Clock;
+use crate::core::decision::charging::Charging;
+use crate::core::ground::time::Clock;
 
 /// The default deadline of one decision.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(25);
@@ -69,7 +69,7 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// TLS (`rediss://`, or `tls.enabled` for a bare `host:port`) and its files.
     pub tls: TlsOptions,
-    /// Which counters a request charges (`core::charging`; `--charge`).
+    /// Which counters a request charges (`core::decision::charging`; `--charge`).
     pub charging: Charging,
     /// Requests one script call may decide (1 to [`MAX_BATCH`](super::MAX_BATCH); see
     /// "Batching" in the module's notes).

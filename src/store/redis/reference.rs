@@ -1,4 +1,4 @@
-//! envoyproxy/ratelimit's counters (`core::reference_cache`): a fixed window the reference could
+//! envoyproxy/ratelimit's counters (`core::decision::reference_cache`): a fixed window the reference could
 //! count is counted under its key, with its commands, so its pods and floodgate's share one
 //! count on one Redis (`--redis-counters reference`, the default of the `ratelimit` door).
 //!
@@ -15,7 +15,7 @@
 //! (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`) it is the reference's two round trips
 //! (lines 115-187): a pipeline of `GET`s first (per-second keys to the per-second Redis, on a
 //! Cluster one per key, as above), from whose counts the core decides which keys to increment
-//! (`core::reference_cache::stop_increments`), then the `INCRBY`/`EXPIRE` pipeline, the keys
+//! (`core::decision::reference_cache::stop_increments`), then the `INCRBY`/`EXPIRE` pipeline, the keys
 //! held back incremented by 0. Neither is atomic across keys, nor across the two round trips:
 //! a call between them, from any instance, is not seen by the decision, exactly as in the
 //! reference.
@@ -30,15 +30,15 @@ use redis::Script;
 use super::errors::{misconfigured, unavailable};
 use super::options::{RedisOptions, ReferenceCounters};
 use super::Link;
-use crate::core::charging::{Charging, Recording};
-use crate::core::plan::Counter;
-use crate::core::reference_cache::{
+use crate::core::decision::charging::{Charging, Recording};
+use crate::core::decision::plan::Counter;
+use crate::core::decision::reference_cache::{
     cache_key_of, counts_under_reference_key, outcome_of, stop_increments, Read, ReferenceHits,
     ReferenceWindow,
 };
-use crate::core::response::CounterOutcome;
-use crate::core::time::{Clock, Micros, SystemClock};
-use crate::core::unit::Unit;
+use crate::core::decision::response::CounterOutcome;
+use crate::core::ground::time::{Clock, Micros, SystemClock};
+use crate::core::ground::unit::Unit;
 use crate::store::StoreError;
 
 /// Gives hits back under a reference key, never below 0, and renews its expiry.

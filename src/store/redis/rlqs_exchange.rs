@@ -11,7 +11,7 @@ use redis::Script;
 
 use super::errors::unavailable;
 use super::RedisStore;
-use crate::core::key::quota_bucket_key;
+use crate::core::decision::key::quota_bucket_key;
 use crate::store::{DemandItem, ExchangeTerms, RlqsPeers, StoreError};
 
 fn exchange_script() -> &'static Script {

@@ -2,12 +2,12 @@
 //! computes exactly, the arguments a request becomes, how requests share one call (a batch)
 //! and the reply it gives back.
 
-use crate::core::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
-use crate::core::charging::{Charging, Recording};
-use crate::core::plan::Counter;
-use crate::core::response::CounterOutcome;
-use crate::core::time::Micros;
-use crate::core::verdict::Role;
+use crate::core::arithmetic::algorithm::{Algorithm, Hits, Quota, Snapshot, Tiling};
+use crate::core::decision::charging::{Charging, Recording};
+use crate::core::decision::plan::Counter;
+use crate::core::decision::response::CounterOutcome;
+use crate::core::ground::time::Micros;
+use crate::core::ground::verdict::Role;
 use crate::store::Decided;
 
 /// The whole script: shared helpers, the algorithms, then the request logic that uses them.
@@ -399,7 +399,7 @@ pub enum Now {
     Given { now: Micros, extra_ttl_ms: u64 },
 }
 
-/// How the script settles a request (`core::charging`).
+/// How the script settles a request (`core::decision::charging`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Settling {
     pub charging: Charging,
@@ -455,7 +455,7 @@ pub fn build_request(
         .map(|(counter, key_index)| {
             let quota = &counter.quota;
             let (hits_kind, hits) = match counter.hits {
-                // Recorded past its verdict (core::charging::recording): the core decides.
+                // Recorded past its verdict (core::decision::charging::recording): the core decides.
                 Hits::Charge(n) => match settling.charging.recording(counter) {
                     Recording::Never => ("charge", n),
                     Recording::Always => ("record", n),
@@ -613,8 +613,8 @@ fn non_negative(value: i64, what: &'static str) -> Result<Micros, BadReply> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::Share;
-    use crate::core::unit::Unit;
+    use crate::core::arithmetic::algorithm::Share;
+    use crate::core::ground::unit::Unit;
 
     /// The arguments as redis-cli would type them.
     fn texts(args: &[Arg]) -> Vec<String> {

@@ -15,8 +15,8 @@
 use redis::cluster_routing::Slot;
 
 use super::keys::KeyLayout;
-use crate::core::plan::Counter;
-use crate::core::response::CounterOutcome;
+use crate::core::decision::plan::Counter;
+use crate::core::decision::response::CounterOutcome;
 use crate::store::Decided;
 
 /// The positions (indexes into `counters`) of each slot group, in order of first mention; a
@@ -95,11 +95,12 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Hits, Quota, Share, Snapshot};
-    use crate::core::key::counter_key;
-    use crate::core::rules::{Entry, MatchedLevel};
-    use crate::core::unit::Unit;
-    use crate::core::verdict::Role;
+    use crate::core::arithmetic::algorithm::{Hits, Quota, Share, Snapshot};
+    use crate::core::decision::key::counter_key;
+    use crate::core::ground::unit::Unit;
+    use crate::core::ground::verdict::Role;
+    use crate::core::policy::request::Entry;
+    use crate::core::policy::rules::MatchedLevel;
     use crate::store::redis::keys::{HashTag, DEFAULT_PREFIX};
 
     fn counter(descriptor: usize, value: &str, limit_index: usize, role: Role) -> Counter {

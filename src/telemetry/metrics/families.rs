@@ -8,7 +8,7 @@ use prometheus::{
 };
 
 use super::{MetricsError, OverloadReason};
-use crate::core::outcome::Decision;
+use crate::core::decision::outcome::Decision;
 
 /// Latency buckets in seconds: a memory decision takes microseconds, a Redis one about a
 /// millisecond, a stuck store up to its deadline.

@@ -23,13 +23,13 @@ mod adaptive;
 mod families;
 mod series;
 
-use crate::core::outcome::{Decision, RejectReason};
+use crate::core::decision::outcome::{Decision, RejectReason};
 use parking_lot::RwLock;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{Registry, TextEncoder};
 
 use super::label_budget::{Holder, LabelBudget};
-use crate::core::rules::{Rule, RuleSet};
+use crate::core::policy::rules::{Rule, RuleSet};
 use adaptive::AdaptiveSeries;
 use families::{CallFamilies, ConfigFamilies, RuleFamilies, StoreFamilies};
 
@@ -545,7 +545,7 @@ mod tests {
                 "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
             ));
         }
-        crate::core::config::load_valid("d.yaml", &text)
+        crate::core::policy::config::load_valid("d.yaml", &text)
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use prometheus::{Histogram, IntCounter, IntGauge};
 
 use super::{class_names, sheds};
-use crate::core::outcome::RejectReason;
-use crate::core::rules::Rule;
+use crate::core::decision::outcome::RejectReason;
+use crate::core::policy::rules::Rule;
 
 /// The resolved per-rule series of one `(domain, rule)` label pair.
 #[derive(Debug)]

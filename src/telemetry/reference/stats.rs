@@ -6,8 +6,8 @@
 //! and statsd (`USE_STATSD`, `telemetry::statsd::sink`), which sends the names as they are.
 //! floodgate's `floodgate_*` metrics stay on the debug listener.
 //!
-//! The core decides what is counted (`core::outcome::reference_counts`) and under which key
-//! (`core::outcome::stats_key`); this module adds. Each stat is mapped once, when its key is
+//! The core decides what is counted (`core::decision::outcome::reference_counts`) and under which key
+//! (`core::decision::outcome::stats_key`); this module adds. Each stat is mapped once, when its key is
 //! first admitted, so a scrape only adds up. Off (nothing made, nothing counted) unless
 //! [`enable`] was called.
 //!
@@ -27,12 +27,12 @@ use parking_lot::{Mutex, RwLock};
 use super::exposition::{Exposition, MappedTimer};
 use super::mapping::MetricMapper;
 use super::named_counter::NamedCounter;
-use crate::core::outcome::reference_counts::{reference_counts, ReferenceCounts};
-use crate::core::outcome::stats_key::{
+use crate::core::decision::outcome::reference_counts::{reference_counts, ReferenceCounts};
+use crate::core::decision::outcome::stats_key::{
     override_stats_key, sanitize_stat_name, stats_key, StatsKey,
 };
-use crate::core::plan::{DescriptorPlan, LimitSource};
-use crate::core::rules::{Rule, RuleSet};
+use crate::core::decision::plan::{DescriptorPlan, LimitSource};
+use crate::core::policy::rules::{Rule, RuleSet};
 use crate::telemetry::label_budget::{Holder, LabelBudget};
 use crate::telemetry::metrics::{MetricsError, FOLDED_RULE_LABEL, MAX_RULE_LABELS};
 use crate::telemetry::record::DecidedCall;
@@ -335,7 +335,7 @@ impl ReferenceStats {
         &self,
         call: &DecidedCall<'r>,
         rule: &Rule,
-        descriptor: &crate::core::request::Descriptor,
+        descriptor: &crate::core::policy::request::Descriptor,
     ) -> Option<StatsKey<'r>> {
         let may_hold_values =
             rule.detailed_metric || rule.config_path.iter().any(|level| level.value_to_metric);
@@ -462,12 +462,15 @@ mod tests {
     }
 
     fn rules(yaml: &str) -> RuleSet {
-        let file = crate::core::config::SourceFile {
+        let file = crate::core::policy::config::SourceFile {
             name: "inline".to_owned(),
             text: yaml.to_owned(),
         };
-        crate::core::config::load(&[file], &crate::core::config::LoadOptions::default())
-            .unwrap_or_else(|errors| panic!("{errors}"))
+        crate::core::policy::config::load(
+            &[file],
+            &crate::core::policy::config::LoadOptions::default(),
+        )
+        .unwrap_or_else(|errors| panic!("{errors}"))
     }
 
     /// Admits `key` as `rules`' rule `path` would, and counts one hit there.

@@ -115,7 +115,7 @@ impl Deltas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::outcome::reference_counts::ReferenceCounts;
+    use crate::core::decision::outcome::reference_counts::ReferenceCounts;
     use crate::telemetry::reference::mapping::MetricMapper;
     use crate::telemetry::reference::stats::ReferenceStats;
 

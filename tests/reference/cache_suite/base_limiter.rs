@@ -5,8 +5,8 @@
 //! (`IsOverLimitWithLocalCache`, `LOCAL_CACHE_SIZE_IN_BYTES`) has no floodgate counterpart
 //! yet: not applicable.
 
-use floodgate::core::response::Code;
-use floodgate::core::unit::Unit;
+use floodgate::core::decision::status::Code;
+use floodgate::core::ground::unit::Unit;
 use floodgate_testkit::redis::scan_keys;
 
 use super::harness::{assert_statuses, every_setup, Backend, Cache, Expected, Hit, Stats};

@@ -4,10 +4,10 @@
 //! request at the Go test's mocked time. The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`)
 //! has no floodgate counterpart yet: the steps that hit it are ported for their answer only.
 
-use floodgate::core::charging::Charging;
-use floodgate::core::response::Code;
-use floodgate::core::semantics::Semantics;
-use floodgate::core::unit::Unit;
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::semantics::Semantics;
+use floodgate::core::decision::status::Code;
+use floodgate::core::ground::unit::Unit;
 
 use super::harness::{assert_statuses, every_setup, Backend, Cache, Expected, Hit, Setup, Stats};
 

@@ -8,22 +8,22 @@
 
 use std::sync::Arc;
 
-use floodgate::core::algorithm::CheckRule;
-use floodgate::core::charging::Charging;
-use floodgate::core::config::load_valid;
-use floodgate::core::headers::HeaderMode;
-use floodgate::core::outcome::{
+use floodgate::core::arithmetic::algorithm::CheckRule;
+use floodgate::core::decision::charging::Charging;
+use floodgate::core::decision::headers::HeaderMode;
+use floodgate::core::decision::outcome::{
     classify_descriptor, descriptor_near_limit, RejectReason, RuleVerdict,
 };
-use floodgate::core::plan::{plan, DescriptorPlan, PlanSettings};
-use floodgate::core::request::{Descriptor, Request, RequestBounds};
-use floodgate::core::response::{
-    assemble, Code, CurrentLimit, Decided, DescriptorStatus, Response,
-};
-use floodgate::core::rules::{Entry, RuleSet};
-use floodgate::core::semantics::Semantics;
-use floodgate::core::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
-use floodgate::core::unit::Unit;
+use floodgate::core::decision::plan::{plan, DescriptorPlan, PlanSettings};
+use floodgate::core::decision::response::{assemble, Decided, Response};
+use floodgate::core::decision::semantics::Semantics;
+use floodgate::core::decision::status::{Code, CurrentLimit, DescriptorStatus};
+use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
+use floodgate::core::ground::unit::Unit;
+use floodgate::core::policy::config::load_valid;
+use floodgate::core::policy::request::Entry;
+use floodgate::core::policy::request::{Descriptor, Request, RequestBounds};
+use floodgate::core::policy::rules::RuleSet;
 use floodgate::store::memory::MemoryStore;
 use floodgate::store::redis::{RedisStore, ReferenceCounters};
 use floodgate::store::Store;

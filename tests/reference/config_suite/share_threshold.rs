@@ -4,8 +4,8 @@
 //! `value_to_metric` and `detailed_metric`.
 
 use super::{found, limit, loaded, one_counter, own_counters, rule, shared_patterns, stats_key};
-use floodgate_core::rules::RuleSet;
-use floodgate_core::unit::Unit;
+use floodgate_core::ground::unit::Unit;
+use floodgate_core::policy::rules::RuleSet;
 
 fn share_threshold() -> RuleSet {
     loaded(&["share_threshold.yaml"], false)

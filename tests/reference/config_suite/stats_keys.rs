@@ -2,7 +2,7 @@
 //! `TestValueToMetric_*` cases and `TestWildcardStatsBehavior` (`TestShareThreshold` is in
 //! `share_threshold`).
 //!
-//! floodgate builds the reference's key in its core (`core::outcome::stats_key`) for the
+//! floodgate builds the reference's key in its core (`core::decision::outcome::stats_key`) for the
 //! reference's metric names (`ratelimit_service_rate_limit_*`, on `USE_PROMETHEUS`'s
 //! listener); it has one key where the reference has two (`FullKey`, used in its logs, and
 //! `Stats.Key`), so the two cannot disagree. floodgate's own `rule` label stays the config
@@ -11,8 +11,8 @@
 
 use super::{inline, limit, own_counters, stats_key};
 use crate::serving::{counted, Served, MEMORY};
-use floodgate_core::rules::RuleSet;
-use floodgate_core::unit::Unit;
+use floodgate_core::ground::unit::Unit;
+use floodgate_core::policy::rules::RuleSet;
 
 /// The rule found for `pairs` has `expected` as its limit and `key` as its stats key.
 #[track_caller]

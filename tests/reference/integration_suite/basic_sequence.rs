@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use floodgate::core::charging::Charging;
+use floodgate::core::decision::charging::Charging;
 use floodgate::proto::rate_limit_response::rate_limit::Unit;
 use floodgate::proto::rate_limit_response::Code;
 use floodgate_testkit::prom::Scrape;

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use floodgate::core::charging::Charging;
+use floodgate::core::decision::charging::Charging;
 use floodgate_testkit::redis::{RedisCluster, RedisServer, SentinelServer};
 use floodgate_testkit::testca::TestCa;
 

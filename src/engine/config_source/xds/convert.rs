@@ -23,7 +23,7 @@ use prost::Message as _;
 use serde_json::{json, Map};
 
 use super::exchange::RATE_LIMIT_CONFIG_TYPE;
-use crate::core::config::SourceFile;
+use crate::core::policy::config::SourceFile;
 
 /// The prefix of every source name that came over xDS.
 pub const SOURCE_PREFIX: &str = "xds:";
@@ -214,7 +214,7 @@ mod tests {
     use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitReplace;
 
     use super::*;
-    use crate::core::config::{load, LoadOptions};
+    use crate::core::policy::config::{load, LoadOptions};
 
     fn policy(unit: RateLimitUnit, requests_per_unit: u32) -> Option<RateLimitPolicy> {
         Some(RateLimitPolicy {
@@ -296,7 +296,7 @@ mod tests {
             .map(|rule| {
                 format!(
                     "{} from {}",
-                    crate::core::describe::rule_summary(rule),
+                    crate::core::policy::describe::rule_summary(rule),
                     rule.source
                 )
             })

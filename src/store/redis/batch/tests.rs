@@ -9,10 +9,10 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::core::algorithm::{Hits, Quota, Share};
-use crate::core::plan::Counter;
-use crate::core::unit::Unit;
-use crate::core::verdict::Role;
+use crate::core::arithmetic::algorithm::{Hits, Quota, Share};
+use crate::core::decision::plan::Counter;
+use crate::core::ground::unit::Unit;
+use crate::core::ground::verdict::Role;
 use crate::store::redis::script::{build_request, Arg, Now, Settling};
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -1,4 +1,4 @@
--- Part 6: requests decided atomically, one after the other in the order given (core::charging::
+-- Part 6: requests decided atomically, one after the other in the order given (core::decision::charging::
 -- settle does the same in Rust, for the memory store). Each request: evaluate every counter (a
 -- counter named twice sees what its earlier mention would leave), settle the request in units —
 -- the whole request (all or nothing), or each descriptor with --charge every-descriptor — and
@@ -22,8 +22,8 @@
 --       N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
 --       whatever its verdict, 'record-refused': a charge counted when refused and kept then,
 --       kept when admitted only if its unit passes, 'check' or 'refund'), hits amount (of a check: the hits its
---       rule asks to fit, 1 or 0, core::algorithm::CheckRule), role ('enforced', 'quota' or
---       'shadow'), reserve (units a priority class must leave unused, core::algorithm::share;
+--       rule asks to fit, 1 or 0, core::arithmetic::algorithm::CheckRule), role ('enforced', 'quota' or
+--       'shadow'), reserve (units a priority class must leave unused, core::arithmetic::algorithm::share;
 --       0 without classes);
 --       then per request, if it has one counter (most do), one negative value, −((template −
 --       1) · the number of settings + settings), its key the request's one key; otherwise
@@ -142,7 +142,7 @@ local function template_of(index)
 end
 
 -- Whether the counters first..last, whose descriptors come together, are over their limits
--- (core::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
+-- (core::ground::verdict::request_over_limit): a descriptor is over when any of its counters is. (A
 -- descriptor index is compared as the string script.rs writes, one per integer.)
 local function over_limit_of(first, last)
   if global_shadow then
@@ -173,7 +173,7 @@ local function over_limit_of(first, last)
 end
 
 -- Whether any of the counters first..last refused, whatever its role: under all-or-refused
--- (core::charging, Settling::unit_stops) such a unit keeps only what it records, as the
+-- (core::decision::charging, Settling::unit_stops) such a unit keeps only what it records, as the
 -- reference's getHitsAddend stops the increments on any key that would go over.
 local function any_refused(first, last)
   for index = first, last do

@@ -1,4 +1,4 @@
--- Part 2: fixed window (core::algorithm::fixed_window), counted as envoyproxy/ratelimit
+-- Part 2: fixed window (core::arithmetic::algorithm::fixed_window), counted as envoyproxy/ratelimit
 -- counts: windows of W µs aligned to the Unix epoch, so every replica agrees where a window
 -- starts, or UTC calendar months (W < 0: −W months, see window_span in prelude.lua). All
 -- integer.
@@ -74,7 +74,7 @@ local function define_fixed_window()
       local hits = a
       return count + hits <= limit
     elseif method == 'charge' then
-      -- Refused hits recorded may pass the limit: core::algorithm::MAX_RECORDED_COUNT.
+      -- Refused hits recorded may pass the limit: core::arithmetic::algorithm::MAX_RECORDED_COUNT.
       local hits = a
       count = math.min(count + hits, 4294967295)
     elseif method == 'refund' then

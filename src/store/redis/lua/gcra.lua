@@ -1,4 +1,4 @@
--- Part 5: GCRA (core::algorithm::gcra), for token buckets and nginx-style leaky buckets alike:
+-- Part 5: GCRA (core::arithmetic::algorithm::gcra), for token buckets and nginx-style leaky buckets alike:
 -- they differ only in the capacity C, which the caller passes. One hit costs T = W / L µs; a
 -- counter may run at most τ = C · T ahead of `now`. Everything is counted in ticks of 1/L µs,
 -- where a hit costs exactly W ticks: integer arithmetic, no drift.

@@ -1,6 +1,6 @@
 -- The hybrid store's sync script (--store hybrid), after prelude.lua: one call sends an
 -- instance's unsent hits for all its counters, reads back each counter's global state, and
--- says how many instances synced recently. core::hybrid::add_hits is the same merge in Rust
+-- says how many instances synced recently. core::arithmetic::hybrid::add_hits is the same merge in Rust
 -- (keep them in step; tests/redis/hybrid_sync_differential.rs compares them). The states are
 -- those decide.lua reads and writes ("F <expires_at> <start> <count>", "S <expires_at> <start>
 -- <previous> <current>"), so a counter can be decided exactly by decide.lua between syncs.

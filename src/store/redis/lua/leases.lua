@@ -1,5 +1,5 @@
--- floodgate's lease script: the concurrency rules' leases (core::lease), one call per request,
--- atomic as every script. Keep it in step with core/src/lease.rs: the differential test
+-- floodgate's lease script: the concurrency rules' leases (core::arithmetic::lease), one call per request,
+-- atomic as every script. Keep it in step with core/src/arithmetic/lease/mod.rs: the differential test
 -- (tests/redis/redis_leases.rs) demands the same outcomes from both.
 --
 --   a counter   = a sorted set, one member per slot, score its expiry (µs); a score ≤ now is
@@ -8,7 +8,7 @@
 --                 with n ≥ 2 the smallest free (floodgate refuses ids holding a NUL)
 --   acquire id  : count + 1 + reserve ≤ max → admitted, one more slot for id, score now + ttl
 --                 (an id holding slots takes another: one slot per acquire)
---                 past shed_above it must also survive (core::shed): draw × (count + 1)
+--                 past shed_above it must also survive (core::arithmetic::shed): draw × (count + 1)
 --                 < shed_above × 2^32, or it is refused as shed, retry_after capped at 1 s
 --                 otherwise → refused, retry_after = max(earliest expiry − now, 1)
 --   release id  : admitted; frees the slot of id that expires soonest (an id holding no slot

@@ -44,7 +44,7 @@ if tonumber(ARGV[1]) > 1 then
   end
 end
 
--- 00:00:00 UTC on the 1st of month `index`, counted from January 1970 (core::calendar::
+-- 00:00:00 UTC on the 1st of month `index`, counted from January 1970 (core::ground::calendar::
 -- month_start): Hinnant's days_from_civil, counted from March of year 0 so February comes
 -- last; every intermediate is a small integer (exact in doubles).
 local function month_start(index)
@@ -58,11 +58,11 @@ local function month_start(index)
   return (era * 146097 + day_of_era - 719468) * 86400000000
 end
 
--- The window holding `now` (core::algorithm::window): its start and end. W > 0: windows of W µs
+-- The window holding `now` (core::arithmetic::algorithm::window): its start and end. W > 0: windows of W µs
 -- aligned to the epoch, start = now − (now mod⁺ W), Euclidean like Rust's rem_euclid; exact
 -- for |now| < 2^53, where the rounding of now / W is below 1/W, so floor(now / W) never lands
 -- on the wrong integer. W < 0: −W UTC calendar months counted from January 1970; the month of
--- `now` by Hinnant's civil_from_days (core::calendar::month_index), whose day count is exact
+-- `now` by Hinnant's civil_from_days (core::ground::calendar::month_index), whose day count is exact
 -- by the same argument.
 local function window_span(now, window)
   if window >= 0 then
@@ -134,20 +134,20 @@ local function write_state(key, format, state, ttl_ms, keep_ttl)
 end
 
 -- How hits turn into an evaluation once an algorithm has brought a counter up to `now`
--- (core::algorithm::counter). An algorithm `kind` is called as kind(method, …) and holds the
+-- (core::arithmetic::algorithm::counter). An algorithm `kind` is called as kind(method, …) and holds the
 -- counter it looks at (set by kind('at', …)): kind('fits', n), kind('snapshot') → remaining,
 -- reset_after, kind('retry_after', n); kind('charge', n) and kind('refund', n) turn it into
 -- the next counter in place (Rust's charged and refunded return a new one: the counter before
 -- is needed only for its snapshot, taken first).
 --   charge n that fits → admitted, next = charged(n), retry 0
 --   charge n otherwise → rejected, next = current, retry = max(1, retry_after(n))
---     …when `record` (refused hits recorded, core::charging): rejected, next = charged(n),
+--     …when `record` (refused hits recorded, core::decision::charging): rejected, next = charged(n),
 --     retry = max(1, retry_after(n)) asked of the next counter
 --   check n            → admitted ⇔ fits(n): n is the check rule's asked hits (1: one more
 --                        fits; 0: the count is within the limit), next = current, retry as
 --                        for charge 1
 --   refund n           → admitted, next = refunded(n), retry 0
--- A priority class's reserve (core::algorithm::share) joins the hits in fits and retry_after
+-- A priority class's reserve (core::arithmetic::algorithm::share) joins the hits in fits and retry_after
 -- only: fits(n + reserve), retry_after(n + reserve); n is what is charged, refunds ignore it.
 -- Returns admitted, the snapshot if committed (remaining, reset_after), the snapshot if not,
 -- and retry_after.

@@ -1,9 +1,9 @@
 -- RLQS across floodgates (src/store/redis/rlqs_exchange.rs): each instance publishes, per
 -- bucket, what its Envoys offer together, and reads what every other instance published
--- recently; each then takes its part of the bucket's limit (core::quota::share::instance_part).
+-- recently; each then takes its part of the bucket's limit (core::policy::rlqs::share::instance_part).
 -- One call per domain: the keys carry the domain's hash tag, so they share one slot.
 --
--- Which entries count is core::quota::peers::peer_entry: published within the horizon, live;
+-- Which entries count is core::policy::rlqs::peers::peer_entry: published within the horizon, live;
 -- older but within the memory, remembered (an instance that stopped may have Envoys still
 -- enforcing the parts it gave them); past the memory, or older than the horizon when the
 -- caller retires the stopped ones, deleted.

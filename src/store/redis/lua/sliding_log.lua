@@ -1,4 +1,4 @@
--- Part 4: sliding log (core::algorithm::sliding_log): the exact list of admitted hits, (time,
+-- Part 4: sliding log (core::arithmetic::algorithm::sliding_log): the exact list of admitted hits, (time,
 -- count) oldest first. All integer.
 --
 --   log         = stored entries with time > now − W and count > 0
@@ -37,7 +37,7 @@
 -- Defined on first use (see decide.lua). The methods are the branches of one function (see
 -- the cost note in prelude.lua), each naming its arguments.
 local function define_sliding_log()
-  -- core::algorithm::SLIDING_LOG_MAX_LIMIT.
+  -- core::arithmetic::algorithm::SLIDING_LOG_MAX_LIMIT.
   local SLIDING_LOG_MAX_ENTRIES = 10000
 
   -- Fields per HSET/HDEL call: well below Lua's limit on unpacked arguments.

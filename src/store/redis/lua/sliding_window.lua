@@ -1,4 +1,4 @@
--- Part 3: sliding window counter (core::algorithm::sliding_window): the count of the current
+-- Part 3: sliding window counter (core::arithmetic::algorithm::sliding_window): the count of the current
 -- window plus the previous window's count weighted by how much of it still overlaps the last
 -- window's length. Windows are epoch-aligned W µs, or UTC calendar months (W < 0: −W months,
 -- see window_span in prelude.lua), where W below is the length of the month looked at. The
@@ -187,7 +187,7 @@ local function define_sliding_window()
       local hits = a
       return estimate_of(now, start, stop, previous, current) + hits <= limit
     elseif method == 'charge' then
-      -- Refused hits recorded may pass the limit: core::algorithm::MAX_RECORDED_COUNT.
+      -- Refused hits recorded may pass the limit: core::arithmetic::algorithm::MAX_RECORDED_COUNT.
       local hits = a
       current = math.min(current + hits, 4294967295)
     elseif method == 'refund' then
