@@ -8,6 +8,7 @@ pub(crate) mod config_source;
 pub mod lease_timings;
 pub mod limiter;
 pub(crate) mod observers;
+pub(crate) mod overrides;
 pub(crate) mod overrides_sync;
 pub mod quota;
 pub(crate) mod reload;

@@ -9,6 +9,8 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
+use self::redis::UnsupportedQuota;
+use crate::core::algorithm::Quota;
 use crate::core::lease::{LeaseCall, LeaseOutcome};
 use crate::core::plan::Counter;
 use crate::core::quota::BucketKey;
@@ -64,6 +66,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and metrics (`memory`, `redis`).
     fn backend(&self) -> &'static str;
+
+    /// Whether this store decides `quota` exactly, or why not: a store that decides with the
+    /// Redis scripts cannot count every quota in their doubles (`redis::check_quota`). Rules
+    /// are checked so at load; an operator's override is checked so before it applies. A store
+    /// in this process decides every quota.
+    fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
+        let _ = quota;
+        Ok(())
+    }
 
     /// Whether the store can take requests now; health is NOT_SERVING while it cannot. Polled
     /// about once a second (an answer later than 2 s counts as not ready). A store in this

@@ -164,6 +164,7 @@ pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
 use crate::core::adjustment::adjusted_quota;
+use crate::core::algorithm::Quota;
 use crate::core::charging::Charging;
 use crate::core::failure::{Breaker, Gate, Transition};
 use crate::core::lease::{LeaseCall, LeaseOutcome};
@@ -803,6 +804,10 @@ impl Store for RedisStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
+        check_quota(quota)
     }
 
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's
