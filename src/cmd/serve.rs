@@ -329,7 +329,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         },
         connections: connection_limits(&args, admin.is_some()),
         store_gate,
-        quota: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
+        quota: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
         without_grpc_reflection: !args.grpc_reflection,
     };
 
@@ -477,12 +477,12 @@ fn shared_limiter<S: Store>(
     limiter
 }
 
-/// RLQS across the floodgates that share the limiter's Redis (`engine::quota::exchange`).
+/// RLQS across the floodgates that share the limiter's Redis (`engine::rlqs::exchange`).
 fn exchange_quota_demands<S: Store + crate::store::QuotaPeers>(
     limiter: &Arc<Limiter<S>>,
     serving: &Serving,
 ) {
-    tokio::spawn(crate::engine::quota::exchange::run(
+    tokio::spawn(crate::engine::rlqs::exchange::run(
         Arc::clone(&serving.operations.quota),
         Arc::clone(limiter),
         serving.shutdown.clone(),

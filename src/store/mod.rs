@@ -107,7 +107,7 @@ pub struct ExchangeTerms {
     pub deadline: Duration,
 }
 
-/// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::quota::exchange`).
+/// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::rlqs::exchange`).
 pub trait QuotaPeers: Send + Sync + 'static {
     /// Publishes `instance`'s demand on each bucket of `items` and reads back, per item in
     /// order, the demands of every other instance that count under `terms`.

@@ -1,6 +1,6 @@
 //! RLQS (Envoy's Rate Limit Quota Service) decided without I/O: which rule a bucket meets, how
 //! one rule's limit is divided among the Envoys reporting on it, and the assignment each gets.
-//! The live per-bucket state is in `engine::quota`; the wire in `server::rlqs`.
+//! The live per-bucket state is in `engine::rlqs`; the wire in `server::rlqs`.
 
 pub mod assignment;
 pub mod bucket;
