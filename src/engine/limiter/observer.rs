@@ -4,7 +4,9 @@
 //! with a child for the store round trip (`telemetry::traces`). The decision calls these
 //! points and holds no telemetry handle of its own. On the hot path: nothing here allocates
 //! (but a traced call's span attributes), and the clock is read where the decision always read
-//! it, at the call's start and around the store.
+//! it, at the call's start and around the store. The points every call passes are `#[inline]`:
+//! the generic limiter that calls them is compiled elsewhere, where they could not be inlined
+//! otherwise.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -93,6 +95,7 @@ impl Telemetry {
     }
 
     /// One call's observer, from now on: in flight until it is dropped.
+    #[inline]
     pub(super) fn call<'a>(&'a self, span: &'a Span) -> CallObserver<'a> {
         CallObserver {
             telemetry: self,
@@ -157,6 +160,7 @@ impl CallObserver<'_> {
     }
 
     /// The store is about to be asked (leases, then counters) for a plan of `counters`.
+    #[inline]
     pub(super) fn store_asked(&mut self, traces: Traces, backend: &str, counters: usize) {
         if !self.span.is_disabled() {
             self.store_span = tracing::info_span!(
@@ -173,11 +177,13 @@ impl CallObserver<'_> {
     }
 
     /// The span the store's own work runs in.
+    #[inline]
     pub(super) fn store_span(&self) -> &Span {
         &self.store_span
     }
 
     /// The store answered the counters (`ok`) or failed.
+    #[inline]
     pub(super) fn store_answered(&self, ok: bool) {
         if let Some(series) = &self.telemetry.store_series {
             series.call(self.store_seconds(), ok);
@@ -185,6 +191,7 @@ impl CallObserver<'_> {
     }
 
     /// The leases and counters are decided: the call's span gets how long it took.
+    #[inline]
     pub(super) fn store_finished(&self) {
         self.span
             .record("floodgate.store.duration_seconds", self.store_seconds());
@@ -197,6 +204,7 @@ impl CallObserver<'_> {
     }
 
     /// Nothing more to say of the store: its span ends.
+    #[inline]
     pub(super) fn store_done(&mut self) {
         self.store_span = Span::none();
     }
@@ -229,11 +237,13 @@ impl CallObserver<'_> {
     }
 
     /// How near the limit a hit counts as near it (`--near-limit-ratio`).
+    #[inline]
     pub(super) fn near_limit_ratio(&self) -> f32 {
         self.telemetry.decision.near_limit_ratio
     }
 
     /// A decided call, counted in the per-rule series: its decision.
+    #[inline]
     pub(super) fn decided(&self, live: &LiveRules, call: &DecidedCall<'_>) -> Decision {
         let decision = match self.telemetry.metrics {
             Some(metrics) => record_call(metrics, &live.series, call),
@@ -246,6 +256,7 @@ impl CallObserver<'_> {
     }
 
     /// The traced call's deciding rule and algorithm.
+    #[inline]
     pub(super) fn deciding_rule(&self, plan: &Plan<'_>, decided: &Decided, response: &Response) {
         if self.span.is_disabled() {
             return;
@@ -266,6 +277,7 @@ impl CallObserver<'_> {
     }
 
     /// The call ended as `decision`.
+    #[inline]
     pub(super) fn finished(&self, decision: Decision) {
         self.span.record("floodgate.decision", decision.label());
         if let Some(metrics) = self.telemetry.metrics {
@@ -294,6 +306,7 @@ impl CallObserver<'_> {
         self.finished(Decision::Error);
     }
 
+    #[inline]
     fn store_seconds(&self) -> f64 {
         self.store_started
             .map_or(0.0, |started| started.elapsed().as_secs_f64())
