@@ -662,10 +662,10 @@ pub struct RlqsArgs {
 }
 
 impl RlqsArgs {
-    pub fn quota_settings(&self) -> crate::engine::quota::QuotaSettings {
+    pub fn quota_settings(&self) -> crate::engine::rlqs::QuotaSettings {
         use std::time::Duration;
         let count = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
-        crate::engine::quota::QuotaSettings {
+        crate::engine::rlqs::QuotaSettings {
             unmatched: self.rlqs_unmatched.clone(),
             assignment_ttl: Duration::from_secs(self.rlqs_assignment_ttl_seconds),
             abandon_after: Duration::from_secs(self.rlqs_abandon_after_seconds),
@@ -675,7 +675,7 @@ impl RlqsArgs {
             max_streams_per_connection: count(self.rlqs_max_streams_per_connection),
             exchange_interval: Duration::from_millis(self.rlqs_exchange_ms),
             startup_grace: Duration::from_secs(self.rlqs_startup_grace_seconds),
-            ..crate::engine::quota::QuotaSettings::default()
+            ..crate::engine::rlqs::QuotaSettings::default()
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::limiter::Limiter;
+use crate::engine::overrides;
 use crate::engine::shutdown::{self, Shutdown};
 use crate::store::hybrid::HybridStore;
 use crate::store::memory::MemoryStore;
@@ -24,14 +25,7 @@ pub async fn maintain_adjustments<S: Store>(limiter: Arc<Limiter<S>>, shutdown: 
     shutdown::every(MAINTAIN_INTERVAL, shutdown, || {
         let adjustments = limiter.adjustments();
         for record in adjustments.remove_expired() {
-            tracing::info!(
-                target: "floodgate::audit",
-                action = "override.expired",
-                id = %record.id,
-                domain = %record.domain,
-                rule = %record.rule,
-                "limit override expired"
-            );
+            overrides::audit::expired(&record);
         }
         adjustments.publish_metrics(&limiter.rules());
         std::future::ready(())

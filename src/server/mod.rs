@@ -67,7 +67,7 @@ pub struct Operations {
     pub store_gate: health::StoreGate,
     /// RLQS's state, with its defaults and bounds (shared with the exchange between
     /// floodgates, when they share a store).
-    pub rlqs: Arc<crate::engine::quota::QuotaBoard>,
+    pub rlqs: Arc<crate::engine::rlqs::QuotaBoard>,
     /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
     pub without_grpc_reflection: bool,
 }

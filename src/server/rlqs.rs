@@ -1,6 +1,6 @@
 //! The gRPC shell of RLQS: `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/
 //! StreamRateLimitQuotas`, on the gRPC port beside RLS. Each stream's reports are decoded,
-//! answered by its `engine::quota::QuotaStream` against the rules in force, and encoded, as
+//! answered by its `engine::rlqs::QuotaStream` against the rules in force, and encoded, as
 //! are the assignments the stream pushes between reports when its buckets' shares move; a
 //! malformed report or a bound reached ends that stream with a status saying which, and
 //! shutdown ends every stream with UNAVAILABLE so Envoys reconnect elsewhere.
@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::rlqs_convert::{reports_from_wire, response_to_wire};
 use crate::engine::limiter::Limiter;
-use crate::engine::quota::{InForce, QuotaBoard, QuotaStream, ReportError, StreamAction};
+use crate::engine::rlqs::{InForce, QuotaBoard, QuotaStream, ReportError, StreamAction};
 use crate::engine::shutdown::Shutdown;
 use crate::server::connections::streams::ConnectionStreams;
 use crate::store::Store;
@@ -192,7 +192,7 @@ async fn answer_report<S: Store>(
                 .filter(|action| matches!(action, StreamAction::Abandon { .. }))
                 .count();
             rlqs_metrics::report_answered(abandoned, board.all_buckets());
-            // Nothing to send while every bucket of the report is held (engine::quota).
+            // Nothing to send while every bucket of the report is held (engine::rlqs).
             if !actions.is_empty() && answers.send(Ok(response_to_wire(actions))).await.is_err() {
                 return Answered::Gone;
             }

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
 
 use crate::core::policy::rlqs::{Assignment, BucketKey};
-use crate::engine::quota::{BucketReport, StreamAction};
+use crate::engine::rlqs::{BucketReport, StreamAction};
 
 /// The report's domain (empty after the first report of a stream) and its bucket usages.
 pub fn reports_from_wire(report: RateLimitQuotaUsageReports) -> (String, Vec<BucketReport>) {

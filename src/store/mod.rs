@@ -9,6 +9,8 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
+use self::redis::UnsupportedQuota;
+use crate::core::arithmetic::algorithm::Quota;
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
 use crate::core::decision::plan::Counter;
 pub use crate::core::decision::response::Decided;
@@ -65,6 +67,15 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics (`memory`, `redis`).
     fn backend(&self) -> &'static str;
 
+    /// Whether this store decides `quota` exactly, or why not: a store that decides with the
+    /// Redis scripts cannot count every quota in their doubles (`redis::check_quota`). Rules
+    /// are checked so at load; an operator's override is checked so before it applies. A store
+    /// in this process decides every quota.
+    fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
+        let _ = quota;
+        Ok(())
+    }
+
     /// Whether the store can take requests now; health is NOT_SERVING while it cannot. Polled
     /// about once a second (an answer later than 2 s counts as not ready). A store in this
     /// process is always ready.
@@ -96,7 +107,7 @@ pub struct ExchangeTerms {
     pub deadline: Duration,
 }
 
-/// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::quota::exchange`).
+/// Where floodgates that serve RLQS for the same Envoys fleet meet (`engine::rlqs::exchange`).
 pub trait RlqsPeers: Send + Sync + 'static {
     /// Publishes `instance`'s demand on each bucket of `items` and reads back, per item in
     /// order, the demands of every other instance that count under `terms`.

@@ -2,7 +2,8 @@
 //! rotation), an override that lowers a rule's limit over gRPC (with `current_limit`,
 //! `/rlconfig` and the metric showing it), listing, deleting, expiry on its own, surviving a
 //! reload, the 400 answers, start-up errors, and, with Redis, an override set on one instance
-//! applying on another.
+//! applying on another and one the Redis scripts cannot count refused under `--store redis`
+//! and `--store hybrid` alike.
 
 use std::path::Path;
 use std::process::Command;
@@ -539,6 +540,52 @@ fn with_redis_an_override_set_on_one_instance_applies_on_the_other() {
 #[test]
 fn with_hybrid_an_override_set_on_one_instance_applies_on_the_other() {
     an_override_set_on_one_instance_applies_on_the_other("hybrid");
+}
+
+/// A daily token bucket: an override of 100 million a day makes a bucket the Redis scripts
+/// cannot count exactly (capacity × requests_per_unit past 2^53).
+const DAILY_BUCKET: &str = "domain: shop\n\
+                            descriptors:\n\
+                            \x20 - key: daily\n\
+                            \x20   rate_limit: {unit: day, requests_per_unit: 1000, algorithm: token_bucket}\n";
+
+#[test]
+fn an_override_the_redis_scripts_cannot_decide_is_refused_by_every_store_that_runs_them() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    let prefix = format!("admin-test-uncountable-{}:", std::process::id());
+    let huge = serde_json::json!({
+        "domain": "shop",
+        "rule": "shop.daily",
+        "requests_per_unit": 100_000_000_u64,
+        "ttl": "10m",
+        "reason": "incident 42",
+    });
+    for store in ["memory", "redis", "hybrid"] {
+        let dir = common::tempdir();
+        let config = dir.path().join("rules.yaml");
+        write(&config, DAILY_BUCKET);
+        let mut extra = vec!["--store", store];
+        if store != "memory" {
+            extra.extend(["--redis-url", &url, "--redis-prefix", &prefix]);
+        }
+        let instance = start(dir.path(), &config, &extra);
+        let response = instance.post_override(&huge);
+        if store == "memory" {
+            assert_eq!(response.status, 201, "{store}: {}", response.body);
+            continue;
+        }
+        assert_eq!(response.status, 400, "{store}: {}", response.body);
+        let message = json(&response)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains("requests_per_unit: the Redis store cannot decide this limit"),
+            "{store}: {message}"
+        );
+        assert!(instance.list().is_empty(), "{store}");
+    }
 }
 
 /// Two instances of `--store STORE` on one Redis.

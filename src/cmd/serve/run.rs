@@ -113,7 +113,7 @@ impl Serving {
             },
             connections: connection_limits(args, bound.admin.is_some()),
             store_gate,
-            rlqs: crate::engine::quota::QuotaBoard::new(args.rlqs.quota_settings()),
+            rlqs: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
         };
         let addresses = &bound.addresses;
@@ -249,9 +249,9 @@ async fn serve_shared<S: SharesLimits + RlqsPeers>(
     run_limiter(limiter, reloader, serving).await
 }
 
-/// RLQS across the floodgates that share the limiter's Redis (`engine::quota::exchange`).
+/// RLQS across the floodgates that share the limiter's Redis (`engine::rlqs::exchange`).
 fn exchange_quota_demands<S: Store + RlqsPeers>(limiter: &Arc<Limiter<S>>, serving: &Serving) {
-    tokio::spawn(crate::engine::quota::exchange::run(
+    tokio::spawn(crate::engine::rlqs::exchange::run(
         Arc::clone(&serving.operations.rlqs),
         Arc::clone(limiter),
         serving.shutdown.clone(),

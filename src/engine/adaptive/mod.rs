@@ -102,19 +102,42 @@ impl Running {
     }
 }
 
+/// The adaptive rules of one rule set, by (domain, rule path).
+type AdaptiveRules = HashMap<(String, String), AdaptiveRule>;
+
 impl<S: SharesLimits> Supervisor<S> {
+    /// Matches the controllers with the live rules, if they changed since the last look.
     async fn follow_rules(&mut self) {
+        let Some(wanted) = self.new_rules() else {
+            return;
+        };
+        self.expect_signals(&wanted);
+        self.watch_leases(&wanted);
+        self.stop_gone(&wanted).await;
+        for (key, rule) in wanted {
+            self.keep_or_start(key, rule).await;
+        }
+    }
+
+    /// The adaptive rules of the live rule set, unless it is the one last matched.
+    fn new_rules(&mut self) -> Option<AdaptiveRules> {
         let rules = self.sources.limiter.rules();
         if self
             .seen
             .as_ref()
             .is_some_and(|seen| Arc::ptr_eq(seen, &rules))
         {
-            return;
+            return None;
         }
         let wanted = adaptive_rules(&rules);
         self.seen = Some(rules);
-        let pushed = pushed_names(&wanted);
+        Some(wanted)
+    }
+
+    /// Tells the pushed signals which names the rules read, and says when nothing can push
+    /// them.
+    fn expect_signals(&self, wanted: &AdaptiveRules) {
+        let pushed = pushed_names(wanted);
         if !self.admin && !pushed.is_empty() {
             let mut names: Vec<&str> = pushed.keys().map(String::as_str).collect();
             names.sort_unstable();
@@ -126,13 +149,21 @@ impl<S: SharesLimits> Supervisor<S> {
             );
         }
         self.sources.signals.set_known(pushed);
+    }
+
+    /// Times the leases of the rules whose signal they are, and only those.
+    fn watch_leases(&self, wanted: &AdaptiveRules) {
         let timed: Vec<(String, String)> = wanted
             .values()
             .filter(|rule| rule.settings.signal == SignalSource::Leases)
             .map(|rule| (rule.domain.clone(), rule.path.clone()))
             .collect();
         self.sources.limiter.lease_timings().watch_only(&timed);
+    }
 
+    /// Stops the controllers whose rule is no longer adaptive; their rule falls back to its
+    /// configured limit.
+    async fn stop_gone(&mut self, wanted: &AdaptiveRules) {
         let gone: Vec<(String, String)> = self
             .running
             .keys()
@@ -151,51 +182,54 @@ impl<S: SharesLimits> Supervisor<S> {
                 tracing::info!(%domain, rule = %path, "adaptive limit of {path} stopped: the rule is no longer adaptive");
             }
         }
-        for (key, rule) in wanted {
-            let start = match self.running.remove(&key) {
-                Some(controller) if controller.rule == rule => {
-                    self.running.insert(key, controller);
-                    continue;
-                }
-                Some(controller) => {
-                    let reached = controller.stop().await;
-                    tracing::info!(
-                        domain = %rule.domain, rule = %rule.path,
-                        "adaptive limit of {}: settings changed, controller restarted from {reached}",
-                        rule.path
-                    );
-                    reached
-                }
-                None => {
-                    tracing::info!(
-                        domain = %rule.domain, rule = %rule.path,
-                        min = rule.settings.min, max = rule.settings.max,
-                        signal = %rule.settings.signal,
-                        "adaptive limit of {} started at {}", rule.path, rule.configured
-                    );
-                    rule.configured
-                }
-            };
-            let current = Arc::new(AtomicU32::new(rule.settings.clamp(start)));
-            let task = tokio::spawn(controller::run(
-                Arc::clone(&self.sources),
-                rule.clone(),
-                Arc::clone(&current),
-            ));
-            self.running.insert(
-                key,
-                Running {
-                    rule,
-                    current,
-                    task,
-                },
-            );
-        }
+    }
+
+    /// Leaves `rule`'s controller running if its settings are the same; otherwise starts one,
+    /// from the limit the old one had reached or from the configured limit.
+    async fn keep_or_start(&mut self, key: (String, String), rule: AdaptiveRule) {
+        let start = match self.running.remove(&key) {
+            Some(controller) if controller.rule == rule => {
+                self.running.insert(key, controller);
+                return;
+            }
+            Some(controller) => {
+                let reached = controller.stop().await;
+                tracing::info!(
+                    domain = %rule.domain, rule = %rule.path,
+                    "adaptive limit of {}: settings changed, controller restarted from {reached}",
+                    rule.path
+                );
+                reached
+            }
+            None => {
+                tracing::info!(
+                    domain = %rule.domain, rule = %rule.path,
+                    min = rule.settings.min, max = rule.settings.max,
+                    signal = %rule.settings.signal,
+                    "adaptive limit of {} started at {}", rule.path, rule.configured
+                );
+                rule.configured
+            }
+        };
+        let current = Arc::new(AtomicU32::new(rule.settings.clamp(start)));
+        let task = tokio::spawn(controller::run(
+            Arc::clone(&self.sources),
+            rule.clone(),
+            Arc::clone(&current),
+        ));
+        self.running.insert(
+            key,
+            Running {
+                rule,
+                current,
+                task,
+            },
+        );
     }
 }
 
 /// Every rule with `adaptive:`, by (domain, rule path).
-fn adaptive_rules(rules: &RuleSet) -> HashMap<(String, String), AdaptiveRule> {
+fn adaptive_rules(rules: &RuleSet) -> AdaptiveRules {
     let mut found = HashMap::new();
     for domain in rules.domains() {
         for rule in domain.rules() {
@@ -224,7 +258,7 @@ fn adaptive_rules(rules: &RuleSet) -> HashMap<(String, String), AdaptiveRule> {
 
 /// The pushed signals the rules read (latency and error signals alike), each with how long a
 /// value stays fresh: two intervals of the slowest rule reading it.
-fn pushed_names(rules: &HashMap<(String, String), AdaptiveRule>) -> HashMap<String, Duration> {
+fn pushed_names(rules: &AdaptiveRules) -> HashMap<String, Duration> {
     let mut names: HashMap<String, Duration> = HashMap::new();
     for rule in rules.values() {
         let errors = rule.settings.errors.as_ref().map(|errors| &errors.source);

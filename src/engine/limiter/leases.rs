@@ -2,6 +2,7 @@
 //! rate-limit counters, so that a request refused for want of a slot charges nothing; the
 //! failure policy answers a store that cannot decide them, as it does for counters.
 
+use super::observer::CallObserver;
 use super::Limiter;
 use crate::core::arithmetic::failure::{FailureAction, FailurePolicy};
 use crate::core::arithmetic::lease::{self, LeaseOutcome};
@@ -23,6 +24,7 @@ impl<S: Store> Limiter<S> {
         &self,
         plan: &Plan<'_>,
         policy: impl FnOnce() -> FailurePolicy,
+        observer: &CallObserver<'_>,
     ) -> Result<Leased, StoreError> {
         if plan.leases.is_empty() {
             return Ok(Leased::Decided(Vec::new()));
@@ -32,7 +34,7 @@ impl<S: Store> Limiter<S> {
             Err(error) => error,
         };
         let policy = policy();
-        match self.failure_action(policy, &error) {
+        match self.failure_action(policy, &error, observer) {
             FailureAction::Unavailable => Err(error),
             FailureAction::Admit => {
                 Ok(Leased::Decided(lease::admitted_without_store(&plan.leases)))

@@ -58,9 +58,9 @@ use parking_lot::{Mutex, MutexGuard};
 
 use self::entry::Entry;
 pub use self::sync::run as run_sync;
-use super::redis::RedisStore;
+use super::redis::{RedisStore, UnsupportedQuota};
 use super::{Decided, Store, StoreError};
-use crate::core::arithmetic::algorithm::{Counting, Hits, State};
+use crate::core::arithmetic::algorithm::{Counting, Hits, Quota, State};
 use crate::core::arithmetic::hybrid::{supports, window_end};
 use crate::core::decision::charging::{settle, Charging, Settled};
 use crate::core::decision::plan::Counter;
@@ -556,6 +556,11 @@ impl Store for HybridStore {
             Counting::Hybrid => "hybrid",
             Counting::Exact => "redis",
         }
+    }
+
+    /// Exact rules are decided by the Redis scripts, whatever the default counting.
+    fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
+        self.redis.check_quota(quota)
     }
 
     async fn ready(&self) -> bool {

@@ -170,6 +170,7 @@ pub use self::slot::slot_groups;
 pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, Store, StoreError};
+use crate::core::arithmetic::algorithm::Quota;
 use crate::core::arithmetic::failure::{Breaker, Gate, Transition};
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
 use crate::core::decision::charging::Charging;
@@ -642,6 +643,10 @@ impl Store for RedisStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
+        check_quota(quota)
     }
 
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's

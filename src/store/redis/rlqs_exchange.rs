@@ -1,4 +1,4 @@
-//! RLQS across floodgates that share a Redis (`engine::quota::exchange`): one `EVALSHA` of
+//! RLQS across floodgates that share a Redis (`engine::rlqs::exchange`): one `EVALSHA` of
 //! `lua/rlqs_exchange.lua` per domain publishes this instance's demand on each of the
 //! domain's buckets and reads back every other instance's. The keys carry the domain's hash
 //! tag, so each call touches one slot: single server, Sentinel and Cluster alike.

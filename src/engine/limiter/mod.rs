@@ -2,33 +2,33 @@
 //! rules, lets the store count, and assembles the answer. Every protocol shell (gRPC, HTTP)
 //! calls this and only converts.
 //!
-//! Each decision is also measured here, once for every shell: metrics (`telemetry::metrics`)
-//! through handles resolved when the rules are swapped in, and, when tracing is on, a span
-//! with a child for the store round trip (`telemetry::traces`).
+//! Each decision is also measured here, once for every shell, through one observer
+//! (`observer`) that the decision calls at named points: metrics, the reference's stats, and
+//! the call's spans when tracing is on.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use tracing::{field, Instrument as _, Span};
+use tracing::{Instrument as _, Span};
 
 mod leases;
+mod observer;
 
 use self::leases::Leased;
+use self::observer::{CallObserver, Telemetry};
 use crate::core::arithmetic::failure::{FailureAction, FailurePolicy, LogPace};
+use crate::core::arithmetic::lease::LeaseOutcome;
 use crate::core::decision::dynamic_metadata::{self, RuleMetadata};
 use crate::core::decision::error_codes::{ErrorCodes, Undecided};
 use crate::core::decision::headers::HeaderMode;
-use crate::core::decision::outcome::{
-    deciding_algorithm, deciding_descriptor, Decision, RejectReason,
-};
+use crate::core::decision::outcome::Decision;
 use crate::core::decision::overload::{overload_reply, OverloadReply};
 use crate::core::decision::plan::Plan;
 use crate::core::decision::plan::{leases_over_limit, plan_adjusted, PlanSettings};
 use crate::core::decision::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::decision::semantics::Traces;
-use crate::core::policy::adjustment::AdjustmentsAt;
+use crate::core::policy::adjustment::{Adjustments, AdjustmentsAt};
 use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
@@ -36,14 +36,9 @@ use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
-use crate::telemetry::metrics::{self, Metrics, OverloadReason, StoreSeries, UNKNOWN_DOMAIN_LABEL};
-use crate::telemetry::record::{
-    call_decision, limited_series, record_call, DecidedCall, RuleSeriesTable,
-};
-use crate::telemetry::reference::stats::{
-    self as reference_stats, ErrType, ReferenceKeyTable, ReferenceStats,
-};
-use crate::telemetry::traces::{self, hashed_value, RemoteParent};
+use crate::telemetry::record::{DecidedCall, RuleSeriesTable};
+use crate::telemetry::reference::stats::ReferenceKeyTable;
+use crate::telemetry::traces::{self, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
 
 /// Settings that shape every decision.
@@ -124,11 +119,7 @@ pub struct Limiter<S> {
     live: ArcSwap<LiveRules>,
     store: S,
     settings: LimiterSettings,
-    telemetry: DecisionTelemetry,
-    metrics: Option<&'static Metrics>,
-    /// envoyproxy/ratelimit's stats, with USE_PROMETHEUS.
-    reference_stats: Option<&'static ReferenceStats>,
-    store_series: Option<StoreSeries>,
+    telemetry: Telemetry,
     /// Counters for `failure_policy: local`: decides while the shared store cannot.
     local_fallback: Option<MemoryStore>,
     /// Paces the failure-policy log line (a failed store fails every request).
@@ -162,23 +153,12 @@ const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
 
 impl<S: Store> Limiter<S> {
     pub fn new(rules: RuleSet, store: S, settings: LimiterSettings) -> Self {
-        let metrics = metrics::global();
-        if let Some(metrics) = metrics {
-            metrics.follow_rules(&rules);
-        }
-        let reference_stats = reference_stats::global();
-        if let Some(stats) = reference_stats {
-            stats.follow_rules(&rules);
-        }
-        let store_series = metrics.and_then(|metrics| metrics.store_series(store.backend()).ok());
+        let telemetry = Telemetry::new(&rules, store.backend());
         Self {
-            live: ArcSwap::from_pointee(live_rules(rules, metrics)),
+            live: ArcSwap::from_pointee(live_rules(rules, &telemetry)),
             store,
             settings,
-            telemetry: DecisionTelemetry::default(),
-            metrics,
-            reference_stats,
-            store_series,
+            telemetry,
             local_fallback: None,
             failure_log: std::sync::Mutex::new(LogPace::new(FAILURE_LOG_INTERVAL_MS)),
             started: Instant::now(),
@@ -218,7 +198,7 @@ impl<S: Store> Limiter<S> {
 
     /// How decisions are reported (near-limit ratio, descriptor values in spans).
     pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
-        self.telemetry = telemetry;
+        self.telemetry.decision = telemetry;
         self
     }
 
@@ -244,15 +224,10 @@ impl<S: Store> Limiter<S> {
     /// Returns the old one, for the caller to free where it likes once decisions are done with
     /// it; the rule labels of its rules that are gone are released.
     pub fn replace_rules(&self, rules: RuleSet) -> RetiredRules {
-        let live = Arc::new(live_rules(rules, self.metrics));
+        let live = Arc::new(live_rules(rules, &self.telemetry));
         let rules = Arc::clone(&live.rules);
         let old = self.live.swap(live);
-        if let Some(metrics) = self.metrics {
-            metrics.follow_rules(&rules);
-        }
-        if let Some(stats) = self.reference_stats {
-            stats.follow_rules(&rules);
-        }
+        self.telemetry.follow_rules(&rules);
         RetiredRules(old)
     }
 
@@ -278,151 +253,154 @@ impl<S: Store> Limiter<S> {
         if !traces::enabled() {
             return self.decide_measured(request, &Span::none()).await;
         }
-        let (name, kind) = traces::decision_span(self.settings.traces);
-        let span = tracing::info_span!(
-            "ShouldRateLimit",
-            otel.name = name,
-            otel.kind = kind,
-            otel.status_code = field::Empty,
-            floodgate.domain = %request.domain,
-            floodgate.descriptor_count = span_int(request.descriptors.len()),
-            floodgate.descriptors = %self.descriptors_for_span(request),
-            floodgate.decision = field::Empty,
-            floodgate.rule = field::Empty,
-            floodgate.algorithm = field::Empty,
-            floodgate.store.backend = self.store.backend(),
-            floodgate.store.duration_seconds = field::Empty,
-            error.message = field::Empty,
-        );
+        let span =
+            self.telemetry
+                .decision_span(request, self.settings.traces, self.store.backend());
         parent.adopt(&span);
         self.decide_measured(request, &span)
             .instrument(span.clone())
             .await
     }
 
-    /// The decision with its metrics; `span` (disabled when tracing is off) gets the outcome.
+    /// The decision with its telemetry; `span` (disabled when tracing is off) gets the outcome.
     async fn decide_measured(
         &self,
         request: &Request,
         span: &Span,
     ) -> Result<Response, LimitError> {
-        let started = Instant::now();
-        let _in_flight = self.metrics.map(Metrics::call_started);
+        let mut observer = self.telemetry.call(span);
         // Counted only when something reads it: no shared atomic on every call otherwise.
         let counted = self.settings.shedding.map(|_| self.depth.enter());
         let depth = counted.as_ref().map_or(0, |(_, depth)| *depth);
-        let result = self.decide_recorded(request, span, depth).await;
-        let decision = match &result {
-            Ok(Answered::Decided(_, decision)) => *decision,
-            // Shed, not decided: counted as an overload rejection, not as a call.
-            Ok(Answered::Shed(_)) | Err(LimitError::Overloaded) => {
-                span.record("floodgate.decision", "shed");
-                return result.map(Answered::into_response);
-            }
-            Err(error) => {
-                span.record("otel.status_code", "ERROR");
-                span.record("error.message", field::display(error));
-                if let Some(stats) = self.reference_stats {
-                    stats.should_rate_limit_error(match error {
-                        LimitError::Store(_) => ErrType::Store,
-                        LimitError::InvalidRequest(_)
-                        | LimitError::NoConfiguration
-                        | LimitError::Overloaded => ErrType::Service,
-                    });
-                }
-                Decision::Error
-            }
-        };
-        span.record("floodgate.decision", decision.label());
-        if let Some(metrics) = self.metrics {
-            metrics.call_finished(decision, started.elapsed().as_secs_f64());
+        let result = self.decide_recorded(request, &mut observer, depth).await;
+        match &result {
+            Ok(Answered::Decided(_, decision)) => observer.finished(*decision),
+            Ok(Answered::Shed(_)) | Err(LimitError::Overloaded) => observer.shed_finished(),
+            Err(error) => observer.failed(error),
         }
         result.map(Answered::into_response)
     }
 
+    /// Admitted, planned, shed or not; leases then counters asked of the store, the failure
+    /// policy answering for a store that fails; answered.
     async fn decide_recorded(
         &self,
         request: &Request,
-        span: &Span,
+        observer: &mut CallObserver<'_>,
         depth: u32,
     ) -> Result<Answered, LimitError> {
         // Owned: the plan borrows these rules across the store's await.
         let live = self.live.load_full();
+        self.admit(&live, request, observer)?;
+        // Owned for the same reason.
+        let adjustments = self.adjustments.snapshot();
+        let mut plan = self.plan(&live, request, &adjustments);
+        if let Some(shed) = self.shed(&plan, request, depth, observer) {
+            return shed;
+        }
+        draw_lease_shedding(&mut plan);
+        observer.store_asked(
+            self.settings.traces,
+            self.store.backend(),
+            plan.counters.len(),
+        );
+        let policy = || self.failure_policy(&live, &request.domain);
+        // Leases first: a request refused for want of a slot charges no rate limit.
+        let leases = match self.decide_leases(&plan, policy, observer).await? {
+            Leased::Decided(outcomes) => outcomes,
+            Leased::Rejected(response) => {
+                return Ok(self.rejected(response, request, (&live, &plan), observer))
+            }
+        };
+        self.time_leases(&request.domain, &plan, &leases);
+        let leases_refuse = leases_over_limit(&plan, &leases);
+        let counted = self.count(&plan, leases_refuse, observer).await;
+        let decided = match self.settle(counted, policy, &plan, observer).await? {
+            StoreFallback::Decided(decided) => decided,
+            StoreFallback::Rejected(response) => {
+                return Ok(self.rejected(response, request, (&live, &plan), observer))
+            }
+        };
+        observer.store_done();
+        if decided.over_limit && !leases_refuse && !self.settings.global_shadow {
+            self.undo_leases(&plan, &leases).await;
+        }
+        let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
+        let counts = (&decided, leases.as_slice());
+        Ok(self.answer(request, (&live, &plan), counts, over_limit, observer))
+    }
+
+    /// Refuses a call while no configuration is loaded, and a request out of bounds.
+    fn admit(
+        &self,
+        live: &LiveRules,
+        request: &Request,
+        observer: &CallObserver<'_>,
+    ) -> Result<(), LimitError> {
         if !live.loaded {
             return Err(LimitError::NoConfiguration);
         }
-        if let Err(invalid) = request.validate(&self.settings.bounds) {
-            if let Some(metrics) = self.metrics {
-                // The domain is request text: a label only when it is configured.
-                let domain = match live.rules.domain(&request.domain) {
-                    Some(domain) => domain.name.as_str(),
-                    None => UNKNOWN_DOMAIN_LABEL,
-                };
-                metrics.invalid_request(domain);
-            }
-            return Err(invalid.into());
-        }
-        // Owned for the same reason; an empty set costs no clock read.
-        let adjustments = self.adjustments.snapshot();
+        request.validate(&self.settings.bounds).map_err(|invalid| {
+            observer.invalid_request(live, request);
+            invalid.into()
+        })
+    }
+
+    /// `request` planned against `live` with `adjustments` in force.
+    fn plan<'a>(
+        &self,
+        live: &'a LiveRules,
+        request: &Request,
+        adjustments: &'a Adjustments,
+    ) -> Plan<'a> {
+        // An empty set costs no clock read.
         let adjusted = (!adjustments.is_empty()).then(|| AdjustmentsAt {
-            adjustments: &adjustments,
+            adjustments,
             now_unix_ms: self.adjustments.now_unix_ms(),
         });
-        let mut plan = plan_adjusted(
-            request,
-            live.rules.domain(&request.domain),
-            self.settings.plan,
-            adjusted,
-        );
-        if let Some(shedding) = self.settings.shedding {
-            if !shedding.survives(&plan, depth, rand::random()) {
-                metrics::overload_rejected(OverloadReason::Shed);
-                return match overload_reply(shedding.answer, request.descriptors.len()) {
-                    OverloadReply::Unavailable => Err(LimitError::Overloaded),
-                    OverloadReply::Answer(response) => Ok(Answered::Shed(response)),
-                };
-            }
-        }
-        // The core reads no randomness: the shell draws for every lease that may be shed.
-        for call in plan.leases.iter_mut().filter(|call| call.shed_above > 0) {
-            call.draw = rand::random();
-        }
+        let domain = live.rules.domain(&request.domain);
+        plan_adjusted(request, domain, self.settings.plan, adjusted)
+    }
 
-        let store_span = if span.is_disabled() {
-            Span::none()
-        } else {
-            let backend = self.store.backend();
-            tracing::info_span!(
-                parent: span,
-                "store.decide",
-                otel.name = traces::store_span_name(self.settings.traces, backend),
-                floodgate.store.backend = backend,
-                floodgate.store.counters = span_int(plan.counters.len()),
-                otel.status_code = field::Empty,
-                error.message = field::Empty,
-            )
-        };
-        let store_started = Instant::now();
-        let policy = || {
-            FailurePolicy::for_domain(
-                live.rules
-                    .domain(&request.domain)
-                    .and_then(|domain| domain.failure_policy),
-                self.settings.failure_policy,
-            )
-        };
-        // Leases first: a request refused for want of a slot charges no rate limit.
-        let lease_outcomes = match self.decide_leases(&plan, policy).await? {
-            Leased::Decided(outcomes) => outcomes,
-            Leased::Rejected(mut response) => {
-                self.record_failure_rejection(&live, &request.domain, &plan);
-                self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
-                return Ok(Answered::Decided(response, Decision::OverLimit));
-            }
-        };
-        self.time_leases(&request.domain, &plan, &lease_outcomes);
-        let leases_refuse = leases_over_limit(&plan, &lease_outcomes);
-        // No counter (no rule matched, unlimited, replaced): nothing to ask the store.
+    /// The answer to a call `--shed-above` sheds, if it sheds this one.
+    fn shed(
+        &self,
+        plan: &Plan<'_>,
+        request: &Request,
+        depth: u32,
+        observer: &CallObserver<'_>,
+    ) -> Option<Result<Answered, LimitError>> {
+        let shedding = self.settings.shedding?;
+        if shedding.survives(plan, depth, rand::random()) {
+            return None;
+        }
+        observer.shed();
+        Some(
+            match overload_reply(shedding.answer, request.descriptors.len()) {
+                OverloadReply::Unavailable => Err(LimitError::Overloaded),
+                OverloadReply::Answer(response) => Ok(Answered::Shed(response)),
+            },
+        )
+    }
+
+    /// The failure policy of `domain` (its own, or the limiter's).
+    fn failure_policy(&self, live: &LiveRules, domain: &str) -> FailurePolicy {
+        FailurePolicy::for_domain(
+            live.rules
+                .domain(domain)
+                .and_then(|domain| domain.failure_policy),
+            self.settings.failure_policy,
+        )
+    }
+
+    /// Asks the store for the plan's counters, unless the leases refused the request already
+    /// or there is no counter (no rule matched, unlimited, replaced).
+    async fn count(
+        &self,
+        plan: &Plan<'_>,
+        leases_refuse: bool,
+        observer: &CallObserver<'_>,
+    ) -> Result<Decided, StoreError> {
         let decided = if leases_refuse && !self.settings.global_shadow {
             Ok(leases::refused_before_counting())
         } else if plan.counters.is_empty() {
@@ -431,82 +409,87 @@ impl<S: Store> Limiter<S> {
             let decided = self
                 .store
                 .decide(&plan.counters, self.settings.global_shadow)
-                .instrument(store_span.clone())
+                .instrument(observer.store_span().clone())
                 .await;
-            if let Some(series) = &self.store_series {
-                series.call(store_started.elapsed().as_secs_f64(), decided.is_ok());
-            }
+            observer.store_answered(decided.is_ok());
             decided
         };
-        let store_seconds = store_started.elapsed().as_secs_f64();
-        span.record("floodgate.store.duration_seconds", store_seconds);
-        let decided = match decided {
-            Ok(decided) => decided,
+        observer.store_finished();
+        decided
+    }
+
+    /// What the store `counted`, or what the failure policy makes of its failure. A limit the
+    /// store cannot count is the request's fault, not the store's: no policy answers it.
+    async fn settle(
+        &self,
+        counted: Result<Decided, StoreError>,
+        policy: impl FnOnce() -> FailurePolicy,
+        plan: &Plan<'_>,
+        observer: &mut CallObserver<'_>,
+    ) -> Result<StoreFallback, LimitError> {
+        match counted {
+            Ok(decided) => Ok(StoreFallback::Decided(decided)),
             Err(error @ StoreError::Unsupported { .. }) => {
-                // The request's fault, not the store's: no failure policy answers it.
+                observer.store_done();
                 let reason = error.to_string();
-                return Err(LimitError::InvalidRequest(
+                Err(LimitError::InvalidRequest(
                     InvalidRequest::UncountableLimit { reason },
-                ));
+                ))
             }
             Err(error) => {
-                store_span.record("otel.status_code", "ERROR");
-                store_span.record("error.message", field::display(&error));
-                match self.apply_failure_policy(policy(), &plan, error).await? {
-                    StoreFallback::Decided(decided) => decided,
-                    StoreFallback::Rejected(mut response) => {
-                        self.record_failure_rejection(&live, &request.domain, &plan);
-                        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
-                        return Ok(Answered::Decided(response, Decision::OverLimit));
-                    }
-                }
+                observer.store_failed(&error);
+                Ok(self
+                    .apply_failure_policy(policy(), plan, error, observer)
+                    .await?)
             }
-        };
-        drop(store_span);
-        if decided.over_limit && !leases_refuse && !self.settings.global_shadow {
-            self.undo_leases(&plan, &lease_outcomes).await;
         }
+    }
 
-        let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
+    /// The failure policy's complete answer (fail_closed): over the limit.
+    fn rejected(
+        &self,
+        mut response: Response,
+        request: &Request,
+        (live, plan): (&LiveRules, &Plan<'_>),
+        observer: &mut CallObserver<'_>,
+    ) -> Answered {
+        observer.rejected_by_failure_policy(live, &request.domain, plan);
+        self.add_dynamic_metadata(&mut response, request, (plan, &live.rules));
+        observer.store_done();
+        Answered::Decided(response, Decision::OverLimit)
+    }
+
+    /// The answer to a decided request, as the store `decided` it and the leases came out.
+    fn answer(
+        &self,
+        request: &Request,
+        (live, plan): (&LiveRules, &Plan<'_>),
+        (decided, leases): (&Decided, &[LeaseOutcome]),
+        over_limit: bool,
+        observer: &CallObserver<'_>,
+    ) -> Answered {
         let mut response = assemble_with_leases(
-            &plan,
-            (&decided.outcomes, &lease_outcomes),
+            plan,
+            (&decided.outcomes, leases),
             over_limit,
             self.settings.header_mode,
         );
-        self.add_dynamic_metadata(&mut response, request, (&plan, &live.rules));
-        let call = DecidedCall {
-            request,
-            rules: &live.rules,
-            plan: &plan,
-            decided: &decided,
-            leases: &lease_outcomes,
-            response: &response,
-            global_shadow: self.settings.global_shadow,
-            near_limit_ratio: self.telemetry.near_limit_ratio,
-        };
-        let decision = match self.metrics {
-            Some(metrics) => record_call(metrics, &live.series, &call),
-            None => call_decision(&call),
-        };
-        if let Some(stats) = self.reference_stats {
-            stats.record_call(&live.reference_keys, &call);
-        }
-        if !span.is_disabled() {
-            if let Some(index) = deciding_descriptor(&plan, &response) {
-                if let Some(rule) = response
-                    .statuses
-                    .get(index)
-                    .and_then(|s| s.rule_path.as_deref())
-                {
-                    span.record("floodgate.rule", rule);
-                }
-                if let Some(algorithm) = deciding_algorithm(&plan, &decided, index) {
-                    span.record("floodgate.algorithm", algorithm.name());
-                }
-            }
-        }
-        Ok(Answered::Decided(response, decision))
+        self.add_dynamic_metadata(&mut response, request, (plan, &live.rules));
+        let decision = observer.decided(
+            live,
+            &DecidedCall {
+                request,
+                rules: &live.rules,
+                plan,
+                decided,
+                leases,
+                response: &response,
+                global_shadow: self.settings.global_shadow,
+                near_limit_ratio: observer.near_limit_ratio(),
+            },
+        );
+        observer.deciding_rule(plan, decided, &response);
+        Answered::Decided(response, decision)
     }
 
     /// The answer's `dynamic_metadata`, when `--response-dynamic-metadata` asks for it.
@@ -529,8 +512,9 @@ impl<S: Store> Limiter<S> {
         policy: FailurePolicy,
         plan: &Plan<'_>,
         error: StoreError,
+        observer: &CallObserver<'_>,
     ) -> Result<StoreFallback, StoreError> {
-        match self.failure_action(policy, &error) {
+        match self.failure_action(policy, &error, observer) {
             FailureAction::Unavailable => Err(error),
             // No outcomes: every limited descriptor is answered OK without a limit.
             FailureAction::Admit => Ok(StoreFallback::Decided(Decided::default())),
@@ -550,11 +534,14 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The action `policy` takes for a failed store call, counted and logged.
-    fn failure_action(&self, policy: FailurePolicy, error: &StoreError) -> FailureAction {
+    fn failure_action(
+        &self,
+        policy: FailurePolicy,
+        error: &StoreError,
+        observer: &CallObserver<'_>,
+    ) -> FailureAction {
         let action = policy.resolve(self.local_fallback.is_some(), self.settings.global_shadow);
-        if let Some(metrics) = self.metrics {
-            metrics.failure_policy_applied(policy.name());
-        }
+        observer.failure_policy_applied(policy);
         self.log_failure(policy, error);
         action
     }
@@ -574,43 +561,6 @@ impl<S: Store> Limiter<S> {
             );
         }
     }
-
-    /// `floodgate_requests_rejected_total{reason="failure_policy"}` for each limited rule.
-    fn record_failure_rejection(&self, live: &LiveRules, domain: &str, plan: &Plan<'_>) {
-        let Some(metrics) = self.metrics else {
-            return;
-        };
-        let Some(domain) = live.rules.domain(domain) else {
-            return;
-        };
-        for descriptor in &plan.descriptors {
-            if let Some(series) = limited_series(metrics, &live.series, &domain.name, descriptor) {
-                series.rejected(RejectReason::FailurePolicy);
-            }
-        }
-    }
-
-    /// The request's descriptors for its span, `key=value` joined by `,` and descriptors by
-    /// `;`; values hashed unless `--trace-descriptor-values` (they may identify people).
-    fn descriptors_for_span(&self, request: &Request) -> String {
-        let mut text = String::new();
-        for (index, descriptor) in request.descriptors.iter().enumerate() {
-            if index > 0 {
-                text.push(';');
-            }
-            for (position, entry) in descriptor.entries.iter().enumerate() {
-                if position > 0 {
-                    text.push(',');
-                }
-                if self.telemetry.trace_descriptor_values {
-                    let _ = write!(text, "{}={}", entry.key, entry.value);
-                } else {
-                    let _ = write!(text, "{}={}", entry.key, hashed_value(&entry.value));
-                }
-            }
-        }
-        text
-    }
 }
 
 /// What a failure policy made of a failed store call.
@@ -621,15 +571,15 @@ enum StoreFallback {
     Rejected(Response),
 }
 
-/// A count as a span attribute: OpenTelemetry integers are signed (an unsigned value would be
-/// exported as text).
-fn span_int(count: usize) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
+/// The core reads no randomness: the shell draws for every lease that may be shed.
+fn draw_lease_shedding(plan: &mut Plan<'_>) {
+    for call in plan.leases.iter_mut().filter(|call| call.shed_above > 0) {
+        call.draw = rand::random();
+    }
 }
 
-fn live_rules(rules: RuleSet, metrics: Option<&Metrics>) -> LiveRules {
-    let series = RuleSeriesTable::build(&rules, metrics);
-    let reference_keys = ReferenceKeyTable::build(&rules, reference_stats::global());
+fn live_rules(rules: RuleSet, telemetry: &Telemetry) -> LiveRules {
+    let (series, reference_keys) = telemetry.tables(&rules);
     LiveRules {
         rules: Arc::new(rules),
         series,
