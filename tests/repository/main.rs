@@ -1,7 +1,7 @@
 //! The repository held to its word: the deployment files in `deploy/` (the Kubernetes manifests
 //! and the Grafana dashboard, checked against a live floodgate; the Envoy Gateway overlay,
 //! against Envoy Gateway's API), the README and guides (links that resolve, shell blocks that
-//! run), the layers of the source and the length of its functions.
+//! run), the layers of the source, its module files and the length of its functions.
 
 mod deploy_dashboard;
 mod deploy_istio_sample;
@@ -10,4 +10,5 @@ mod deploy_under_envoy_gateway;
 mod docs_links;
 mod function_lengths;
 mod layers;
+mod module_files;
 mod reference_env;
