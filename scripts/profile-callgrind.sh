@@ -20,12 +20,17 @@
 # script stops: lower BENCH_RATE if valgrind cannot keep up.
 #
 # Targets (BENCH_TARGETS, space-separated):
+#   noop               `examples/noop_rls.rs --worker-threads 1`: the floor, a tonic server on
+#                      floodgate's own tonic, hyper, runtime and allocator that answers OK and
+#                      decides nothing (what bench-load.sh measures floodgate against)
 #   floodgate-memory   `floodgate serve --config BENCH_CONFIG_DIR --worker-threads 1`, memory
 #                      store (the default)
+# With both, the report adds floodgate's instructions per decision over the floor's: what the
+# decision itself costs, the same count on any machine.
 # A target is a name in start_target below: how to start it on a port; the rest is shared.
 #
 # Overrides (environment):
-#   BENCH_TARGETS           targets, in order                       [floodgate-memory]
+#   BENCH_TARGETS           targets, in order                       [noop floodgate-memory]
 #   BENCH_CONFIG_DIR        floodgate's --config                    [config]
 #   BENCH_DOMAIN            the rate-limit domain                   [edge]
 #   BENCH_DESCRIPTOR        loadgen --descriptor template           [generic_key=api,client_id={key}]
@@ -39,7 +44,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS="${BENCH_TARGETS:-floodgate-memory}"
+TARGETS="${BENCH_TARGETS:-noop floodgate-memory}"
 CONFIG_DIR="${BENCH_CONFIG_DIR:-config}"
 DOMAIN="${BENCH_DOMAIN:-edge}"
 DESCRIPTOR="${BENCH_DESCRIPTOR:-generic_key=api,client_id={key}}"
@@ -63,7 +68,7 @@ done
 [ -e "$CONFIG_DIR" ] || die "no floodgate configuration at '$CONFIG_DIR' (set BENCH_CONFIG_DIR)"
 
 start_workspace profile-callgrind
-release_build profile-callgrind --bin floodgate --example loadgen
+release_build profile-callgrind --bin floodgate --example noop_rls --example loadgen
 LOADGEN="$BIN/examples/loadgen"
 
 # start_target NAME PORT LOG: the target NAME under callgrind, serving gRPC on 127.0.0.1:PORT,
@@ -72,6 +77,10 @@ start_target() {
   local name="$1" port="$2" log="$3" http_port metrics_port
   local callgrind=(valgrind --tool=callgrind "--callgrind-out-file=$WORK/cg-$name.%p")
   case "$name" in
+    noop)
+      RUST_LOG=warn "${callgrind[@]}" "$BIN/examples/noop_rls" --addr "127.0.0.1:$port" \
+        --worker-threads 1 >"$log" 2>&1 &
+      ;;
     floodgate-memory)
       read -r http_port metrics_port < <(free_ports 2)
       RUST_LOG=warn "${callgrind[@]}" "$BIN/floodgate" serve --config "$CONFIG_DIR" \
@@ -79,7 +88,7 @@ start_target() {
         --http-addr "127.0.0.1:$http_port" --metrics-addr "127.0.0.1:$metrics_port" \
         >"$log" 2>&1 &
       ;;
-    *) die "unknown target '$name' (BENCH_TARGETS): floodgate-memory" ;;
+    *) die "unknown target '$name' (BENCH_TARGETS): noop, floodgate-memory" ;;
   esac
   TARGET_PID=$!
   PIDS=("$TARGET_PID")
@@ -176,14 +185,23 @@ print()
 print("| target | start-up Ir | warm-up Ir per decision | idle Ir per second | measured Ir | "
       "decisions answered | Ir per decision | Ir per decision, less idle |")
 print("|---|--:|--:|--:|--:|--:|--:|--:|")
+per_decision = {}
 for name in targets.split():
     done = answered(name, "measured")
     idle_rate = counts[("idle", name)] / seconds[(name, "idle-seconds")]
     measured = counts[("measured", name)]
     less_idle = measured - idle_rate * seconds[(name, "measured-seconds")]
     warm = counts[("warm-up", name)] / max(answered(name, "warmup", strict=False), 1)
+    per_decision[name] = (measured / done, less_idle / done)
     print(f"| {name} | {counts[('start-up', name)]:,} | {warm:,.0f} | {idle_rate:,.0f} | {measured:,} | "
           f"{done:,} | {measured / done:,.0f} | {less_idle / done:,.0f} |")
+floor = per_decision.get("noop")
+for name, (whole, less) in per_decision.items():
+    if floor and name != "noop":
+        print()
+        print(f"{name} / noop, per decision less idle: {less / floor[1]:.2f}x "
+              f"({less - floor[1]:,.0f} instructions more: the decision and what floodgate "
+              f"adds around it; the gRPC and HTTP/2 work both share is the floor's {floor[1]:,.0f})")
 PY
 [ -z "$OUT" ] || { mkdir -p "$(dirname "$OUT")"; cp "$WORK/report.md" "$OUT"; }
 cat "$WORK/report.md"
