@@ -25,8 +25,14 @@
 #                      decides nothing (what bench-load.sh measures floodgate against)
 #   floodgate-memory   `floodgate serve --config BENCH_CONFIG_DIR --worker-threads 1`, memory
 #                      store (the default)
-# With both, the report adds floodgate's instructions per decision over the floor's: what the
-# decision itself costs, the same count on any machine.
+#   floodgate-redis    the same on `--store redis` (a redis-server of the script's own, not
+#                      under valgrind; the default `--redis-batch-max`; `--redis-timeout-ms
+#                      1000`, as valgrind runs floodgate tens of times slower): floodgate's own
+#                      instructions per decision in Redis mode, what its CPU per decision is
+#                      made of (redis-server's work is not counted)
+# With the floor, the report adds each floodgate's instructions per decision over the floor's:
+# what the decision itself costs, the same count on any machine; with both stores, Redis over
+# memory.
 # A target is a name in start_target below: how to start it on a port; the rest is shared.
 #
 # Overrides (environment):
@@ -40,6 +46,9 @@
 #   BENCH_DECISIONS         decisions counted                       [6000]
 #   BENCH_IDLE_SECONDS      the idle stretch, seconds               [10]
 #   BENCH_OUT               also write the report here              [none]
+#   BENCH_KEEP_PROFILES     copy every callgrind dump into this directory, to read by
+#                           function with `callgrind_annotate` (the measured stretch is
+#                           cg-NAME.PID.4)                          [none]
 #   BENCH_PREBUILT          take the binaries from this directory instead of building
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +63,7 @@ WARMUP_DECISIONS="${BENCH_WARMUP_DECISIONS:-1000}"
 DECISIONS="${BENCH_DECISIONS:-6000}"
 IDLE_SECONDS="${BENCH_IDLE_SECONDS:-10}"
 OUT="${BENCH_OUT:-}"
+KEEP_PROFILES="${BENCH_KEEP_PROFILES:-}"
 
 die() { echo "profile-callgrind: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
@@ -70,6 +80,19 @@ done
 start_workspace profile-callgrind
 release_build profile-callgrind --bin floodgate --example noop_rls --example loadgen
 LOADGEN="$BIN/examples/loadgen"
+
+# ensure_redis: the script's redis-server on REDIS_PORT, started at its first use and kept (not
+# under valgrind) until the script ends.
+REDIS_PORT=""
+ensure_redis() {
+  if [ -z "$REDIS_PORT" ]; then
+    command -v redis-server >/dev/null || die "redis-server is needed for floodgate-redis"
+    read -r REDIS_PORT < <(free_ports 1)
+    start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
+    REDIS_PID_KEPT="$REDIS_PID"
+    PIDS+=("$REDIS_PID_KEPT")
+  fi
+}
 
 # start_target NAME PORT LOG: the target NAME under callgrind, serving gRPC on 127.0.0.1:PORT,
 # its pid in TARGET_PID. A new target is one more case here (and its binary in release_build).
@@ -88,10 +111,19 @@ start_target() {
         --http-addr "127.0.0.1:$http_port" --metrics-addr "127.0.0.1:$metrics_port" \
         >"$log" 2>&1 &
       ;;
-    *) die "unknown target '$name' (BENCH_TARGETS): noop, floodgate-memory" ;;
+    floodgate-redis)
+      ensure_redis
+      read -r http_port metrics_port < <(free_ports 2)
+      RUST_LOG=warn "${callgrind[@]}" "$BIN/floodgate" serve --config "$CONFIG_DIR" \
+        --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT" --redis-timeout-ms 1000 \
+        --worker-threads 1 \
+        --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http_port" \
+        --metrics-addr "127.0.0.1:$metrics_port" >"$log" 2>&1 &
+      ;;
+    *) die "unknown target '$name' (BENCH_TARGETS): noop, floodgate-memory, floodgate-redis" ;;
   esac
   TARGET_PID=$!
-  PIDS=("$TARGET_PID")
+  PIDS=("$TARGET_PID" ${REDIS_PID_KEPT:+"$REDIS_PID_KEPT"})
 }
 
 # dump PID NAME STRETCH: callgrind's counters of PID written and zeroed; the dump's total
@@ -109,6 +141,9 @@ dump() {
   ir="$(awk '/^totals:/ {print $2; exit}' "$file")"
   [ -n "$ir" ] || die "no totals in callgrind's dump $file"
   echo "$stretch $name $ir" >>"$WORK/counts"
+  if [ -n "$KEEP_PROFILES" ]; then
+    mkdir -p "$KEEP_PROFILES" && cp "$file" "$KEEP_PROFILES/"
+  fi
 }
 
 # load NAME DECISIONS JSON: DECISIONS requests at RATE, no warm-up of loadgen's own.
@@ -145,7 +180,7 @@ for name in $TARGETS; do
   echo "measured-seconds $name $(python3 -c "import sys, time; print(time.time() - float(sys.argv[1]))" "$MEASURED_START")" >>"$WORK/counts"
   kill "$TARGET_PID" 2>/dev/null || true
   wait "$TARGET_PID" 2>/dev/null || true
-  PIDS=()
+  PIDS=(${REDIS_PID_KEPT:+"$REDIS_PID_KEPT"})
 done
 
 python3 - "$WORK" "$TARGETS" "$RATE" "$DECISIONS" "$WARMUP_DECISIONS" "$CONFIG_DIR" \
@@ -202,6 +237,12 @@ for name, (whole, less) in per_decision.items():
         print(f"{name} / noop, per decision less idle: {less / floor[1]:.2f}x "
               f"({less - floor[1]:,.0f} instructions more: the decision and what floodgate "
               f"adds around it; the gRPC and HTTP/2 work both share is the floor's {floor[1]:,.0f})")
+if "floodgate-memory" in per_decision and "floodgate-redis" in per_decision:
+    memory, redis = per_decision["floodgate-memory"][1], per_decision["floodgate-redis"][1]
+    print()
+    print(f"floodgate-redis / floodgate-memory, per decision less idle: {redis / memory:.2f}x "
+          f"({redis - memory:,.0f} instructions more: the Redis call on floodgate's side, one "
+          f"decision per call at this rate)")
 PY
 [ -z "$OUT" ] || { mkdir -p "$(dirname "$OUT")"; cp "$WORK/report.md" "$OUT"; }
 cat "$WORK/report.md"

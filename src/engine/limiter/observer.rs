@@ -197,8 +197,11 @@ impl CallObserver<'_> {
     /// The leases and counters are decided: the call's span gets how long it took.
     #[inline]
     pub(super) fn store_finished(&self) {
-        self.span
-            .record("floodgate.store.duration_seconds", self.store_seconds());
+        // Untraced, no clock read for a span that records nothing.
+        if !self.span.is_disabled() {
+            self.span
+                .record("floodgate.store.duration_seconds", self.store_seconds());
+        }
     }
 
     pub(super) fn store_failed(&self, error: &StoreError) {

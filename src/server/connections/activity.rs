@@ -127,7 +127,13 @@ impl Activity {
 
     /// Milliseconds since the connection opened.
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(UNSET - 1)
+        // Seconds and milliseconds apart: `as_millis` divides a u128, on every read and write.
+        let elapsed = self.opened.elapsed();
+        elapsed
+            .as_secs()
+            .saturating_mul(1000)
+            .saturating_add(u64::from(elapsed.subsec_millis()))
+            .min(UNSET - 1)
     }
 
     /// The instant `ms` after the connection opened.

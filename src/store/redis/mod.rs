@@ -506,9 +506,17 @@ impl RedisStore {
         if let Some(reference) = &self.reference {
             let calls = reference.calls(counters);
             if !calls.is_empty() {
-                return self
-                    .decide_with_reference_keys(reference, counters, &calls, global_shadow)
-                    .await;
+                // Boxed, as every path but the usual one (floodgate's keys through the lanes):
+                // an async fn's state is as large as its largest path, and every layer above
+                // moves that state whole, so a rare path's Redis futures inline would be
+                // copied on every decision.
+                return Box::pin(self.decide_with_reference_keys(
+                    reference,
+                    counters,
+                    &calls,
+                    global_shadow,
+                ))
+                .await;
             }
         }
         self.decide_with_own_keys(counters, global_shadow).await
@@ -572,8 +580,8 @@ impl RedisStore {
         if let Link::Cluster(_) = &self.link {
             let groups = slot_groups(counters, &self.keys);
             if groups.len() > 1 {
-                return self
-                    .decide_in_groups(counters, &groups, global_shadow, now)
+                // Boxed: see `decide_in_redis`.
+                return Box::pin(self.decide_in_groups(counters, &groups, global_shadow, now))
                     .await;
             }
         }
@@ -614,11 +622,14 @@ impl RedisStore {
             return lanes.decide(request, self.timeout).await;
         }
         let call = Call::single(request);
+        // Boxed (`--redis-batch-max 1`, no lanes): see `decide_in_redis`.
         let reply = match &self.link {
             Link::Server(connection) => {
-                connection.invoke(&self.script, &call, self.timeout).await?
+                Box::pin(connection.invoke(&self.script, &call, self.timeout)).await?
             }
-            Link::Cluster(cluster) => cluster.invoke(&self.script, &call, self.timeout).await?,
+            Link::Cluster(cluster) => {
+                Box::pin(cluster.invoke(&self.script, &call, self.timeout)).await?
+            }
         };
         parse_reply(&reply, counters.len()).map_err(|error| unavailable(error.to_string()))
     }
@@ -638,7 +649,8 @@ impl Store for RedisStore {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        self.guarded(self.leases_in_redis(calls)).await
+        // Boxed: only concurrency rules take leases (see `decide_in_redis`).
+        Box::pin(self.guarded(self.leases_in_redis(calls))).await
     }
 
     fn backend(&self) -> &'static str {
