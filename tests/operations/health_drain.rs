@@ -179,6 +179,8 @@ fn reflection_lists_the_services() {
         reflected_services(&server).unwrap_or_else(|status| panic!("reflection: {status:?}"));
     for expected in [
         "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+        "envoy.service.auth.v3.Authorization",
         "grpc.health.v1.Health",
     ] {
         assert!(services.iter().any(|name| name == expected), "{services:?}");
