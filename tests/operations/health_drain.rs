@@ -187,6 +187,102 @@ fn reflection_lists_the_services() {
     }
 }
 
+/// The files reflection gives for one question: the file declaring a symbol
+/// (`FileContainingSymbol`) or a file by name (`FileByFilename`), as grpcurl asks them.
+fn reflected_files(
+    server: &Server,
+    question: tonic_reflection::pb::v1::server_reflection_request::MessageRequest,
+) -> Vec<prost_types::FileDescriptorProto> {
+    use prost::Message as _;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let asked = format!("{question:?}");
+    ops::runtime().block_on(async {
+        let channel = tonic::transport::Channel::from_shared(server.grpc_url())
+            .unwrap_or_else(|error| panic!("url: {error}"))
+            .connect()
+            .await
+            .unwrap_or_else(|error| panic!("connect: {error}"));
+        let ask = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(question),
+        };
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter([ask]))
+            .await
+            .unwrap_or_else(|status| panic!("reflection: {status:?}"))
+            .into_inner();
+        let answer = answers
+            .message()
+            .await
+            .unwrap_or_else(|status| panic!("reflection: {status:?}"));
+        match answer.and_then(|answer| answer.message_response) {
+            Some(MessageResponse::FileDescriptorResponse(files)) => files
+                .file_descriptor_proto
+                .iter()
+                .map(|bytes| {
+                    prost_types::FileDescriptorProto::decode(bytes.as_slice()).unwrap_or_else(
+                        |error| panic!("{asked}: a file that is no descriptor: {error}"),
+                    )
+                })
+                .collect(),
+            other => panic!("expected the files of {asked}, got {other:?}"),
+        }
+    })
+}
+
+#[test]
+fn reflection_describes_ext_authz_and_rlqs_with_every_import() {
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+
+    let (_temp, server) = start(&[]);
+    for (symbol, file, method) in [
+        (
+            "envoy.service.auth.v3.Authorization",
+            "envoy/service/auth/v3/external_auth.proto",
+            "Check",
+        ),
+        (
+            "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+            "envoy/service/rate_limit_quota/v3/rlqs.proto",
+            "StreamRateLimitQuotas",
+        ),
+    ] {
+        let files = reflected_files(
+            &server,
+            MessageRequest::FileContainingSymbol(symbol.to_owned()),
+        );
+        let names: Vec<&str> = files.iter().map(|file| file.name()).collect();
+        let declaring = files
+            .iter()
+            .find(|candidate| candidate.name() == file)
+            .unwrap_or_else(|| panic!("{symbol}: no {file} in {names:?}"));
+        assert!(
+            declaring.service.iter().any(|service| service
+                .method
+                .iter()
+                .any(|candidate| candidate.name() == method)),
+            "{file} has no method {method}"
+        );
+        // grpcurl then asks for every import by name, to build the messages.
+        let mut pending: Vec<String> = declaring.dependency.clone();
+        let mut seen: Vec<String> = vec![file.to_owned()];
+        while let Some(import) = pending.pop() {
+            if seen.contains(&import) {
+                continue;
+            }
+            let found = reflected_files(&server, MessageRequest::FileByFilename(import.clone()));
+            let Some(imported) = found.iter().find(|candidate| candidate.name() == import) else {
+                panic!("{symbol}: reflection has no {import}");
+            };
+            pending.extend(imported.dependency.iter().cloned());
+            seen.push(import);
+        }
+    }
+}
+
 #[test]
 fn reflection_can_be_left_out() {
     let (_temp, server) = start(&["--grpc-reflection=false"]);

@@ -3,13 +3,16 @@
 //! rate-limit headers for the client; over: 429 with `Retry-After` and the profile's body.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse as CheckHttp;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
+
 use floodgate_testkit::http::{request, HttpResponse};
+use floodgate_testkit::redis::RedisServer;
 use floodgate_testkit::{runtime, tempdir, Floodgate};
 
 const RULES: &str = r#"
@@ -69,9 +72,14 @@ fn check(
     checks: Vec<CheckRequest>,
 ) -> Vec<Result<CheckResponse, tonic::Status>> {
     runtime().block_on(async {
-        let mut client = AuthorizationClient::connect(floodgate.grpc_url())
+        // Bounded: a floodgate that does not answer fails the test instead of hanging it.
+        let channel = tonic::transport::Endpoint::from_shared(floodgate.grpc_url())
+            .unwrap_or_else(|error| panic!("url: {error}"))
+            .timeout(Duration::from_secs(10))
+            .connect()
             .await
             .unwrap_or_else(|error| panic!("connect: {error}"));
+        let mut client = AuthorizationClient::new(channel);
         let mut answers = Vec::new();
         for check in checks {
             answers.push(client.check(check).await.map(tonic::Response::into_inner));
@@ -210,4 +218,66 @@ fn http_form_answers_envoy_and_forward_auth_with_429() {
         unknown.body.contains("no check profile \"nope\""),
         "{unknown:?}"
     );
+}
+
+#[test]
+fn a_failed_store_is_an_error_for_envoys_failure_mode_unless_the_domain_fails_closed() {
+    let dir = tempdir();
+    // Domain `edge` answers store failures with an error (the default), `strict` refuses.
+    let strict = "domain: strict\nfailure_policy: fail_closed\ndescriptors:\n  - key: path\n    \
+                  rate_limit: {unit: hour, requests_per_unit: 2}\ncheck_profiles:\n  strict:\n    \
+                  descriptors:\n      - entries:\n          - {key: path, header: \":path\"}\n";
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    for (name, text) in [("edge.yaml", RULES), ("strict.yaml", strict)] {
+        std::fs::write(config.join(name), text).unwrap_or_else(|error| panic!("write: {error}"));
+    }
+    // floodgate connects, then Redis is gone: every store call fails.
+    let mut redis = RedisServer::start();
+    let redis_url = redis.url();
+    let floodgate = Floodgate::start(
+        &config,
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &redis_url,
+            "--redis-timeout-ms",
+            "200",
+        ],
+        dir.path(),
+    );
+    // Decided once with Redis up, so the store is past its startup.
+    let before = check(
+        &floodgate,
+        vec![check_request("a.example", "/warm", &[], None)],
+    );
+    assert!(
+        before[0].is_ok(),
+        "{before:?}\n{}",
+        floodgate.process.log_text()
+    );
+    redis.kill();
+    let answers = check(
+        &floodgate,
+        vec![
+            check_request("www.example.com", "/orders", &[], None),
+            check_request("www.example.com", "/orders", &[], Some("strict")),
+        ],
+    );
+    match &answers[0] {
+        Err(status) => assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "{status:?}\n{}",
+            floodgate.process.log_text()
+        ),
+        Ok(answer) => panic!("a failed store was answered: {answer:?}"),
+    }
+    match &answers[1] {
+        Ok(answer) => assert_eq!(answer.status.as_ref().map(|status| status.code), Some(8)),
+        Err(status) => panic!("fail_closed should refuse, not fail: {status:?}"),
+    }
+    let http = http(&floodgate, "GET", "/authz/default/orders", &[]);
+    assert_eq!(http.status, 503, "{http:?}");
 }

@@ -54,7 +54,21 @@ impl<S: Store> Authorization for AuthorizationGrpc<S> {
         let admitted = Admitted::check(&mut request);
         let metadata = request.metadata();
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
-        let (named, attributes) = attributes_from_wire(request.get_ref());
+        let answer = self.answer(request.get_ref(), &admitted, parent).await;
+        // Answered, whichever way: no deadline rejection when dropped.
+        admitted.settle();
+        answer
+    }
+}
+
+impl<S: Store> AuthorizationGrpc<S> {
+    async fn answer(
+        &self,
+        check: &CheckRequest,
+        admitted: &Admitted,
+        parent: RemoteParent,
+    ) -> Result<Response<CheckResponse>, Status> {
+        let (named, attributes) = attributes_from_wire(check);
         let (request, deny_body) = match plan(&self.limiter.rules(), named, &attributes) {
             Plan::Decide { request, deny_body } => (request, deny_body),
             Plan::Allow => {
@@ -71,13 +85,12 @@ impl<S: Store> Authorization for AuthorizationGrpc<S> {
             Admitted::Decide { .. } => self.limiter.decide_traced(&request, parent).await,
             Admitted::Expired => return Err(expired_status()),
             Admitted::Overloaded(overload) => {
-                match overload_reply(overload, request.descriptors.len()) {
+                match overload_reply(*overload, request.descriptors.len()) {
                     OverloadReply::Answer(decision) => Ok(decision),
                     OverloadReply::Unavailable => return Err(overloaded_status()),
                 }
             }
         };
-        admitted.settle();
         match decision {
             Ok(decision) => Ok(answered(Answer::of(&decision, &deny_body))),
             Err(error) => Err(not_answered(error_status(&error))),
