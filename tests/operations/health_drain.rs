@@ -10,6 +10,8 @@ use floodgate_testkit::ops::{self, descriptor, request, Server};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
 const RULES: &str =
     "domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
@@ -138,11 +140,12 @@ fn check_health_fails_when_nothing_listens() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
-/// The services reflection lists, or the status of the call.
-fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
+/// The answer of grpc.reflection.v1 to one `question`, or the status of the call.
+fn reflection_answer(
+    server: &Server,
+    question: MessageRequest,
+) -> Result<Option<MessageResponse>, tonic::Status> {
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
     use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     ops::runtime().block_on(async {
@@ -151,25 +154,29 @@ fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
             .connect()
             .await
             .unwrap_or_else(|error| panic!("connect: {error}"));
-        let mut client = ServerReflectionClient::new(channel);
-        let list = ServerReflectionRequest {
+        let ask = ServerReflectionRequest {
             host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
+            message_request: Some(question),
         };
-        let mut answers = client
-            .server_reflection_info(tokio_stream::iter([list]))
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter([ask]))
             .await?
             .into_inner();
         let answer = answers.message().await?;
-        match answer.and_then(|answer| answer.message_response) {
-            Some(MessageResponse::ListServicesResponse(list)) => Ok(list
-                .service
-                .into_iter()
-                .map(|service| service.name)
-                .collect::<Vec<_>>()),
-            other => panic!("expected a service list, got {other:?}"),
-        }
+        Ok(answer.and_then(|answer| answer.message_response))
     })
+}
+
+/// The services reflection lists, or the status of the call.
+fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
+    match reflection_answer(server, MessageRequest::ListServices(String::new()))? {
+        Some(MessageResponse::ListServicesResponse(list)) => Ok(list
+            .service
+            .into_iter()
+            .map(|service| service.name)
+            .collect::<Vec<_>>()),
+        other => panic!("expected a service list, got {other:?}"),
+    }
 }
 
 #[test]
@@ -191,52 +198,29 @@ fn reflection_lists_the_services() {
 /// (`FileContainingSymbol`) or a file by name (`FileByFilename`), as grpcurl asks them.
 fn reflected_files(
     server: &Server,
-    question: tonic_reflection::pb::v1::server_reflection_request::MessageRequest,
+    question: MessageRequest,
 ) -> Vec<prost_types::FileDescriptorProto> {
     use prost::Message as _;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     let asked = format!("{question:?}");
-    ops::runtime().block_on(async {
-        let channel = tonic::transport::Channel::from_shared(server.grpc_url())
-            .unwrap_or_else(|error| panic!("url: {error}"))
-            .connect()
-            .await
-            .unwrap_or_else(|error| panic!("connect: {error}"));
-        let ask = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(question),
-        };
-        let mut answers = ServerReflectionClient::new(channel)
-            .server_reflection_info(tokio_stream::iter([ask]))
-            .await
-            .unwrap_or_else(|status| panic!("reflection: {status:?}"))
-            .into_inner();
-        let answer = answers
-            .message()
-            .await
-            .unwrap_or_else(|status| panic!("reflection: {status:?}"));
-        match answer.and_then(|answer| answer.message_response) {
-            Some(MessageResponse::FileDescriptorResponse(files)) => files
-                .file_descriptor_proto
-                .iter()
-                .map(|bytes| {
-                    prost_types::FileDescriptorProto::decode(bytes.as_slice()).unwrap_or_else(
-                        |error| panic!("{asked}: a file that is no descriptor: {error}"),
-                    )
+    let answer = reflection_answer(server, question)
+        .unwrap_or_else(|status| panic!("reflection: {status:?}"));
+    match answer {
+        Some(MessageResponse::FileDescriptorResponse(files)) => files
+            .file_descriptor_proto
+            .iter()
+            .map(|bytes| {
+                prost_types::FileDescriptorProto::decode(bytes.as_slice()).unwrap_or_else(|error| {
+                    panic!("{asked}: a file that is no descriptor: {error}")
                 })
-                .collect(),
-            other => panic!("expected the files of {asked}, got {other:?}"),
-        }
-    })
+            })
+            .collect(),
+        other => panic!("expected the files of {asked}, got {other:?}"),
+    }
 }
 
 #[test]
 fn reflection_describes_ext_authz_and_rlqs_with_every_import() {
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-
     let (_temp, server) = start(&[]);
     for (symbol, file, method) in [
         (
