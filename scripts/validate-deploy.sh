@@ -96,10 +96,13 @@ for version in $K8S_VERSIONS; do
       # kubernetes-validate does not carry; tests/repository/deploy_under_envoy_gateway.rs
       # checks these objects' fields against Envoy Gateway's API instead.
       "BackendTrafficPolicy gateway.envoyproxy.io/v1alpha1" | "HTTPRoute gateway.networking.k8s.io/v1") ;;
+      # overlays/istio-ext-authz: Istio's CRD; tests/repository/deploy_istio_ext_authz.rs checks
+      # its fields against Istio's API and its provider against the mesh configuration.
+      "AuthorizationPolicy security.istio.io/v1") ;;
       *) die "kubernetes-validate -k $version has no schema for kind $kind, apiVersion $api: a misspelt apiVersion, or a custom resource to name in this script with how it is checked" ;;
     esac
   done <<<"$unknown"
-  step "kubernetes-validate --strict -k $version: every object passes${unknown:+ (no schema, checked by tests/repository/deploy_under_envoy_gateway.rs: $(echo "$unknown" | awk '{print $1}' | paste -sd, -))}"
+  step "kubernetes-validate --strict -k $version: every object passes${unknown:+ (no schema, checked by tests/repository/deploy_*.rs: $(echo "$unknown" | awk '{print $1}' | paste -sd, -))}"
 done
 
 # 3. The example Envoy's bootstrap, taken from the rendered ConfigMap, through Envoy 1.40's

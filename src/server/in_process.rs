@@ -25,7 +25,7 @@ pub fn grpc_routes<S: Store>(limiter: Arc<Limiter<S>>) -> Router {
         .into_axum_router()
 }
 
-/// `/json`, `/check` and `/check/<profile>`, as the HTTP listener serves them.
+/// `/json`, `/check`, `/check/<profile>` and `/authz…`, as the HTTP listener serves them.
 pub fn http_routes<S: Store>(limiter: Arc<Limiter<S>>, settings: HttpSettings) -> Router {
     let admission = Admission::new(AdmissionSettings::default());
     http::main_routes(limiter, settings, admission)

@@ -1,10 +1,11 @@
-//! The listeners: gRPC (RLS v3 and RLQS), HTTP and the debug port, all stopped by one shutdown signal.
+//! The listeners: gRPC (RLS v3, RLQS and ext_authz), HTTP and the debug port, all stopped by one shutdown signal.
 //! Each takes an already-bound listener, so tests start the real server on port 0. Their
 //! connections are driven by [`connections`], which bounds how many there are and how long
 //! each may take.
 
 pub(crate) mod admin;
 pub(crate) mod admission;
+pub(crate) mod authz;
 pub(crate) mod client_san;
 pub(crate) mod connections;
 pub(crate) mod convert;
@@ -109,7 +110,11 @@ pub async fn serve_with<S: Store>(
         Arc::clone(&operations.rlqs),
         shutdown.clone(),
     ))
-    .add_service(health_service);
+    .add_service(health_service)
+    .add_service(authz::grpc::AuthorizationGrpc::admitted_server(
+        Arc::clone(&limiter),
+        &admission,
+    ));
     let grpc_routes = with_reflection(grpc_routes, !operations.without_grpc_reflection)?;
     let limits = operations.connections;
     let grpc = serve_grpc(grpc_routes, listeners.grpc, &operations, shutdown.clone());
@@ -251,8 +256,8 @@ pub fn http1_listener(name: &'static str, socket: TcpListener) -> Listener {
     }
 }
 
-/// grpc.reflection v1 and v1alpha (grpcurl asks for either), describing the rate-limit and
-/// health services.
+/// grpc.reflection v1 and v1alpha (grpcurl asks for either), describing every service of the
+/// gRPC port: RLS, RLQS, ext_authz and health.
 #[allow(clippy::type_complexity)]
 fn reflection_services() -> Result<
     (
@@ -267,7 +272,8 @@ fn reflection_services() -> Result<
 > {
     let builder = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::server::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(proto::ENVOY_API_FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))

@@ -43,3 +43,10 @@ pub use envoy::service::ratelimit::v3::{
 /// The compiled descriptors of these protos (for gRPC reflection).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
+
+/// The compiled descriptors of the ext_authz and RLQS services (whose messages are
+/// `envoy-types`'), for gRPC reflection. Registered before [`FILE_DESCRIPTOR_SET`]: both hold
+/// `envoy/config/core/v3/base.proto`, and reflection keeps the first, which must be Envoy's whole
+/// file rather than the trimmed copy the RLS service is generated from.
+pub const ENVOY_API_FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/envoy_api_descriptor.bin"));

@@ -4,6 +4,7 @@
 //! temporary directories, the floodgate process) is here at the root.
 
 pub mod adaptive;
+pub mod caddy;
 pub mod delay_proxy;
 pub mod envoy;
 pub mod envoy_gateway;

@@ -10,6 +10,8 @@ use floodgate_testkit::ops::{self, descriptor, request, Server};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
 const RULES: &str =
     "domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
@@ -138,11 +140,12 @@ fn check_health_fails_when_nothing_listens() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
-/// The services reflection lists, or the status of the call.
-fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
+/// The answer of grpc.reflection.v1 to one `question`, or the status of the call.
+fn reflection_answer(
+    server: &Server,
+    question: MessageRequest,
+) -> Result<Option<MessageResponse>, tonic::Status> {
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
     use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     ops::runtime().block_on(async {
@@ -151,25 +154,29 @@ fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
             .connect()
             .await
             .unwrap_or_else(|error| panic!("connect: {error}"));
-        let mut client = ServerReflectionClient::new(channel);
-        let list = ServerReflectionRequest {
+        let ask = ServerReflectionRequest {
             host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
+            message_request: Some(question),
         };
-        let mut answers = client
-            .server_reflection_info(tokio_stream::iter([list]))
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter([ask]))
             .await?
             .into_inner();
         let answer = answers.message().await?;
-        match answer.and_then(|answer| answer.message_response) {
-            Some(MessageResponse::ListServicesResponse(list)) => Ok(list
-                .service
-                .into_iter()
-                .map(|service| service.name)
-                .collect::<Vec<_>>()),
-            other => panic!("expected a service list, got {other:?}"),
-        }
+        Ok(answer.and_then(|answer| answer.message_response))
     })
+}
+
+/// The services reflection lists, or the status of the call.
+fn reflected_services(server: &Server) -> Result<Vec<String>, tonic::Status> {
+    match reflection_answer(server, MessageRequest::ListServices(String::new()))? {
+        Some(MessageResponse::ListServicesResponse(list)) => Ok(list
+            .service
+            .into_iter()
+            .map(|service| service.name)
+            .collect::<Vec<_>>()),
+        other => panic!("expected a service list, got {other:?}"),
+    }
 }
 
 #[test]
@@ -179,9 +186,84 @@ fn reflection_lists_the_services() {
         reflected_services(&server).unwrap_or_else(|status| panic!("reflection: {status:?}"));
     for expected in [
         "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+        "envoy.service.auth.v3.Authorization",
         "grpc.health.v1.Health",
     ] {
         assert!(services.iter().any(|name| name == expected), "{services:?}");
+    }
+}
+
+/// The files reflection gives for one question: the file declaring a symbol
+/// (`FileContainingSymbol`) or a file by name (`FileByFilename`), as grpcurl asks them.
+fn reflected_files(
+    server: &Server,
+    question: MessageRequest,
+) -> Vec<prost_types::FileDescriptorProto> {
+    use prost::Message as _;
+
+    let asked = format!("{question:?}");
+    let answer = reflection_answer(server, question)
+        .unwrap_or_else(|status| panic!("reflection: {status:?}"));
+    match answer {
+        Some(MessageResponse::FileDescriptorResponse(files)) => files
+            .file_descriptor_proto
+            .iter()
+            .map(|bytes| {
+                prost_types::FileDescriptorProto::decode(bytes.as_slice()).unwrap_or_else(|error| {
+                    panic!("{asked}: a file that is no descriptor: {error}")
+                })
+            })
+            .collect(),
+        other => panic!("expected the files of {asked}, got {other:?}"),
+    }
+}
+
+#[test]
+fn reflection_describes_ext_authz_and_rlqs_with_every_import() {
+    let (_temp, server) = start(&[]);
+    for (symbol, file, method) in [
+        (
+            "envoy.service.auth.v3.Authorization",
+            "envoy/service/auth/v3/external_auth.proto",
+            "Check",
+        ),
+        (
+            "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+            "envoy/service/rate_limit_quota/v3/rlqs.proto",
+            "StreamRateLimitQuotas",
+        ),
+    ] {
+        let files = reflected_files(
+            &server,
+            MessageRequest::FileContainingSymbol(symbol.to_owned()),
+        );
+        let names: Vec<&str> = files.iter().map(|file| file.name()).collect();
+        let declaring = files
+            .iter()
+            .find(|candidate| candidate.name() == file)
+            .unwrap_or_else(|| panic!("{symbol}: no {file} in {names:?}"));
+        assert!(
+            declaring.service.iter().any(|service| service
+                .method
+                .iter()
+                .any(|candidate| candidate.name() == method)),
+            "{file} has no method {method}"
+        );
+        // grpcurl then asks for every import by name, to build the messages.
+        let mut pending: Vec<String> = declaring.dependency.clone();
+        let mut seen: Vec<String> = vec![file.to_owned()];
+        while let Some(import) = pending.pop() {
+            if seen.contains(&import) {
+                continue;
+            }
+            let found = reflected_files(&server, MessageRequest::FileByFilename(import.clone()));
+            let Some(imported) = found.iter().find(|candidate| candidate.name() == import) else {
+                panic!("{symbol}: reflection has no {import}");
+            };
+            pending.extend(imported.dependency.iter().cloned());
+            seen.push(import);
+        }
     }
 }
 

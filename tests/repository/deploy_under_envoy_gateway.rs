@@ -248,7 +248,7 @@ fn matches(pattern: &[&str], path: &[String]) -> bool {
 }
 
 /// The key paths of `value` (under `under`, which is not checked) that no pattern allows.
-fn unknown_keys(value: &Value, under: &[&str], patterns: &[&str]) -> Vec<String> {
+pub(crate) fn unknown_keys(value: &Value, under: &[&str], patterns: &[&str]) -> Vec<String> {
     let patterns: Vec<String> = patterns
         .iter()
         .map(|pattern| pattern.replace("[]", ".[]"))

@@ -1,6 +1,7 @@
-//! The wire protocols: gRPC ShouldRateLimit, the HTTP JSON and /check endpoints, TLS, hostile
+//! The wire protocols: gRPC ShouldRateLimit and ext_authz, the HTTP JSON, /check and /authz endpoints, TLS, hostile
 //! clients and the worker threads that serve them.
 
+mod ext_authz;
 mod grpc_api;
 mod grpc_leases;
 mod hostile_clients;

@@ -29,7 +29,6 @@ use axum::response::Response;
 use super::admission::{admit, overloaded_response, Admit};
 use super::{limit_error_response, text_response, trace_parent, DenyStatus, HttpState};
 use crate::core::decision::error_codes::ErrorCodes;
-use crate::core::decision::headers::{response_headers, HeaderMode};
 use crate::core::decision::overload::{overload_reply, OverloadReply};
 use crate::core::decision::response::Response as Decision;
 use crate::core::decision::status::Code;
@@ -37,11 +36,10 @@ use crate::core::policy::http_check::headers::{
     request_from_headers, CheckInputError, DESCRIPTOR_HEADER, DOMAIN_HEADER, HITS_HEADER,
 };
 use crate::core::policy::request::Request;
+use crate::server::authz::answer::check_headers;
+use crate::server::authz::plan::unknown_profile_message;
 use crate::store::Store;
 use crate::telemetry::paced_log::{ClientText, PacedLog};
-
-/// The most profile names listed in the answer to an unknown one.
-const LISTED_PROFILES: usize = 20;
 
 /// Lines about what clients sent: each kind at most once per interval (`telemetry::paced_log`).
 const CLIENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -153,23 +151,6 @@ fn answer(decision: &Decision, deny: DenyStatus) -> Response {
     response
 }
 
-/// The headers of a check answer: those `--response-headers` asked for (already in the
-/// decision), then the IETF and draft-03 ones, each name once.
-fn check_headers(decision: &Decision) -> Vec<(String, String)> {
-    let mut headers = decision.response_headers.clone();
-    for mode in [HeaderMode::Ietf, HeaderMode::Draft03] {
-        for (name, value) in response_headers(mode, &decision.statuses) {
-            if !headers
-                .iter()
-                .any(|(present, _)| present.eq_ignore_ascii_case(&name))
-            {
-                headers.push((name, value));
-            }
-        }
-    }
-    headers
-}
-
 /// 400 with the reason. Logged, since with a fail-open nginx nobody else sees it: nginx answers
 /// the client from the upstream and only logs "auth request unexpected status: 400".
 fn refuse(error: &CheckInputError) -> Response {
@@ -184,30 +165,11 @@ fn refuse(error: &CheckInputError) -> Response {
 }
 
 fn unknown_profile<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Response {
-    let known: Vec<&str> = known.collect();
-    let listed = if known.is_empty() {
-        "there are none: add `check_profiles:` to a configuration file".to_owned()
-    } else {
-        let shown = known
-            .iter()
-            .take(LISTED_PROFILES)
-            .copied()
-            .collect::<Vec<_>>();
-        let more = known.len().saturating_sub(LISTED_PROFILES);
-        let tail = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        format!("the profiles are {}{tail}", shown.join(", "))
-    };
+    let message = unknown_profile_message(name, known);
     if let Some(suppressed) = UNKNOWN_PROFILE.allow() {
         tracing::warn!(profile = %ClientText(name), suppressed, "check for an unknown profile");
     }
-    text_response(
-        StatusCode::NOT_FOUND,
-        format_args!("no check profile {name:?}: {listed}"),
-    )
+    text_response(StatusCode::NOT_FOUND, message)
 }
 
 fn first_value(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -221,7 +183,7 @@ fn lossy(value: &HeaderValue) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::decision::headers::PlainHeaderNames;
+    use crate::core::decision::headers::{response_headers, HeaderMode, PlainHeaderNames};
     use crate::core::decision::overload::{OverloadAnswer, OVERLOADED_HEADER};
     use crate::core::decision::status::{CurrentLimit, DescriptorStatus};
     use crate::core::ground::unit::Unit;

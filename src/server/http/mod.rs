@@ -7,6 +7,9 @@
 //!   request headers (`core::policy::http_check::headers`) or from a check profile of the configuration
 //!   (`core::policy::http_check::profile`); the answer is 200 (allowed) or the deny status (403, or 401 with
 //!   `--http-deny-status 401`), with the rate-limit headers for nginx to copy;
+//! * `/authz`, `/authz/<profile>` and `/authz/<profile>/<path>`: the ext_authz check for Envoy's
+//!   HTTP ext_authz, Caddy's `forward_auth` and Traefik's `forwardAuth`: 200, or 429 with the
+//!   rate-limit headers (`forward_auth`);
 //! * `/lease/acquire` and `/lease/release`: concurrency rules' leases for applications (`lease`).
 //!
 //! Every decision is the limiter's; this module only converts. All share gRPC's in-flight
@@ -14,6 +17,7 @@
 
 mod admission;
 mod auth_request;
+mod forward_auth;
 mod json;
 mod lease;
 mod protojson;
@@ -89,6 +93,22 @@ pub fn main_routes<S: Store>(
         .route("/json", any(json::json_endpoint::<S>))
         .route("/check", any(auth_request::check_by_headers::<S>))
         .route("/check/{profile}", any(auth_request::check_by_profile::<S>))
+        .route(
+            forward_auth::PREFIX,
+            any(forward_auth::check_any_profile::<S>),
+        )
+        .route(
+            "/authz/{profile}",
+            any(forward_auth::check_named_profile::<S>),
+        )
+        .route(
+            "/authz/{profile}/",
+            any(forward_auth::check_named_profile::<S>),
+        )
+        .route(
+            "/authz/{profile}/{*original}",
+            any(forward_auth::check_named_profile::<S>),
+        )
         .route("/lease/acquire", post(lease::acquire::<S>))
         .route("/lease/release", post(lease::release::<S>))
         .with_state(HttpState {

@@ -9,17 +9,24 @@ use std::collections::HashMap;
 
 use serde_yaml::{Mapping, Value};
 
+use super::check_profile_scope;
 use super::keys::did_you_mean;
 use super::report::{FileReport, Report};
 use super::yaml_tree::{describe, field, not_a_map, render, text, wrong_type};
 use crate::policy::http_check::profile::{
-    CheckProfile, CheckProfiles, EntryValue, ProfileDescriptor, ProfileEntry,
+    CheckProfile, CheckProfiles, EntryValue, ProfileDescriptor, ProfileEntry, REQUEST_ATTRIBUTES,
 };
 
 /// The top-level key.
 pub(super) const SECTION: &str = "check_profiles";
 
-const PROFILE_KEYS: &[&str] = &["descriptors", "hits_header"];
+const PROFILE_KEYS: &[&str] = &[
+    "descriptors",
+    "hits_header",
+    "hosts",
+    "path_prefix",
+    "deny_body",
+];
 const DESCRIPTOR_KEYS: &[&str] = &["entries"];
 const ENTRY_KEYS: &[&str] = &["key", "value", "header", "default"];
 
@@ -154,6 +161,8 @@ fn read_profile(
         },
         None => None,
     };
+    let ext_authz = check_profile_scope::read(body, path, report);
+    ok &= ext_authz.is_some();
     let descriptors = match field(body, "descriptors") {
         Some(Value::Sequence(items)) if !items.is_empty() => items
             .iter()
@@ -186,13 +195,15 @@ fn read_profile(
         }
     };
     let descriptors: Option<Vec<ProfileDescriptor>> = descriptors.into_iter().collect();
-    match (ok, descriptors) {
-        (true, Some(descriptors)) => Some(CheckProfile {
+    match (ok, descriptors, ext_authz) {
+        (true, Some(descriptors), Some(ext_authz)) => Some(CheckProfile {
             name: name.to_owned(),
             domain: domain.to_owned(),
             descriptors,
             hits_header,
             source: String::new(),
+            scope: ext_authz.scope,
+            deny_body: ext_authz.deny_body,
         }),
         _ => None,
     }
@@ -339,7 +350,7 @@ fn read_entry(item: &Value, path: &str, report: &mut FileReport) -> Option<Profi
     ok.then_some(ProfileEntry { key, value })
 }
 
-/// A header name (an RFC 9110 token), stored lower-case.
+/// A header name (an RFC 9110 token) or a request attribute (`:path`, …), stored lower-case.
 fn header_name(
     value: &Value,
     field_name: &str,
@@ -361,6 +372,9 @@ fn header_name(
             return None;
         }
     };
+    if written.starts_with(':') {
+        return request_attribute(&written, field_name, path, report);
+    }
     let is_token = !written.is_empty()
         && written
             .chars()
@@ -376,6 +390,27 @@ fn header_name(
         return None;
     }
     Some(written.to_ascii_lowercase())
+}
+
+/// One of `REQUEST_ATTRIBUTES`, stored lower-case.
+fn request_attribute(
+    written: &str,
+    field_name: &str,
+    path: &str,
+    report: &mut FileReport,
+) -> Option<String> {
+    let lower = written.to_ascii_lowercase();
+    if REQUEST_ATTRIBUTES.contains(&lower.as_str()) {
+        return Some(lower);
+    }
+    report.error(
+        path,
+        format!(
+            "`{field_name}: {written}` is not a request attribute: the attributes are {}",
+            REQUEST_ATTRIBUTES.join(", ")
+        ),
+    );
+    None
 }
 
 /// Reports keys of `map` not in `allowed`; false when there was one.
@@ -487,6 +522,33 @@ check_profiles:
     }
 
     #[test]
+    fn ext_authz_keys_and_request_attributes_load() {
+        let text = SITE.replace(
+            "    hits_header: X-RateLimit-Hits\n",
+            "    hits_header: X-RateLimit-Hits\n    hosts: [API.example.com, \"*.example.org\"]\n    \
+             path_prefix: /v1/\n    deny_body: slow down\n",
+        )
+        .replace("header: x-original-method", "header: \":Method\"");
+        let rules = match load_files(&[("web.yaml", &text)]) {
+            Ok(rules) => rules,
+            Err(errors) => panic!("{errors:#?}\n{text}"),
+        };
+        let Some(profile) = site(&rules) else {
+            panic!("no profile 'site'");
+        };
+        assert_eq!(profile.scope.hosts, ["api.example.com", "*.example.org"]);
+        assert_eq!(profile.scope.path_prefix.as_deref(), Some("/v1/"));
+        assert_eq!(profile.deny_body.as_deref(), Some("slow down"));
+        assert_eq!(
+            profile.descriptors[1].entries[1].value,
+            EntryValue::Header {
+                name: ":method".to_owned(),
+                default: Some("GET".to_owned())
+            }
+        );
+    }
+
+    #[test]
     fn profile_names_are_unique_across_files() {
         let other = SITE.replace("domain: web", "domain: shop");
         let errors = match load_files(&[("web.yaml", SITE), ("shop.yaml", &other)]) {
@@ -574,6 +636,26 @@ check_profiles:
                 "  site: {descriptors: [{entries: [{key: a, headr: X-A}]}]}\n",
                 "web.check_profiles.site.descriptors[0].entries[0]",
                 "did you mean 'header'?",
+            ),
+            (
+                "  site: {descriptors: [{entries: [{key: a, header: \":host\"}]}]}\n",
+                "web.check_profiles.site.descriptors[0].entries[0]",
+                "is not a request attribute: the attributes are :method, :path",
+            ),
+            (
+                "  site: {hosts: api.example.com, descriptors: [{entries: [{key: a, value: b}]}]}\n",
+                "web.check_profiles.site",
+                "`hosts` must be a list of host names",
+            ),
+            (
+                "  site: {hosts: [\"https://a.example\"], descriptors: [{entries: [{key: a, value: b}]}]}\n",
+                "web.check_profiles.site",
+                "is not a host name",
+            ),
+            (
+                "  site: {path_prefix: api, descriptors: [{entries: [{key: a, value: b}]}]}\n",
+                "web.check_profiles.site",
+                "must start with '/'",
             ),
         ];
         for (profiles, path, message) in cases {

@@ -17,6 +17,7 @@ mod adaptive_concurrency_yaml;
 mod adaptive_yaml;
 mod as_written;
 mod build;
+mod check_profile_scope;
 mod check_profiles;
 mod concurrency;
 mod descriptor;

@@ -81,7 +81,45 @@ pub struct CheckProfile {
     pub hits_header: Option<String>,
     /// The file it came from, for messages.
     pub source: String,
+    /// Where ext_authz applies it without being told its name (`http_check::selection`).
+    pub scope: ProfileScope,
+    /// The body of an ext_authz refusal (`deny_body:`); absent: `DEFAULT_DENY_BODY`.
+    pub deny_body: Option<String>,
 }
+
+/// The body of an ext_authz refusal when the profile names none.
+pub const DEFAULT_DENY_BODY: &str = "Too Many Requests\n";
+
+/// The requests a profile applies to when a caller (ext_authz) does not name one: `hosts:`
+/// (exact, or `*.example.com` for any subdomain; stored lower-case) and `path_prefix:` (a plain
+/// prefix of the path, as Envoy's route `prefix`). Both empty: only by name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProfileScope {
+    pub hosts: Vec<String>,
+    pub path_prefix: Option<String>,
+}
+
+/// Request attributes a profile entry can read like headers (`header: ":path"`). ext_authz
+/// callers fill them from the request Envoy describes, or from the `X-Forwarded-*` headers of
+/// Caddy and Traefik; nginx's `/check` sends none of them, so there they take their `default`.
+pub const REQUEST_ATTRIBUTES: &[&str] = &[
+    METHOD_ATTRIBUTE,
+    PATH_ATTRIBUTE,
+    AUTHORITY_ATTRIBUTE,
+    SCHEME_ATTRIBUTE,
+    SOURCE_ADDRESS_ATTRIBUTE,
+];
+/// The request's method.
+pub const METHOD_ATTRIBUTE: &str = ":method";
+/// The request's path with its query, as the client sent it.
+pub const PATH_ATTRIBUTE: &str = ":path";
+/// The request's host (HTTP/2 `:authority`, HTTP/1 `Host`), port included when sent.
+pub const AUTHORITY_ATTRIBUTE: &str = ":authority";
+/// `http` or `https`.
+pub const SCHEME_ATTRIBUTE: &str = ":scheme";
+/// The address of the client the proxy saw (Envoy's `source.address`; the last
+/// `X-Forwarded-For` entry, which the proxy in front of floodgate appended).
+pub const SOURCE_ADDRESS_ATTRIBUTE: &str = ":source-address";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileDescriptor {
@@ -194,6 +232,8 @@ mod tests {
             ],
             hits_header: None,
             source: "web.yaml".to_owned(),
+            scope: ProfileScope::default(),
+            deny_body: None,
         }
     }
 
