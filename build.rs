@@ -1,9 +1,12 @@
-//! Compiles Envoy's RLS v3 protos from `proto/` with protox (pure Rust), so no system
-//! `protoc` is needed.
+//! Compiles Envoy's RLS v3 protos and Kuadrant's rate-limit service from `proto/` with protox
+//! (pure Rust), so no system `protoc` is needed.
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["envoy/service/ratelimit/v3/rls.proto"];
+const PROTOS: &[&str] = &[
+    "envoy/service/ratelimit/v3/rls.proto",
+    "kuadrant/service/ratelimit/v1/ratelimit.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");

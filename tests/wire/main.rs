@@ -8,6 +8,7 @@ mod http_check;
 mod http_json;
 mod http_leases;
 mod http_shedding;
+mod kuadrant;
 mod tls_client_san;
 mod tls_grpc;
 mod worker_threads;

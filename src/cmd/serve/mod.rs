@@ -2,6 +2,7 @@
 //! listeners, in named steps: the settings ([`settings`]), the first rules, the listeners
 //! ([`listeners`]), the one store the settings name ([`store`]) and the run loop ([`run`]).
 
+mod limitador;
 mod listeners;
 mod run;
 mod settings;
@@ -58,6 +59,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         reload_status,
     };
     let mut serving = Serving::start(&args, serving_settings, bound, signals, &rules);
+    serving.serve_limitador(limitador::start(&args.limitador, &serving.shutdown)?);
     warn_of_a_missing_default_rule(&args.rlqs.rlqs_unmatched, &rules);
 
     tracing::info!(store = ?choice.kind, "store chosen by {}", choice.reason);
