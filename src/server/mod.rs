@@ -15,6 +15,7 @@ pub mod health;
 mod http;
 pub mod in_process;
 pub(crate) mod kuadrant;
+pub mod limitador_http;
 pub mod proto;
 pub(crate) mod reference_metrics;
 pub(crate) mod rlqs;

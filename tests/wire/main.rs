@@ -9,6 +9,8 @@ mod http_json;
 mod http_leases;
 mod http_shedding;
 mod kuadrant;
+mod limitador_http;
+mod limitador_oracle;
 mod tls_client_san;
 mod tls_grpc;
 mod worker_threads;

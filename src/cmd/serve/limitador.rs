@@ -1,19 +1,21 @@
 //! Limitador's limits for `serve`: the file loaded at start (an error stops the start, as a bad
-//! rules file does), its counters in this process, and its reloads.
+//! rules file does), its counters in this process, its reloads, and its HTTP API when
+//! `--limitador-http-addr` is set.
 
 use std::sync::Arc;
 
 use crate::cmd::app_error::AppError;
-use crate::cmd::limitador_args::LimitadorArgs;
+use crate::cmd::cli::ServeArgs;
 use crate::engine::limitador::{follow, limits_file, Limitador};
 use crate::engine::shutdown::Shutdown;
 use crate::store::held_windows::memory::MemoryHeldWindows;
 
 /// The limits of `--limitador-limits`, followed until `shutdown`; `None` without the flag.
-pub(super) fn start(
-    args: &LimitadorArgs,
+pub(super) async fn start(
+    serve_args: &ServeArgs,
     shutdown: &Shutdown,
 ) -> Result<Option<Arc<Limitador>>, AppError> {
+    let args = &serve_args.limitador;
     let Some(path) = &args.limitador_limits else {
         return Ok(None);
     };
@@ -40,5 +42,15 @@ pub(super) fn start(
         text,
         shutdown.clone(),
     ));
+    if let Some(addr) = args.limitador_http_addr {
+        let socket = super::listeners::bind_limitador_http(addr).await?;
+        tracing::info!(%addr, "serving Limitador's HTTP API");
+        tokio::spawn(crate::server::limitador_http::serve(
+            socket,
+            Arc::clone(&limitador),
+            super::listeners::connection_limits(serve_args, false),
+            shutdown.clone(),
+        ));
+    }
     Ok(Some(limitador))
 }

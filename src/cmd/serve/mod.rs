@@ -59,7 +59,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         reload_status,
     };
     let mut serving = Serving::start(&args, serving_settings, bound, signals, &rules);
-    serving.serve_limitador(limitador::start(&args.limitador, &serving.shutdown)?);
+    serving.serve_limitador(limitador::start(&args, &serving.shutdown).await?);
     warn_of_a_missing_default_rule(&args.rlqs.rlqs_unmatched, &rules);
 
     tracing::info!(store = ?choice.kind, "store chosen by {}", choice.reason);

@@ -2,9 +2,9 @@
 //! variables (`descriptors[0].user`), compiled at load and evaluated per call the way
 //! limitador 0.14 evaluates them, with the same `cel` crate.
 //!
-//! What a call binds: over gRPC, `descriptors`, the list of the request's descriptors, each a
-//! map of its entries; over Limitador's HTTP API, each of `values` as a variable of its own.
-//! Every limit also sees `limit.name` and `limit.id`.
+//! What a call binds: `descriptors`, the list of the request's descriptors, each a map of its
+//! entries (Limitador's HTTP API binds its `values` as `descriptors[0]`). Every limit also sees
+//! `limit.name` and `limit.id`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -124,16 +124,6 @@ impl Bindings {
             names: vec!["descriptors".to_owned()],
             context,
         }
-    }
-
-    /// A call of Limitador's HTTP API: each of `values` a variable of its own.
-    pub fn values(values: HashMap<String, String>) -> Self {
-        let mut context = Context::default();
-        let names = values.keys().cloned().collect();
-        for (name, value) in values {
-            context.add_variable_from_value(name, value);
-        }
-        Self { names, context }
     }
 
     /// The scope one limit's expressions are evaluated in: the call's bindings and `limit`.
