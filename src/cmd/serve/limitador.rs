@@ -1,18 +1,21 @@
 //! Limitador's limits for `serve`: the file loaded at start (an error stops the start, as a bad
-//! rules file does), its counters in this process, its reloads, and its HTTP API when
+//! rules file does), its counters where the store says (`store::limitador_counters`), its reloads, and its HTTP API when
 //! `--limitador-http-addr` is set.
 
 use std::sync::Arc;
 
 use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
+use crate::core::decision::charging::Charging;
 use crate::engine::limitador::{follow, limits_file, Limitador};
 use crate::engine::shutdown::Shutdown;
-use crate::store::held_windows::memory::MemoryHeldWindows;
+
+use super::store::StorePlan;
 
 /// The limits of `--limitador-limits`, followed until `shutdown`; `None` without the flag.
 pub(super) async fn start(
     serve_args: &ServeArgs,
+    (plan, charging): (&StorePlan, Charging),
     shutdown: &Shutdown,
 ) -> Result<Option<Arc<Limitador>>, AppError> {
     let args = &serve_args.limitador;
@@ -33,7 +36,7 @@ pub(super) async fn start(
     );
     let limitador = Arc::new(Limitador::new(
         limits,
-        Arc::new(MemoryHeldWindows::default()),
+        super::store::limitador_counters(plan, serve_args, charging).await?,
         args.hold_bounds(),
     ));
     tokio::spawn(follow::follow(

@@ -59,11 +59,12 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         reload_status,
     };
     let mut serving = Serving::start(&args, serving_settings, bound, signals, &rules);
-    serving.serve_limitador(limitador::start(&args, &serving.shutdown).await?);
     warn_of_a_missing_default_rule(&args.rlqs.rlqs_unmatched, &rules);
 
     tracing::info!(store = ?choice.kind, "store chosen by {}", choice.reason);
     let plan = StorePlan::new(choice.kind, &args, charging, &rules)?;
+    let limitador = limitador::start(&args, (&plan, charging), &serving.shutdown).await?;
+    serving.serve_limitador(limitador);
     serving.counting_notes = plan.counting_notes();
     serving.counting_notes.log(&rules);
     let built = build_store(plan, &args, (door, charging), &rules, &serving.shutdown).await?;

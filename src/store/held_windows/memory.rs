@@ -32,6 +32,15 @@ struct Entry {
 }
 
 impl Entry {
+    /// Adds to the window; a closed window's holds were all dead, so a new one starts
+    /// without them.
+    fn add(&mut self, delta: u64, window: u64, now: u64) {
+        if self.window.expires_at <= now {
+            self.holds.clear();
+        }
+        self.window.add(delta, window, now);
+    }
+
     fn is_dead_at(&self, now: u64) -> bool {
         self.window.expires_at <= now && held_window::outstanding(&self.holds, now) == 0
     }
@@ -82,9 +91,7 @@ impl MemoryHeldWindows {
         let admission = held_window::check(&readings, delta, apply);
         if apply && admission.admitted() {
             for counter in counters {
-                entry(&mut entries, &counter.key, now)
-                    .window
-                    .add(delta, counter.window, now);
+                entry(&mut entries, &counter.key, now).add(delta, counter.window, now);
             }
         }
         decided(admission, &readings)
@@ -98,7 +105,7 @@ impl MemoryHeldWindows {
             .map(|counter| {
                 // A reservation starts the window it holds against, as a zero-delta update.
                 let entry = entry(&mut entries, &counter.key, now);
-                entry.window.add(0, counter.window, now);
+                entry.add(0, counter.window, now);
                 let outstanding = held_window::outstanding(&entry.holds, now);
                 reading(counter, entry.window, outstanding, now)
             })
@@ -165,9 +172,7 @@ impl HeldWindows for MemoryHeldWindows {
         let now = (self.clock)();
         let mut entries = self.entries.lock();
         for counter in counters {
-            entry(&mut entries, &counter.key, now)
-                .window
-                .add(delta, counter.window, now);
+            entry(&mut entries, &counter.key, now).add(delta, counter.window, now);
         }
         Ok(())
     }
@@ -181,13 +186,15 @@ impl HeldWindows for MemoryHeldWindows {
     }
 
     async fn release(&self, counters: &[CounterSpec], id: &str) -> Result<bool, StoreError> {
+        let now = (self.clock)();
         let mut entries = self.entries.lock();
         let mut released = false;
         for counter in counters {
             if let Some(entry) = entries.map.get_mut(&counter.key) {
                 let before = entry.holds.len();
                 entry.holds.retain(|held| held.id != id);
-                released |= entry.holds.len() != before;
+                // A hold on a closed window is gone, as Limitador's registry forgets it.
+                released |= entry.holds.len() != before && entry.window.expires_at > now;
             }
         }
         Ok(released)

@@ -69,7 +69,7 @@ pub trait HeldWindows: Send + Sync + 'static {
         hold: HoldRequest<'_>,
     ) -> Result<WindowsDecided, StoreError>;
 
-    /// Removes the hold `id` from every counter; whether any held it.
+    /// Removes the hold `id` from every counter; whether any whose window still runs held it.
     async fn release(&self, counters: &[CounterSpec], id: &str) -> Result<bool, StoreError>;
 
     /// The counters whose key starts with `prefix` and whose window still runs.
