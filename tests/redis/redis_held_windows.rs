@@ -2,7 +2,8 @@
 //! as in memory (`store::held_windows::memory`, on `core::arithmetic::held_window`): seeded
 //! random sequences of checks (applied or not), adds, reservations and releases over a few
 //! counters of one namespace, on one manual clock that now and then jumps past holds' expiries
-//! and windows' ends; every answer must be identical.
+//! and windows' ends; every answer must be identical. And reservations racing from many tasks
+//! never hold more than the limit together, in either store.
 
 use std::sync::Arc;
 
@@ -155,5 +156,46 @@ async fn redis_decides_limitador_format_counters_as_memory_does() {
         "release false",
     ] {
         assert!(outcomes.contains(outcome), "no {outcome:?} in {outcomes:?}");
+    }
+}
+
+/// Reservations racing from many tasks never hold more than the limit together, in memory and
+/// in Redis alike: each store reads, decides and writes a call's counters as one step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reservations_never_hold_more_than_the_limit() {
+    let server = RedisServer::start();
+    let redis: Arc<dyn HeldWindows> = Arc::new(server.store(None).await);
+    let memory: Arc<dyn HeldWindows> = Arc::new(MemoryHeldWindows::default());
+    for (name, store) in [("memory", memory), ("redis", redis)] {
+        let counter = vec![CounterSpec {
+            key: format!("[\"race\",60,[],[],{{\"store\":\"{name}\"}}]"),
+            max_value: 100,
+            window: 60_000_000,
+        }];
+        let tasks: Vec<_> = (0..40)
+            .map(|task| {
+                let (store, counter) = (Arc::clone(&store), counter.clone());
+                tokio::spawn(async move {
+                    let id = format!("task-{task}");
+                    let hold = HoldRequest {
+                        id: &id,
+                        check_amount: 7,
+                        hold_amount: 7,
+                        ttl: 30_000_000,
+                    };
+                    let decided = store.reserve(&counter, hold).await;
+                    decided.is_ok_and(|decided| decided.admission.admitted())
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += u64::from(task.await.unwrap_or(false));
+        }
+        assert_eq!(
+            admitted * 7,
+            98,
+            "{name}: 14 holds of 7 fit in 100, no more"
+        );
     }
 }
