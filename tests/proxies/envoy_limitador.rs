@@ -5,7 +5,7 @@
 
 use floodgate_testkit::Floodgate;
 
-use super::envoy_e2e::{call, start_envoy};
+use super::envoy_e2e::{call, start_envoy_failing_closed};
 
 /// Three an hour per client, as Limitador's file writes it.
 const LIMITS: &str = r#"
@@ -28,13 +28,7 @@ fn envoy_is_limited_by_limitadors_limits_file() {
     std::fs::create_dir(&rules).unwrap_or_else(|error| panic!("mkdir: {error}"));
     let limits_flag = limits.display().to_string();
     let floodgate = Floodgate::start(&rules, &["--limitador-limits", &limits_flag], dir.path());
-    // Fail closed: an RLS error shows up as a 500, never as a silent 200.
-    let envoy = start_envoy(
-        floodgate.grpc_port,
-        dir.path(),
-        |text| text.replace("failure_mode_deny: false", "failure_mode_deny: true"),
-        &[],
-    );
+    let envoy = start_envoy_failing_closed(floodgate.grpc_port, dir.path());
     for _ in 0..3 {
         let response = call(&envoy, "alice");
         assert_eq!(
