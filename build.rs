@@ -1,10 +1,13 @@
-//! Compiles Envoy's RLS v3 protos from `proto/` with protox (pure Rust), so no system
-//! `protoc` is needed; and, for gRPC reflection only, the ext_authz and RLQS protos of
-//! `proto/envoy-api` (their Rust types come from the `envoy-types` crate).
+//! Compiles Envoy's RLS v3 protos and Kuadrant's rate-limit service from `proto/` with protox
+//! (pure Rust), so no system `protoc` is needed; and, for gRPC reflection only, the ext_authz
+//! and RLQS protos of `proto/envoy-api` (their Rust types come from the `envoy-types` crate).
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["envoy/service/ratelimit/v3/rls.proto"];
+const PROTOS: &[&str] = &[
+    "envoy/service/ratelimit/v3/rls.proto",
+    "kuadrant/service/ratelimit/v1/ratelimit.proto",
+];
 
 /// Services served with `envoy-types`' messages, described to reflection from these files.
 const REFLECTED_PROTOS: &[&str] = &[

@@ -374,6 +374,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     #[command(flatten)]
+    pub limitador: crate::cmd::limitador_args::LimitadorArgs,
+    #[command(flatten)]
     pub xds: XdsArgs,
     /// gRPC listen address [default: 0.0.0.0:8081, or GRPC_HOST:GRPC_PORT].
     #[arg(long, env = "FLOODGATE_GRPC_ADDR")]
@@ -934,6 +936,10 @@ pub struct ValidateArgs {
     pub limits: ConfigLimitArgs,
     #[command(flatten)]
     pub xds: XdsArgs,
+    /// Also check Limitador's limits file (each CEL condition and variable compiled); with it
+    /// alone, PATH may be left out.
+    #[arg(long, env = "FLOODGATE_LIMITADOR_LIMITS")]
+    pub limitador_limits: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ pub(crate) mod door_arguments;
 pub(crate) mod explain_text;
 pub mod front_door;
 pub(crate) mod hybrid_settings;
+pub mod limitador_args;
 pub mod output;
 pub(crate) mod prometheus_settings;
 pub mod reference_counters;

@@ -199,7 +199,10 @@ async fn first_from_files(
     if first.loaded {
         crate::telemetry::config_loads::reload_succeeded(first.rules.rule_count());
     }
-    if first.loaded && first.rules.rule_count() == 0 {
+    // Limitador's limits alone (`--limitador-limits`) are a limiter too: no YAML rules is then
+    // the plan, not a mistake.
+    let limits_elsewhere = args.limitador.limitador_limits.is_some();
+    if first.loaded && first.rules.rule_count() == 0 && !limits_elsewhere {
         // Not an error (the reference starts so too, and rules may arrive by reload), but a
         // limiter that limits nothing must not go unnoticed.
         tracing::warn!(

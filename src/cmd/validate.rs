@@ -17,6 +17,38 @@ use crate::engine::reload::load_xds_resources;
 const XDS_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub async fn main(args: ValidateArgs) -> ExitCode {
+    let limitador = args.limitador_limits.as_deref().map(limitador_limits);
+    if args.path.is_none() && args.xds.config_type == ConfigTypeArg::File {
+        if let Some(checked) = limitador {
+            return checked;
+        }
+    }
+    let rules = rules(&args).await;
+    match limitador {
+        Some(checked) if checked != ExitCode::SUCCESS => checked,
+        _ => rules,
+    }
+}
+
+/// Compiles Limitador's limits file and prints its limits (exit 0) or the error (exit 1).
+fn limitador_limits(path: &std::path::Path) -> ExitCode {
+    match crate::engine::limitador::limits_file::load(path) {
+        Ok(limits) => {
+            crate::cmd::output::print_line(format_args!(
+                "{}: Limitador limits ok, {} limits",
+                path.display(),
+                limits.limit_count()
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn rules(args: &ValidateArgs) -> ExitCode {
     let options = args.limits.load_options(
         args.default_algorithm,
         args.merge_domain_config,
@@ -37,7 +69,8 @@ pub async fn main(args: ValidateArgs) -> ExitCode {
         (None, ConfigTypeArg::File) => {
             eprintln!(
                 "nothing to validate: give a PATH (a YAML file or a directory of them), or \
-                 --config-type grpc-xds-sotw to check what the xDS management server sends"
+                 --config-type grpc-xds-sotw to check what the xDS management server sends, \
+                 or --limitador-limits FILE"
             );
             ExitCode::from(crate::cmd::EXIT_USAGE)
         }

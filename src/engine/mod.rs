@@ -6,6 +6,7 @@ pub(crate) mod adaptive;
 pub(crate) mod adjustment_set;
 pub(crate) mod config_source;
 pub mod lease_timings;
+pub mod limitador;
 pub mod limiter;
 pub(crate) mod observers;
 pub(crate) mod overrides;

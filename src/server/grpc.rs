@@ -11,9 +11,11 @@ use super::admission::{
     expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
 };
 use super::convert::{request_from_wire, response_to_wire};
+use super::kuadrant;
 use crate::core::decision::error_codes::GrpcCode;
 use crate::core::decision::overload::{overload_reply, OverloadReply};
 use crate::core::decision::semantics::Traces;
+use crate::engine::limitador::Limitador;
 use crate::engine::limiter::{LimitError, Limiter};
 use crate::server::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use crate::server::proto::{RateLimitRequest, RateLimitResponse};
@@ -23,15 +25,21 @@ use crate::telemetry::traces::{self, RemoteParent};
 
 pub struct RateLimitGrpc<S> {
     limiter: Arc<Limiter<S>>,
+    /// Limitador's limits: a domain that is one of its namespaces is answered from them.
+    limitador: Option<Arc<Limitador>>,
 }
 
 impl<S: Store> RateLimitGrpc<S> {
     /// The service behind its admission control (`server::admission`).
     pub fn admitted_server(
         limiter: Arc<Limiter<S>>,
+        limitador: Option<Arc<Limitador>>,
         admission: &Admission,
     ) -> InterceptedService<RateLimitServiceServer<Self>, AdmissionInterceptor> {
-        RateLimitServiceServer::with_interceptor(Self { limiter }, admission.interceptor())
+        RateLimitServiceServer::with_interceptor(
+            Self { limiter, limitador },
+            admission.interceptor(),
+        )
     }
 }
 
@@ -72,6 +80,11 @@ impl<S: Store> RateLimitGrpc<S> {
                 };
             }
         }
+        if let Some(limitador) = self.limitador_of(request.get_ref()) {
+            let answer = kuadrant::should_rate_limit(&limitador, request.into_inner()).await;
+            admitted.settle();
+            return answer.map(Response::new);
+        }
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
         // is on; the decision's span continues that trace.
         let metadata = request.metadata();
@@ -95,6 +108,14 @@ impl<S: Store> RateLimitGrpc<S> {
             .map_or_else(Status::code, |_| tonic::Code::Ok);
         traces::record_grpc_code(&server_span, code as i32);
         answer
+    }
+
+    /// Limitador's limits when the request's domain is one of their namespaces.
+    fn limitador_of(&self, request: &RateLimitRequest) -> Option<Arc<Limitador>> {
+        self.limitador
+            .as_ref()
+            .filter(|limitador| limitador.has_namespace(&request.domain))
+            .cloned()
     }
 
     /// Under the reference's traces, the server span its `otelgrpc` interceptor makes of the

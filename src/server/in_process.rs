@@ -21,8 +21,10 @@ use crate::store::Store;
 /// default admission control, without health and reflection).
 pub fn grpc_routes<S: Store>(limiter: Arc<Limiter<S>>) -> Router {
     let admission = Admission::new(AdmissionSettings::default());
-    tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(limiter, &admission))
-        .into_axum_router()
+    tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
+        limiter, None, &admission,
+    ))
+    .into_axum_router()
 }
 
 /// `/json`, `/check`, `/check/<profile>` and `/authz…`, as the HTTP listener serves them.

@@ -15,6 +15,8 @@ pub(crate) mod grpc_deadline;
 pub mod health;
 mod http;
 pub mod in_process;
+pub(crate) mod kuadrant;
+pub mod limitador_http;
 pub mod proto;
 pub(crate) mod reference_metrics;
 pub(crate) mod rlqs;
@@ -71,6 +73,9 @@ pub struct Operations {
     pub rlqs: Arc<crate::engine::rlqs::QuotaBoard>,
     /// `--grpc-reflection=false`: the gRPC listener serves no reflection.
     pub without_grpc_reflection: bool,
+    /// `--limitador-limits`: kuadrant.service.ratelimit.v1 on the gRPC listener, and Envoy's
+    /// RLS for the domains that are its namespaces.
+    pub limitador: Option<Arc<crate::engine::limitador::Limitador>>,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -103,6 +108,7 @@ pub async fn serve_with<S: Store>(
     let admission = admission::Admission::new(operations.admission);
     let grpc_routes = tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
         Arc::clone(&limiter),
+        operations.limitador.clone(),
         &admission,
     ))
     .add_service(rlqs::RateLimitQuotaGrpc::server(
@@ -115,6 +121,12 @@ pub async fn serve_with<S: Store>(
         Arc::clone(&limiter),
         &admission,
     ));
+    let grpc_routes = match &operations.limitador {
+        Some(limitador) => {
+            grpc_routes.add_service(kuadrant::KuadrantGrpc::server(Arc::clone(limitador)))
+        }
+        None => grpc_routes,
+    };
     let grpc_routes = with_reflection(grpc_routes, !operations.without_grpc_reflection)?;
     let limits = operations.connections;
     let grpc = serve_grpc(grpc_routes, listeners.grpc, &operations, shutdown.clone());

@@ -2,6 +2,7 @@
 //! the request is over its limits and which counters it charges (all or none by default,
 //! `core::decision::charging`), and charges them, atomically.
 
+pub mod held_windows;
 pub mod hybrid;
 pub mod memory;
 pub mod redis;

@@ -5,5 +5,6 @@ mod config_files;
 mod door_arguments;
 mod explain_cli;
 mod front_door;
+mod limitador_limits;
 mod newcomer;
 mod settings;

@@ -27,6 +27,17 @@ pub(super) fn start_envoy(
     Envoy::start_with_args(&bootstrap, "envoy.yaml", dir, &[edge, direct], extra)
 }
 
+/// Envoy as `start_envoy` starts it, failing closed: an RLS error shows up as a 500, never as a
+/// silent 200.
+pub(super) fn start_envoy_failing_closed(rls_port: u16, dir: &Path) -> Envoy {
+    start_envoy(
+        rls_port,
+        dir,
+        |text| text.replace("failure_mode_deny: false", "failure_mode_deny: true"),
+        &[],
+    )
+}
+
 pub(super) fn call(envoy: &Envoy, client: &str) -> HttpResponse {
     get(envoy.port, "/", &[("x-client-id", client)])
         .unwrap_or_else(|error| panic!("request through envoy failed: {error}"))
@@ -53,13 +64,7 @@ fn envoy_gets_429_with_both_sets_of_headers_after_the_limit() {
     let config = dir.path().join("edge.yaml");
     std::fs::write(&config, THREE_PER_HOUR).unwrap_or_else(|error| panic!("write config: {error}"));
     let floodgate = Floodgate::start(&config, &["--response-headers", "ietf"], dir.path());
-    // Fail closed here so that an RLS error shows up as a 500, never as a silent 200.
-    let envoy = start_envoy(
-        floodgate.grpc_port,
-        dir.path(),
-        |text| text.replace("failure_mode_deny: false", "failure_mode_deny: true"),
-        &[],
-    );
+    let envoy = start_envoy_failing_closed(floodgate.grpc_port, dir.path());
 
     for expected_remaining in ["2", "1", "0"] {
         let response = call(&envoy, "alice");

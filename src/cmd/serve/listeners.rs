@@ -73,6 +73,15 @@ const ADMIN: ListenerSpec = ListenerSpec {
     name: "admin",
     setting: "--admin-addr or FLOODGATE_ADMIN_ADDR",
 };
+const LIMITADOR_HTTP: ListenerSpec = ListenerSpec {
+    name: "Limitador HTTP API",
+    setting: "--limitador-http-addr or FLOODGATE_LIMITADOR_HTTP_ADDR",
+};
+
+/// The listener of Limitador's HTTP API.
+pub(super) async fn bind_limitador_http(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    bind(addr, &LIMITADOR_HTTP).await
+}
 
 async fn bind(addr: SocketAddr, spec: &ListenerSpec) -> Result<TcpListener, AppError> {
     TcpListener::bind(addr).await.map_err(|source| {

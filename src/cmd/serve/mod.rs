@@ -2,6 +2,7 @@
 //! listeners, in named steps: the settings ([`settings`]), the first rules, the listeners
 //! ([`listeners`]), the one store the settings name ([`store`]) and the run loop ([`run`]).
 
+mod limitador;
 mod listeners;
 mod run;
 mod settings;
@@ -62,6 +63,8 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
 
     tracing::info!(store = ?choice.kind, "store chosen by {}", choice.reason);
     let plan = StorePlan::new(choice.kind, &args, charging, &rules)?;
+    let limitador = limitador::start(&args, (&plan, charging), &serving.shutdown).await?;
+    serving.serve_limitador(limitador);
     serving.counting_notes = plan.counting_notes();
     serving.counting_notes.log(&rules);
     let built = build_store(plan, &args, (door, charging), &rules, &serving.shutdown).await?;

@@ -12,6 +12,7 @@ use crate::core::decision::charging::Charging;
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::adaptive::signals::PushedSignals;
+use crate::engine::limitador::Limitador;
 use crate::engine::limiter::{Limiter, LimiterSettings};
 use crate::engine::overrides_sync::SharedOverrides;
 use crate::engine::reload::{self, ReloadStatus};
@@ -72,6 +73,11 @@ impl Signals {
 }
 
 impl Serving {
+    /// Serves Limitador's limits beside the rules.
+    pub(super) fn serve_limitador(&mut self, limitador: Option<Arc<Limitador>>) {
+        self.operations.limitador = limitador;
+    }
+
     /// Health (not ready until the limiter is), the drain a stop signal starts, the gRPC
     /// certificates' watch and the statsd sink; the store is chosen after.
     pub(super) fn start(
@@ -115,6 +121,7 @@ impl Serving {
             store_gate,
             rlqs: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
+            limitador: None,
         };
         let addresses = &bound.addresses;
         Serving {

@@ -15,6 +15,8 @@ use crate::core::ground::time::SystemClock;
 use crate::core::policy::rules::RuleSet;
 use crate::engine::observers::observed;
 use crate::engine::shutdown::Shutdown;
+use crate::store::held_windows::memory::MemoryHeldWindows;
+use crate::store::held_windows::HeldWindows;
 use crate::store::hybrid::{HybridOptions, HybridStore};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{
@@ -165,6 +167,21 @@ async fn connect_redis(
     };
     tracing::info!(redis = %store.server(), "connected to Redis");
     Ok(Some(store))
+}
+
+/// Where Limitador's limits count: in Redis when `plan` counts there (directly, never hybrid:
+/// their holds must be seen by every instance at once), else in this process.
+pub(super) async fn limitador_counters(
+    plan: &StorePlan,
+    args: &ServeArgs,
+    charging: Charging,
+) -> Result<Arc<dyn HeldWindows>, AppError> {
+    if matches!(plan, StorePlan::Memory) {
+        return Ok(Arc::new(MemoryHeldWindows::default()));
+    }
+    let store = RedisStore::connect(&redis_options(args, charging)?).await?;
+    tracing::info!(redis = %store.server(), "Limitador's limits count in Redis");
+    Ok(Arc::new(store))
 }
 
 /// How to reach Redis, from the flags and envoyproxy/ratelimit's variables.

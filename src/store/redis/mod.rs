@@ -126,6 +126,7 @@ mod cluster;
 mod connection;
 mod credentials;
 mod errors;
+mod held_windows;
 mod hybrid_sync;
 pub mod keys;
 mod lanes;
