@@ -34,6 +34,8 @@ pub enum Command {
     Validate(Box<ValidateArgs>),
     /// Ask a running floodgate about one request and print each descriptor's status.
     Check(Box<CheckArgs>),
+    /// Show or reset one descriptor's counters through a running floodgate's admin API.
+    Counters(Box<CountersArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -965,6 +967,37 @@ pub struct CheckArgs {
     pub config: ConfigArgs,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+}
+
+/// `floodgate counters get|reset` (`cmd::counters`).
+#[derive(Debug, Args)]
+pub struct CountersArgs {
+    #[command(subcommand)]
+    pub action: CountersAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CountersAction {
+    /// Show what the store holds for a descriptor's counters, and what a request of one hit
+    /// would find (remaining, reset, retry).
+    Get(CounterTarget),
+    /// Forget a descriptor's counters: its next request finds them fresh (logged in the
+    /// server's audit log).
+    Reset(CounterTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct CounterTarget {
+    /// The admin API's address (the server's --admin-addr).
+    #[arg(long, env = "FLOODGATE_ADMIN_ADDR", default_value = "127.0.0.1:6071")]
+    pub admin_addr: SocketAddr,
+    /// A file holding the admin bearer token (a line of the server's --admin-token-file).
+    #[arg(long, env = "FLOODGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: PathBuf,
+    #[arg(long)]
+    pub domain: String,
+    /// The descriptor, `key=value[,key=value…]` (a bare `key` has an empty value).
+    pub descriptor: String,
 }
 
 /// TLS towards a floodgate whose gRPC listener uses TLS (`--addr https://…`).

@@ -1,6 +1,7 @@
-//! Running floodgate: admin overrides, health and drain, metrics (and Envoy Gateway's dashboard),
+//! Running floodgate: admin overrides and counters, health and drain, metrics (and Envoy Gateway's dashboard),
 //! OTLP tracing (floodgate's, and the reference's at the `ratelimit` door), reloads, and memory (rules and eviction).
 
+mod admin_counters;
 mod admin_overrides;
 mod health_drain;
 mod health_store;

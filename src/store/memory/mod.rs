@@ -10,6 +10,7 @@
 //! every shard the request holds. When nothing but exhausted counters is left, the request is
 //! refused with [`StoreError::Full`], charging nothing, and the failure policy answers it.
 
+mod held;
 mod leases;
 #[cfg(test)]
 mod priority_answers;
@@ -23,7 +24,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use self::leases::LeaseTable;
 use self::shard::{Freed, Shard, Slot, SlotKey};
-use super::{Decided, Store, StoreError};
+use super::{Decided, HeldCounter, Store, StoreError};
 use crate::core::arithmetic::failure::LogPace;
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
 use crate::core::decision::charging::{settle, Charging};
@@ -384,6 +385,14 @@ impl Store for MemoryStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    async fn held(&self, counters: &[Counter]) -> Result<Vec<Option<HeldCounter>>, StoreError> {
+        Ok(self.held_now(counters))
+    }
+
+    async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
+        Ok(self.reset_now(counters))
     }
 }
 

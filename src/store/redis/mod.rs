@@ -126,6 +126,7 @@ mod cluster;
 mod connection;
 mod credentials;
 mod errors;
+mod held;
 mod hybrid_sync;
 pub mod keys;
 mod lanes;
@@ -169,7 +170,7 @@ pub use self::script::{Arg, Call, SOURCE as SCRIPT_SOURCE};
 pub use self::slot::slot_groups;
 pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
-use super::{Decided, Store, StoreError};
+use super::{Decided, HeldCounter, Store, StoreError};
 use crate::core::arithmetic::algorithm::Quota;
 use crate::core::arithmetic::failure::{Breaker, Gate, Transition};
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
@@ -647,6 +648,14 @@ impl Store for RedisStore {
 
     fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
         check_quota(quota)
+    }
+
+    async fn held(&self, counters: &[Counter]) -> Result<Vec<Option<HeldCounter>>, StoreError> {
+        self.held_in_redis(counters).await
+    }
+
+    async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
+        self.reset_in_redis(counters).await
     }
 
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's
