@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use self::redis::UnsupportedQuota;
 use crate::core::arithmetic::algorithm::{Quota, State};
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::bans::BanCall;
 use crate::core::decision::plan::Counter;
 pub use crate::core::decision::response::Decided;
 use crate::core::ground::time::Micros;
@@ -111,6 +113,21 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<usize, StoreError>> + Send {
         let _ = counters;
         async { Err(self.cannot_inspect()) }
+    }
+
+    /// Decides `calls` on their keys' ban records in order (`core::arithmetic::ban::decide`),
+    /// each seeing what the earlier ones left: one outcome per call.
+    fn bans(
+        &self,
+        calls: &[BanCall],
+    ) -> impl Future<Output = Result<Vec<BanOutcome>, StoreError>> + Send {
+        let _ = calls;
+        async {
+            Err(StoreError::Unsupported {
+                backend: self.backend(),
+                reason: "this store keeps no bans".to_owned(),
+            })
+        }
     }
 
     /// The answer of a store that cannot show or forget one counter (a test double).

@@ -1,7 +1,8 @@
 //! One descriptor's counters shown and reset through the admin API and `floodgate counters`,
 //! against the real binary, in memory, in Redis and in the hybrid store: what each algorithm
 //! stores after some hits, how a request of one hit would find it, a reset that gives the
-//! budget back (and is audited), and the 400 answers that say what to send.
+//! budget back (and is audited), bans that start after repeated refusals and a reset lifts,
+//! and the 400 answers that say what to send.
 
 use std::path::Path;
 use std::process::Command;
@@ -27,6 +28,9 @@ const RULES: &str = "domain: shop\n\
                      \x20   rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_log}\n\
                      \x20 - key: bucket\n\
                      \x20   rate_limit: {unit: hour, requests_per_unit: 5, algorithm: token_bucket}\n\
+                     \x20 - key: banned\n\
+                     \x20   rate_limit: {unit: minute, requests_per_unit: 1}\n\
+                     \x20   ban: {after: 2, within: 1m, for: 1h}\n\
                      \x20 - key: free\n\
                      \x20   rate_limit: {unlimited: true}\n";
 
@@ -90,6 +94,26 @@ impl Instance {
                 codes.push(answer.overall_code());
             }
             codes
+        })
+    }
+
+    /// One call of one hit to `key=value`: its code and the descriptor's wait in seconds.
+    fn wait(&self, key: &str, value: &str) -> (Code, u64) {
+        ops::runtime().block_on(async {
+            let mut client = RateLimitServiceClient::connect(self.server.grpc_url())
+                .await
+                .unwrap_or_else(|error| panic!("connect: {error}"));
+            let answer = client
+                .should_rate_limit(request("shop", vec![descriptor(&[(key, value)], None)]))
+                .await
+                .unwrap_or_else(|status| panic!("call failed: {status:?}"))
+                .into_inner();
+            let wait = answer
+                .statuses
+                .first()
+                .and_then(|status| status.duration_until_reset)
+                .map_or(0, |duration| u64::try_from(duration.seconds).unwrap_or(0));
+            (answer.overall_code(), wait)
         })
     }
 
@@ -195,9 +219,58 @@ fn counters_are_shown_and_reset(extra: &[&str]) {
     assert_eq!(instance.counter("bucket", "10.0.0.7")["remaining"], 5);
 }
 
+/// Refused twice within a minute, a key is banned for an hour: refused with that wait even
+/// when its limit would admit, shown by `get`, lifted by `reset`.
+fn a_ban_starts_shows_and_is_lifted_by_a_reset(extra: &[&str]) {
+    let dir = common::tempdir();
+    let instance = start(dir.path(), extra);
+    let ip = "192.0.2.9";
+    assert_eq!(instance.wait("banned", ip).0, Code::Ok);
+    let (code, wait) = instance.wait("banned", ip);
+    assert!(
+        code == Code::OverLimit && wait <= 60,
+        "first refusal: {code:?} {wait}s"
+    );
+    let (code, wait) = instance.wait("banned", ip);
+    assert!(
+        code == Code::OverLimit && wait > 3_500,
+        "the ban: {code:?} {wait}s"
+    );
+    let shown = instance.post("/v1/counters/get", &body("banned", ip));
+    assert_eq!(json(&shown)["ban"]["banned"], true, "{}", shown.body);
+    assert_eq!(json(&shown)["ban"]["level"], 1, "{}", shown.body);
+    // Another key of the rule is not banned.
+    assert_eq!(instance.wait("banned", "192.0.2.10").0, Code::Ok);
+
+    let reset = instance.post("/v1/counters/reset", &body("banned", ip));
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(instance.wait("banned", ip).0, Code::Ok);
+    let shown = instance.post("/v1/counters/get", &body("banned", ip));
+    assert_eq!(json(&shown)["ban"]["banned"], false, "{}", shown.body);
+}
+
 #[test]
 fn in_memory_counters_are_shown_and_reset() {
     counters_are_shown_and_reset(&[]);
+}
+
+#[test]
+fn in_memory_a_ban_starts_shows_and_is_lifted_by_a_reset() {
+    a_ban_starts_shows_and_is_lifted_by_a_reset(&[]);
+}
+
+#[test]
+fn in_redis_a_ban_starts_shows_and_is_lifted_by_a_reset() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    a_ban_starts_shows_and_is_lifted_by_a_reset(&["--store", "redis", "--redis-url", &url]);
+}
+
+#[test]
+fn in_the_hybrid_store_a_ban_starts_shows_and_is_lifted_by_a_reset() {
+    let redis = redis_server::RedisServer::start();
+    let url = redis.url();
+    a_ban_starts_shows_and_is_lifted_by_a_reset(&["--store", "hybrid", "--redis-url", &url]);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 pub mod aimd;
 pub mod algorithm;
+pub mod ban;
 pub mod failure;
 pub mod gradient;
 pub mod hybrid;

@@ -56,6 +56,9 @@ pub struct Rule {
     /// `concurrency:`: the rule counts leases in flight, not hits (`core::arithmetic::lease`); `limits`
     /// is empty then.
     pub concurrency: Option<Box<crate::arithmetic::lease::Concurrency>>,
+    /// `ban:`: a key the limits keep refusing is refused outright for a while
+    /// (`core::arithmetic::ban`).
+    pub ban: Option<crate::arithmetic::ban::BanPolicy>,
 }
 
 impl Rule {

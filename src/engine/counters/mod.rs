@@ -7,6 +7,8 @@
 use std::sync::Arc;
 
 use crate::core::arithmetic::algorithm::Quota;
+use crate::core::arithmetic::ban::{BanAction, BanOutcome};
+use crate::core::decision::bans::{ban_calls, BanCall};
 use crate::core::decision::plan::{plan_adjusted, Counter, DescriptorPlan, Plan};
 use crate::core::decision::response::CounterOutcome;
 use crate::core::policy::adjustment::AdjustmentsAt;
@@ -45,6 +47,22 @@ pub struct CounterReading {
     pub now: CounterOutcome,
 }
 
+/// A descriptor's counters and its ban record.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    pub counters: Vec<CounterReading>,
+    /// `None`: the rule does not ban.
+    pub ban: Option<BanOutcome>,
+}
+
+/// A descriptor planned: its counters, each one's rule path, and its ban check (if its rule
+/// bans).
+struct Planned {
+    counters: Vec<Counter>,
+    paths: Vec<String>,
+    bans: Vec<BanCall>,
+}
+
 /// Why a descriptor's counters cannot be read or reset.
 #[derive(Debug, thiserror::Error)]
 pub enum CounterRefused {
@@ -74,44 +92,66 @@ impl<S: Store> CounterDesk<S> {
         Self { limiter }
     }
 
-    /// What the store holds for `query`'s counters, one reading per limit of its rule.
-    pub async fn read(&self, query: &CounterQuery) -> Result<Vec<CounterReading>, CounterRefused> {
+    /// What the store holds for `query`'s counters, one reading per limit of its rule, and
+    /// its ban record when the rule bans.
+    pub async fn read(&self, query: &CounterQuery) -> Result<Reading, CounterRefused> {
         let rules = self.limiter.rules();
-        let (counters, paths) = self.plan(&rules, query)?;
+        let planned = self.plan(&rules, query)?;
         let store = self.limiter.store();
-        let held = store.held(&counters).await?;
-        let looked = store.look(&counters).await?;
-        Ok(counters
+        let held = store.held(&planned.counters).await?;
+        let looked = store.look(&planned.counters).await?;
+        let ban = self.ban(&planned.bans, BanAction::Check).await?;
+        let counters = planned
+            .counters
             .iter()
             .zip(held)
             .zip(looked.outcomes)
-            .zip(paths)
+            .zip(planned.paths)
             .map(|(((counter, held), now), rule)| CounterReading {
                 rule,
                 quota: counter.quota.clone(),
                 held,
                 now,
             })
-            .collect())
+            .collect();
+        Ok(Reading { counters, ban })
     }
 
-    /// Forgets `query`'s counters, logged as `from`'s: how many the store held.
+    /// Forgets `query`'s counters and lifts its ban, logged as `from`'s: how many counters
+    /// the store held.
     pub async fn reset(&self, query: &CounterQuery, from: &str) -> Result<usize, CounterRefused> {
         let rules = self.limiter.rules();
-        let (counters, paths) = self.plan(&rules, query)?;
-        let removed = self.limiter.store().reset(&counters).await?;
-        let rule = paths.first().map_or("", String::as_str);
+        let planned = self.plan(&rules, query)?;
+        let removed = self.limiter.store().reset(&planned.counters).await?;
+        self.ban(&planned.bans, BanAction::Lift).await?;
+        let rule = planned.paths.first().map_or("", String::as_str);
         audit::counters_reset(&query.domain, rule, &query.shown(), removed, from);
         Ok(removed)
     }
 
+    /// `action` on the descriptor's ban record, if its rule bans.
+    async fn ban(
+        &self,
+        checks: &[BanCall],
+        action: BanAction,
+    ) -> Result<Option<BanOutcome>, StoreError> {
+        if checks.is_empty() {
+            return Ok(None);
+        }
+        let calls: Vec<BanCall> = checks
+            .iter()
+            .map(|call| BanCall {
+                action,
+                ..call.clone()
+            })
+            .collect();
+        let outcomes = self.limiter.store().bans(&calls).await?;
+        Ok(outcomes.first().copied())
+    }
+
     /// `query` planned as a check-only request (charging nothing), with the rule path of
     /// each counter.
-    fn plan(
-        &self,
-        rules: &RuleSet,
-        query: &CounterQuery,
-    ) -> Result<(Vec<Counter>, Vec<String>), CounterRefused> {
+    fn plan(&self, rules: &RuleSet, query: &CounterQuery) -> Result<Planned, CounterRefused> {
         let domain = rules
             .domain(&query.domain)
             .ok_or_else(|| CounterRefused::UnknownDomain {
@@ -143,7 +183,12 @@ impl<S: Store> CounterDesk<S> {
             Some(adjusted),
         );
         let paths = counter_paths(&plan, query)?;
-        Ok((plan.counters, paths))
+        let bans = ban_calls(&plan, BanAction::Check, |_, _| true);
+        Ok(Planned {
+            counters: plan.counters,
+            paths,
+            bans,
+        })
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{Instrument as _, Span};
 
+mod bans;
 mod leases;
 mod observer;
 
@@ -314,7 +315,7 @@ impl<S: Store> Limiter<S> {
         };
         self.time_leases(&request.domain, &plan, &leases);
         let leases_refuse = leases_over_limit(&plan, &leases);
-        let counted = self.count(&plan, leases_refuse, observer).await;
+        let counted = self.count_with_bans(&plan, leases_refuse, observer).await;
         let decided = match self.settle(counted, policy, &plan, observer).await? {
             StoreFallback::Decided(decided) => decided,
             StoreFallback::Rejected(response) => {

@@ -39,12 +39,21 @@ async fn read<S: Store>(State(desk): State<Arc<CounterDesk<S>>>, body: Bytes) ->
         Err(message) => return json_error(StatusCode::BAD_REQUEST, message),
     };
     match desk.read(&query).await {
-        Ok(readings) => {
-            let counters: Vec<CounterView> = readings.iter().map(CounterView::of).collect();
-            json_response(
-                StatusCode::OK,
-                &serde_json::json!({ "domain": query.domain, "counters": counters }),
-            )
+        Ok(reading) => {
+            let counters: Vec<CounterView> = reading.counters.iter().map(CounterView::of).collect();
+            let mut answer = serde_json::json!({ "domain": query.domain, "counters": counters });
+            if let (Some(ban), Some(fields)) = (reading.ban, answer.as_object_mut()) {
+                fields.insert(
+                    "ban".to_owned(),
+                    serde_json::json!({
+                        "banned": ban.banned_for > 0,
+                        "banned_for_seconds": seconds(ban.banned_for),
+                        "strikes": ban.strikes,
+                        "level": ban.level,
+                    }),
+                );
+            }
+            json_response(StatusCode::OK, &answer)
         }
         Err(refused) => refusal(&refused),
     }

@@ -573,6 +573,14 @@ impl Store for HybridStore {
         self.redis.held(counters).await
     }
 
+    /// Bans are decided in Redis, where every instance sees them.
+    async fn bans(
+        &self,
+        calls: &[crate::core::decision::bans::BanCall],
+    ) -> Result<Vec<crate::core::arithmetic::ban::BanOutcome>, StoreError> {
+        self.redis.bans(calls).await
+    }
+
     /// Redis's answer: this instance's view may lag it by a sync interval.
     async fn look(&self, counters: &[Counter]) -> Result<Decided, StoreError> {
         self.redis.decide(counters, false).await

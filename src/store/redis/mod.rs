@@ -121,6 +121,7 @@
 //! "decisions resume within 1 s of Redis returning" (`tests/redis_failure/redis_failure.rs`). What a
 //! failed request gets is the limiter's failure policy (`core::arithmetic::failure::FailurePolicy`).
 
+mod bans;
 mod batch;
 mod cluster;
 mod connection;
@@ -172,8 +173,10 @@ pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
 use super::{Decided, HeldCounter, Store, StoreError};
 use crate::core::arithmetic::algorithm::Quota;
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::failure::{Breaker, Gate, Transition};
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::bans::BanCall;
 use crate::core::decision::charging::Charging;
 use crate::core::decision::plan::Counter;
 use crate::core::ground::time::Clock;
@@ -471,6 +474,12 @@ impl RedisStore {
     }
 
     /// One call of the lease script (`leases.rs`), within `--redis-timeout-ms`.
+    async fn bans_in_redis(&self, calls: &[BanCall]) -> Result<Vec<BanOutcome>, StoreError> {
+        let invocation = bans::ban_invocation(calls, self.now()?, &self.keys);
+        let reply: Vec<i64> = self.run(&invocation, self.timeout).await?;
+        bans::parse_ban_reply(&reply, calls.len()).map_err(unavailable)
+    }
+
     async fn leases_in_redis(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
         let invocation = leases::lease_invocation(calls, self.now()?, &self.keys);
         let reply: Vec<i64> = self.run(&invocation, self.timeout).await?;
@@ -656,6 +665,14 @@ impl Store for RedisStore {
 
     async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
         self.reset_in_redis(counters).await
+    }
+
+    /// The ban script behind the same circuit breaker as decisions.
+    async fn bans(&self, calls: &[BanCall]) -> Result<Vec<BanOutcome>, StoreError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.guarded(self.bans_in_redis(calls)).await
     }
 
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's

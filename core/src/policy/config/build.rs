@@ -453,6 +453,7 @@ impl Level<'_> {
             adaptive: descriptor.adaptive.clone().map(Box::new),
             priority: descriptor.priority.clone().map(Box::new),
             concurrency: spec.concurrency.clone().map(Box::new),
+            ban: descriptor.ban,
         }
     }
 }

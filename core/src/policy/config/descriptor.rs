@@ -5,6 +5,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::adaptive_concurrency_yaml::read_concurrency_adaptive;
 use super::adaptive_yaml::read_adaptive;
+use super::ban::read_ban;
 use super::concurrency::read_concurrency;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;
@@ -149,6 +150,7 @@ fn read_descriptor(
     };
     let rule = rule.or(concurrency);
     let priority = read_priority(map, rule.as_ref(), &children, &path, walk);
+    let ban = read_ban(map, rule.as_ref(), flags, &path, walk);
 
     DescriptorSpec {
         key,
@@ -159,6 +161,7 @@ fn read_descriptor(
         metadata,
         adaptive,
         priority,
+        ban,
         children,
     }
 }

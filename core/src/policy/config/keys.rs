@@ -50,6 +50,7 @@ impl Place {
                 "adaptive",
                 "priority",
                 "concurrency",
+                "ban",
             ],
             Place::Limit => &[
                 "unit",

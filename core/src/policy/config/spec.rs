@@ -33,6 +33,8 @@ pub(super) struct DescriptorSpec {
     pub(super) adaptive: Option<crate::arithmetic::aimd::AdaptiveSettings>,
     /// `priority:`, when written and valid.
     pub(super) priority: Option<crate::arithmetic::priority::Priority>,
+    /// `ban:`, when written and valid.
+    pub(super) ban: Option<crate::arithmetic::ban::BanPolicy>,
     pub(super) children: Vec<DescriptorSpec>,
 }
 

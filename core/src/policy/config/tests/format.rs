@@ -43,6 +43,7 @@ fn a_minimal_rule() {
             adaptive: None,
             priority: None,
             concurrency: None,
+            ban: None,
         }
     );
     assert_eq!(rules.rule_count(), 1);
