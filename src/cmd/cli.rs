@@ -885,6 +885,11 @@ pub struct TelemetryArgs {
     /// often identify people (client ids, addresses).
     #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub trace_descriptor_values: bool,
+    /// Count each rule's heavy hitters (a bounded top 20 of descriptor values per rule, by
+    /// admitted and refused hits, over 1 and 10 minutes) for the debug port's /status and
+    /// /status.json.
+    #[arg(long, env = "FLOODGATE_HEAVY_HITTERS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
+    pub heavy_hitters: bool,
 }
 
 impl TelemetryArgs {
@@ -900,6 +905,7 @@ impl TelemetryArgs {
         crate::telemetry::DecisionTelemetry {
             near_limit_ratio: self.near_limit_ratio,
             trace_descriptor_values: self.trace_descriptor_values,
+            heavy_hitters: self.heavy_hitters,
         }
     }
 }

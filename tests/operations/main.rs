@@ -13,5 +13,6 @@ mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;
 mod statsd_reference_names;
+mod status_page;
 mod tracing_otlp;
 mod tracing_reference;

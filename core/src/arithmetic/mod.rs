@@ -8,6 +8,7 @@ pub mod algorithm;
 pub mod ban;
 pub mod failure;
 pub mod gradient;
+pub mod heavy_hitters;
 pub mod hybrid;
 pub mod lease;
 pub mod priority;

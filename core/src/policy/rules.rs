@@ -59,6 +59,9 @@ pub struct Rule {
     /// `ban:`: a key the limits keep refusing is refused outright for a while
     /// (`core::arithmetic::ban`).
     pub ban: Option<crate::arithmetic::ban::BanPolicy>,
+    /// `heavy_hitters:`: how the rule's values show among its heavy hitters
+    /// (`core::arithmetic::heavy_hitters`).
+    pub hitter_values: crate::arithmetic::heavy_hitters::HitterValues,
 }
 
 impl Rule {

@@ -33,6 +33,7 @@ use crate::core::policy::adjustment::{Adjustments, AdjustmentsAt};
 use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
+use crate::engine::heavy_hitters::HitterBoard;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
 use crate::store::memory::MemoryStore;
@@ -169,6 +170,11 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// The heavy hitters, when counted.
+    pub fn heavy_hitters(&self) -> Option<&Arc<HitterBoard>> {
+        self.telemetry.hitters.as_ref()
+    }
+
     /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
     pub fn with_adjustments(mut self, adjustments: Arc<LiveAdjustments>) -> Self {
         self.adjustments = adjustments;
@@ -199,6 +205,9 @@ impl<S: Store> Limiter<S> {
 
     /// How decisions are reported (near-limit ratio, descriptor values in spans).
     pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
+        if telemetry.heavy_hitters && self.telemetry.hitters.is_none() {
+            self.telemetry.hitters = Some(Arc::new(HitterBoard::default()));
+        }
         self.telemetry.decision = telemetry;
         self
     }

@@ -454,6 +454,7 @@ impl Level<'_> {
             priority: descriptor.priority.clone().map(Box::new),
             concurrency: spec.concurrency.clone().map(Box::new),
             ban: descriptor.ban,
+            hitter_values: descriptor.hitter_values,
         }
     }
 }

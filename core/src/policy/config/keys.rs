@@ -51,6 +51,7 @@ impl Place {
                 "priority",
                 "concurrency",
                 "ban",
+                "heavy_hitters",
             ],
             Place::Limit => &[
                 "unit",

@@ -44,6 +44,7 @@ fn a_minimal_rule() {
             priority: None,
             concurrency: None,
             ban: None,
+            hitter_values: Default::default(),
         }
     );
     assert_eq!(rules.rule_count(), 1);
