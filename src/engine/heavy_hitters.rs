@@ -35,6 +35,8 @@ pub struct RuleHitters {
     pub admitted: u64,
     pub refused: u64,
     pub top: Vec<Hitter>,
+    /// Each of the last ten minutes, oldest first: (admitted, refused).
+    pub per_minute: Vec<(u64, u64)>,
 }
 
 impl Default for HitterBoard {
@@ -115,6 +117,7 @@ impl HitterBoard {
             admitted,
             refused,
             top: hitters.top(now, window),
+            per_minute: hitters.per_minute(now).to_vec(),
         })
     }
 

@@ -123,7 +123,17 @@ fn hitters_json(hitters: &RuleHitters) -> Value {
             })
         })
         .collect();
-    json!({ "admitted": hitters.admitted, "refused": hitters.refused, "top": top })
+    let minutes: Vec<Value> = hitters
+        .per_minute
+        .iter()
+        .map(|(admitted, refused)| json!({ "admitted": admitted, "refused": refused }))
+        .collect();
+    json!({
+        "admitted": hitters.admitted,
+        "refused": hitters.refused,
+        "top": top,
+        "per_minute": minutes,
+    })
 }
 
 /// Reloads the page every 2 s; the page reads the same without it.
@@ -131,7 +141,8 @@ const REFRESH: &str = "<script>setTimeout(function(){location.reload()},2000)</s
 
 const STYLE: &str = "<style>body{font:14px system-ui,sans-serif;margin:1.5em}\
 table{border-collapse:collapse;margin:.3em 0 1.2em}td,th{border:1px solid #ccc;\
-padding:2px 8px;text-align:left}th{background:#eee}.refused{color:#b00}</style>";
+padding:2px 8px;text-align:left}th{background:#eee}.refused{color:#b00}\
+.spark{font-family:monospace;letter-spacing:1px}</style>";
 
 /// The status as an HTML page.
 fn html(status: &Value) -> String {
@@ -196,6 +207,20 @@ fn rule_html(page: &mut String, rule: &Value) {
         ten["admitted"].as_u64().unwrap_or(0),
         ten["refused"].as_u64().unwrap_or(0),
     );
+    let minutes: Vec<&Value> = ten["per_minute"].as_array().into_iter().flatten().collect();
+    let series = |field: &str| {
+        minutes
+            .iter()
+            .map(|m| m[field].as_u64().unwrap_or(0))
+            .collect::<Vec<_>>()
+    };
+    let _ = write!(
+        page,
+        "<p class=\"spark\">last 10 minutes, a character a minute: admitted {} · \
+         <span class=\"refused\">refused {}</span></p>",
+        sparkline(&series("admitted")),
+        sparkline(&series("refused")),
+    );
     let top = ten["top"].as_array().into_iter().flatten();
     let rows: String = top
         .map(|hitter| {
@@ -215,6 +240,22 @@ fn rule_html(page: &mut String, rule: &Value) {
              <th>hits before it was kept, at most</th></tr>{rows}</table>"
         );
     }
+}
+
+/// `counts` as block characters, the largest full height (a blank for none).
+fn sparkline(counts: &[u64]) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let top = counts.iter().copied().max().unwrap_or(0).max(1);
+    counts
+        .iter()
+        .map(|&count| match count {
+            0 => '·',
+            count => {
+                let level = (count * 7).div_ceil(top);
+                BLOCKS[usize::try_from(level).unwrap_or(7).min(7)]
+            }
+        })
+        .collect()
 }
 
 fn escape(text: &str) -> String {

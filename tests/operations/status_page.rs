@@ -62,6 +62,7 @@ fn rule<'a>(status: &'a Value, path: &str) -> &'a Value {
 fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
     let dir = common::tempdir();
     let server = start(dir.path());
+    within_one_minute();
     for client in 0..30 {
         hit(&server, "remote_address", &format!("10.0.1.{client}"), 1);
     }
@@ -106,6 +107,10 @@ fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
         page.contains(">25<"),
         "the refused count of 10.0.0.7: {page}"
     );
+    // The sparkline of refusals: none in the nine minutes before, all in this one.
+    assert!(page.contains("refused ·········█"), "{page}");
+    let minutes = &rule(&moved, "shop.remote_address")["last_ten_minutes"]["per_minute"];
+    assert_eq!(minutes[9]["refused"], 25, "{minutes}");
     if std::env::var_os("FLOODGATE_STATUS_SCREENSHOT").is_some() {
         let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status-page.png");
         chromium(
@@ -116,6 +121,18 @@ fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
             ],
         );
         assert!(shot.is_file(), "no screenshot at {}", shot.display());
+    }
+}
+
+/// Waits, if the minute is near its end, for the next one: the counts below are asserted
+/// exactly, and hits split across two one-minute buckets would weigh the older one less.
+fn within_one_minute() {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into_minute = since_epoch.as_secs() % 60;
+    if into_minute >= 40 {
+        std::thread::sleep(Duration::from_secs(61 - into_minute));
     }
 }
 

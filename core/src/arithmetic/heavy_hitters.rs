@@ -192,6 +192,23 @@ impl HeavyHitters {
             })
     }
 
+    /// Every hit of each of the last ten minutes at `now`, oldest first, the current (partial)
+    /// minute last: (admitted, refused).
+    pub fn per_minute(&self, now: Micros) -> [(u64, u64); BUCKETS] {
+        let minute = now.div_euclid(MINUTE);
+        let mut minutes = [(0, 0); BUCKETS];
+        for bucket in &self.buckets {
+            let age = minute.saturating_sub(bucket.minute);
+            if let Some(at) = usize::try_from(age)
+                .ok()
+                .and_then(|age| (BUCKETS - 1).checked_sub(age))
+            {
+                minutes[at] = (bucket.admitted, bucket.refused);
+            }
+        }
+        minutes
+    }
+
     /// The values with the most hits over `window` at `now`, most refused first (then most
     /// admitted), at most [`TOP_K`].
     pub fn top(&self, now: Micros, window: HitterWindow) -> Vec<Hitter> {
@@ -322,6 +339,8 @@ mod tests {
         assert_eq!(counts, [(1, 0, 5), (2, 4, 0)]);
         assert_eq!(hitters.totals(now, HitterWindow::LastMinute), (4, 5));
         assert_eq!(hitters.totals(now, HitterWindow::LastTenMinutes), (4, 10));
+        let minutes = hitters.per_minute(now);
+        assert_eq!((minutes[8], minutes[9]), ((0, 10), (4, 0)));
         let later = T0 + 11 * MINUTE;
         assert!(hitters
             .top(later, HitterWindow::LastTenMinutes)

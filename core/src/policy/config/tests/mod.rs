@@ -6,6 +6,7 @@ mod concurrency;
 mod errors;
 mod extensions;
 mod format;
+mod heavy_hitters;
 mod lookup;
 mod merge;
 mod overflow_defaults;
