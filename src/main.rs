@@ -108,7 +108,7 @@ fn runtime(command: &Command, door: FrontDoor) -> Result<Runtime, ExitCode> {
                 .ok()
                 .and_then(|store| floodgate::cmd::runtime::default_threads(store.kind)),
         ),
-        Command::Validate(_) | Command::Check(_) => (None, None),
+        Command::Validate(_) | Command::Check(_) | Command::Counters(_) => (None, None),
     };
     floodgate::cmd::runtime::build(threads, default_threads).map_err(|error| {
         eprintln!("floodgate: {error}");
@@ -146,6 +146,7 @@ fn run(command: Command, door: FrontDoor, runtime: &Runtime) -> ExitCode {
         },
         Command::Validate(args) => runtime.block_on(floodgate::cmd::validate::main(*args)),
         Command::Check(args) => runtime.block_on(floodgate::cmd::check::main(*args)),
+        Command::Counters(args) => runtime.block_on(floodgate::cmd::counters::main(*args)),
     }
 }
 

@@ -34,6 +34,8 @@ pub enum Command {
     Validate(Box<ValidateArgs>),
     /// Ask a running floodgate about one request and print each descriptor's status.
     Check(Box<CheckArgs>),
+    /// Show or reset one descriptor's counters through a running floodgate's admin API.
+    Counters(Box<CountersArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -885,6 +887,11 @@ pub struct TelemetryArgs {
     /// often identify people (client ids, addresses).
     #[arg(long, env = "FLOODGATE_TRACE_DESCRIPTOR_VALUES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub trace_descriptor_values: bool,
+    /// Count each rule's heavy hitters (a bounded top 20 of descriptor values per rule, by
+    /// admitted and refused hits, over 1 and 10 minutes) for the debug port's /status and
+    /// /status.json.
+    #[arg(long, env = "FLOODGATE_HEAVY_HITTERS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
+    pub heavy_hitters: bool,
 }
 
 impl TelemetryArgs {
@@ -900,6 +907,7 @@ impl TelemetryArgs {
         crate::telemetry::DecisionTelemetry {
             near_limit_ratio: self.near_limit_ratio,
             trace_descriptor_values: self.trace_descriptor_values,
+            heavy_hitters: self.heavy_hitters,
         }
     }
 }
@@ -971,6 +979,37 @@ pub struct CheckArgs {
     pub config: ConfigArgs,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+}
+
+/// `floodgate counters get|reset` (`cmd::counters`).
+#[derive(Debug, Args)]
+pub struct CountersArgs {
+    #[command(subcommand)]
+    pub action: CountersAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CountersAction {
+    /// Show what the store holds for a descriptor's counters, and what a request of one hit
+    /// would find (remaining, reset, retry).
+    Get(CounterTarget),
+    /// Forget a descriptor's counters: its next request finds them fresh (logged in the
+    /// server's audit log).
+    Reset(CounterTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct CounterTarget {
+    /// The admin API's address (the server's --admin-addr).
+    #[arg(long, env = "FLOODGATE_ADMIN_ADDR", default_value = "127.0.0.1:6071")]
+    pub admin_addr: SocketAddr,
+    /// A file holding the admin bearer token (a line of the server's --admin-token-file).
+    #[arg(long, env = "FLOODGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: PathBuf,
+    #[arg(long)]
+    pub domain: String,
+    /// The descriptor, `key=value[,key=value…]` (a bare `key` has an empty value).
+    pub descriptor: String,
 }
 
 /// TLS towards a floodgate whose gRPC listener uses TLS (`--addr https://…`).

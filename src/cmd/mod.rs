@@ -8,6 +8,7 @@ pub mod app_error;
 pub mod check;
 pub mod cli;
 pub(crate) mod config_location;
+pub mod counters;
 pub(crate) mod door_arguments;
 pub(crate) mod explain_text;
 pub mod front_door;

@@ -5,6 +5,8 @@
 pub(crate) mod adaptive;
 pub(crate) mod adjustment_set;
 pub(crate) mod config_source;
+pub(crate) mod counters;
+pub mod heavy_hitters;
 pub mod lease_timings;
 pub mod limitador;
 pub mod limiter;

@@ -46,6 +46,7 @@ pub fn page_routes<S: Store>(
     reload: Option<Arc<ReloadStatus>>,
     health: Health,
 ) -> Router {
+    let status = super::status_page::routes(Arc::clone(&limiter), reload.clone(), health.clone());
     Router::new()
         .route("/rlconfig", get(rlconfig::<S>))
         .with_state(Arc::new(LiveConfig {
@@ -53,6 +54,7 @@ pub fn page_routes<S: Store>(
             reload,
             health,
         }))
+        .merge(status)
 }
 
 /// The `/` of a `--debug-pages-addr` listener.

@@ -33,7 +33,7 @@ pub fn http_routes<S: Store>(limiter: Arc<Limiter<S>>, settings: HttpSettings) -
     http::main_routes(limiter, settings, admission)
 }
 
-/// The admin API's routes (`/v1/overrides`, `/v1/signals/{name}`) past authentication, with
+/// The admin API's routes (`/v1/overrides`, `/v1/counters/…`, `/v1/signals/{name}`) past authentication, with
 /// the memory store: overrides are this process's own. `signals` are the pushed signals'
 /// names that adaptive rules would read (a push to another name is refused, as when serving).
 pub fn admin_routes(limiter: Arc<Limiter<MemoryStore>>, signals: &[&str]) -> Router {
@@ -47,6 +47,7 @@ pub fn admin_routes(limiter: Arc<Limiter<MemoryStore>>, signals: &[&str]) -> Rou
     );
     admin::with_fallback(
         admin::override_routes(Arc::clone(&limiter), None)
+            .merge(admin::counters::routes(Arc::clone(&limiter)))
             .merge(admin::signals::routes(pushed, limiter)),
     )
 }

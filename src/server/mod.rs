@@ -21,6 +21,7 @@ pub mod proto;
 pub(crate) mod reference_metrics;
 pub(crate) mod rlqs;
 mod rlqs_convert;
+mod status_page;
 pub(crate) mod tls;
 
 use std::sync::Arc;

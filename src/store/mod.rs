@@ -11,10 +11,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use self::redis::UnsupportedQuota;
-use crate::core::arithmetic::algorithm::Quota;
+use crate::core::arithmetic::algorithm::{Quota, State};
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::bans::BanCall;
 use crate::core::decision::plan::Counter;
 pub use crate::core::decision::response::Decided;
+use crate::core::ground::time::Micros;
 use crate::core::policy::rlqs::BucketKey;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,6 +86,66 @@ pub trait Store: Send + Sync + 'static {
     fn ready(&self) -> impl Future<Output = bool> + Send {
         async { true }
     }
+
+    /// What the store holds for each of `counters`, in order (`None`: nothing, or a state past
+    /// its expiry), changing nothing: for an operator who asks what one counter holds.
+    fn held(
+        &self,
+        counters: &[Counter],
+    ) -> impl Future<Output = Result<Vec<Option<HeldCounter>>, StoreError>> + Send {
+        let _ = counters;
+        async { Err(self.cannot_inspect()) }
+    }
+
+    /// How a request of one hit would find each of `counters`, which the caller made
+    /// check-only (they charge nothing): as every instance sees them, where a store keeps
+    /// views of its own.
+    fn look(
+        &self,
+        counters: &[Counter],
+    ) -> impl Future<Output = Result<Decided, StoreError>> + Send {
+        self.decide(counters, false)
+    }
+
+    /// Forgets `counters` (their next request finds a fresh counter): how many it held.
+    fn reset(
+        &self,
+        counters: &[Counter],
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        let _ = counters;
+        async { Err(self.cannot_inspect()) }
+    }
+
+    /// Decides `calls` on their keys' ban records in order (`core::arithmetic::ban::decide`),
+    /// each seeing what the earlier ones left: one outcome per call.
+    fn bans(
+        &self,
+        calls: &[BanCall],
+    ) -> impl Future<Output = Result<Vec<BanOutcome>, StoreError>> + Send {
+        let _ = calls;
+        async {
+            Err(StoreError::Unsupported {
+                backend: self.backend(),
+                reason: "this store keeps no bans".to_owned(),
+            })
+        }
+    }
+
+    /// The answer of a store that cannot show or forget one counter (a test double).
+    fn cannot_inspect(&self) -> StoreError {
+        StoreError::Unsupported {
+            backend: self.backend(),
+            reason: "this store cannot show or reset one counter".to_owned(),
+        }
+    }
+}
+
+/// One counter's stored state, as a store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldCounter {
+    pub state: State,
+    /// After this instant (µs on the store's clock) the state means the same as none.
+    pub expires_at: Micros,
 }
 
 /// One bucket's demand an instance publishes to the others (RLQS across floodgates).

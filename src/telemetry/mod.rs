@@ -44,6 +44,8 @@ pub struct DecisionTelemetry {
     pub near_limit_ratio: f32,
     /// Put descriptor values into spans as they are, instead of hashed.
     pub trace_descriptor_values: bool,
+    /// Count each rule's heavy hitters (`engine::heavy_hitters`, `--heavy-hitters`).
+    pub heavy_hitters: bool,
 }
 
 impl Default for DecisionTelemetry {
@@ -51,6 +53,7 @@ impl Default for DecisionTelemetry {
         Self {
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             trace_descriptor_values: false,
+            heavy_hitters: false,
         }
     }
 }

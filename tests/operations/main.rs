@@ -1,6 +1,7 @@
-//! Running floodgate: admin overrides, health and drain, metrics (and Envoy Gateway's dashboard),
+//! Running floodgate: admin overrides and counters, health and drain, metrics (and Envoy Gateway's dashboard),
 //! OTLP tracing (floodgate's, and the reference's at the `ratelimit` door), reloads, and memory (rules and eviction).
 
+mod admin_counters;
 mod admin_overrides;
 mod health_drain;
 mod health_store;
@@ -12,5 +13,6 @@ mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;
 mod statsd_reference_names;
+mod status_page;
 mod tracing_otlp;
 mod tracing_reference;

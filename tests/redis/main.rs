@@ -2,6 +2,7 @@
 //! and Cluster, against real redis-server processes (failures under load: `tests/redis_failure/`).
 
 mod redis_atomicity;
+mod redis_bans;
 mod redis_batch;
 mod redis_calendar_month;
 mod redis_clock_skew;

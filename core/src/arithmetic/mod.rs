@@ -6,8 +6,10 @@
 
 pub mod aimd;
 pub mod algorithm;
+pub mod ban;
 pub mod failure;
 pub mod gradient;
+pub mod heavy_hitters;
 pub mod held_window;
 pub mod hybrid;
 pub mod lease;

@@ -3,6 +3,7 @@
 //! metadata, the reference's counts and stats keys, the explanation of a lookup, and the
 //! choices (`semantics`) and self-protection (`overload`) that shape the answer.
 
+pub mod bans;
 pub mod charging;
 pub mod dynamic_metadata;
 pub mod error_codes;

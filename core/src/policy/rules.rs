@@ -56,6 +56,12 @@ pub struct Rule {
     /// `concurrency:`: the rule counts leases in flight, not hits (`core::arithmetic::lease`); `limits`
     /// is empty then.
     pub concurrency: Option<Box<crate::arithmetic::lease::Concurrency>>,
+    /// `ban:`: a key the limits keep refusing is refused outright for a while
+    /// (`core::arithmetic::ban`).
+    pub ban: Option<crate::arithmetic::ban::BanPolicy>,
+    /// `heavy_hitters:`: how the rule's values show among its heavy hitters
+    /// (`core::arithmetic::heavy_hitters`).
+    pub hitter_values: crate::arithmetic::heavy_hitters::HitterValues,
 }
 
 impl Rule {

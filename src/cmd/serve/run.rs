@@ -329,7 +329,8 @@ async fn run_limiter<S: SharesLimits>(
                 .merge(crate::server::admin::signals::routes(
                     signals,
                     Arc::clone(&limiter),
-                ));
+                ))
+                .merge(crate::server::admin::counters::routes(Arc::clone(&limiter)));
         crate::server::admin::serve(
             admin.listener,
             admin.token,

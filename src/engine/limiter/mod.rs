@@ -12,6 +12,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tracing::{Instrument as _, Span};
 
+mod bans;
 mod leases;
 mod observer;
 
@@ -32,6 +33,7 @@ use crate::core::policy::adjustment::{Adjustments, AdjustmentsAt};
 use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
+use crate::engine::heavy_hitters::HitterBoard;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
 use crate::store::memory::MemoryStore;
@@ -168,6 +170,11 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// The heavy hitters, when counted.
+    pub fn heavy_hitters(&self) -> Option<&Arc<HitterBoard>> {
+        self.telemetry.hitters.as_ref()
+    }
+
     /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
     pub fn with_adjustments(mut self, adjustments: Arc<LiveAdjustments>) -> Self {
         self.adjustments = adjustments;
@@ -198,6 +205,9 @@ impl<S: Store> Limiter<S> {
 
     /// How decisions are reported (near-limit ratio, descriptor values in spans).
     pub fn with_telemetry(mut self, telemetry: DecisionTelemetry) -> Self {
+        if telemetry.heavy_hitters && self.telemetry.hitters.is_none() {
+            self.telemetry.hitters = Some(Arc::new(HitterBoard::default()));
+        }
         self.telemetry.decision = telemetry;
         self
     }
@@ -314,7 +324,7 @@ impl<S: Store> Limiter<S> {
         };
         self.time_leases(&request.domain, &plan, &leases);
         let leases_refuse = leases_over_limit(&plan, &leases);
-        let counted = self.count(&plan, leases_refuse, observer).await;
+        let counted = self.count_with_bans(&plan, leases_refuse, observer).await;
         let decided = match self.settle(counted, policy, &plan, observer).await? {
             StoreFallback::Decided(decided) => decided,
             StoreFallback::Rejected(response) => {

@@ -9,6 +9,7 @@
 //! otherwise.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::{field, Span};
@@ -23,6 +24,7 @@ use crate::core::decision::response::Response;
 use crate::core::decision::semantics::Traces;
 use crate::core::policy::request::Request;
 use crate::core::policy::rules::RuleSet;
+use crate::engine::heavy_hitters::HitterBoard;
 use crate::store::{Decided, StoreError};
 use crate::telemetry::metrics::{
     self, InFlight, Metrics, OverloadReason, StoreSeries, UNKNOWN_DOMAIN_LABEL,
@@ -43,6 +45,8 @@ pub(super) struct Telemetry {
     reference_stats: Option<&'static ReferenceStats>,
     store_series: Option<StoreSeries>,
     pub(super) decision: DecisionTelemetry,
+    /// Each rule's heavy hitters (`--heavy-hitters`), fed with every answer.
+    pub(super) hitters: Option<Arc<HitterBoard>>,
 }
 
 impl Telemetry {
@@ -55,6 +59,7 @@ impl Telemetry {
             reference_stats: reference_stats::global(),
             store_series: metrics.and_then(|metrics| metrics.store_series(backend).ok()),
             decision: DecisionTelemetry::default(),
+            hitters: None,
         };
         telemetry.follow_rules(rules);
         telemetry
@@ -258,6 +263,9 @@ impl CallObserver<'_> {
         };
         if let Some(stats) = self.telemetry.reference_stats {
             stats.record_call(&live.reference_keys, call);
+        }
+        if let Some(hitters) = &self.telemetry.hitters {
+            hitters.record(call.request, call.plan, call.response);
         }
         decision
     }

@@ -1,6 +1,6 @@
 //! The audit log of operators' overrides (tracing target `floodgate::audit`): each one set,
-//! refused for want of the shared store, deleted or expired, with the caller's address when a
-//! caller made the change. One place, so every line of the log names its fields alike.
+//! refused for want of the shared store, deleted or expired, and each counter reset, with the
+//! caller's address when a caller made the change. One place, so every line of the log names its fields alike.
 
 use super::OverrideRecord;
 use crate::store::StoreError;
@@ -51,5 +51,20 @@ pub fn expired(record: &OverrideRecord) {
         domain = %record.domain,
         rule = %record.rule,
         "limit override expired"
+    );
+}
+
+/// The counters of `descriptor`, which `rule` limits, were reset (`removed`: how many were
+/// held).
+pub fn counters_reset(domain: &str, rule: &str, descriptor: &str, removed: usize, from: &str) {
+    tracing::info!(
+        target: "floodgate::audit",
+        action = "counters.reset",
+        domain,
+        rule,
+        descriptor,
+        removed,
+        from,
+        "counters reset"
     );
 }

@@ -7,6 +7,9 @@
 //!   left; `DELETE /v1/overrides/{id}` ends one early. Each change is logged (target
 //!   `floodgate::audit`) with the caller's address.
 //!
+//! * `POST /v1/counters/get` shows what the store holds for one descriptor's counters;
+//!   `POST /v1/counters/reset` forgets them (`counters.rs`), logged as overrides are.
+//!
 //! Other modules add their routes to [`serve`]'s router (they get the same authentication).
 //!
 //! The token file is read again whenever its modification time, size or inode changes (a
@@ -15,6 +18,7 @@
 //! A file that becomes empty or unreadable locks everyone out (logged) rather than leaving
 //! the last token valid.
 
+pub mod counters;
 pub mod signals;
 
 use std::net::SocketAddr;

@@ -59,7 +59,7 @@ use parking_lot::{Mutex, MutexGuard};
 use self::entry::Entry;
 pub use self::sync::run as run_sync;
 use super::redis::{RedisStore, UnsupportedQuota};
-use super::{Decided, Store, StoreError};
+use super::{Decided, HeldCounter, Store, StoreError};
 use crate::core::arithmetic::algorithm::{Counting, Hits, Quota, State};
 use crate::core::arithmetic::hybrid::{supports, window_end};
 use crate::core::decision::charging::{settle, Charging, Settled};
@@ -565,6 +565,40 @@ impl Store for HybridStore {
 
     async fn ready(&self) -> bool {
         self.redis.ready().await
+    }
+
+    /// What Redis holds: the count every instance shares (this instance's unsent hits are
+    /// not in it until the next sync).
+    async fn held(&self, counters: &[Counter]) -> Result<Vec<Option<HeldCounter>>, StoreError> {
+        self.redis.held(counters).await
+    }
+
+    /// Bans are decided in Redis, where every instance sees them.
+    async fn bans(
+        &self,
+        calls: &[crate::core::decision::bans::BanCall],
+    ) -> Result<Vec<crate::core::arithmetic::ban::BanOutcome>, StoreError> {
+        self.redis.bans(calls).await
+    }
+
+    /// Redis's answer: this instance's view may lag it by a sync interval.
+    async fn look(&self, counters: &[Counter]) -> Result<Decided, StoreError> {
+        self.redis.decide(counters, false).await
+    }
+
+    /// Forgets the counters here (with their unsent hits) and in Redis. Other instances keep
+    /// their views until a sync reads the counter back from Redis, and still send the hits
+    /// they had not sent.
+    async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
+        for counter in counters {
+            let Some(shard) = self.shards.get(self.shard_of(&counter.key)) else {
+                continue;
+            };
+            if shard.lock().remove(&counter.key).is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.redis.reset(counters).await
     }
 }
 

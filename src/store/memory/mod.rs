@@ -10,6 +10,8 @@
 //! every shard the request holds. When nothing but exhausted counters is left, the request is
 //! refused with [`StoreError::Full`], charging nothing, and the failure policy answers it.
 
+mod bans;
+mod held;
 mod leases;
 #[cfg(test)]
 mod priority_answers;
@@ -21,11 +23,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use self::bans::BanTable;
 use self::leases::LeaseTable;
 use self::shard::{Freed, Shard, Slot, SlotKey};
-use super::{Decided, Store, StoreError};
+use super::{Decided, HeldCounter, Store, StoreError};
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::failure::LogPace;
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::bans::BanCall;
 use crate::core::decision::charging::{settle, Charging};
 use crate::core::decision::plan::Counter;
 use crate::core::ground::time::{Clock, Micros};
@@ -54,6 +59,8 @@ pub struct MemoryStore {
     charging: Charging,
     /// The concurrency rules' leases (`core::arithmetic::lease`).
     leases: LeaseTable,
+    /// The ban records of `ban:` rules (`core::arithmetic::ban`).
+    bans: BanTable,
 }
 
 /// Who hears of the counters the store had to forget, and of the requests it refused because
@@ -78,6 +85,7 @@ impl MemoryStore {
             full_log: Mutex::new(LogPace::new(FULL_LOG_INTERVAL_MS)),
             charging: Charging::AllOrNothing,
             leases: LeaseTable::default(),
+            bans: BanTable::default(),
         }
     }
 
@@ -120,12 +128,20 @@ impl MemoryStore {
             dropped += self.sweep_shard(shard, now);
             tokio::task::yield_now().await;
         }
-        dropped + self.leases.sweep(now)
+        dropped + self.leases.sweep(now) + self.bans.sweep(now)
     }
 
     /// Lease counters held (concurrency rules), expired ones included until swept.
     pub fn lease_counters(&self) -> usize {
         self.leases.len()
+    }
+
+    /// Decides ban calls synchronously; the `Store` impl wraps this.
+    pub fn bans_now(&self, calls: &[BanCall]) -> Vec<BanOutcome> {
+        if calls.is_empty() {
+            return Vec::new();
+        }
+        self.bans.decide(calls, self.clock.now(), self.max_keys)
     }
 
     /// Decides lease calls synchronously; the `Store` impl wraps this.
@@ -384,6 +400,18 @@ impl Store for MemoryStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    async fn held(&self, counters: &[Counter]) -> Result<Vec<Option<HeldCounter>>, StoreError> {
+        Ok(self.held_now(counters))
+    }
+
+    async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
+        Ok(self.reset_now(counters))
+    }
+
+    async fn bans(&self, calls: &[BanCall]) -> Result<Vec<BanOutcome>, StoreError> {
+        Ok(self.bans_now(calls))
     }
 }
 

@@ -239,7 +239,7 @@ impl Shard {
         before - self.slots.len()
     }
 
-    fn remove(&mut self, key: &SlotKey) -> bool {
+    pub(super) fn remove(&mut self, key: &SlotKey) -> bool {
         match self.slots.remove(key) {
             Some(slot) => {
                 if slot.standing.is_roomy() {

@@ -121,11 +121,13 @@
 //! "decisions resume within 1 s of Redis returning" (`tests/redis_failure/redis_failure.rs`). What a
 //! failed request gets is the limiter's failure policy (`core::arithmetic::failure::FailurePolicy`).
 
+mod bans;
 mod batch;
 mod cluster;
 mod connection;
 mod credentials;
 mod errors;
+mod held;
 mod held_windows;
 mod hybrid_sync;
 pub mod keys;
@@ -170,10 +172,12 @@ pub use self::script::{Arg, Call, SOURCE as SCRIPT_SOURCE};
 pub use self::slot::slot_groups;
 pub use self::startup::{StartupError, StartupRetry};
 pub use self::tls::TlsOptions;
-use super::{Decided, Store, StoreError};
+use super::{Decided, HeldCounter, Store, StoreError};
 use crate::core::arithmetic::algorithm::Quota;
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::failure::{Breaker, Gate, Transition};
 use crate::core::arithmetic::lease::{LeaseCall, LeaseOutcome};
+use crate::core::decision::bans::BanCall;
 use crate::core::decision::charging::Charging;
 use crate::core::decision::plan::Counter;
 use crate::core::ground::time::Clock;
@@ -471,6 +475,12 @@ impl RedisStore {
     }
 
     /// One call of the lease script (`leases.rs`), within `--redis-timeout-ms`.
+    async fn bans_in_redis(&self, calls: &[BanCall]) -> Result<Vec<BanOutcome>, StoreError> {
+        let invocation = bans::ban_invocation(calls, self.now()?, &self.keys);
+        let reply: Vec<i64> = self.run(&invocation, self.timeout).await?;
+        bans::parse_ban_reply(&reply, calls.len()).map_err(unavailable)
+    }
+
     async fn leases_in_redis(&self, calls: &[LeaseCall]) -> Result<Vec<LeaseOutcome>, StoreError> {
         let invocation = leases::lease_invocation(calls, self.now()?, &self.keys);
         let reply: Vec<i64> = self.run(&invocation, self.timeout).await?;
@@ -660,6 +670,22 @@ impl Store for RedisStore {
 
     fn check_quota(&self, quota: &Quota) -> Result<(), UnsupportedQuota> {
         check_quota(quota)
+    }
+
+    async fn held(&self, counters: &[Counter]) -> Result<Vec<Option<HeldCounter>>, StoreError> {
+        self.held_in_redis(counters).await
+    }
+
+    async fn reset(&self, counters: &[Counter]) -> Result<usize, StoreError> {
+        self.reset_in_redis(counters).await
+    }
+
+    /// The ban script behind the same circuit breaker as decisions.
+    async fn bans(&self, calls: &[BanCall]) -> Result<Vec<BanOutcome>, StoreError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.guarded(self.bans_in_redis(calls)).await
     }
 
     /// Whether Redis answers a `PING` now (within the call timeout, or the readiness poll's

@@ -453,6 +453,8 @@ impl Level<'_> {
             adaptive: descriptor.adaptive.clone().map(Box::new),
             priority: descriptor.priority.clone().map(Box::new),
             concurrency: spec.concurrency.clone().map(Box::new),
+            ban: descriptor.ban,
+            hitter_values: descriptor.hitter_values,
         }
     }
 }

@@ -5,6 +5,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::adaptive_concurrency_yaml::read_concurrency_adaptive;
 use super::adaptive_yaml::read_adaptive;
+use super::ban::read_ban;
 use super::concurrency::read_concurrency;
 use super::keys::{check_keys, Place};
 use super::limit::read_rule;
@@ -12,6 +13,7 @@ use super::priority::read_priority;
 use super::spec::{DescriptorFlags, DescriptorSpec};
 use super::walk::FileWalk;
 use super::yaml_tree::{describe, field, not_a_map, render, wrong_type};
+use crate::arithmetic::heavy_hitters::HitterValues;
 
 /// Reads the descriptors of `list` (the value of a `descriptors:` key) under `parent_path`.
 pub(super) fn read_descriptors(
@@ -149,6 +151,8 @@ fn read_descriptor(
     };
     let rule = rule.or(concurrency);
     let priority = read_priority(map, rule.as_ref(), &children, &path, walk);
+    let ban = read_ban(map, rule.as_ref(), flags, &path, walk);
+    let hitter_values = read_hitter_values(map, &path, walk);
 
     DescriptorSpec {
         key,
@@ -159,8 +163,28 @@ fn read_descriptor(
         metadata,
         adaptive,
         priority,
+        ban,
+        hitter_values,
         children,
     }
+}
+
+/// `heavy_hitters: raw | hashed`: how the rule's values show among its heavy hitters.
+fn read_hitter_values(map: &Mapping, path: &str, walk: &mut FileWalk) -> HitterValues {
+    let example = "heavy_hitters: raw";
+    let Some(written) = walk.text(map, "heavy_hitters", "heavy_hitters", path, example) else {
+        return HitterValues::default();
+    };
+    HitterValues::parse(&written).unwrap_or_else(|| {
+        walk.report.error(
+            path,
+            format!(
+                "heavy_hitters must be `hashed` (the default: values shown as a keyed hash) or \
+                 `raw` (values shown as sent), not {written:?}"
+            ),
+        );
+        HitterValues::default()
+    })
 }
 
 /// `shadow_mode` and `quota_mode` change what a refused count means; a lease refused is not a

@@ -50,6 +50,8 @@ impl Place {
                 "adaptive",
                 "priority",
                 "concurrency",
+                "ban",
+                "heavy_hitters",
             ],
             Place::Limit => &[
                 "unit",

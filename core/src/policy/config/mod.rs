@@ -16,6 +16,7 @@
 mod adaptive_concurrency_yaml;
 mod adaptive_yaml;
 mod as_written;
+mod ban;
 mod build;
 mod check_profile_scope;
 mod check_profiles;

@@ -33,6 +33,10 @@ pub(super) struct DescriptorSpec {
     pub(super) adaptive: Option<crate::arithmetic::aimd::AdaptiveSettings>,
     /// `priority:`, when written and valid.
     pub(super) priority: Option<crate::arithmetic::priority::Priority>,
+    /// `ban:`, when written and valid.
+    pub(super) ban: Option<crate::arithmetic::ban::BanPolicy>,
+    /// `heavy_hitters:` (hashed unless written `raw`).
+    pub(super) hitter_values: crate::arithmetic::heavy_hitters::HitterValues,
     pub(super) children: Vec<DescriptorSpec>,
 }
 

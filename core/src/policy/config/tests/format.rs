@@ -43,6 +43,8 @@ fn a_minimal_rule() {
             adaptive: None,
             priority: None,
             concurrency: None,
+            ban: None,
+            hitter_values: Default::default(),
         }
     );
     assert_eq!(rules.rule_count(), 1);

@@ -1,10 +1,12 @@
 //! Tests of loading configuration files: the format, every error, the lookup semantics on
 //! loaded trees, merging, and shapes of the reference's README examples.
 
+mod bans;
 mod concurrency;
 mod errors;
 mod extensions;
 mod format;
+mod heavy_hitters;
 mod lookup;
 mod merge;
 mod overflow_defaults;

@@ -1,0 +1,183 @@
+//! The status page on the debug port, against the real binary with `--heavy-hitters`:
+//! `/status.json` shows a rule's admitted and refused hits and, on top, the key it refused
+//! most (raw where the rule says so, hashed otherwise), the numbers move as hits arrive, and
+//! `/status` renders the same in a real headless Chromium (Debian's `chromium`), which also
+//! writes the screenshot `docs/status-page.png` when `FLOODGATE_STATUS_SCREENSHOT` is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
+use floodgate_testkit as common;
+use floodgate_testkit::http;
+use floodgate_testkit::ops::{self, descriptor, request, Server};
+use serde_json::Value;
+
+const RULES: &str = "domain: shop\n\
+                     descriptors:\n\
+                     \x20 - key: remote_address\n\
+                     \x20   rate_limit: {unit: minute, requests_per_unit: 5}\n\
+                     \x20   heavy_hitters: raw\n\
+                     \x20 - key: api_key\n\
+                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+fn start(dir: &Path) -> Server {
+    let config = dir.join("rules.yaml");
+    std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write: {error}"));
+    let config = config.display().to_string();
+    ops::start(&["--config", &config, "--heavy-hitters"], &[], dir)
+}
+
+/// `calls` calls of one hit with descriptor `key=value`.
+fn hit(server: &Server, key: &str, value: &str, calls: usize) {
+    ops::runtime().block_on(async {
+        let mut client = RateLimitServiceClient::connect(server.grpc_url())
+            .await
+            .unwrap_or_else(|error| panic!("connect: {error}"));
+        for _ in 0..calls {
+            client
+                .should_rate_limit(request("shop", vec![descriptor(&[(key, value)], None)]))
+                .await
+                .unwrap_or_else(|status| panic!("call failed: {status:?}"));
+        }
+    });
+}
+
+fn status(server: &Server) -> Value {
+    let answer = http::get(server.debug_port, "/status.json", &[])
+        .unwrap_or_else(|error| panic!("/status.json: {error}"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    serde_json::from_str(&answer.body).unwrap_or_else(|error| panic!("{error}: {}", answer.body))
+}
+
+fn rule<'a>(status: &'a Value, path: &str) -> &'a Value {
+    status["rules"]
+        .as_array()
+        .and_then(|rules| rules.iter().find(|rule| rule["rule"] == path))
+        .unwrap_or_else(|| panic!("no rule {path} in {status}"))
+}
+
+#[test]
+fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
+    let dir = common::tempdir();
+    let server = start(dir.path());
+    within_one_minute();
+    for client in 0..30 {
+        hit(&server, "remote_address", &format!("10.0.1.{client}"), 1);
+    }
+    hit(&server, "remote_address", "10.0.0.7", 25);
+    hit(&server, "api_key", "secret-key-1", 3);
+
+    let first = status(&server);
+    let ip = rule(&first, "shop.remote_address");
+    let top = &ip["last_minute"]["top"][0];
+    assert_eq!(top["value"], "10.0.0.7", "{ip}");
+    assert_eq!(
+        (top["admitted"].as_u64(), top["refused"].as_u64()),
+        (Some(5), Some(20)),
+        "{ip}"
+    );
+    assert_eq!(ip["last_minute"]["refused"], 20, "{ip}");
+    assert_eq!(ip["last_minute"]["admitted"], 35, "{ip}");
+    // A rule that does not say `heavy_hitters: raw` shows its values hashed.
+    let key = rule(&first, "shop.api_key");
+    let shown = key["last_minute"]["top"][0]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(shown.starts_with('#') && !shown.contains("secret"), "{key}");
+    assert!(
+        first["heavy_hitters"]["bytes"].as_u64().unwrap_or(0) <= 2 * 16 * 1024,
+        "{first}"
+    );
+
+    hit(&server, "remote_address", "10.0.0.7", 5);
+    let moved = status(&server);
+    assert_eq!(
+        rule(&moved, "shop.remote_address")["last_minute"]["top"][0]["refused"],
+        25
+    );
+
+    let page = chromium(&server, &["--dump-dom"]);
+    assert!(
+        page.contains("shop.remote_address") && page.contains("10.0.0.7"),
+        "{page}"
+    );
+    assert!(
+        page.contains(">25<"),
+        "the refused count of 10.0.0.7: {page}"
+    );
+    // The sparkline of refusals: none in the nine minutes before, all in this one.
+    assert!(page.contains("refused ·········█"), "{page}");
+    let minutes = &rule(&moved, "shop.remote_address")["last_ten_minutes"]["per_minute"];
+    assert_eq!(minutes[9]["refused"], 25, "{minutes}");
+    if std::env::var_os("FLOODGATE_STATUS_SCREENSHOT").is_some() {
+        let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status-page.png");
+        chromium(
+            &server,
+            &[
+                &format!("--screenshot={}", shot.display()),
+                "--window-size=900,900",
+            ],
+        );
+        assert!(shot.is_file(), "no screenshot at {}", shot.display());
+    }
+}
+
+/// Waits, if the minute is near its end, for the next one: the counts below are asserted
+/// exactly, and hits split across two one-minute buckets would weigh the older one less.
+fn within_one_minute() {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into_minute = since_epoch.as_secs() % 60;
+    if into_minute >= 40 {
+        std::thread::sleep(Duration::from_secs(61 - into_minute));
+    }
+}
+
+/// Runs headless Chromium on `/status` with `args`: its stdout.
+fn chromium(server: &Server, args: &[&str]) -> String {
+    let profile = common::tempdir();
+    let url = format!("http://127.0.0.1:{}/status", server.debug_port);
+    let mut command = Command::new(chromium_bin());
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--virtual-time-budget=1000", "--timeout=20000"])
+        .args(args)
+        .arg(&url);
+    let out = profile.path().join("stdout");
+    let file = std::fs::File::create(&out).unwrap_or_else(|error| panic!("{error}"));
+    let mut child = command
+        .stdout(file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run chromium: {error}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().ok().flatten().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(&out).unwrap_or_default()
+}
+
+/// Debian's `chromium` (`$FLOODGATE_CHROMIUM` otherwise); missing, the test fails:
+/// `scripts/install-peers.sh` installs it.
+fn chromium_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("FLOODGATE_CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    common::which("chromium").unwrap_or_else(|| {
+        panic!("chromium not found: run scripts/install-peers.sh (or set FLOODGATE_CHROMIUM)")
+    })
+}
