@@ -16,3 +16,4 @@ pub mod reference_cache;
 pub mod response;
 pub mod semantics;
 pub mod status;
+pub mod waiting;

@@ -586,6 +586,7 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
                 retry_after: non_negative(fields[3], "retry_after (≥ 0)")?,
                 charged: flag(fields[4], "charged (0 or 1)")?,
                 withheld: false,
+                wait: 0,
             })
         })
         .collect::<Result<Vec<_>, BadReply>>()?;
@@ -754,6 +755,7 @@ mod tests {
                 retry_after: 7,
                 charged: true,
                 withheld: false,
+                wait: 0,
             }
         );
         assert!(decided.outcomes[1].admitted && !decided.outcomes[1].charged);

@@ -48,6 +48,9 @@ pub struct CounterOutcome {
     /// that answers as the count after the hits; its stats follow that reading
     /// (`outcome::near_limit::Around`).
     pub withheld: bool,
+    /// How long the answer is held for this counter's turn (a queueing leaky bucket's admitted
+    /// and charged hits, `core::arithmetic::algorithm::Queue`); 0 at once.
+    pub wait: Micros,
 }
 
 /// The whole answer.
@@ -292,6 +295,21 @@ pub struct Decided {
 }
 
 impl Decided {
+    /// How long the request's answer is held: until the last of its turns in queueing leaky
+    /// buckets, each charged (kept) when the request passed; a refused request is answered at
+    /// once.
+    pub fn wait(&self) -> Micros {
+        if self.over_limit {
+            return 0;
+        }
+        self.outcomes
+            .iter()
+            .filter(|outcome| outcome.admitted && outcome.charged)
+            .map(|outcome| outcome.wait)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// A request's answer from each of its `counters`' outcome, in order, for a store that
     /// judged every counter by itself (envoyproxy/ratelimit's keys, `core::decision::reference_cache`):
     /// the verdict is every store's (`core::ground::verdict`: roles, quota mode, `--shadow-mode`).
