@@ -15,3 +15,4 @@ pub mod rlqs;
 pub mod self_shedding;
 pub mod shutdown;
 pub(crate) mod tasks;
+pub mod waiting;

@@ -57,8 +57,8 @@ impl<S: Store> RateLimitGrpc<S> {
         mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let admitted = Admitted::check(&mut request);
-        match admitted {
-            Admitted::Decide { .. } => {}
+        let budget = match admitted {
+            Admitted::Decide { budget, .. } => budget,
             Admitted::Expired => return Err(expired_status()),
             Admitted::Overloaded(answer) => {
                 let descriptors = request.get_ref().descriptors.len();
@@ -69,7 +69,7 @@ impl<S: Store> RateLimitGrpc<S> {
                     }
                 };
             }
-        }
+        };
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
         // is on; the decision's span continues that trace.
         let metadata = request.metadata();
@@ -80,7 +80,7 @@ impl<S: Store> RateLimitGrpc<S> {
         // `admitted`, dropped unsettled, counts it).
         let decided = self
             .limiter
-            .decide_traced(&request, parent)
+            .decide_within(&request, parent, budget)
             .instrument(server_span.clone())
             .await;
         admitted.settle();

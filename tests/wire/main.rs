@@ -8,6 +8,8 @@ mod http_check;
 mod http_json;
 mod http_leases;
 mod http_shedding;
+mod in_process;
+mod queue;
 mod tls_client_san;
 mod tls_grpc;
 mod worker_threads;

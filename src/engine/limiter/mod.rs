@@ -34,6 +34,7 @@ use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
+use crate::engine::waiting::{Seat, WaitingRoom};
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
 use crate::telemetry::record::{DecidedCall, RuleSeriesTable};
@@ -132,6 +133,8 @@ pub struct Limiter<S> {
     lease_timings: LeaseTimings,
     /// Calls in `decide` now, which `--shed-above` sheds past.
     depth: CallDepth,
+    /// The answers held until their turn (queueing leaky buckets).
+    waiting: WaitingRoom,
 }
 
 /// A call that got an answer: decided, or shed before the store was asked.
@@ -165,7 +168,19 @@ impl<S: Store> Limiter<S> {
             adjustments: Arc::new(LiveAdjustments::default()),
             lease_timings: LeaseTimings::default(),
             depth: CallDepth::default(),
+            waiting: WaitingRoom::default(),
         }
+    }
+
+    /// Holds answers in `room` (`--max-waiting`) rather than a room of the default size.
+    pub fn with_waiting_room(mut self, room: WaitingRoom) -> Self {
+        self.waiting = room;
+        self
+    }
+
+    /// The answers held until their turn.
+    pub fn waiting_room(&self) -> &WaitingRoom {
+        &self.waiting
     }
 
     /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
@@ -250,16 +265,32 @@ impl<S: Store> Limiter<S> {
         request: &Request,
         parent: RemoteParent,
     ) -> Result<Response, LimitError> {
-        if !traces::enabled() {
-            return self.decide_measured(request, &Span::none()).await;
-        }
-        let span =
-            self.telemetry
-                .decision_span(request, self.settings.traces, self.store.backend());
-        parent.adopt(&span);
-        self.decide_measured(request, &span)
-            .instrument(span.clone())
-            .await
+        self.decide_within(request, parent, None).await
+    }
+
+    /// Decides one request whose caller waits at most `budget` more for the answer: an
+    /// answer held for its turn (a queueing leaky bucket) past it is refused at once.
+    pub async fn decide_within(
+        &self,
+        request: &Request,
+        parent: RemoteParent,
+        budget: Option<std::time::Duration>,
+    ) -> Result<Response, LimitError> {
+        let mut seat = Seat::within(budget);
+        let decided = if traces::enabled() {
+            let span =
+                self.telemetry
+                    .decision_span(request, self.settings.traces, self.store.backend());
+            parent.adopt(&span);
+            self.decide_measured(request, &span, &mut seat)
+                .instrument(span.clone())
+                .await
+        } else {
+            self.decide_measured(request, &Span::none(), &mut seat)
+                .await
+        };
+        seat.hold().await;
+        decided
     }
 
     /// The decision with its telemetry; `span` (disabled when tracing is off) gets the outcome.
@@ -267,12 +298,15 @@ impl<S: Store> Limiter<S> {
         &self,
         request: &Request,
         span: &Span,
+        seat: &mut Seat,
     ) -> Result<Response, LimitError> {
         let mut observer = self.telemetry.call(span);
         // Counted only when something reads it: no shared atomic on every call otherwise.
         let counted = self.settings.shedding.map(|_| self.depth.enter());
         let depth = counted.as_ref().map_or(0, |(_, depth)| *depth);
-        let result = self.decide_recorded(request, &mut observer, depth).await;
+        let result = self
+            .decide_recorded(request, &mut observer, depth, seat)
+            .await;
         match &result {
             Ok(Answered::Decided(_, decision)) => observer.finished(*decision),
             Ok(Answered::Shed(_)) | Err(LimitError::Overloaded) => observer.shed_finished(),
@@ -288,6 +322,7 @@ impl<S: Store> Limiter<S> {
         request: &Request,
         observer: &mut CallObserver<'_>,
         depth: u32,
+        seat: &mut Seat,
     ) -> Result<Answered, LimitError> {
         // Owned: the plan borrows these rules across the store's await.
         let live = self.live.load_full();
@@ -299,6 +334,7 @@ impl<S: Store> Limiter<S> {
             return shed;
         }
         draw_lease_shedding(&mut plan);
+        self.waiting.seat(&mut plan, seat);
         observer.store_asked(
             self.settings.traces,
             self.store.backend(),
@@ -326,6 +362,9 @@ impl<S: Store> Limiter<S> {
             self.undo_leases(&plan, &leases).await;
         }
         let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
+        if !over_limit {
+            seat.answer_after(decided.wait());
+        }
         let counts = (&decided, leases.as_slice());
         Ok(self.answer(request, (&live, &plan), counts, over_limit, observer))
     }
