@@ -11,3 +11,4 @@ mod envoy_usage_after_response;
 mod money_path_envoy;
 mod nginx_auth_request;
 mod nginx_limit_req_parity;
+mod nginx_limit_req_queue;
