@@ -7,6 +7,7 @@ mod envoy_concurrency;
 mod envoy_concurrency_headers;
 mod envoy_dynamic_metadata;
 mod envoy_e2e;
+mod envoy_queue;
 mod envoy_usage_after_response;
 mod money_path_envoy;
 mod nginx_auth_request;
