@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::core::decision::plan::Plan;
 use crate::core::decision::waiting::{may_wait, wait_at_most};
 use crate::core::ground::time::Micros;
-use crate::telemetry::queue;
+use crate::telemetry::metrics::queue;
 
 /// `--max-waiting`'s default: answers held at once in one process.
 pub const DEFAULT_MAX_WAITING: usize = 10_000;
@@ -148,7 +148,7 @@ impl Seat {
         }
         let mut released = room.released.subscribe();
         let duration = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
-        let _held = queue::answer_held(duration.as_secs_f64());
+        let _held = queue::answer_held();
         tokio::select! {
             () = tokio::time::sleep(duration) => {}
             _ = released.wait_for(|released| *released) => {}

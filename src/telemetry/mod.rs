@@ -14,7 +14,6 @@ pub(crate) mod metrics;
 mod otlp_http;
 mod otlp_tls;
 pub(crate) mod paced_log;
-pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod reference;
 pub(crate) mod rlqs;
