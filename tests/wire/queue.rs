@@ -82,9 +82,9 @@ fn request(key: &str, value: &str) -> RateLimitRequest {
     }
 }
 
-/// Sends `count` calls one after the other without awaiting their answers (each starts after
-/// the previous one's request left, so the turns follow the order sent), optionally with a
-/// gRPC deadline; each answer's code and when it came, in the order sent.
+/// Sends `count` calls at once, optionally with a gRPC deadline; each answer's code and when
+/// it came (from the first call), sorted by that time. The turns need not follow the order
+/// the calls were made: tasks on a shared machine may reach the server in any order.
 async fn burst(
     client: &RateLimitServiceClient<Channel>,
     key: &str,
@@ -108,8 +108,6 @@ async fn burst(
             };
             (code, started.elapsed())
         }));
-        // Lets the call reach the server before the next one is sent.
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let mut answers = Vec::with_capacity(count);
     for call in calls {
@@ -118,7 +116,16 @@ async fn burst(
                 .unwrap_or_else(|error| panic!("call task: {error}")),
         );
     }
+    answers.sort_by_key(|(_, at)| *at);
     answers
+}
+
+/// How many of `answers` have `code`.
+fn count(answers: &[(Code, Duration)], code: Code) -> usize {
+    answers
+        .iter()
+        .filter(|(answered, _)| *answered == code)
+        .count()
 }
 
 fn codes(answers: &[(Code, Duration)]) -> Vec<Code> {
@@ -137,23 +144,21 @@ fn oks(answers: &[(Code, Duration)]) -> Vec<Duration> {
 async fn a_burst_is_answered_in_turn_and_past_the_queue_at_once() {
     let server = start(100).await;
     let answers = burst(&server.client, "smooth", 25, None).await;
-    let mut expected = vec![Code::Ok; 21];
-    expected.extend([Code::OverLimit; 4]);
-    assert_eq!(codes(&answers), expected);
+    assert_eq!(count(&answers, Code::Ok), 21, "{answers:?}");
+    assert_eq!(count(&answers, Code::OverLimit), 4, "{answers:?}");
+    // The refused are answered at once, before the second admitted one's turn; the admitted
+    // one turn apart, the last about 2 s after the first (generous bounds: a shared machine).
     let admitted = oks(&answers);
-    // In order, the 21st about 2 s after the first (generous bounds: a shared machine).
     assert!(
-        admitted.windows(2).all(|pair| pair[0] <= pair[1]),
-        "{admitted:?}"
+        answers
+            .iter()
+            .filter(|(code, _)| *code == Code::OverLimit)
+            .all(|(_, at)| *at < admitted[1]),
+        "{answers:?}"
     );
     let spread = admitted[20] - admitted[0];
     assert!(spread >= Duration::from_millis(1_500), "{admitted:?}");
     assert!(spread <= Duration::from_secs(6), "{admitted:?}");
-    // The refused are answered before the queue has drained.
-    assert!(
-        answers[21..].iter().all(|(_, at)| *at < admitted[20]),
-        "{answers:?}"
-    );
     assert_eq!(server.room.waiting(), 0);
     server.stop().await;
 }
@@ -164,11 +169,9 @@ async fn delay_lets_the_first_excess_through_at_once() {
     let answers = burst(&server.client, "delayed", 21, None).await;
     assert_eq!(codes(&answers), vec![Code::Ok; 21]);
     let admitted = oks(&answers);
-    // The first six (one and delay=5) pass at once; the seventh waits 100 ms, the last 1.5 s.
-    assert!(
-        admitted[5] < admitted[20] - Duration::from_millis(1_000),
-        "{admitted:?}"
-    );
+    // The first six (one and delay=5) pass at once, the seventh waits 100 ms, the last 1.5 s.
+    assert!(admitted[5] < Duration::from_millis(80), "{admitted:?}");
+    assert!(admitted[6] >= Duration::from_millis(80), "{admitted:?}");
     assert!(admitted[20] >= Duration::from_millis(1_100), "{admitted:?}");
     server.stop().await;
 }
@@ -178,21 +181,13 @@ async fn a_wait_past_max_wait_or_the_deadline_is_refused_at_once_without_its_tur
     let server = start(100).await;
     // max_wait_ms 250: turns 0, 100 and 200 ms are held; the rest refused.
     let answers = burst(&server.client, "short", 6, None).await;
-    assert_eq!(
-        codes(&answers),
-        [
-            Code::Ok,
-            Code::Ok,
-            Code::Ok,
-            Code::OverLimit,
-            Code::OverLimit,
-            Code::OverLimit
-        ]
-    );
+    assert_eq!(count(&answers, Code::Ok), 3, "{answers:?}");
+    assert_eq!(count(&answers, Code::OverLimit), 3, "{answers:?}");
     // A deadline of 60 ms: the first passes at once, the second (100 ms) is refused rather
     // than answered after the caller gave up, and leaves its turn to the next caller.
     let hurried = burst(&server.client, "smooth", 2, Some(Duration::from_millis(60))).await;
-    assert_eq!(codes(&hurried), [Code::Ok, Code::OverLimit]);
+    assert_eq!(count(&hurried, Code::Ok), 1, "{hurried:?}");
+    assert_eq!(count(&hurried, Code::OverLimit), 1, "{hurried:?}");
     let next = burst(&server.client, "smooth", 1, None).await;
     assert_eq!(codes(&next), [Code::Ok]);
     assert!(next[0].1 < Duration::from_millis(400), "{next:?}");
@@ -203,11 +198,9 @@ async fn a_wait_past_max_wait_or_the_deadline_is_refused_at_once_without_its_tur
 async fn past_max_waiting_a_request_that_would_wait_is_refused() {
     let server = start(2).await;
     let answers = burst(&server.client, "smooth", 4, None).await;
-    // The first is answered at once; the second and third wait; the fourth finds the room full.
-    assert_eq!(
-        codes(&answers),
-        [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
-    );
+    // One is answered at once; two wait; the fourth finds the room full.
+    assert_eq!(count(&answers, Code::Ok), 3, "{answers:?}");
+    assert_eq!(count(&answers, Code::OverLimit), 1, "{answers:?}");
     server.stop().await;
 }
 

@@ -5,13 +5,38 @@
 
 use crate::arithmetic::algorithm::Hits;
 use crate::decision::plan::Counter;
+use crate::decision::response::CounterOutcome;
 use crate::ground::time::Micros;
+use crate::ground::verdict::Role;
 
 /// Whether any of `counters` may hold the answer (a queueing leaky bucket's charge).
 pub fn may_wait(counters: &[Counter]) -> bool {
     counters
         .iter()
         .any(|counter| counter.quota.queue.is_some() && matches!(counter.hits, Hits::Charge(_)))
+}
+
+/// How long the answer to a request that passed with `counters` (one outcome each in
+/// `outcomes`) is held: until the last turn its queueing leaky buckets charged. A counter of a
+/// rule in shadow mode (or the whole request under `--shadow-mode`, `global_shadow`) never
+/// holds it: shadow mode reports and changes no answer.
+pub fn answer_wait(
+    counters: &[Counter],
+    outcomes: &[CounterOutcome],
+    global_shadow: bool,
+) -> Micros {
+    if global_shadow {
+        return 0;
+    }
+    counters
+        .iter()
+        .zip(outcomes)
+        .filter(|(counter, outcome)| {
+            counter.role != Role::Shadow && outcome.admitted && outcome.charged
+        })
+        .map(|(_, outcome)| outcome.wait)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Bounds every queue among `counters` to `longest` µs of waiting (0: answer at once or refuse).
@@ -26,9 +51,9 @@ pub fn wait_at_most(counters: &mut [Counter], longest: Micros) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arithmetic::algorithm::Snapshot;
     use crate::arithmetic::algorithm::{Algorithm, Queue, Quota, Share};
     use crate::ground::unit::Unit;
-    use crate::ground::verdict::Role;
 
     fn counter(queue: Option<Queue>, hits: Hits) -> Counter {
         let mut quota = Quota::new(10, Unit::Second).with_algorithm(Algorithm::LeakyBucket);
@@ -56,5 +81,38 @@ mod tests {
         wait_at_most(&mut counters, 20_000);
         assert_eq!(counters[0].quota.queue, None);
         assert_eq!(counters[1].quota.queue, Some(Queue::new(2, 20_000)));
+    }
+
+    fn outcome(admitted: bool, charged: bool, wait: Micros) -> CounterOutcome {
+        CounterOutcome {
+            admitted,
+            snapshot: Snapshot {
+                remaining: 0,
+                reset_after: 0,
+            },
+            retry_after: 0,
+            charged,
+            withheld: false,
+            wait,
+        }
+    }
+
+    #[test]
+    fn the_answer_waits_for_the_last_charged_turn_never_for_a_shadowed_one() {
+        let queue = Some(Queue::new(0, 5_000_000));
+        let mut shadowed = counter(queue, Hits::Charge(1));
+        shadowed.role = Role::Shadow;
+        let counters = [
+            counter(queue, Hits::Charge(1)),
+            counter(queue, Hits::Charge(1)),
+            shadowed,
+        ];
+        let outcomes = [
+            outcome(true, true, 300),
+            outcome(true, false, 900),
+            outcome(true, true, 700),
+        ];
+        assert_eq!(answer_wait(&counters, &outcomes, false), 300);
+        assert_eq!(answer_wait(&counters, &outcomes, true), 0);
     }
 }

@@ -28,6 +28,7 @@ use crate::core::decision::plan::Plan;
 use crate::core::decision::plan::{leases_over_limit, plan_adjusted, PlanSettings};
 use crate::core::decision::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::decision::semantics::Traces;
+use crate::core::decision::waiting::answer_wait;
 use crate::core::policy::adjustment::{Adjustments, AdjustmentsAt};
 use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::policy::rules::RuleSet;
@@ -363,7 +364,12 @@ impl<S: Store> Limiter<S> {
         }
         let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
         if !over_limit {
-            seat.answer_after(decided.wait());
+            let global_shadow = self.settings.global_shadow;
+            seat.answer_after(answer_wait(
+                &plan.counters,
+                &decided.outcomes,
+                global_shadow,
+            ));
         }
         let counts = (&decided, leases.as_slice());
         Ok(self.answer(request, (&live, &plan), counts, over_limit, observer))

@@ -295,21 +295,6 @@ pub struct Decided {
 }
 
 impl Decided {
-    /// How long the request's answer is held: until the last of its turns in queueing leaky
-    /// buckets, each charged (kept) when the request passed; a refused request is answered at
-    /// once.
-    pub fn wait(&self) -> Micros {
-        if self.over_limit {
-            return 0;
-        }
-        self.outcomes
-            .iter()
-            .filter(|outcome| outcome.admitted && outcome.charged)
-            .map(|outcome| outcome.wait)
-            .max()
-            .unwrap_or(0)
-    }
-
     /// A request's answer from each of its `counters`' outcome, in order, for a store that
     /// judged every counter by itself (envoyproxy/ratelimit's keys, `core::decision::reference_cache`):
     /// the verdict is every store's (`core::ground::verdict`: roles, quota mode, `--shadow-mode`).
