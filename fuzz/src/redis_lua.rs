@@ -15,7 +15,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::core::arithmetic::algorithm::{Algorithm, CheckRule, Hits, Quota, Share};
+use floodgate::core::arithmetic::algorithm::{
+    Algorithm, CheckRule, Hits, Queue, Quota, Share, MAX_QUEUE_WAIT,
+};
 use floodgate::core::decision::charging::Charging;
 use floodgate::core::decision::plan::Counter;
 use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
@@ -145,6 +147,13 @@ fn quota(input: &mut Input) -> Quota {
     }
     if algorithm.accepts_burst() && input.bool() {
         quota.burst = Some(limit(input));
+    }
+    // A leaky bucket that queues: a delay within a small burst or past it, a longest wait from
+    // none to a minute.
+    if algorithm == Algorithm::LeakyBucket && input.bool() {
+        let delay = u32::from(input.u8() % 16);
+        let max_wait = i64::from(input.u32()) % (MAX_QUEUE_WAIT + 1);
+        quota = quota.with_queue(Queue::new(delay, max_wait));
     }
     quota
 }

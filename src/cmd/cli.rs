@@ -587,6 +587,11 @@ pub struct ServeArgs {
     /// --overload-answer at once instead of waiting in a queue. 0 refuses every call (a drill).
     #[arg(long, env = "FLOODGATE_MAX_IN_FLIGHT", default_value_t = crate::server::admission::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
+    /// Most answers held at once until their request's turn (leaky buckets with `queue:
+    /// true`); a request that would wait beyond it is refused at once. Held gRPC calls count
+    /// in --max-in-flight too.
+    #[arg(long, env = "FLOODGATE_MAX_WAITING", default_value_t = crate::engine::waiting::DEFAULT_MAX_WAITING)]
+    pub max_waiting: usize,
     /// What a call beyond --max-in-flight gets: unavailable (gRPC UNAVAILABLE: Envoy's
     /// failure_mode_deny decides), ok (admit, without limits) or over_limit (OVER_LIMIT with
     /// Retry-After: 1 and x-floodgate-overloaded: true).

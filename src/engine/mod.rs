@@ -18,3 +18,4 @@ pub mod rlqs;
 pub mod self_shedding;
 pub mod shutdown;
 pub(crate) mod tasks;
+pub mod waiting;

@@ -200,6 +200,9 @@ pub enum Admitted {
         /// Held, not read: the in-flight bound counts it until the answer drops it.
         _permit: Option<OwnedSemaphorePermit>,
         watch: Option<Arc<DeadlineWatch>>,
+        /// What is left of the call's deadline (`None`: none): an answer held for its turn
+        /// (`engine::waiting`) past it is refused at once instead.
+        budget: Option<Duration>,
     },
     /// Do not decide: answer with this overload answer now.
     Overloaded(OverloadAnswer),
@@ -218,6 +221,7 @@ impl Admitted {
                 return Admitted::Decide {
                     _permit: None,
                     watch: None,
+                    budget: None,
                 }
             }
         };
@@ -227,9 +231,15 @@ impl Admitted {
             return Admitted::Overloaded(arrival.admission.overload_answer);
         };
         match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
-            Budget::Unbounded | Budget::Remaining(_) => Admitted::Decide {
+            Budget::Unbounded => Admitted::Decide {
                 _permit: Some(permit),
                 watch: arrival.watch,
+                budget: None,
+            },
+            Budget::Remaining(left) => Admitted::Decide {
+                _permit: Some(permit),
+                watch: arrival.watch,
+                budget: Some(left),
             },
             // The watch, dropped unsettled past the deadline, counts it.
             Budget::Expired => Admitted::Expired,

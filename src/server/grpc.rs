@@ -67,8 +67,8 @@ impl<S: Store> RateLimitGrpc<S> {
         mut request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let admitted = Admitted::check(&mut request);
-        match admitted {
-            Admitted::Decide { .. } => {}
+        let budget = match admitted {
+            Admitted::Decide { budget, .. } => budget,
             Admitted::Expired => return Err(expired_status()),
             Admitted::Overloaded(answer) => {
                 let descriptors = request.get_ref().descriptors.len();
@@ -79,7 +79,7 @@ impl<S: Store> RateLimitGrpc<S> {
                     }
                 };
             }
-        }
+        };
         if let Some(limitador) = self.limitador_of(request.get_ref()) {
             let answer = kuadrant::should_rate_limit(&limitador, request.into_inner()).await;
             admitted.settle();
@@ -95,7 +95,7 @@ impl<S: Store> RateLimitGrpc<S> {
         // `admitted`, dropped unsettled, counts it).
         let decided = self
             .limiter
-            .decide_traced(&request, parent)
+            .decide_within(&request, parent, budget)
             .instrument(server_span.clone())
             .await;
         admitted.settle();

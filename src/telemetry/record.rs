@@ -5,11 +5,12 @@
 
 use std::sync::{Arc, OnceLock};
 
+use super::metrics::queue;
 use super::metrics::{ClassSeries, Metrics, RuleSeries};
 use crate::core::arithmetic::lease::LeaseOutcome;
 use crate::core::decision::outcome::{
     classify_descriptor, descriptor_near_limit, detailed_label, Decision, DecisionTally,
-    RuleVerdict,
+    RejectReason, RuleVerdict,
 };
 use crate::core::decision::plan::{DescriptorPlan, LimitSource, Plan};
 use crate::core::decision::response::{Decided, Response};
@@ -108,6 +109,7 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
             }
         }
         if let DescriptorPlan::Limited { counters, .. } = descriptor_plan {
+            record_queue(&series, verdict, call.plan, (counters, call.decided));
             series.near_limit(descriptor_near_limit(
                 call.plan,
                 counters,
@@ -117,6 +119,34 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
         }
     }
     tally.decision(call.response.overall_code)
+}
+
+/// What a queueing rule (`queue: true`) did with its descriptor: the wait of an admitted one,
+/// the refusal of a refused one.
+fn record_queue(
+    series: &RuleSeries,
+    verdict: RuleVerdict,
+    plan: &Plan<'_>,
+    (counters, decided): (&std::ops::Range<usize>, &Decided),
+) {
+    let queues = plan
+        .counters
+        .get(counters.clone())
+        .is_some_and(|counters| counters.iter().any(|counter| counter.quota.queue.is_some()));
+    if !queues {
+        return;
+    }
+    match verdict {
+        RuleVerdict::Allowed => {
+            let wait = decided
+                .outcomes
+                .get(counters.clone())
+                .and_then(|outcomes| outcomes.iter().map(|outcome| outcome.wait).max());
+            queue::rule_admitted(series, wait.unwrap_or(0));
+        }
+        RuleVerdict::Rejected(RejectReason::Limit) => queue::rule_refused(series),
+        RuleVerdict::Rejected(_) => {}
+    }
 }
 
 /// The call's decision alone (when metrics are off).

@@ -9,6 +9,7 @@ mod memory_eviction;
 mod metrics_prometheus;
 mod metrics_reference_names;
 mod prometheus_dashboard;
+mod queue_metrics;
 mod reload_modes;
 mod reload_under_traffic;
 mod rules_memory;

@@ -17,7 +17,9 @@
 
 use std::sync::Arc;
 
-use floodgate::core::arithmetic::algorithm::{Algorithm, CheckRule, Hits, Overflow, Quota, Share};
+use floodgate::core::arithmetic::algorithm::{
+    Algorithm, CheckRule, Hits, Overflow, Queue, Quota, Share, MAX_QUEUE_WAIT,
+};
 use floodgate::core::decision::charging::Charging;
 use floodgate::core::decision::plan::Counter;
 use floodgate::core::ground::calendar::month_index;
@@ -176,7 +178,13 @@ fn edges_of(decided: &Decided) -> Vec<Micros> {
     decided
         .outcomes
         .iter()
-        .flat_map(|outcome| [outcome.retry_after, outcome.snapshot.reset_after])
+        .flat_map(|outcome| {
+            [
+                outcome.retry_after,
+                outcome.snapshot.reset_after,
+                outcome.wait,
+            ]
+        })
         .filter(|&edge| edge > 0)
         .collect()
 }
@@ -423,6 +431,28 @@ async fn token_bucket_matches_memory() {
 async fn leaky_bucket_matches_memory() {
     run_differential("leaky_bucket", |rng| {
         random_slots(rng, &[Algorithm::LeakyBucket])
+    })
+    .await;
+}
+
+/// Leaky buckets that queue (nginx `limit_req` without `nodelay`, with `delay=`): every
+/// answer's wait, and the refusals past the longest wait, must agree.
+#[tokio::test]
+async fn queueing_leaky_bucket_matches_memory() {
+    run_differential("queueing_leaky_bucket", |rng| {
+        let mut slots = random_slots(rng, &[Algorithm::LeakyBucket]);
+        for slot in &mut slots {
+            let burst = slot.quota.burst.unwrap_or(0);
+            let window = slot.quota.window_micros();
+            let max_wait = match rng.random_range(0..4) {
+                0 => 0,
+                1 => MAX_QUEUE_WAIT,
+                _ => rng.random_range(0..window.min(MAX_QUEUE_WAIT)),
+            };
+            let delay = rng.random_range(0..=burst);
+            slot.quota = slot.quota.clone().with_queue(Queue::new(delay, max_wait));
+        }
+        slots
     })
     .await;
 }

@@ -13,11 +13,11 @@ use floodgate::proto::rate_limit_descriptor::RateLimitOverride;
 use floodgate::proto::rate_limit_response::{rate_limit::Unit, Code, DescriptorStatus};
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
-use floodgate::server::{serve, HttpSettings, Listeners};
 use floodgate::store::memory::MemoryStore;
 use floodgate_testkit::descriptor;
-use tokio::net::TcpListener;
 use tonic::transport::Channel;
+
+use crate::in_process::{serve_limiter, Served};
 
 const RULES: &str = r#"
 domain: shop
@@ -70,28 +70,11 @@ async fn start(settings: LimiterSettings) -> Server {
     let clock = Arc::new(ManualClock::new(START));
     let store = MemoryStore::new(1000, clock.clone());
     let limiter = Arc::new(Limiter::new(rules, store, settings));
-    let bind = || async {
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|error| panic!("bind: {error}"))
-    };
-    let grpc = bind().await;
-    let port = grpc.local_addr().map(|a| a.port()).unwrap_or_default();
-    let listeners = Listeners {
-        grpc,
-        http: bind().await,
-        debug: bind().await,
-        debug_pages: None,
-    };
-    let (trigger, shutdown) = shutdown::channel();
-    let task = tokio::spawn(async move {
-        if let Err(error) = serve(limiter, listeners, HttpSettings::default(), shutdown).await {
-            panic!("server failed: {error}");
-        }
-    });
-    let client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap_or_else(|error| panic!("connect: {error}"));
+    let Served {
+        client,
+        trigger,
+        task,
+    } = serve_limiter(limiter).await;
     Server {
         client,
         clock,

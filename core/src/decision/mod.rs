@@ -17,3 +17,4 @@ pub mod reference_cache;
 pub mod response;
 pub mod semantics;
 pub mod status;
+pub mod waiting;

@@ -28,6 +28,14 @@ pub fn rule_summary(rule: &Rule) -> String {
         if let Some(burst) = quota.burst {
             let _ = write!(line, " burst {burst}");
         }
+        if let Some(queue) = quota.queue {
+            let _ = write!(
+                line,
+                " queue delay {} max_wait {}ms",
+                queue.delay,
+                queue.max_wait / 1_000
+            );
+        }
         if quota.overflow == Overflow::Owe {
             line.push_str(" overflow owe");
         }

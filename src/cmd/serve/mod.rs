@@ -79,6 +79,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
         reloader,
         max_keys: args.max_keys,
         charging,
+        max_waiting: args.max_waiting,
     };
     run::serve_store(store, parts, serving).await?;
     tracing::info!("floodgate stopped");

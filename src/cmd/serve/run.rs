@@ -18,6 +18,7 @@ use crate::engine::overrides_sync::SharedOverrides;
 use crate::engine::reload::{self, ReloadStatus};
 use crate::engine::shutdown;
 use crate::engine::tasks;
+use crate::engine::waiting::WaitingRoom;
 use crate::server::health::{self, Health};
 use crate::server::tls;
 use crate::server::{self, Listeners};
@@ -171,6 +172,8 @@ pub(super) struct LimiterParts {
     /// The in-process store's bounds, for the fallback of `failure_policy: local`.
     pub max_keys: usize,
     pub charging: Charging,
+    /// `--max-waiting`: answers held at once until their turn.
+    pub max_waiting: usize,
 }
 
 impl LimiterParts {
@@ -181,8 +184,9 @@ impl LimiterParts {
         store: S,
         local_fallback: Option<MemoryStore>,
     ) -> (Arc<Limiter<S>>, RulesFollower) {
-        let mut limiter =
-            Limiter::new(self.rules, store, self.settings).with_telemetry(self.telemetry);
+        let mut limiter = Limiter::new(self.rules, store, self.settings)
+            .with_telemetry(self.telemetry)
+            .with_waiting_room(WaitingRoom::new(self.max_waiting));
         if let Some(fallback) = local_fallback {
             limiter = limiter.with_local_fallback(fallback);
         }
@@ -280,6 +284,15 @@ async fn share_overrides<S: SharesLimits>(limiter: &Arc<Limiter<S>>, serving: Se
     }
 }
 
+/// Answers held for their turn are sent at once when the listeners close: the callers get
+/// their OK before their connections go, and their turns stay taken.
+fn release_held_answers_on_shutdown(room: WaitingRoom, shutdown: shutdown::Shutdown) {
+    tokio::spawn(async move {
+        shutdown.fired().await;
+        room.release_all();
+    });
+}
+
 /// Reloads rules into `limiter` and serves it until shutdown.
 async fn run_limiter<S: SharesLimits>(
     limiter: Arc<Limiter<S>>,
@@ -295,6 +308,7 @@ async fn run_limiter<S: SharesLimits>(
         serving.config_gate,
         serving.counting_notes,
     );
+    release_held_answers_on_shutdown(limiter.waiting_room().clone(), serving.shutdown.clone());
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,

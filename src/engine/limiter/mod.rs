@@ -29,6 +29,7 @@ use crate::core::decision::plan::Plan;
 use crate::core::decision::plan::{leases_over_limit, plan_adjusted, PlanSettings};
 use crate::core::decision::response::{assemble_with_leases, fail_closed, Response};
 use crate::core::decision::semantics::Traces;
+use crate::core::decision::waiting::answer_wait;
 use crate::core::policy::adjustment::{Adjustments, AdjustmentsAt};
 use crate::core::policy::request::{InvalidRequest, Request, RequestBounds};
 use crate::core::policy::rules::RuleSet;
@@ -36,6 +37,7 @@ use crate::engine::adjustment_set::LiveAdjustments;
 use crate::engine::heavy_hitters::HitterBoard;
 use crate::engine::lease_timings::LeaseTimings;
 use crate::engine::self_shedding::{CallDepth, SelfShedding};
+use crate::engine::waiting::{Seat, WaitingRoom};
 use crate::store::memory::MemoryStore;
 use crate::store::{Decided, Store, StoreError};
 use crate::telemetry::record::{DecidedCall, RuleSeriesTable};
@@ -134,6 +136,8 @@ pub struct Limiter<S> {
     lease_timings: LeaseTimings,
     /// Calls in `decide` now, which `--shed-above` sheds past.
     depth: CallDepth,
+    /// The answers held until their turn (queueing leaky buckets).
+    waiting: WaitingRoom,
 }
 
 /// A call that got an answer: decided, or shed before the store was asked.
@@ -167,12 +171,24 @@ impl<S: Store> Limiter<S> {
             adjustments: Arc::new(LiveAdjustments::default()),
             lease_timings: LeaseTimings::default(),
             depth: CallDepth::default(),
+            waiting: WaitingRoom::default(),
         }
     }
 
     /// The heavy hitters, when counted.
     pub fn heavy_hitters(&self) -> Option<&Arc<HitterBoard>> {
         self.telemetry.hitters.as_ref()
+    }
+
+    /// Holds answers in `room` (`--max-waiting`) rather than a room of the default size.
+    pub fn with_waiting_room(mut self, room: WaitingRoom) -> Self {
+        self.waiting = room;
+        self
+    }
+
+    /// The answers held until their turn.
+    pub fn waiting_room(&self) -> &WaitingRoom {
+        &self.waiting
     }
 
     /// Plans with `adjustments` (shared with whoever changes them) instead of a set of its own.
@@ -260,16 +276,32 @@ impl<S: Store> Limiter<S> {
         request: &Request,
         parent: RemoteParent,
     ) -> Result<Response, LimitError> {
-        if !traces::enabled() {
-            return self.decide_measured(request, &Span::none()).await;
-        }
-        let span =
-            self.telemetry
-                .decision_span(request, self.settings.traces, self.store.backend());
-        parent.adopt(&span);
-        self.decide_measured(request, &span)
-            .instrument(span.clone())
-            .await
+        self.decide_within(request, parent, None).await
+    }
+
+    /// Decides one request whose caller waits at most `budget` more for the answer: an
+    /// answer held for its turn (a queueing leaky bucket) past it is refused at once.
+    pub async fn decide_within(
+        &self,
+        request: &Request,
+        parent: RemoteParent,
+        budget: Option<std::time::Duration>,
+    ) -> Result<Response, LimitError> {
+        let mut seat = Seat::within(budget);
+        let decided = if traces::enabled() {
+            let span =
+                self.telemetry
+                    .decision_span(request, self.settings.traces, self.store.backend());
+            parent.adopt(&span);
+            self.decide_measured(request, &span, &mut seat)
+                .instrument(span.clone())
+                .await
+        } else {
+            self.decide_measured(request, &Span::none(), &mut seat)
+                .await
+        };
+        seat.hold().await;
+        decided
     }
 
     /// The decision with its telemetry; `span` (disabled when tracing is off) gets the outcome.
@@ -277,12 +309,15 @@ impl<S: Store> Limiter<S> {
         &self,
         request: &Request,
         span: &Span,
+        seat: &mut Seat,
     ) -> Result<Response, LimitError> {
         let mut observer = self.telemetry.call(span);
         // Counted only when something reads it: no shared atomic on every call otherwise.
         let counted = self.settings.shedding.map(|_| self.depth.enter());
         let depth = counted.as_ref().map_or(0, |(_, depth)| *depth);
-        let result = self.decide_recorded(request, &mut observer, depth).await;
+        let result = self
+            .decide_recorded(request, &mut observer, depth, seat)
+            .await;
         match &result {
             Ok(Answered::Decided(_, decision)) => observer.finished(*decision),
             Ok(Answered::Shed(_)) | Err(LimitError::Overloaded) => observer.shed_finished(),
@@ -298,6 +333,7 @@ impl<S: Store> Limiter<S> {
         request: &Request,
         observer: &mut CallObserver<'_>,
         depth: u32,
+        seat: &mut Seat,
     ) -> Result<Answered, LimitError> {
         // Owned: the plan borrows these rules across the store's await.
         let live = self.live.load_full();
@@ -309,6 +345,7 @@ impl<S: Store> Limiter<S> {
             return shed;
         }
         draw_lease_shedding(&mut plan);
+        self.waiting.seat(&mut plan, seat);
         observer.store_asked(
             self.settings.traces,
             self.store.backend(),
@@ -336,6 +373,14 @@ impl<S: Store> Limiter<S> {
             self.undo_leases(&plan, &leases).await;
         }
         let over_limit = decided.over_limit || (leases_refuse && !self.settings.global_shadow);
+        if !over_limit {
+            let global_shadow = self.settings.global_shadow;
+            seat.answer_after(answer_wait(
+                &plan.counters,
+                &decided.outcomes,
+                global_shadow,
+            ));
+        }
         let counts = (&decided, leases.as_slice());
         Ok(self.answer(request, (&live, &plan), counts, over_limit, observer))
     }

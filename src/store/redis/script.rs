@@ -183,6 +183,12 @@ pub enum Arg {
     Text(&'static str),
     Signed(i64),
     Unsigned(u64),
+    /// A queueing leaky bucket's capacity, "C delay max_wait" (gcra.lua's `read_capacity`).
+    Queued {
+        capacity: u64,
+        delay: u32,
+        max_wait: i64,
+    },
 }
 
 impl std::fmt::Display for Arg {
@@ -191,6 +197,11 @@ impl std::fmt::Display for Arg {
             Self::Text(text) => f.write_str(text),
             Self::Signed(number) => write!(f, "{number}"),
             Self::Unsigned(number) => write!(f, "{number}"),
+            Self::Queued {
+                capacity,
+                delay,
+                max_wait,
+            } => write!(f, "{capacity} {delay} {max_wait}"),
         }
     }
 }
@@ -204,6 +215,7 @@ impl redis::ToRedisArgs for Arg {
             Self::Text(text) => text.write_redis_args(out),
             Self::Signed(number) => number.write_redis_args(out),
             Self::Unsigned(number) => number.write_redis_args(out),
+            Self::Queued { .. } => self.to_string().write_redis_args(out),
         }
     }
 }
@@ -470,7 +482,7 @@ pub fn build_request(
                     Arg::Text(algorithm_name(quota.algorithm)),
                     quota.requests_per_unit.into(),
                     Arg::Signed(window_arg(quota)),
-                    Arg::Unsigned(quota.capacity()),
+                    capacity_arg(quota),
                     Arg::Text(hits_kind),
                     Arg::Unsigned(hits),
                     Arg::Text(role_name(counter.role)),
@@ -496,6 +508,18 @@ pub(super) fn window_arg(quota: &Quota) -> i64 {
     match quota.tiling() {
         Tiling::CalendarMonths { months } => -i64::from(months),
         Tiling::Epoch { .. } => quota.window_micros(),
+    }
+}
+
+/// The capacity C the script is given, with the queue of a leaky bucket that queues.
+fn capacity_arg(quota: &Quota) -> Arg {
+    match quota.queue {
+        Some(queue) => Arg::Queued {
+            capacity: quota.capacity(),
+            delay: queue.delay,
+            max_wait: queue.max_wait,
+        },
+        None => Arg::Unsigned(quota.capacity()),
     }
 }
 
@@ -574,8 +598,13 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
     let outcomes = per_counter
         .chunks_exact(REPLY_FIELDS)
         .map(|fields| {
+            let admitted = flag(fields[0], "admitted (0 or 1)")?;
+            // An admitted counter answers its wait where a refused one answers its retry.
+            // A wait counts only for a charge kept, as `core::decision::charging::outcome`.
+            let later = non_negative(fields[3], "retry_after or wait (≥ 0)")?;
+            let charged = flag(fields[4], "charged (0 or 1)")?;
             Ok(CounterOutcome {
-                admitted: flag(fields[0], "admitted (0 or 1)")?,
+                admitted,
                 snapshot: Snapshot {
                     remaining: u64::try_from(fields[1]).map_err(|_| BadReply::OutOfRange {
                         what: "remaining (≥ 0)",
@@ -583,9 +612,10 @@ pub fn parse_reply(reply: &[i64], counters: usize) -> Result<Decided, BadReply> 
                     })?,
                     reset_after: non_negative(fields[2], "reset_after (≥ 0)")?,
                 },
-                retry_after: non_negative(fields[3], "retry_after (≥ 0)")?,
-                charged: flag(fields[4], "charged (0 or 1)")?,
+                retry_after: if admitted { 0 } else { later },
+                charged,
                 withheld: false,
+                wait: if admitted && charged { later } else { 0 },
             })
         })
         .collect::<Result<Vec<_>, BadReply>>()?;
@@ -754,6 +784,7 @@ mod tests {
                 retry_after: 7,
                 charged: true,
                 withheld: false,
+                wait: 0,
             }
         );
         assert!(decided.outcomes[1].admitted && !decided.outcomes[1].charged);

@@ -140,6 +140,7 @@ mod tests {
             retry_after: 0,
             charged: true,
             withheld: false,
+            wait: 0,
         }
     }
 

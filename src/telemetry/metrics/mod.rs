@@ -21,6 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod adaptive;
 mod families;
+pub mod queue;
 mod series;
 
 use crate::core::decision::outcome::{Decision, RejectReason};
@@ -338,6 +339,7 @@ impl Metrics {
 
     fn remove_rule_series(&self, series: &RuleSeries) {
         let (domain, rule) = (&*series.domain, &*series.rule);
+        queue::forget_rule(domain, rule);
         forget(&self.per_rule.allowed, &[domain, rule]);
         forget(&self.per_rule.near_limit, &[domain, rule]);
         for reason in [

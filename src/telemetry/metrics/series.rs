@@ -28,6 +28,11 @@ pub struct RuleSeries {
 }
 
 impl RuleSeries {
+    /// Its labels: domain and rule.
+    pub fn labels(&self) -> (&str, &str) {
+        (&self.domain, &self.rule)
+    }
+
     pub fn allowed(&self) {
         self.allowed.inc();
         self.count_fold();

@@ -12,6 +12,9 @@
 //!                         Charge(1)
 //!   Refund(n)           → admitted, next = refunded(n), retry 0
 //!
+//! Only an admitted charge waits (`wait`, a queueing leaky bucket's turn, `queue.rs`): a check
+//! or a refund holds no turn, and a refused charge is answered at once.
+//!
 //! Every evaluation also says how full `next` is (`Fullness`): used = (C − remaining) / C in
 //! 65 535ths, and, when not even one hit fits (fits(1) fails: `has_room`), exhausted_for =
 //! retry_after(1), at least 1: with no traffic a counter only regains room, so it is exhausted
@@ -45,6 +48,11 @@ pub(super) trait Counter: Sized {
     fn retry_after(&self, hits: u64) -> Micros;
     /// After this instant the counter means the same as no state.
     fn expires_at(&self) -> Micros;
+    /// How long an admitted charge waits for its turn (a queueing leaky bucket); 0 for the
+    /// others, which answer at once.
+    fn wait(&self) -> Micros {
+        0
+    }
     /// The most `remaining` can be (`Quota::capacity`; 0 when nothing ever fits).
     fn capacity(&self) -> u64;
     fn into_state(self) -> State;
@@ -58,8 +66,12 @@ pub(super) fn decide(
 ) -> Evaluation {
     match hits {
         Hits::Charge(n) if counter.fits(n.saturating_add(reserve)) => {
+            let wait = counter.wait();
             let next = counter.charged(n);
-            commit(counter.snapshot(), next)
+            Evaluation {
+                wait,
+                ..commit(counter.snapshot(), next)
+            }
         }
         Hits::Charge(n) if refused == Refused::Recorded => {
             let needed = n.saturating_add(reserve);
@@ -97,6 +109,7 @@ fn commit(before: Snapshot, next: impl Counter) -> Evaluation {
         committed,
         uncommitted: before,
         retry_after: 0,
+        wait: 0,
         fullness: fullness(&next, &committed, None),
         expires_at: next.expires_at(),
         next_state: next.into_state(),
@@ -114,6 +127,7 @@ fn recorded(before: Snapshot, next: impl Counter, retry: (u64, Micros)) -> Evalu
         committed,
         uncommitted: before,
         retry_after: retry_after.max(1),
+        wait: 0,
         fullness: fullness(&next, &committed, known),
         expires_at: next.expires_at(),
         next_state: next.into_state(),
@@ -131,6 +145,7 @@ fn unchanged(counter: impl Counter, admitted: bool, retry: (u64, Micros)) -> Eva
         committed: snapshot,
         uncommitted: snapshot,
         retry_after: if admitted { 0 } else { retry_after.max(1) },
+        wait: 0,
         fullness: fullness(&counter, &snapshot, known),
         expires_at: counter.expires_at(),
         next_state: counter.into_state(),

@@ -20,9 +20,12 @@
 //!   expires_at  = now + reset_after
 //!   L = 0 or C = 0: nothing ever fits; remaining 0, reset_after 0, retry_after W.
 //!   C·W/L > 2^62 µs (146 000 years to drain): C is what drains in 2^62 µs (`MAX_DRAIN_MICROS`).
+//!
+//! A leaky bucket that queues (`Quota::queue`) also waits and refuses past its longest wait:
+//! see `queue.rs`.
 
 use super::counter::{decide, Counter};
-use super::{Evaluation, Hits, Quota, Refused, Snapshot, State};
+use super::{Evaluation, Hits, Queue, Quota, Refused, Snapshot, State};
 use crate::ground::time::Micros;
 
 pub(super) fn evaluate(
@@ -66,6 +69,8 @@ struct Bucket {
     hit_cost: i128,
     capacity: u64,
     debt: i128,
+    /// How a queueing leaky bucket holds its answers.
+    queue: Option<Queue>,
 }
 
 impl Bucket {
@@ -93,6 +98,7 @@ impl Bucket {
             hit_cost,
             capacity,
             debt,
+            queue: quota.queue,
         })
     }
 
@@ -120,16 +126,44 @@ impl Bucket {
     fn reset_after(&self) -> Micros {
         self.micros_to_drain(self.debt)
     }
+
+    /// The debt a queued request waits to drain (the debt less what `delay` lets through),
+    /// and the most it may wait for (µs); `None` for a bucket that answers at once.
+    fn queued_debt(&self) -> Option<(i128, Micros)> {
+        let queue = self.queue?;
+        let waiting = self.debt - self.cost(u64::from(queue.delay));
+        Some((waiting.max(0), queue.max_wait))
+    }
+
+    /// Whether the request's turn comes within the queue's longest wait.
+    fn turn_in_time(&self) -> bool {
+        self.queued_debt()
+            .is_none_or(|(debt, max_wait)| debt <= i128::from(max_wait) * self.ticks_per_micro)
+    }
+
+    /// µs until the request's turn would come within the longest wait (0 when it does).
+    fn retry_for_turn(&self) -> Micros {
+        self.queued_debt().map_or(0, |(debt, max_wait)| {
+            self.micros_to_drain(debt - i128::from(max_wait) * self.ticks_per_micro)
+        })
+    }
 }
 
 impl Counter for Bucket {
     fn fits(&self, hits: u64) -> bool {
-        hits <= self.capacity && self.debt + self.cost(hits) <= self.capacity_ticks()
+        hits <= self.capacity
+            && self.debt + self.cost(hits) <= self.capacity_ticks()
+            && self.turn_in_time()
+    }
+
+    fn wait(&self) -> Micros {
+        self.queued_debt()
+            .map_or(0, |(debt, _)| self.micros_to_drain(debt))
     }
 
     /// remaining = ⌊(C·W − debt) / W⌋ ≥ 1 ⇔ debt + W ≤ C·W, and C ≥ 1 here.
     fn has_room(&self, snapshot: &Snapshot) -> bool {
-        snapshot.remaining > 0
+        snapshot.remaining > 0 && self.turn_in_time()
     }
 
     fn charged(&self, hits: u64) -> Self {
@@ -152,7 +186,8 @@ impl Counter for Bucket {
         if hits > self.capacity {
             return self.reset_after();
         }
-        self.micros_to_drain(self.debt + self.cost(hits) - self.capacity_ticks())
+        let room = self.micros_to_drain(self.debt + self.cost(hits) - self.capacity_ticks());
+        room.max(self.retry_for_turn())
     }
 
     fn expires_at(&self) -> Micros {

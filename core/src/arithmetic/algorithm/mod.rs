@@ -7,6 +7,7 @@
 mod counter;
 mod fixed_window;
 mod gcra;
+mod queue;
 mod share;
 mod sliding_log;
 mod sliding_window;
@@ -14,6 +15,7 @@ mod sliding_window;
 mod tests;
 mod window;
 
+pub use queue::{Queue, MAX_QUEUE_WAIT};
 pub use share::Share;
 pub use window::{Span, Tiling};
 
@@ -180,6 +182,9 @@ pub struct Quota {
     /// sliding windows can be counted in parts (`hybrid::supports`); the others are decided
     /// exactly whatever this says.
     pub counting: Option<Counting>,
+    /// A leaky bucket that holds its answers until each request's turn (`queue: true`);
+    /// `None`: admitted requests are answered at once.
+    pub queue: Option<Queue>,
 }
 
 impl Quota {
@@ -193,6 +198,7 @@ impl Quota {
             calendar_months: false,
             overflow: Overflow::Refuse,
             counting: None,
+            queue: None,
         }
     }
 
@@ -213,6 +219,11 @@ impl Quota {
 
     pub fn with_overflow(mut self, overflow: Overflow) -> Self {
         self.overflow = overflow;
+        self
+    }
+
+    pub fn with_queue(mut self, queue: Queue) -> Self {
+        self.queue = Some(queue);
         self
     }
 
@@ -428,6 +439,9 @@ pub struct Evaluation {
     pub uncommitted: Snapshot,
     /// When not admitted: time until these hits could fit (µs, ≥ 1); 0 when admitted.
     pub retry_after: Micros,
+    /// When an admitted charge is answered: after this many µs, its turn in a queueing leaky
+    /// bucket ([`Queue`]); 0 at once.
+    pub wait: Micros,
     /// How full `next_state` is at this instant.
     pub fullness: Fullness,
     /// The state to store when the request is committed.

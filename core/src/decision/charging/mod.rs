@@ -198,6 +198,11 @@ pub fn outcome(evaluation: &Evaluation, kept: bool) -> CounterOutcome {
         retry_after: evaluation.retry_after,
         charged: kept,
         withheld: false,
+        wait: if kept && evaluation.admitted {
+            evaluation.wait
+        } else {
+            0
+        },
     }
 }
 

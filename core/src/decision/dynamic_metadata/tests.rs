@@ -144,6 +144,7 @@ fn answer_with(
                 retry_after: if admitted { 0 } else { 1_000_000 },
                 charged: admitted,
                 withheld: false,
+                wait: 0,
             }
         })
         .collect();

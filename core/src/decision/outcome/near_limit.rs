@@ -173,6 +173,7 @@ mod tests {
             retry_after: 0,
             charged,
             withheld,
+            wait: 0,
         };
         // Charged: the snapshot is after the hits.
         assert_eq!(

@@ -104,6 +104,7 @@ mod tests {
                 retry_after: 0,
                 charged: admitted,
                 withheld: false,
+                wait: 0,
             }],
             over_limit: !admitted,
         };
@@ -191,6 +192,7 @@ mod tests {
                 retry_after: 0,
                 charged: false,
                 withheld: true,
+                wait: 0,
             }],
             over_limit: true,
         };

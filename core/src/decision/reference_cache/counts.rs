@@ -79,6 +79,7 @@ pub fn outcome_of(
         retry_after: if over { reset_after.max(1) } else { 0 },
         charged,
         withheld: matches!(hits, ReferenceHits::Withheld { refund: false, .. }),
+        wait: 0,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct CounterOutcome {
     /// that answers as the count after the hits; its stats follow that reading
     /// (`outcome::near_limit::Around`).
     pub withheld: bool,
+    /// How long the answer is held for this counter's turn (a queueing leaky bucket's admitted
+    /// and charged hits, `core::arithmetic::algorithm::Queue`); 0 at once.
+    pub wait: Micros,
 }
 
 /// The whole answer.

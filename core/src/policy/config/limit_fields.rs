@@ -18,6 +18,12 @@ pub(super) struct LimitFields {
     pub(super) burst: Option<u32>,
     pub(super) unit_multiplier: Option<u32>,
     pub(super) nodelay: Option<bool>,
+    /// `queue:` (leaky bucket): hold answers until each request's turn.
+    pub(super) queue: Option<bool>,
+    /// `delay:` (with `queue`): nginx's `delay=N`, excess hits let through at once.
+    pub(super) delay: Option<u32>,
+    /// `max_wait_ms:` (with `queue`): refuse at once what would wait longer.
+    pub(super) max_wait_ms: Option<u32>,
     pub(super) overflow: Option<Overflow>,
     pub(super) counting: Option<Counting>,
 }

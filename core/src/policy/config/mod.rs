@@ -28,6 +28,7 @@ mod limit;
 mod limit_fields;
 mod parse;
 mod priority;
+mod queue;
 mod report;
 mod spec;
 mod validate;

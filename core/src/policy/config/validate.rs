@@ -19,13 +19,8 @@ pub(super) fn quota_of(fields: &LimitFields, path: &str, walk: &mut FileWalk) ->
     valid &= options_fit(fields, path, walk, &chosen, requests_per_unit);
     warn_about_choices_without_effect(fields, path, walk, &chosen, unit);
     let unit = unit.filter(|_| valid)?;
-    Some(build_quota(
-        fields,
-        walk,
-        unit,
-        requests_per_unit,
-        chosen.algorithm,
-    ))
+    let quota = build_quota(fields, walk, unit, requests_per_unit, chosen.algorithm);
+    super::queue::with_queue(fields, path, walk, quota)
 }
 
 /// A limit's algorithm, and how messages say where it comes from when it was not written.
@@ -309,6 +304,9 @@ pub(super) fn check_unlimited(fields: &LimitFields, path: &str, walk: &mut FileW
         ("burst", fields.burst.is_some()),
         ("unit_multiplier", fields.unit_multiplier.is_some()),
         ("nodelay", fields.nodelay.is_some()),
+        ("queue", fields.queue.is_some()),
+        ("delay", fields.delay.is_some()),
+        ("max_wait_ms", fields.max_wait_ms.is_some()),
         ("overflow", fields.overflow.is_some()),
         ("counting", fields.counting.is_some()),
     ];

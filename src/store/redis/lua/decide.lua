@@ -19,7 +19,8 @@
 --       ('all-or-nothing', 'every-descriptor' or 'all-or-refused': one unit, as all or
 --       nothing, which stops when any counter refuses; the rest is in the hits kinds);
 --       then per counter template TEMPLATE_FIELDS values: algorithm, limit L, window W µs (−N:
---       N calendar months), capacity C, hits kind ('charge', 'record': a charge counted
+--       N calendar months), capacity C ("C delay max_wait" for a leaky bucket that queues,
+--       gcra.lua), hits kind ('charge', 'record': a charge counted
 --       whatever its verdict, 'record-refused': a charge counted when refused and kept then,
 --       kept when admitted only if its unit passes, 'check' or 'refund'), hits amount (of a check: the hits its
 --       rule asks to fit, 1 or 0, core::arithmetic::algorithm::CheckRule), role ('enforced', 'quota' or
@@ -33,7 +34,8 @@
 --       A request's keys are numbered in order of first mention, so its highest key index is
 --       how many of KEYS are its own.
 -- Reply: per request, in order: over_limit, then per counter: admitted, remaining,
---        reset_after µs, retry_after µs, charged; integers only (0/1 for booleans).
+--        reset_after µs, retry_after µs (refused) or the wait µs (admitted: a queueing leaky
+--        bucket's turn, else 0), charged; integers only (0/1 for booleans).
 --
 -- Counters are read from ARGV where they are needed rather than gathered into tables, the reply
 -- is filled as counters are evaluated, and the functions and tables below are made once per
@@ -254,8 +256,8 @@ local function decide_lone_counter(template)
   else
     local state = kind('load', key, now)
     local stored_expiry = state and state[1]
-    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
-      number(ARGV[template + 4]), state, now)
+    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]), ARGV[template + 4],
+      state, now)
     -- Alone, a counter's unit passes exactly when it admits: a charge recorded when refused is
     -- kept either way.
     local recorded = hits_kind == 'record' or hits_kind == 'record-refused'
@@ -327,8 +329,8 @@ local function decide_several_counters()
       -- The log is changed by 'at' and 'charge' in place, and this unit may be given up.
       state = kind('copy', state)
     end
-    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]),
-      number(ARGV[template + 4]), state or nil, now)
+    kind('at', number(ARGV[template + 2]), number(ARGV[template + 3]), ARGV[template + 4],
+      state or nil, now)
     local admitted, remaining, reset_after, before_remaining, before_reset_after, retry_after =
       evaluate_counter(kind, hits_kind, number(ARGV[template + 6]), number(ARGV[template + 8]),
         recorded or recorded_when_refused)

@@ -25,6 +25,13 @@
 -- n·b or n·a ≥ 2^53 (so n > C) against a debt ≥ 2^53 ticks, which needs the clock to have gone
 -- back by more than about 2^53 / L µs.
 --
+-- A leaky bucket that queues (core::arithmetic::algorithm::Queue) is sent its capacity as
+-- "C delay max_wait" rather than C; with δ = delay·W and M = max_wait µs:
+--   wait  = ceil(max(0, debt − δ) / L)       µs, before this request's charge
+--   admit ⇔ as above  and  debt ≤ δ + M·L
+--   retry = max(as above, ceil((debt − δ − M·L) / L))
+-- 'charge' returns the wait (nil from the other algorithms: 0).
+--
 -- State: "G <expires_at> <tat> <tat_remainder>", { expires_at, tat, tat_remainder } here.
 
 local GCRA_PATTERN = '^G (%-?%d+) (%-?%d+) (%-?%d+)$'
@@ -48,6 +55,22 @@ local function define_gcra()
 
   local whole_micros -- a = W div L: whole µs of one hit's cost
   local micros_rest -- b = W mod L: its ticks beyond them
+
+  -- A queueing bucket's delay (hits let through at once) and longest wait (µs); nil: the
+  -- bucket answers at once.
+  local queue_delay, queue_max_wait
+
+  -- The capacity C as sent, a number, or "C delay max_wait" for a bucket that queues.
+  local function read_capacity(text)
+    local plain = number(text)
+    if plain then
+      queue_delay = nil
+      return plain
+    end
+    local capacity_part, delay_part, max_wait_part = string.match(text, '^(%d+) (%d+) (%d+)$')
+    queue_delay, queue_max_wait = number(delay_part), number(max_wait_part)
+    return number(capacity_part)
+  end
 
   -- n·W ticks as a pair (q, r), for n·b below 2^53 (n ≤ C suffices).
   local function cost_pair(hits)
@@ -83,9 +106,33 @@ local function define_gcra()
     return q
   end
 
+  -- The most debt a queued request may find, δ + M·L, as a pair.
+  local function longest_queue()
+    local q, r = cost_pair(queue_delay)
+    return q + queue_max_wait, r
+  end
+
+  -- µs this request waits for its turn: until max(0, debt − δ) has drained.
+  local function wait()
+    if not queue_delay then
+      return 0
+    end
+    local q, r = cost_pair(queue_delay)
+    if debt_at_most(q, r) then
+      return 0
+    end
+    return micros_to_drain(debt_minus(q, r))
+  end
+
+  -- Whether this request's turn comes within the longest wait.
+  local function turn_in_time()
+    return not queue_delay or debt_at_most(longest_queue())
+  end
+
   -- Looks at the bucket at `at_now`, given the stored arrival time and its remainder (nil:
   -- none).
-  local function look_at(quota_limit, quota_window, quota_capacity, tat, tat_remainder, at_now)
+  local function look_at(quota_limit, quota_window, capacity_text, tat, tat_remainder, at_now)
+    local quota_capacity = read_capacity(capacity_text)
     now, window = at_now, quota_window
     closed = quota_limit == 0 or quota_capacity == 0
     if closed then
@@ -112,15 +159,18 @@ local function define_gcra()
     return not closed
       and hits <= capacity
       and debt_at_most(cost_pair(capacity - hits))
+      and turn_in_time()
   end
 
-  -- Never on a closed bucket: nothing fits it.
+  -- Never on a closed bucket: nothing fits it. The wait of the hits charged.
   local function charge(hits)
+    local waited = wait()
     local q, r = cost_pair(hits)
     ahead, remainder = ahead + q, remainder + r
     if remainder >= ticks_per_micro then
       ahead, remainder = ahead + 1, remainder - ticks_per_micro
     end
+    return waited
   end
 
   local function snapshot()
@@ -152,8 +202,15 @@ local function define_gcra()
     if hits > capacity then
       return micros_to_drain(ahead, remainder) -- reset_after
     end
-    -- Called only when the hits do not fit, so debt > (C − n)·W.
-    return micros_to_drain(debt_minus(cost_pair(capacity - hits)))
+    -- Called only when the hits do not fit: debt > (C − n)·W, or the turn comes too late.
+    local room = 0
+    if not debt_at_most(cost_pair(capacity - hits)) then
+      room = micros_to_drain(debt_minus(cost_pair(capacity - hits)))
+    end
+    if turn_in_time() then
+      return room
+    end
+    return math.max(room, micros_to_drain(debt_minus(longest_queue())))
   end
 
   -- The state of the bucket looked at: expires_at = now + reset_after, tat = now + q, and
@@ -179,12 +236,12 @@ local function define_gcra()
       local key, quota_limit, quota_window, capacity_text, hits, asked, at_now, extra_ttl_ms,
         may_keep_ttl = a, b, c, d, e, f, g, h, i
       local stored_expiry, tat, tat_remainder = read_record(key, GCRA_PATTERN, at_now)
-      look_at(quota_limit, quota_window, number(capacity_text), tat, tat_remainder, at_now)
+      look_at(quota_limit, quota_window, capacity_text, tat, tat_remainder, at_now)
       if not fits(asked) then
         local remaining, until_reset = snapshot()
         return false, remaining, until_reset, math.max(retry_after(asked), 1)
       end
-      charge(hits)
+      local waited = charge(hits)
       local expires_at, next_tat, next_remainder = next_state()
       -- Charging nothing to an empty bucket leaves a state that means nothing already.
       local ttl_ms = math.ceil((expires_at - now) / 1000) + extra_ttl_ms
@@ -195,13 +252,13 @@ local function define_gcra()
         redis.call('UNLINK', key)
       end
       local remaining, until_reset = snapshot()
-      return true, remaining, until_reset, 0
+      return true, remaining, until_reset, waited
     elseif method == 'fits' then
       local hits = a
       return fits(hits)
     elseif method == 'charge' then
       local hits = a
-      charge(hits)
+      return charge(hits)
     elseif method == 'refund' then
       local hits = a
       if closed then

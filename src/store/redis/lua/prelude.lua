@@ -177,7 +177,9 @@ local function evaluate_counter(kind, hits_kind, hits, reserve, record)
   if not change then
     return true, remaining, reset_after, remaining, reset_after, 0
   end
-  kind(change, hits)
+  -- A charge in a queueing bucket tells its wait (gcra.lua), answered where a refusal's
+  -- retry goes.
+  local waited = kind(change, hits) or 0
   local next_remaining, next_reset_after = kind('snapshot')
-  return true, next_remaining, next_reset_after, remaining, reset_after, 0
+  return true, next_remaining, next_reset_after, remaining, reset_after, waited
 end

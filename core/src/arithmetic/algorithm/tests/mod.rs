@@ -8,6 +8,7 @@ mod fullness;
 mod gcra;
 mod priority;
 mod properties;
+mod queue;
 mod sliding_log;
 mod sliding_window;
 

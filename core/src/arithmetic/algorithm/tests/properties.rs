@@ -90,6 +90,7 @@ fn small_quota() -> impl Strategy<Value = Quota> {
             calendar_months: false,
             overflow: Overflow::Refuse,
             counting: None,
+            queue: None,
         })
 }
 
@@ -113,6 +114,7 @@ fn wide_quota() -> impl Strategy<Value = Quota> {
                 calendar_months: calendar && unit == Unit::Month,
                 overflow: Overflow::Refuse,
                 counting: None,
+                queue: None,
             },
         )
 }

@@ -11,6 +11,7 @@ mod lookup;
 mod merge;
 mod overflow_defaults;
 mod priority;
+mod queue;
 mod reference_readme;
 mod warnings;
 mod yaml_strings;
