@@ -74,6 +74,7 @@ async fn start(settings: LimiterSettings) -> Server {
         client,
         trigger,
         task,
+        ..
     } = serve_limiter(limiter).await;
     Server {
         client,

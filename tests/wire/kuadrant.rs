@@ -15,11 +15,12 @@ use floodgate::proto::kuadrant::service::ratelimit::v1::rate_limit_service_clien
 use floodgate::proto::kuadrant::service::ratelimit::v1::{CommitRequest, ReserveRequest};
 use floodgate::proto::rate_limit_response::Code;
 use floodgate::proto::RateLimitRequest;
-use floodgate::server::{serve_with, HttpSettings, Listeners, Operations};
+use floodgate::server::Operations;
 use floodgate::store::held_windows::memory::MemoryHeldWindows;
 use floodgate::store::memory::MemoryStore;
 use floodgate_testkit::{descriptor, rls};
-use tokio::net::TcpListener;
+
+use crate::in_process::{serve_limiter_with, Served};
 use tonic::transport::Channel;
 
 const LIMITS: &str = r#"
@@ -69,37 +70,11 @@ async fn start() -> Server {
         Arc::new(MemoryHeldWindows::default()),
         HoldBounds::default(),
     );
-    let bind = || async {
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|error| panic!("bind: {error}"))
-    };
-    let grpc = bind().await;
-    let port = grpc.local_addr().map(|a| a.port()).unwrap_or_default();
-    let listeners = Listeners {
-        grpc,
-        http: bind().await,
-        debug: bind().await,
-        debug_pages: None,
-    };
     let operations = Operations {
         limitador: Some(Arc::new(limitador)),
         ..Operations::default()
     };
-    let (trigger, shutdown) = shutdown::channel();
-    tokio::spawn(async move {
-        let served = serve_with(
-            limiter,
-            listeners,
-            HttpSettings::default(),
-            shutdown,
-            operations,
-        );
-        if let Err(error) = served.await {
-            panic!("server failed: {error}");
-        }
-    });
-    let url = format!("http://127.0.0.1:{port}");
+    let Served { url, trigger, .. } = serve_limiter_with(limiter, operations).await;
     let rls = rls::connect(&url).await;
     let kuadrant = KuadrantClient::new(rls_channel(&url).await);
     Server {

@@ -58,6 +58,7 @@ async fn start(max_waiting: usize) -> Server {
         client,
         trigger,
         task,
+        ..
     } = serve_limiter(limiter).await;
     Server {
         client,
