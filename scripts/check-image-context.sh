@@ -6,8 +6,8 @@
 # type-checks the image's binary (`cargo check --bin floodgate`, which fails on a source file,
 # proto or Lua script it lacks).
 #
-#   scripts/check-image-context.sh      (scripts/test.sh runs it; offline once the tests' crates
-#                                        are fetched)
+#   scripts/check-image-context.sh      (scripts/test.sh runs it; offline after one
+#                                        `cargo fetch`)
 #
 # Environment:
 #   IMAGE_CONTEXT_DIR   where the stage's files are laid out   [target/image-context]
@@ -22,6 +22,9 @@ DIR="${IMAGE_CONTEXT_DIR:-target/image-context}"
 say() { echo "check-image-context: $*" >&2; }
 die() { say "$*"; exit 1; }
 
+# `cargo metadata` resolves every target's dependencies, and the tests' builds fetch only this
+# host's (limitador's postcard pulls atomic-polyfill for targets without atomics): fetch them all.
+cargo fetch --locked --quiet
 python3 scripts/lib/image-context.py deploy/Dockerfile "$DIR"
 if ! (cd "$DIR" && cargo metadata --locked --offline --format-version 1 >/dev/null); then
   die "cargo cannot read the workspace as deploy/Dockerfile's build stage has it (above):" \
