@@ -46,6 +46,8 @@
 #   BENCH_DECISIONS         decisions counted                       [6000]
 #   BENCH_IDLE_SECONDS      the idle stretch, seconds               [10]
 #   BENCH_OUT               also write the report here              [none]
+#   BENCH_FLOODGATE_ARGS    more `floodgate serve` arguments for the floodgate targets, e.g.
+#                           `--heavy-hitters` (what a feature costs per decision)  [none]
 #   BENCH_KEEP_PROFILES     copy every callgrind dump into this directory, to read by
 #                           function with `callgrind_annotate` (the measured stretch is
 #                           cg-NAME.PID.4)                          [none]
@@ -64,6 +66,7 @@ DECISIONS="${BENCH_DECISIONS:-6000}"
 IDLE_SECONDS="${BENCH_IDLE_SECONDS:-10}"
 OUT="${BENCH_OUT:-}"
 KEEP_PROFILES="${BENCH_KEEP_PROFILES:-}"
+read -r -a FLOODGATE_ARGS <<<"${BENCH_FLOODGATE_ARGS:-}"
 
 die() { echo "profile-callgrind: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
@@ -109,7 +112,7 @@ start_target() {
       RUST_LOG=warn "${callgrind[@]}" "$BIN/floodgate" serve --config "$CONFIG_DIR" \
         --store memory --worker-threads 1 --grpc-addr "127.0.0.1:$port" \
         --http-addr "127.0.0.1:$http_port" --metrics-addr "127.0.0.1:$metrics_port" \
-        >"$log" 2>&1 &
+        ${FLOODGATE_ARGS[@]+"${FLOODGATE_ARGS[@]}"} >"$log" 2>&1 &
       ;;
     floodgate-redis)
       ensure_redis
@@ -118,7 +121,7 @@ start_target() {
         --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT" --redis-timeout-ms 1000 \
         --worker-threads 1 \
         --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http_port" \
-        --metrics-addr "127.0.0.1:$metrics_port" >"$log" 2>&1 &
+        --metrics-addr "127.0.0.1:$metrics_port" ${FLOODGATE_ARGS[@]+"${FLOODGATE_ARGS[@]}"} >"$log" 2>&1 &
       ;;
     *) die "unknown target '$name' (BENCH_TARGETS): noop, floodgate-memory, floodgate-redis" ;;
   esac
