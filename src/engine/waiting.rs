@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::core::decision::plan::Plan;
 use crate::core::decision::waiting::{may_wait, wait_at_most};
 use crate::core::ground::time::Micros;
-use crate::telemetry::metrics::queue;
+use crate::telemetry::metrics::queue::{self, WaitingRules};
 
 /// `--max-waiting`'s default: answers held at once in one process.
 pub const DEFAULT_MAX_WAITING: usize = 10_000;
@@ -109,6 +109,8 @@ pub struct Seat {
     full: bool,
     /// How long the decided answer waits for its turn.
     wait: Micros,
+    /// The queueing rules that gave it that turn, counted while it waits.
+    rules: WaitingRules,
 }
 
 impl Seat {
@@ -119,12 +121,18 @@ impl Seat {
             room: None,
             full: false,
             wait: 0,
+            rules: WaitingRules::default(),
         }
     }
 
     /// The answer was decided to wait `wait` µs for its turn.
     pub fn answer_after(&mut self, wait: Micros) {
         self.wait = wait;
+    }
+
+    /// The answer waits under `rules`, the queueing rules that gave it a later turn.
+    pub fn waits_under(&mut self, rules: WaitingRules) {
+        self.rules = rules;
     }
 
     /// How long the answer waits.
@@ -138,7 +146,8 @@ impl Seat {
     }
 
     /// Holds the answer its wait, or until the process stops; frees the seat after.
-    pub async fn hold(self) {
+    pub async fn hold(mut self) {
+        let rules = std::mem::take(&mut self.rules);
         let Some(room) = &self.room else {
             return;
         };
@@ -148,7 +157,7 @@ impl Seat {
         }
         let mut released = room.released.subscribe();
         let duration = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
-        let _held = queue::answer_held();
+        let _held = queue::answer_held(rules);
         tokio::select! {
             () = tokio::time::sleep(duration) => {}
             _ = released.wait_for(|released| *released) => {}

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::metrics::queue;
+use super::metrics::queue::{self, WaitingRules};
 use super::metrics::{ClassSeries, Metrics, RuleSeries};
 use crate::core::arithmetic::lease::LeaseOutcome;
 use crate::core::decision::outcome::{
@@ -85,9 +85,15 @@ pub struct DecidedCall<'a> {
 }
 
 /// Adds one decided call to the per-rule metrics and returns its decision (the caller records
-/// it with the call's latency).
-pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCall<'_>) -> Decision {
+/// it with the call's latency) and the queueing rules that gave it a later turn (counted while
+/// the answer is held).
+pub fn record_call(
+    metrics: &Metrics,
+    table: &RuleSeriesTable,
+    call: &DecidedCall<'_>,
+) -> (Decision, WaitingRules) {
     let mut tally = DecisionTally::default();
+    let mut waiting = WaitingRules::default();
     let statuses = call.plan.descriptors.iter().zip(&call.response.statuses);
     for (index, (descriptor_plan, status)) in statuses.enumerate() {
         let verdict = classify_descriptor(descriptor_plan, status, call.global_shadow, call.leases);
@@ -109,7 +115,8 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
             }
         }
         if let DescriptorPlan::Limited { counters, .. } = descriptor_plan {
-            record_queue(&series, verdict, call.plan, (counters, call.decided));
+            let queued = (counters, call.decided);
+            record_queue(&series, verdict, call.plan, queued, &mut waiting);
             series.near_limit(descriptor_near_limit(
                 call.plan,
                 counters,
@@ -118,16 +125,17 @@ pub fn record_call(metrics: &Metrics, table: &RuleSeriesTable, call: &DecidedCal
             ));
         }
     }
-    tally.decision(call.response.overall_code)
+    (tally.decision(call.response.overall_code), waiting)
 }
 
-/// What a queueing rule (`queue: true`) did with its descriptor: the wait of an admitted one,
-/// the refusal of a refused one.
+/// What a queueing rule (`queue: true`) did with its descriptor: the wait of an admitted one
+/// (the rule joins `waiting` when it made the descriptor wait), the refusal of a refused one.
 fn record_queue(
     series: &RuleSeries,
     verdict: RuleVerdict,
     plan: &Plan<'_>,
     (counters, decided): (&std::ops::Range<usize>, &Decided),
+    waiting: &mut WaitingRules,
 ) {
     let queues = plan
         .counters
@@ -142,7 +150,7 @@ fn record_queue(
                 .outcomes
                 .get(counters.clone())
                 .and_then(|outcomes| outcomes.iter().map(|outcome| outcome.wait).max());
-            queue::rule_admitted(series, wait.unwrap_or(0));
+            queue::rule_admitted(series, wait.unwrap_or(0), waiting);
         }
         RuleVerdict::Rejected(RejectReason::Limit) => queue::rule_refused(series),
         RuleVerdict::Rejected(_) => {}
@@ -348,7 +356,7 @@ descriptors:
                 global_shadow,
                 near_limit_ratio: 0.8,
             };
-            let decision = record_call(&self.metrics, &self.table, &call);
+            let (decision, _) = record_call(&self.metrics, &self.table, &call);
             assert_eq!(decision, call_decision(&call), "with and without metrics");
             let deciding = deciding_descriptor(&plan, &response);
             let rule = deciding

@@ -1,5 +1,5 @@
-//! The queue's metrics on the real binary's `/metrics`: answers waiting now, each admitted
-//! request's wait and each refusal per rule, and the requests that found `--max-waiting`
+//! The queue's metrics on the real binary's `/metrics`: answers waiting now (in all and per
+//! rule), each admitted request's wait and each refusal per rule, and the requests that found `--max-waiting`
 //! answers held; and, on SIGTERM, the held answers sent at once.
 
 use std::time::{Duration, Instant};
@@ -57,11 +57,13 @@ fn waits_refusals_and_the_full_room_are_counted_per_rule() {
     let calls = burst(floodgate.http_port, "client=alice", 6);
     std::thread::sleep(Duration::from_millis(300));
     let during = scrape(floodgate.debug_port);
+    let rule = [("domain", "queue"), ("rule", "queue.client")];
     assert_eq!(during.value("floodgate_queue_waiting", &[]), 3.0);
+    assert_eq!(during.value("floodgate_queue_rule_waiting", &rule), 3.0);
     assert_eq!(statuses(calls), [200, 200, 200, 200, 403, 403]);
     let after = scrape(floodgate.debug_port);
-    let rule = [("domain", "queue"), ("rule", "queue.client")];
     assert_eq!(after.value("floodgate_queue_waiting", &[]), 0.0);
+    assert_eq!(after.value("floodgate_queue_rule_waiting", &rule), 0.0);
     assert_eq!(
         after.value("floodgate_queue_wait_seconds_count", &rule),
         4.0

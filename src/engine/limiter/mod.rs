@@ -382,7 +382,8 @@ impl<S: Store> Limiter<S> {
             ));
         }
         let counts = (&decided, leases.as_slice());
-        Ok(self.answer(request, (&live, &plan), counts, over_limit, observer))
+        let answered = (over_limit, &*observer, seat);
+        Ok(self.answer(request, (&live, &plan), counts, answered))
     }
 
     /// Refuses a call while no configuration is loaded, and a request out of bounds.
@@ -514,14 +515,14 @@ impl<S: Store> Limiter<S> {
         Answered::Decided(response, Decision::OverLimit)
     }
 
-    /// The answer to a decided request, as the store `decided` it and the leases came out.
+    /// The answer to a decided request, as the store `decided` it and the leases came out;
+    /// `seat` learns the queueing rules its held answer waits under.
     fn answer(
         &self,
         request: &Request,
         (live, plan): (&LiveRules, &Plan<'_>),
         (decided, leases): (&Decided, &[LeaseOutcome]),
-        over_limit: bool,
-        observer: &CallObserver<'_>,
+        (over_limit, observer, seat): (bool, &CallObserver<'_>, &mut Seat),
     ) -> Answered {
         let mut response = assemble_with_leases(
             plan,
@@ -530,7 +531,7 @@ impl<S: Store> Limiter<S> {
             self.settings.header_mode,
         );
         self.add_dynamic_metadata(&mut response, request, (plan, &live.rules));
-        let decision = observer.decided(
+        let (decision, waiting) = observer.decided(
             live,
             &DecidedCall {
                 request,
@@ -543,6 +544,7 @@ impl<S: Store> Limiter<S> {
                 near_limit_ratio: observer.near_limit_ratio(),
             },
         );
+        seat.waits_under(waiting);
         observer.deciding_rule(plan, decided, &response);
         Answered::Decided(response, decision)
     }

@@ -26,6 +26,7 @@ use crate::core::policy::request::Request;
 use crate::core::policy::rules::RuleSet;
 use crate::engine::heavy_hitters::HitterBoard;
 use crate::store::{Decided, StoreError};
+use crate::telemetry::metrics::queue::WaitingRules;
 use crate::telemetry::metrics::{
     self, InFlight, Metrics, OverloadReason, StoreSeries, UNKNOWN_DOMAIN_LABEL,
 };
@@ -254,12 +255,17 @@ impl CallObserver<'_> {
         self.telemetry.decision.near_limit_ratio
     }
 
-    /// A decided call, counted in the per-rule series: its decision.
+    /// A decided call, counted in the per-rule series: its decision, and the queueing rules
+    /// that gave it a later turn.
     #[inline]
-    pub(super) fn decided(&self, live: &LiveRules, call: &DecidedCall<'_>) -> Decision {
-        let decision = match self.telemetry.metrics {
+    pub(super) fn decided(
+        &self,
+        live: &LiveRules,
+        call: &DecidedCall<'_>,
+    ) -> (Decision, WaitingRules) {
+        let recorded = match self.telemetry.metrics {
             Some(metrics) => record_call(metrics, &live.series, call),
-            None => call_decision(call),
+            None => (call_decision(call), WaitingRules::default()),
         };
         if let Some(stats) = self.telemetry.reference_stats {
             stats.record_call(&live.reference_keys, call);
@@ -267,7 +273,7 @@ impl CallObserver<'_> {
         if let Some(hitters) = &self.telemetry.hitters {
             hitters.record(call.request, call.plan, call.response);
         }
-        decision
+        recorded
     }
 
     /// The traced call's deciding rule and algorithm.
