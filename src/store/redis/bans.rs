@@ -13,7 +13,13 @@ use crate::core::decision::bans::BanCall;
 
 fn ban_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::new(include_str!("lua/ban.lua")))
+    SCRIPT.get_or_init(|| {
+        Script::new(concat!(
+            include_str!("lua/clock.lua"),
+            "\n",
+            include_str!("lua/ban.lua")
+        ))
+    })
 }
 
 /// Values the script answers per call.

@@ -20,7 +20,13 @@ use crate::store::StoreError;
 
 fn held_window_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::new(include_str!("lua/held_window.lua")))
+    SCRIPT.get_or_init(|| {
+        Script::new(concat!(
+            include_str!("lua/clock.lua"),
+            "\n",
+            include_str!("lua/held_window.lua")
+        ))
+    })
 }
 
 /// The rule path Limitador-format counters' identities carry, apart from every rule's.

@@ -13,7 +13,13 @@ use crate::core::arithmetic::lease::{LeaseAction, LeaseCall, LeaseOutcome};
 
 fn lease_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::new(include_str!("lua/leases.lua")))
+    SCRIPT.get_or_init(|| {
+        Script::new(concat!(
+            include_str!("lua/clock.lua"),
+            "\n",
+            include_str!("lua/leases.lua")
+        ))
+    })
 }
 
 /// Values the script answers per call.

@@ -24,14 +24,7 @@ local CALL_FIELDS = 5
 local MAX_LEVEL = 40
 local PATTERN = '^B (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$'
 
-local now
-if ARGV[1] == 'time' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[1])
-end
-local extra_ttl_ms = tonumber(ARGV[2])
+-- `now` and `extra_ttl_ms`: clock.lua, joined before this file.
 
 -- The record at `key`: strikes, since, level, until (zeros when none or expired).
 local function load(key)

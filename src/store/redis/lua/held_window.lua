@@ -24,14 +24,7 @@
 -- Values and instants are integers below 2^53, exact in doubles.
 
 local COUNTER_FIELDS = 3
-local now
-if ARGV[1] == 'time' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[1])
-end
-local extra_ttl_ms = tonumber(ARGV[2])
+-- `now` and `extra_ttl_ms`: clock.lua, joined before this file.
 local operation = ARGV[3]
 local amount = tonumber(ARGV[4])
 local hold = tonumber(ARGV[5])

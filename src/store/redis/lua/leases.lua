@@ -30,14 +30,7 @@
 local CALL_FIELDS = 8
 local SHED_RETRY_AFTER = 1000000
 local DRAW_RANGE = 4294967296
-local now
-if ARGV[1] == 'time' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[1])
-end
-local extra_ttl_ms = tonumber(ARGV[2])
+-- `now` and `extra_ttl_ms`: clock.lua, joined before this file.
 
 -- The lease id a member holds a slot of: the member itself, or what comes before `NUL n`.
 local function id_of(member)
