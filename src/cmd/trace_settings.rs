@@ -122,18 +122,7 @@ fn reference_service(env: &impl Fn(&str) -> Option<String>) -> TracedService {
 
 /// A random (version 4) UUID, as the reference's `uuid.NewRandom()`.
 fn random_uuid() -> String {
-    let mut bytes: [u8; 16] = rand::random();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    crate::core::ground::uuid::version_4(rand::random())
 }
 
 /// `OTEL_EXPORTER_OTLP_<key>`, trimmed; empty counts as unset (OpenTelemetry Go's reader).

@@ -17,7 +17,7 @@ use crate::server::proto::kuadrant::service::ratelimit::v1::{
     CommitRequest, CommitResponse, ReserveRequest, ReserveResponse,
 };
 use crate::server::proto::rate_limit_response::Code;
-use crate::server::proto::{RateLimitRequest, RateLimitResponse};
+use crate::server::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 
 /// `kuadrant.service.ratelimit.v1.RateLimitService` over Limitador's limits.
 pub struct KuadrantGrpc {
@@ -30,16 +30,19 @@ impl KuadrantGrpc {
     }
 }
 
-/// The descriptors of `request` as Limitador binds them.
-fn bindings(request: &RateLimitRequest) -> Bindings {
-    Bindings::descriptors(descriptor_maps(request.descriptors.iter().map(
-        |descriptor| {
-            descriptor
-                .entries
-                .iter()
-                .map(|entry| (entry.key.as_str(), entry.value.as_str()))
-        },
-    )))
+/// A call's descriptors as Limitador binds them.
+fn bindings(descriptors: &[RateLimitDescriptor]) -> Bindings {
+    Bindings::descriptors(descriptor_maps(descriptors.iter().map(|descriptor| {
+        descriptor
+            .entries
+            .iter()
+            .map(|entry| (entry.key.as_str(), entry.value.as_str()))
+    })))
+}
+
+/// A hold's ttl as Limitador reads it: a negative or unset Duration asks for the maximum.
+fn hold_ttl(ttl: Option<prost_types::Duration>) -> Option<Duration> {
+    ttl.and_then(|ttl| Duration::try_from(ttl).ok())
 }
 
 /// `hits_addend`, 1 when unset (protobuf's 0).
@@ -87,7 +90,12 @@ pub async fn should_rate_limit(
         return Ok(response(Code::Unknown));
     }
     let answer = limitador
-        .check(&request.domain, bindings(&request), hits(&request), true)
+        .check(
+            &request.domain,
+            bindings(&request.descriptors),
+            hits(&request),
+            true,
+        )
         .await
         .map_err(|error| unavailable(&error))?;
     Ok(response(code_of(&answer)))
@@ -105,7 +113,7 @@ impl RateLimitService for KuadrantGrpc {
         // As Limitador's CheckRateLimit: is one more within every limit.
         let answer = self
             .limitador
-            .check(&request.domain, bindings(&request), 1, false)
+            .check(&request.domain, bindings(&request.descriptors), 1, false)
             .await
             .map_err(|error| unavailable(&error))?;
         Ok(Response::new(response(code_of(&answer))))
@@ -119,7 +127,11 @@ impl RateLimitService for KuadrantGrpc {
             return Ok(Response::new(response(Code::Unknown)));
         };
         self.limitador
-            .report(&request.domain, bindings(&request), hits(&request))
+            .report(
+                &request.domain,
+                bindings(&request.descriptors),
+                hits(&request),
+            )
             .await
             .map_err(|error| unavailable(&error))?;
         Ok(Response::new(response(Code::Ok)))
@@ -129,30 +141,28 @@ impl RateLimitService for KuadrantGrpc {
         &self,
         request: Request<ReserveRequest>,
     ) -> Result<Response<ReserveResponse>, Status> {
-        let ReserveRequest { request, ttl } = request.into_inner();
-        let request = request.unwrap_or_default();
+        let request = request.into_inner();
         if request.domain.is_empty() {
             return Ok(Response::new(ReserveResponse {
-                overall_code: Code::Unknown as i32,
-                ..ReserveResponse::default()
+                code: Code::Unknown as i32,
+                reservation_id: String::new(),
             }));
         }
-        let ttl = ttl.map(|ttl| {
-            Duration::new(
-                u64::try_from(ttl.seconds).unwrap_or(0),
-                u32::try_from(ttl.nanos).unwrap_or(0),
-            )
-        });
+        // The amount as given, 0 included (Limitador reads it so; hits_addend's "0 means 1"
+        // is Envoy's rule for its own field).
         let answer = self
             .limitador
-            .reserve(&request.domain, bindings(&request), hits(&request), ttl)
+            .reserve(
+                &request.domain,
+                bindings(&request.descriptors),
+                request.amount,
+                hold_ttl(request.ttl),
+            )
             .await
             .map_err(|error| unavailable(&error))?;
         Ok(Response::new(ReserveResponse {
-            overall_code: code_of(&answer) as i32,
-            reservation_id: answer.reservation_id.clone().unwrap_or_default(),
-            amount: answer.held,
-            limit_name: answer.limit_name.unwrap_or_default(),
+            code: code_of(&answer) as i32,
+            reservation_id: answer.reservation_id.unwrap_or_default(),
         }))
     }
 
@@ -160,21 +170,22 @@ impl RateLimitService for KuadrantGrpc {
         &self,
         request: Request<CommitRequest>,
     ) -> Result<Response<CommitResponse>, Status> {
-        let CommitRequest {
-            request,
-            reservation_id,
-            actual_amount,
-        } = request.into_inner();
-        let request = request.unwrap_or_default();
+        let request = request.into_inner();
+        // Limitador answers an empty domain with nothing counted and nothing released.
         if request.domain.is_empty() {
-            return Err(Status::invalid_argument(
-                "Commit needs request.domain, the namespace the reservation was made in",
-            ));
+            return Ok(Response::new(CommitResponse {
+                reservation_released: false,
+            }));
         }
-        let id = (!reservation_id.is_empty()).then_some(reservation_id.as_str());
+        let id = Some(request.reservation_id.as_str()).filter(|id| !id.is_empty());
         let released = self
             .limitador
-            .commit(&request.domain, bindings(&request), id, actual_amount)
+            .commit(
+                &request.domain,
+                bindings(&request.descriptors),
+                id,
+                request.actual_amount,
+            )
             .await
             .map_err(|error| unavailable(&error))?;
         Ok(Response::new(CommitResponse {

@@ -42,13 +42,14 @@ const LIMITS: &str = r#"
 
 const RULES: &str = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
 
-struct Server {
+pub(crate) struct Server {
+    pub(crate) url: String,
     kuadrant: KuadrantClient<Channel>,
     rls: rls::Client,
-    trigger: shutdown::ShutdownTrigger,
+    pub(crate) trigger: shutdown::ShutdownTrigger,
 }
 
-async fn start() -> Server {
+pub(crate) async fn start() -> Server {
     let rules = load(
         &[SourceFile {
             name: "shop.yaml".into(),
@@ -78,13 +79,14 @@ async fn start() -> Server {
     let rls = rls::connect(&url).await;
     let kuadrant = KuadrantClient::new(rls_channel(&url).await);
     Server {
+        url,
         kuadrant,
         rls,
         trigger,
     }
 }
 
-async fn rls_channel(url: &str) -> Channel {
+pub(crate) async fn rls_channel(url: &str) -> Channel {
     Channel::from_shared(url.to_owned())
         .unwrap_or_else(|error| panic!("bad url: {error}"))
         .timeout(rls::CALL_TIMEOUT)
@@ -104,24 +106,31 @@ fn request(domain: &str, entries: &[(&str, &str)], hits: u32) -> RateLimitReques
 const ANN_SMALL: &[(&str, &str)] = &[("model", "small"), ("user", "ann")];
 
 impl Server {
-    async fn reserve(&mut self, amount: u32) -> (Code, String, u64) {
+    async fn reserve_in(&mut self, domain: &str, amount: u64) -> (Code, String) {
         let answer = self
             .kuadrant
             .reserve(ReserveRequest {
-                request: Some(request("llm", ANN_SMALL, amount)),
+                domain: domain.into(),
+                descriptors: vec![descriptor(ANN_SMALL)],
+                amount,
                 ttl: None,
             })
             .await
             .unwrap_or_else(|status| panic!("Reserve failed: {status:?}"))
             .into_inner();
-        let code = Code::try_from(answer.overall_code).unwrap_or(Code::Unknown);
-        (code, answer.reservation_id, answer.amount)
+        let code = Code::try_from(answer.code).unwrap_or(Code::Unknown);
+        (code, answer.reservation_id)
     }
 
-    async fn commit(&mut self, id: &str, actual: u64) -> bool {
+    async fn reserve(&mut self, amount: u64) -> (Code, String) {
+        self.reserve_in("llm", amount).await
+    }
+
+    async fn commit_in(&mut self, domain: &str, id: &str, actual: u64) -> bool {
         self.kuadrant
             .commit(CommitRequest {
-                request: Some(request("llm", ANN_SMALL, 0)),
+                domain: domain.into(),
+                descriptors: vec![descriptor(ANN_SMALL)],
                 reservation_id: id.into(),
                 actual_amount: actual,
             })
@@ -129,6 +138,10 @@ impl Server {
             .unwrap_or_else(|status| panic!("Commit failed: {status:?}"))
             .into_inner()
             .reservation_released
+    }
+
+    async fn commit(&mut self, id: &str, actual: u64) -> bool {
+        self.commit_in("llm", id, actual).await
     }
 
     async fn check(&mut self, entries: &[(&str, &str)]) -> Code {
@@ -151,16 +164,16 @@ impl Server {
 #[tokio::test]
 async fn reservations_count_until_committed_and_commit_counts_the_actual_usage() {
     let mut server = start().await;
-    let (code, first, held) = server.reserve(6).await;
-    assert_eq!((code, held), (Code::Ok, 6));
+    let (code, first) = server.reserve(6).await;
+    assert_eq!(code, Code::Ok);
     assert!(!first.is_empty(), "an admitted hold has an id");
     // 6 held of 10: another 6 would pass the limit while the first is outstanding.
-    let (code, id, _) = server.reserve(6).await;
+    let (code, id) = server.reserve(6).await;
     assert_eq!((code, id.as_str()), (Code::OverLimit, ""));
     // The actual usage was 2: counted, and the hold released.
     assert!(server.commit(&first, 2).await);
     assert!(!server.commit(&first, 0).await, "a hold is released once");
-    let (code, _, _) = server.reserve(8).await;
+    let (code, _) = server.reserve(8).await;
     assert_eq!(code, Code::Ok, "2 counted + 8 held = 10, within the limit");
     // CheckRateLimit ignores the holds, as Limitador's does: 2 counted, 1 more fits.
     assert_eq!(server.check(ANN_SMALL).await, Code::Ok);
@@ -169,6 +182,43 @@ async fn reservations_count_until_committed_and_commit_counts_the_actual_usage()
         server.check(&[("model", "large"), ("user", "ann")]).await,
         Code::Ok
     );
+    server.trigger.fire();
+}
+
+/// Whether `id` has the shape of Limitador's reservation ids: a version-4 UUID, hyphenated.
+fn is_uuid_v4(id: &str) -> bool {
+    let groups: Vec<&str> = id.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|group| group.len()).collect();
+    lengths == [8, 4, 4, 4, 12]
+        && id
+            .chars()
+            .all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        && groups[2].starts_with('4')
+        && groups[3].starts_with(['8', '9', 'a', 'b'])
+}
+
+#[tokio::test]
+async fn reserve_and_commit_answer_the_edges_as_limitador() {
+    let mut server = start().await;
+    // No domain: UNKNOWN and no id; a Commit without one counts nothing and is no error.
+    assert_eq!(
+        server.reserve_in("", 1).await,
+        (Code::Unknown, String::new())
+    );
+    assert!(!server.commit_in("", "", 10).await);
+    // Amount 0 is read as 0 (not hits_addend's "unset means 1"): admitted, nothing held.
+    assert_eq!(server.reserve(0).await, (Code::Ok, String::new()));
+    // No limit of the namespace matches: admitted, nothing held.
+    assert_eq!(
+        server.reserve_in("nowhere", 5).await,
+        (Code::Ok, String::new())
+    );
+    // An unknown id: the usage still counts, nothing is released.
+    assert!(!server.commit("no-such-hold", 4).await);
+    let (code, id) = server.reserve(6).await;
+    assert_eq!(code, Code::Ok, "4 counted + 6 = 10, within the limit");
+    assert!(is_uuid_v4(&id), "{id:?} is not shaped as Limitador's ids");
+    assert_eq!(server.reserve(0).await.0, Code::Ok, "4 + 6 held + 0 fits");
     server.trigger.fire();
 }
 
@@ -182,7 +232,7 @@ async fn report_counts_unconditionally() {
         .unwrap_or_else(|status| panic!("Report failed: {status:?}"));
     assert_eq!(report.into_inner().overall_code, Code::Ok as i32);
     assert_eq!(server.check(ANN_SMALL).await, Code::OverLimit);
-    let (code, _, _) = server.reserve(1).await;
+    let (code, _) = server.reserve(1).await;
     assert_eq!(code, Code::OverLimit);
     server.trigger.fire();
 }

@@ -173,7 +173,8 @@ async fn step(
             format!("report {amount}")
         }
         3 => {
-            let amount = amount * 2;
+            // Now and then 0, which Limitador admits without holding anything.
+            let amount = if rng.random_bool(0.1) { 0 } else { amount * 2 };
             let ours = floodgate
                 .reserve("ns", bindings(), amount, Some(HOLD_TTL))
                 .await

@@ -11,6 +11,7 @@ mod http_leases;
 mod http_shedding;
 mod in_process;
 mod kuadrant;
+mod kuadrant_wire;
 mod limitador_http;
 mod limitador_oracle;
 mod queue;

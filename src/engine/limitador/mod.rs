@@ -296,9 +296,10 @@ fn counter_of(limits: &[Arc<Limit>], counter: LiveCounter) -> Option<CounterAnsw
     })
 }
 
-/// A fresh reservation id: 128 random bits, as hex.
+/// A fresh reservation id, shaped as Limitador shapes its own (a random UUID, version 4), so a
+/// client that stores, logs or validates ids sees one shape from either server.
 fn reservation_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    crate::core::ground::uuid::version_4(rand::random())
 }
 
 /// A call's descriptors as Limitador binds them: each a map of its entries.
