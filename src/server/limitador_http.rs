@@ -1,10 +1,9 @@
 //! Limitador's HTTP API on a listener of its own (`--limitador-http-addr`): `POST /check`,
 //! `/report` and `/check_and_report` with `{namespace, values, delta}`, and `GET
 //! /counters/{namespace}` and `/limits/{namespace}`, answered as Limitador answers them (200
-//! with `null`, 429 when limited, 500 when the call fails; `/counters` 501 when the store
-//! cannot list them). `values` is bound as Limitador binds
-//! it: `descriptors[0]`. Its own listener, because floodgate's `/check` (nginx's
-//! `auth_request`) takes any method on the main HTTP port.
+//! with `null`, 429 when limited, 500 when the call fails, a failing Redis included).
+//! `values` is bound as Limitador binds it: `descriptors[0]`. Its own listener, because
+//! floodgate's `/check` (nginx's `auth_request`) takes any method on the main HTTP port.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,10 +19,9 @@ use tokio::net::TcpListener;
 
 use crate::engine::limitador::expression::Bindings;
 use crate::engine::limitador::limits_file::Limit;
-use crate::engine::limitador::{CounterAnswer, Limitador, LimitadorError};
+use crate::engine::limitador::{CounterAnswer, Limitador};
 use crate::engine::shutdown::Shutdown;
 use crate::server::connections::{self, ConnectionLimits};
-use crate::store::StoreError;
 
 /// Limitador's `CheckAndReportInfo`.
 #[derive(Debug, Deserialize)]
@@ -169,10 +167,6 @@ async fn counters(
         Ok(counters) => {
             let views: Vec<CounterView> = counters.iter().map(CounterView::from).collect();
             json(StatusCode::OK, &views)
-        }
-        // The store cannot list them (Redis): say where they are instead of failing.
-        Err(LimitadorError::Store(StoreError::Unsupported { reason, .. })) => {
-            (StatusCode::NOT_IMPLEMENTED, reason).into_response()
         }
         Err(error) => failed(&error),
     }

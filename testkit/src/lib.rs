@@ -11,6 +11,7 @@ pub mod envoy_gateway;
 pub mod faketime;
 pub mod generated_rules;
 pub mod http;
+pub mod in_process;
 pub mod netns;
 pub mod netns_redis;
 pub mod nginx;

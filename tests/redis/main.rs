@@ -14,6 +14,7 @@ mod redis_failure_policy_config;
 mod redis_health;
 mod redis_held_windows;
 mod redis_leases;
+mod redis_limitador;
 mod redis_pool;
 mod redis_processes;
 mod redis_reference_door;

@@ -2,14 +2,15 @@
 //! as in memory (`store::held_windows::memory`, on `core::arithmetic::held_window`): seeded
 //! random sequences of checks (applied or not), adds, reservations and releases over a few
 //! counters of one namespace, on one manual clock that now and then jumps past holds' expiries
-//! and windows' ends; every answer must be identical. And reservations racing from many tasks
+//! and windows' ends; every answer must be identical, and so must the counters each lists as
+//! live (Limitador's `GET /counters`, a `SCAN` in Redis). And reservations racing from many tasks
 //! never hold more than the limit together, in either store.
 
 use std::sync::Arc;
 
 use floodgate::core::ground::time::{Clock, ManualClock, Micros, MICROS_PER_SECOND};
 use floodgate::store::held_windows::memory::MemoryHeldWindows;
-use floodgate::store::held_windows::{CounterSpec, HeldWindows, HoldRequest};
+use floodgate::store::held_windows::{CounterSpec, HeldWindows, HoldRequest, LiveCounter};
 use floodgate::store::redis::RedisStore;
 use floodgate_testkit::redis::RedisServer;
 use rand::rngs::StdRng;
@@ -125,6 +126,16 @@ async fn step(
     }
 }
 
+/// The live counters of namespace `ns` `store` lists, in key order.
+async fn listed(store: &dyn HeldWindows) -> Vec<LiveCounter> {
+    let mut listed = store
+        .live_counters("[\"ns\",")
+        .await
+        .unwrap_or_else(|error| panic!("listing failed: {error}"));
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    listed
+}
+
 #[tokio::test]
 async fn redis_decides_limitador_format_counters_as_memory_does() {
     let server = RedisServer::start();
@@ -142,6 +153,15 @@ async fn redis_decides_limitador_format_counters_as_memory_does() {
         let mut ids = Vec::new();
         for serial in 0..STEPS {
             outcomes.insert(step(&mut rng, (&memory, &redis), &mut ids, serial).await);
+            if serial % 25 == 0 {
+                let live = listed(&memory).await;
+                assert_eq!(
+                    live,
+                    listed(&redis).await,
+                    "the live counters at step {serial}"
+                );
+                outcomes.insert(format!("listed {}", live.len().min(1)));
+            }
             if rng.random_bool(0.08) {
                 clock.advance(rng.random_range(1..=25) * MICROS_PER_SECOND);
             }
@@ -154,6 +174,7 @@ async fn redis_decides_limitador_format_counters_as_memory_does() {
         "reserve false",
         "release true",
         "release false",
+        "listed 1",
     ] {
         assert!(outcomes.contains(outcome), "no {outcome:?} in {outcomes:?}");
     }

@@ -17,7 +17,7 @@ use floodgate::store::memory::MemoryStore;
 use floodgate_testkit::descriptor;
 use tonic::transport::Channel;
 
-use crate::in_process::{serve_limiter, Served};
+use floodgate_testkit::in_process::{serve_limiter, Served};
 
 const RULES: &str = r#"
 domain: shop

@@ -20,7 +20,7 @@ use floodgate::store::held_windows::memory::MemoryHeldWindows;
 use floodgate::store::memory::MemoryStore;
 use floodgate_testkit::{descriptor, rls};
 
-use crate::in_process::{serve_limiter_with, Served};
+use floodgate_testkit::in_process::{serve_limiter_with, Served};
 use tonic::transport::Channel;
 
 const LIMITS: &str = r#"

@@ -9,7 +9,6 @@ mod http_check;
 mod http_json;
 mod http_leases;
 mod http_shedding;
-mod in_process;
 mod kuadrant;
 mod kuadrant_wire;
 mod limitador_http;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Script, ScriptInvocation,
 };
@@ -115,6 +116,30 @@ impl ClusterLink {
         let mut connection = self.connection.clone();
         self.within(deadline, command.query_async(&mut connection))
             .await
+    }
+
+    /// One `SCAN` page from the master of `key`'s hash slot, within `deadline` (SCAN names no
+    /// key, so the client would send it to any node).
+    pub async fn scan_page_at(
+        &self,
+        scan: &redis::Cmd,
+        key: &str,
+        deadline: Duration,
+    ) -> Result<(u64, Vec<String>), StoreError> {
+        let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+            key,
+            SlotAddr::Master,
+        )));
+        let mut connection = self.connection.clone();
+        let page = self
+            .within(deadline, connection.route_command(scan.clone(), master))
+            .await?;
+        redis::from_redis_value(page).map_err(|error| {
+            unavailable(format!(
+                "Redis {} answered SCAN with something else than a page: {error}",
+                self.server
+            ))
+        })
     }
 
     /// Sends `pipeline`, whose keys must share one slot, to the node that owns it, within

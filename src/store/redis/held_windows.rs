@@ -43,7 +43,7 @@ fn namespace_of(key: &str) -> String {
 }
 
 impl RedisStore {
-    fn held_window_key(&self, key: &str) -> String {
+    pub(super) fn held_window_key(&self, key: &str) -> String {
         let mut identity = lease_key(&namespace_of(key), RULE_PATH, &[], &[]);
         identity.extend_from_slice(key.as_bytes());
         self.keys.domain_key_for(&identity)
@@ -79,6 +79,9 @@ impl RedisStore {
         Ok(invocation)
     }
 
+    /// One call of the script, behind the circuit breaker as every decision is: a Redis that
+    /// keeps failing is not called (the caller sees `Unavailable` at once) until a probe
+    /// succeeds.
     async fn held_window_call(
         &self,
         operation: &str,
@@ -86,7 +89,7 @@ impl RedisStore {
         arguments: (u64, Option<&HoldRequest<'_>>),
     ) -> Result<Vec<i64>, StoreError> {
         let invocation = self.held_window_invocation(operation, counters, arguments)?;
-        self.run(&invocation, self.timeout).await
+        self.guarded(self.run(&invocation, self.timeout)).await
     }
 }
 
@@ -158,12 +161,7 @@ impl HeldWindows for RedisStore {
         Ok(reply.first() == Some(&1))
     }
 
-    async fn live_counters(&self, _prefix: &str) -> Result<Vec<LiveCounter>, StoreError> {
-        Err(StoreError::Unsupported {
-            backend: super::errors::BACKEND,
-            reason: "Limitador's GET /counters lists counters kept in memory; in Redis they are \
-                     the hashes under each namespace's hash tag ({namespace})"
-                .to_owned(),
-        })
+    async fn live_counters(&self, prefix: &str) -> Result<Vec<LiveCounter>, StoreError> {
+        self.guarded(self.list_held_windows(prefix)).await
     }
 }

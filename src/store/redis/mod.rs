@@ -84,7 +84,8 @@
 //! An ACL user needs only its keys and these commands (Redis 7 syntax):
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
-//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`).
+//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`),
+//! `+scan` for Limitador's `GET /counters/{namespace}` (`held_window_listing.rs`).
 //! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them (and `+get`,
 //! already above, for all-or-refused's reads).
 //! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
@@ -128,6 +129,7 @@ mod connection;
 mod credentials;
 mod errors;
 mod held;
+mod held_window_listing;
 mod held_windows;
 mod hybrid_sync;
 pub mod keys;
@@ -267,6 +269,20 @@ impl Link {
         match self {
             Link::Server(connection) => connection.command(command, deadline).await,
             Link::Cluster(cluster) => cluster.command(command, deadline).await,
+        }
+    }
+
+    /// One `SCAN` page within `deadline`; on a cluster, of the master of `key`'s hash slot,
+    /// which holds every key the scan's pattern matches (they share that hash tag).
+    async fn scan_page(
+        &self,
+        scan: &redis::Cmd,
+        key: &str,
+        deadline: Duration,
+    ) -> Result<held_window_listing::ScanPage, StoreError> {
+        match self {
+            Link::Server(connection) => connection.command(scan, deadline).await,
+            Link::Cluster(cluster) => cluster.scan_page_at(scan, key, deadline).await,
         }
     }
 }
