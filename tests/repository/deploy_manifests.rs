@@ -336,6 +336,22 @@ fn kustomize_config_is_a_copy_of_the_config_directory() {
     );
 }
 
+/// `floodgate validate` of the rules written to `dir` from `overlay`'s floodgate-config.
+fn validate_rules(overlay: &str, dir: &std::path::Path, problems: &mut Vec<String>) {
+    let validate = Command::new(floodgate_bin())
+        .arg("validate")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|error| panic!("floodgate validate: {error}"));
+    if !validate.status.success() {
+        problems.push(format!(
+            "{overlay}: the rules in ConfigMap floodgate-config do not load:\n{}{}",
+            String::from_utf8_lossy(&validate.stdout),
+            String::from_utf8_lossy(&validate.stderr)
+        ));
+    }
+}
+
 #[test]
 fn every_overlay_runs_flags_and_variables_the_binary_knows() {
     let serve_help = help("serve");
@@ -374,24 +390,21 @@ fn every_overlay_runs_flags_and_variables_the_binary_knows() {
         let config_map = find(&documents, "ConfigMap", "floodgate-config")
             .unwrap_or_else(|| panic!("{overlay}: no ConfigMap floodgate-config"));
         let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-        for (key, text) in config_map["data"].as_mapping().into_iter().flatten() {
+        let rules = config_map["data"].as_mapping().into_iter().flatten();
+        let mut files = 0;
+        for (key, text) in rules {
             let (Some(key), Some(text)) = (key.as_str(), text.as_str()) else {
                 panic!("{overlay}: floodgate-config data must be strings");
             };
             std::fs::write(dir.path().join(key), text)
                 .unwrap_or_else(|error| panic!("write {key}: {error}"));
+            files += 1;
         }
-        let validate = Command::new(floodgate_bin())
-            .arg("validate")
-            .arg(dir.path())
-            .output()
-            .unwrap_or_else(|error| panic!("floodgate validate: {error}"));
-        if !validate.status.success() {
-            problems.push(format!(
-                "{overlay}: the rules in ConfigMap floodgate-config do not load:\n{}{}",
-                String::from_utf8_lossy(&validate.stdout),
-                String::from_utf8_lossy(&validate.stderr)
-            ));
+        // Serving Limitador's limits alone (their file is another ConfigMap, the Limitador
+        // operator's: deploy_kuadrant_limitador checks it) is the one reason for no rules.
+        let limits_alone = files == 0 && flags.contains_key("--limitador-limits");
+        if !limits_alone {
+            validate_rules(&overlay, dir.path(), &mut problems);
         }
 
         // Longer than the drain, with room for the calls in flight.
@@ -504,10 +517,10 @@ struct HealthCheckResponse {
     status: i32,
 }
 
-const SERVING: i32 = 1;
+pub(crate) const SERVING: i32 = 1;
 
 /// grpc.health.v1.Health/Check, as the kubelet's gRPC probe calls it.
-async fn health_check(port: u16, service: &str) -> Result<i32, String> {
+pub(crate) async fn health_check(port: u16, service: &str) -> Result<i32, String> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .map_err(|error| error.to_string())?
         .connect_timeout(Duration::from_secs(2))

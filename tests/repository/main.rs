@@ -6,6 +6,7 @@
 mod deploy_dashboard;
 mod deploy_istio_ext_authz;
 mod deploy_istio_sample;
+mod deploy_kuadrant_limitador;
 mod deploy_manifests;
 mod deploy_under_envoy_gateway;
 mod docs_links;
