@@ -17,3 +17,9 @@ export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
 cargo build --locked --bins --benches --examples
 # Benches are built above and measured by scripts/bench-*.sh; everything else runs here.
 cargo test --locked --workspace --no-fail-fast --lib --bins --tests --examples -- --test-threads=2
+# The oracle against the limitador crate, a workspace of its own (tests/oracles/limitador), on
+# the same target directory so it reuses what the lines above compiled.
+oracle=(--locked --manifest-path tests/oracles/limitador/Cargo.toml)
+cargo fmt --manifest-path tests/oracles/limitador/Cargo.toml -- --check
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" cargo clippy "${oracle[@]}" --all-targets -- -D warnings
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" cargo test "${oracle[@]}" -- --test-threads=2

@@ -12,7 +12,6 @@ mod http_shedding;
 mod kuadrant;
 mod kuadrant_wire;
 mod limitador_http;
-mod limitador_oracle;
 mod queue;
 mod tls_client_san;
 mod tls_grpc;
