@@ -1,12 +1,14 @@
 //! Who is being limited, per rule (`--heavy-hitters`): each decided descriptor's value counted
 //! in its rule's bounded top list (`core::arithmetic::heavy_hitters`, at most
 //! `HeavyHitters::BYTES` per rule that saw traffic), as admitted or refused. Fed by the
-//! limiter's observer after each answer; read by the status page (`server::debug`). Per
-//! instance: each floodgate shows the hits it decided.
+//! limiter's observer after each answer; read by the status page (`server::debug`). Each
+//! instance counts the hits it decided; when the store is shared through Redis, the
+//! summaries the others publish (`engine::heavy_hitters_sync`) are merged in when read
+//! (`core::arithmetic::hitter_merge`).
 //!
-//! A value is identified by a hash of its entries' values under a key drawn at start, so the
-//! same client is one line within this process; only a rule that says `heavy_hitters: raw`
-//! keeps the values themselves.
+//! A value is identified by a hash of its entries' values under a key drawn at start (or, when
+//! shared, the key every instance adopts from Redis), so the same client is one line; only a
+//! rule that says `heavy_hitters: raw` keeps the values themselves.
 
 use std::collections::HashMap;
 use std::hash::Hasher as _;
@@ -16,6 +18,7 @@ use parking_lot::{Mutex, RwLock};
 use siphasher::sip::SipHasher13;
 
 use crate::core::arithmetic::heavy_hitters::{HeavyHitters, Hitter, HitterValues, HitterWindow};
+use crate::core::arithmetic::hitter_merge::{self, BucketSummary};
 use crate::core::decision::plan::{DescriptorPlan, Plan};
 use crate::core::decision::response::Response;
 use crate::core::decision::status::Code;
@@ -24,9 +27,47 @@ use crate::core::policy::request::{Descriptor, Request};
 
 /// Every rule's heavy hitters, by rule path.
 pub struct HitterBoard {
-    rules: RwLock<HashMap<String, Mutex<HeavyHitters>>>,
-    hash_keys: (u64, u64),
+    counted: RwLock<Counted>,
+    peers: RwLock<PeerView>,
     clock: Arc<dyn Clock>,
+}
+
+/// What this instance counted, and the key its values are hashed with.
+struct Counted {
+    hash_keys: (u64, u64),
+    rules: HashMap<String, Mutex<HeavyHitters>>,
+}
+
+/// What the other instances that share the store published, as last read.
+#[derive(Debug, Clone, Default)]
+pub struct PeerView {
+    pub sharing: Sharing,
+    /// Their summaries of the last ten minutes, by rule path.
+    pub summaries: HashMap<String, Vec<BucketSummary>>,
+    /// Other instances whose summaries are merged.
+    pub instances: usize,
+}
+
+/// Whether the heavy hitters shown are this instance's or every instance's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// The store is this process's: each instance shows its own.
+    #[default]
+    Local,
+    /// Merged with every instance's that shares the store's Redis.
+    Shared,
+    /// The store is shared, but Redis did not answer the last sync: this instance's only.
+    Unreachable(String),
+}
+
+impl Sharing {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sharing::Local => "instance",
+            Sharing::Shared => "all instances",
+            Sharing::Unreachable(_) => "instance (Redis unreachable)",
+        }
+    }
 }
 
 /// One rule's view over a window.
@@ -37,6 +78,8 @@ pub struct RuleHitters {
     pub top: Vec<Hitter>,
     /// Each of the last ten minutes, oldest first: (admitted, refused).
     pub per_minute: Vec<(u64, u64)>,
+    /// No value's hits exceed what `top` shows by more (`hitter_merge`).
+    pub error_bound: u64,
 }
 
 impl Default for HitterBoard {
@@ -48,8 +91,11 @@ impl Default for HitterBoard {
 impl HitterBoard {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            rules: RwLock::new(HashMap::new()),
-            hash_keys: (rand::random(), rand::random()),
+            counted: RwLock::new(Counted {
+                hash_keys: (rand::random(), rand::random()),
+                rules: HashMap::new(),
+            }),
+            peers: RwLock::new(PeerView::default()),
             clock,
         }
     }
@@ -81,50 +127,107 @@ impl HitterBoard {
         now: Micros,
         admitted: bool,
     ) {
-        let id = self.id_of(descriptor);
         let mut label = String::new();
         if values == HitterValues::Raw {
             label = value_text(descriptor);
         }
-        if let Some(hitters) = self.rules.read().get(path) {
-            hitters.lock().record(now, id, &label, admitted);
-            return;
+        {
+            let counted = self.counted.read();
+            let id = id_of(counted.hash_keys, descriptor);
+            if let Some(hitters) = counted.rules.get(path) {
+                hitters.lock().record(now, id, &label, admitted);
+                return;
+            }
         }
-        self.rules
-            .write()
+        let mut counted = self.counted.write();
+        let id = id_of(counted.hash_keys, descriptor);
+        counted
+            .rules
             .entry(path.to_owned())
             .or_default()
             .lock()
             .record(now, id, &label, admitted);
     }
 
-    fn id_of(&self, descriptor: &Descriptor) -> u64 {
-        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
-        for entry in &descriptor.entries {
-            hasher.write(entry.value.as_bytes());
-            hasher.write_u8(0xFF);
-        }
-        hasher.finish()
-    }
-
-    /// `path`'s hits over `window`, with its top values (`None`: no hit recorded yet).
+    /// `path`'s hits over `window`, this instance's and the peers' last read, with its top
+    /// values (`None`: no hit recorded yet).
     pub fn rule(&self, path: &str, window: HitterWindow) -> Option<RuleHitters> {
         let now = self.clock.now();
-        let rules = self.rules.read();
-        let hitters = rules.get(path)?.lock();
-        let (admitted, refused) = hitters.totals(now, window);
+        let mut summaries = self
+            .counted
+            .read()
+            .rules
+            .get(path)
+            .map(|hitters| hitters.lock().summaries(now))
+            .unwrap_or_default();
+        if let Some(theirs) = self.peers.read().summaries.get(path) {
+            summaries.extend(theirs.iter().cloned());
+        }
+        if summaries.is_empty() {
+            return None;
+        }
+        let merged = hitter_merge::merge(&summaries, now, window);
         Some(RuleHitters {
-            admitted,
-            refused,
-            top: hitters.top(now, window),
-            per_minute: hitters.per_minute(now).to_vec(),
+            admitted: merged.admitted,
+            refused: merged.refused,
+            top: merged.top,
+            per_minute: hitter_merge::per_minute(&summaries, now).to_vec(),
+            error_bound: merged.error_bound,
         })
+    }
+
+    /// Each rule's summaries of the last ten minutes, this instance's only: what it publishes.
+    pub fn summaries(&self) -> Vec<(String, Vec<BucketSummary>)> {
+        let now = self.clock.now();
+        self.counted
+            .read()
+            .rules
+            .iter()
+            .map(|(path, hitters)| (path.clone(), hitters.lock().summaries(now)))
+            .collect()
+    }
+
+    /// Hashes values under `keys` from now on: whether they changed, and then what was counted
+    /// under the former keys is forgotten (its ids would never match the new ones).
+    pub fn adopt_hash_keys(&self, keys: (u64, u64)) -> bool {
+        let mut counted = self.counted.write();
+        if counted.hash_keys == keys {
+            return false;
+        }
+        counted.hash_keys = keys;
+        counted.rules.clear();
+        true
+    }
+
+    /// What the other instances published, as last read (or why it could not be).
+    pub fn set_peers(&self, view: PeerView) {
+        *self.peers.write() = view;
+    }
+
+    /// Whose hits are shown, and how many other instances' are merged in.
+    pub fn sharing(&self) -> (Sharing, usize) {
+        let peers = self.peers.read();
+        (peers.sharing.clone(), peers.instances)
+    }
+
+    /// The clock the hits are counted on.
+    pub fn now(&self) -> Micros {
+        self.clock.now()
     }
 
     /// Bytes the top lists hold now.
     pub fn bytes(&self) -> usize {
-        self.rules.read().len() * HeavyHitters::BYTES
+        self.counted.read().rules.len() * HeavyHitters::BYTES
     }
+}
+
+fn id_of(keys: (u64, u64), descriptor: &Descriptor) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(keys.0, keys.1);
+    for entry in &descriptor.entries {
+        hasher.write(entry.value.as_bytes());
+        hasher.write_u8(0xFF);
+    }
+    hasher.finish()
 }
 
 /// The descriptor's values joined by `,` (as `key=value` would show them without the keys).

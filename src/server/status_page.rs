@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::core::arithmetic::heavy_hitters::HitterWindow;
 use crate::core::policy::describe::window_text;
 use crate::core::policy::rules::Rule;
-use crate::engine::heavy_hitters::{shown, HitterBoard, RuleHitters};
+use crate::engine::heavy_hitters::{shown, HitterBoard, RuleHitters, Sharing};
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
 use crate::server::health::Health;
@@ -78,11 +78,27 @@ fn status<S: Store>(sources: &StatusSources<S>) -> Value {
             "backend": limiter.store().backend(),
             "reachable": sources.health.store_reachable(),
         },
-        "heavy_hitters": {
-            "enabled": board.is_some(),
-            "bytes": board.map_or(0, |board| board.bytes()),
-        },
+        "heavy_hitters": hitters_scope(board.map(Arc::as_ref)),
         "rules": rules,
+    })
+}
+
+/// Whether heavy hitters are counted, in how much memory, and whose are shown.
+fn hitters_scope(board: Option<&HitterBoard>) -> Value {
+    let Some(board) = board else {
+        return json!({ "enabled": false, "bytes": 0 });
+    };
+    let (sharing, peers) = board.sharing();
+    let reason = match &sharing {
+        Sharing::Unreachable(reason) => Some(reason.clone()),
+        Sharing::Local | Sharing::Shared => None,
+    };
+    json!({
+        "enabled": true,
+        "bytes": board.bytes(),
+        "scope": sharing.name(),
+        "instances": 1 + peers,
+        "unreachable": reason,
     })
 }
 
@@ -132,6 +148,7 @@ fn hitters_json(hitters: &RuleHitters) -> Value {
         "admitted": hitters.admitted,
         "refused": hitters.refused,
         "top": top,
+        "error_bound": hitters.error_bound,
         "per_minute": minutes,
     })
 }
@@ -161,14 +178,7 @@ fn html(status: &Value) -> String {
         } else {
             "UNREACHABLE"
         },
-        if status["heavy_hitters"]["enabled"]
-            .as_bool()
-            .unwrap_or(false)
-        {
-            "counted"
-        } else {
-            "off (--heavy-hitters)"
-        },
+        escape(&hitters_text(&status["heavy_hitters"])),
     );
     for rule in status["rules"].as_array().into_iter().flatten() {
         rule_html(&mut page, rule);
@@ -176,6 +186,22 @@ fn html(status: &Value) -> String {
     page.push_str(REFRESH);
     page.push_str("</body></html>\n");
     page
+}
+
+/// Whether heavy hitters are counted, and whose.
+fn hitters_text(hitters: &Value) -> String {
+    if !hitters["enabled"].as_bool().unwrap_or(false) {
+        return "off (--heavy-hitters)".to_owned();
+    }
+    let scope = hitters["scope"].as_str().unwrap_or("instance");
+    let mut text = format!(
+        "counted, shown for {scope} ({} merged)",
+        hitters["instances"].as_u64().unwrap_or(1)
+    );
+    if let Some(reason) = hitters["unreachable"].as_str() {
+        let _ = write!(text, ": {reason}");
+    }
+    text
 }
 
 fn rule_html(page: &mut String, rule: &Value) {
@@ -237,7 +263,9 @@ fn rule_html(page: &mut String, rule: &Value) {
         let _ = write!(
             page,
             "<table><tr><th>value (last 10 minutes)</th><th>admitted</th><th>refused</th>\
-             <th>hits before it was kept, at most</th></tr>{rows}</table>"
+             <th>hits not counted, at most</th></tr>{rows}</table><p>no value's hits exceed \
+             what is shown by more than {}, nor had a value not shown more</p>",
+            ten["error_bound"].as_u64().unwrap_or(0)
         );
     }
 }

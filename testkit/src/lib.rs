@@ -21,6 +21,7 @@ pub mod prom;
 pub mod prometheus;
 pub mod redis;
 pub mod rls;
+pub mod status;
 pub mod testca;
 pub mod xds;
 

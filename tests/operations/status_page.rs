@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit as common;
-use floodgate_testkit::http;
 use floodgate_testkit::ops::{self, descriptor, request, Server};
+use floodgate_testkit::status::{rule, status_json};
 use serde_json::Value;
 
 const RULES: &str = "domain: shop\n\
@@ -45,17 +45,7 @@ fn hit(server: &Server, key: &str, value: &str, calls: usize) {
 }
 
 fn status(server: &Server) -> Value {
-    let answer = http::get(server.debug_port, "/status.json", &[])
-        .unwrap_or_else(|error| panic!("/status.json: {error}"));
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    serde_json::from_str(&answer.body).unwrap_or_else(|error| panic!("{error}: {}", answer.body))
-}
-
-fn rule<'a>(status: &'a Value, path: &str) -> &'a Value {
-    status["rules"]
-        .as_array()
-        .and_then(|rules| rules.iter().find(|rule| rule["rule"] == path))
-        .unwrap_or_else(|| panic!("no rule {path} in {status}"))
+    status_json(server.debug_port)
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod failure;
 pub mod gradient;
 pub mod heavy_hitters;
 pub mod held_window;
+pub mod hitter_merge;
 pub mod hybrid;
 pub mod lease;
 pub mod priority;
