@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use siphasher::sip::SipHasher13;
 
+use crate::core::arithmetic::ban::BanOutcome;
 use crate::core::arithmetic::heavy_hitters::{HeavyHitters, Hitter, HitterValues, HitterWindow};
 use crate::core::arithmetic::hitter_merge::{self, BucketSummary};
 use crate::core::decision::plan::{DescriptorPlan, Plan};
@@ -24,12 +25,36 @@ use crate::core::decision::response::Response;
 use crate::core::decision::status::Code;
 use crate::core::ground::time::{Clock, Micros, SystemClock};
 use crate::core::policy::request::{Descriptor, Request};
+use crate::core::policy::rules::Rule;
+
+/// Banned values listed per rule: the ones whose bans end last.
+pub const BANS_SHOWN: usize = 20;
 
 /// Every rule's heavy hitters, by rule path.
 pub struct HitterBoard {
     counted: RwLock<Counted>,
+    /// Per rule path, the bans in force this instance found or started.
+    bans: Mutex<HashMap<String, Vec<BannedValue>>>,
     peers: RwLock<PeerView>,
     clock: Arc<dyn Clock>,
+}
+
+/// A value its rule refuses outright until `until` (on the board's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BannedValue {
+    /// As a heavy hitter's: the value (raw) or empty (hashed).
+    pub label: String,
+    pub id: u64,
+    pub until: Micros,
+    /// Bans started so far for this value (`core::arithmetic::ban`).
+    pub level: u32,
+}
+
+impl BannedValue {
+    /// How the value is shown: as sent (raw) or `#` and its hash.
+    pub fn shown(&self) -> String {
+        shown_value(&self.label, self.id)
+    }
 }
 
 /// What this instance counted, and the key its values are hashed with.
@@ -95,6 +120,7 @@ impl HitterBoard {
                 hash_keys: (rand::random(), rand::random()),
                 rules: HashMap::new(),
             }),
+            bans: Mutex::new(HashMap::new()),
             peers: RwLock::new(PeerView::default()),
             clock,
         }
@@ -176,6 +202,48 @@ impl HitterBoard {
         })
     }
 
+    /// `descriptor`'s ban under `rule`, as a ban call found it: listed while in force (the
+    /// [`BANS_SHOWN`] ending last per rule), dropped when `outcome` says none is.
+    pub fn banned(&self, rule: &Rule, descriptor: &Descriptor, outcome: &BanOutcome) {
+        let now = self.clock.now();
+        let id = id_of(self.counted.read().hash_keys, descriptor);
+        let mut bans = self.bans.lock();
+        let listed = bans.entry(rule.path.clone()).or_default();
+        listed.retain(|ban| ban.id != id && ban.until > now);
+        if outcome.banned_for <= 0 {
+            return;
+        }
+        let mut label = String::new();
+        if rule.hitter_values == HitterValues::Raw {
+            label = value_text(descriptor);
+        }
+        listed.push(BannedValue {
+            label,
+            id,
+            until: now.saturating_add(outcome.banned_for),
+            level: outcome.level,
+        });
+        listed.sort_by(|a, b| b.until.cmp(&a.until).then(a.id.cmp(&b.id)));
+        listed.truncate(BANS_SHOWN);
+    }
+
+    /// `descriptor`'s ban under the rule at `path` was lifted (its counters reset).
+    pub fn lifted(&self, path: &str, descriptor: &Descriptor) {
+        let id = id_of(self.counted.read().hash_keys, descriptor);
+        if let Some(listed) = self.bans.lock().get_mut(path) {
+            listed.retain(|ban| ban.id != id);
+        }
+    }
+
+    /// The bans in force under the rule at `path`, ending last first.
+    pub fn bans(&self, path: &str) -> Vec<BannedValue> {
+        let now = self.clock.now();
+        let bans = self.bans.lock();
+        let mut listed: Vec<BannedValue> = bans.get(path).cloned().unwrap_or_default();
+        listed.retain(|ban| ban.until > now);
+        listed
+    }
+
     /// Each rule's summaries of the last ten minutes, this instance's only: what it publishes.
     pub fn summaries(&self) -> Vec<(String, Vec<BucketSummary>)> {
         let now = self.clock.now();
@@ -196,6 +264,7 @@ impl HitterBoard {
         }
         counted.hash_keys = keys;
         counted.rules.clear();
+        self.bans.lock().clear();
         true
     }
 
@@ -244,9 +313,13 @@ fn value_text(descriptor: &Descriptor) -> String {
 
 /// How a hitter is shown: its value (raw) or `#` and its hash.
 pub fn shown(hitter: &Hitter) -> String {
-    if hitter.label.is_empty() {
-        format!("#{:016x}", hitter.id)
+    shown_value(&hitter.label, hitter.id)
+}
+
+fn shown_value(label: &str, id: u64) -> String {
+    if label.is_empty() {
+        format!("#{id:016x}")
     } else {
-        hitter.label.clone()
+        label.to_owned()
     }
 }

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::http::header;
@@ -15,6 +16,7 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use crate::core::arithmetic::heavy_hitters::HitterWindow;
+use crate::core::ground::calendar::rfc3339;
 use crate::core::policy::describe::window_text;
 use crate::core::policy::rules::Rule;
 use crate::engine::heavy_hitters::{shown, HitterBoard, RuleHitters, Sharing};
@@ -120,10 +122,30 @@ fn rule_status(rule: &Rule, board: Option<&Arc<HitterBoard>>) -> Value {
         "rule": rule.path,
         "limits": limits,
         "ban": rule.ban.is_some(),
+        "banned": board.filter(|_| rule.ban.is_some()).map(|board| bans_json(board, &rule.path)),
         "values": rule.hitter_values.name(),
         "last_minute": window(HitterWindow::LastMinute).map(|hitters| hitters_json(&hitters)),
         "last_ten_minutes": window(HitterWindow::LastTenMinutes).map(|hitters| hitters_json(&hitters)),
     })
+}
+
+/// The values `path` bans now, ending last first: each with its ban's end and level.
+fn bans_json(board: &HitterBoard, path: &str) -> Value {
+    let now = board.now();
+    let bans: Vec<Value> = board
+        .bans(path)
+        .iter()
+        .map(|ban| {
+            let until = UNIX_EPOCH + Duration::from_micros(u64::try_from(ban.until).unwrap_or(0));
+            json!({
+                "value": ban.shown(),
+                "until": rfc3339(until),
+                "ends_in_seconds": (ban.until - now) as f64 / 1e6,
+                "level": ban.level,
+            })
+        })
+        .collect();
+    Value::Array(bans)
 }
 
 fn hitters_json(hitters: &RuleHitters) -> Value {
@@ -247,6 +269,7 @@ fn rule_html(page: &mut String, rule: &Value) {
         sparkline(&series("admitted")),
         sparkline(&series("refused")),
     );
+    bans_html(page, rule);
     let top = ten["top"].as_array().into_iter().flatten();
     let rows: String = top
         .map(|hitter| {
@@ -266,6 +289,31 @@ fn rule_html(page: &mut String, rule: &Value) {
              <th>hits not counted, at most</th></tr>{rows}</table><p>no value's hits exceed \
              what is shown by more than {}, nor had a value not shown more</p>",
             ten["error_bound"].as_u64().unwrap_or(0)
+        );
+    }
+}
+
+/// The rule's banned values, if it bans and any is.
+fn bans_html(page: &mut String, rule: &Value) {
+    let rows: String = rule["banned"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|ban| {
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td></tr>",
+                escape(ban["value"].as_str().unwrap_or("")),
+                escape(ban["until"].as_str().unwrap_or("")),
+                ban["ends_in_seconds"].as_f64().unwrap_or(0.0),
+                ban["level"],
+            )
+        })
+        .collect();
+    if !rows.is_empty() {
+        let _ = write!(
+            page,
+            "<table><tr><th>banned value</th><th>until</th><th>seconds left</th>\
+             <th>level</th></tr>{rows}</table>"
         );
     }
 }

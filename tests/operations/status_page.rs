@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit as common;
+use floodgate_testkit::http;
 use floodgate_testkit::ops::{self, descriptor, request, Server};
 use floodgate_testkit::status::{rule, status_json};
 use serde_json::Value;
@@ -20,7 +21,11 @@ const RULES: &str = "domain: shop\n\
                      \x20   rate_limit: {unit: minute, requests_per_unit: 5}\n\
                      \x20   heavy_hitters: raw\n\
                      \x20 - key: api_key\n\
-                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n\
+                     \x20 - key: user\n\
+                     \x20   rate_limit: {unit: hour, requests_per_unit: 2}\n\
+                     \x20   ban: {after: 2, within: 1m, for: 5m, max: 1h}\n\
+                     \x20   heavy_hitters: raw\n";
 
 fn start(dir: &Path) -> Server {
     let config = dir.join("rules.yaml");
@@ -112,6 +117,40 @@ fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
         );
         assert!(shot.is_file(), "no screenshot at {}", shot.display());
     }
+}
+
+#[test]
+fn a_banned_value_is_listed_with_the_end_and_level_of_its_ban() {
+    let dir = common::tempdir();
+    let server = start(dir.path());
+    // Two admitted, two refused by the limit (strikes: the second starts a ban), one by the ban.
+    hit(&server, "user", "mallory", 5);
+    hit(&server, "user", "alice", 3);
+    let seen = status(&server);
+    let banned = rule(&seen, "shop.user")["banned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(banned.len(), 1, "only mallory reached two strikes: {seen}");
+    assert_eq!(banned[0]["value"], "mallory", "{seen}");
+    assert_eq!(banned[0]["level"], 1, "{seen}");
+    let left = banned[0]["ends_in_seconds"].as_f64().unwrap_or(0.0);
+    assert!(left > 200.0 && left <= 300.0, "a 5-minute ban: {seen}");
+    assert!(
+        banned[0]["until"]
+            .as_str()
+            .is_some_and(|until| until.ends_with('Z')),
+        "{seen}"
+    );
+    // A rule without `ban:` lists nothing.
+    assert!(rule(&seen, "shop.api_key")["banned"].is_null(), "{seen}");
+    let page = http::get(server.debug_port, "/status", &[])
+        .unwrap_or_else(|error| panic!("/status: {error}"));
+    assert!(
+        page.body.contains("banned value") && page.body.contains("<td>mallory</td>"),
+        "{}",
+        page.body
+    );
 }
 
 /// Waits, if the minute is near its end, for the next one: the counts below are asserted
