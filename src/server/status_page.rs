@@ -175,7 +175,8 @@ fn hitters_json(hitters: &RuleHitters) -> Value {
     })
 }
 
-/// Reloads the page every 2 s; the page reads the same without it.
+/// Reloads the page every 2 s (the browser keeps the scroll position); the page reads the
+/// same without it.
 const REFRESH: &str = "<script>setTimeout(function(){location.reload()},2000)</script>";
 
 const STYLE: &str = "<style>body{font:14px system-ui,sans-serif;margin:1.5em}\
@@ -215,15 +216,14 @@ fn hitters_text(hitters: &Value) -> String {
     if !hitters["enabled"].as_bool().unwrap_or(false) {
         return "off (--heavy-hitters)".to_owned();
     }
-    let scope = hitters["scope"].as_str().unwrap_or("instance");
-    let mut text = format!(
-        "counted, shown for {scope} ({} merged)",
-        hitters["instances"].as_u64().unwrap_or(1)
-    );
-    if let Some(reason) = hitters["unreachable"].as_str() {
-        let _ = write!(text, ": {reason}");
+    let instances = hitters["instances"].as_u64().unwrap_or(1);
+    match hitters["unreachable"].as_str() {
+        Some(reason) => format!("this instance's only, Redis unreachable: {reason}"),
+        None if hitters["scope"] == "all instances" => {
+            format!("merged over {instances} instances")
+        }
+        None => "this instance's".to_owned(),
     }
-    text
 }
 
 fn rule_html(page: &mut String, rule: &Value) {

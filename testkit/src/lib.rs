@@ -5,6 +5,7 @@
 
 pub mod adaptive;
 pub mod caddy;
+pub mod chromium;
 pub mod delay_proxy;
 pub mod envoy;
 pub mod envoy_gateway;

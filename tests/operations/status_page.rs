@@ -2,14 +2,16 @@
 //! `/status.json` shows a rule's admitted and refused hits and, on top, the key it refused
 //! most (raw where the rule says so, hashed otherwise), the numbers move as hits arrive, and
 //! `/status` renders the same in a real headless Chromium (Debian's `chromium`), which also
-//! writes the screenshot `docs/status-page.png` when `FLOODGATE_STATUS_SCREENSHOT` is set.
+//! writes the screenshot `docs/status-page.png` when `FLOODGATE_STATUS_SCREENSHOT` is set;
+//! kept open there, the page shows new hits within 2 s by itself; a banning rule lists the
+//! values it bans.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit as common;
+use floodgate_testkit::chromium::{self, OpenPage};
 use floodgate_testkit::http;
 use floodgate_testkit::ops::{self, descriptor, request, Server};
 use floodgate_testkit::status::{rule, status_json};
@@ -153,6 +155,37 @@ fn a_banned_value_is_listed_with_the_end_and_level_of_its_ban() {
     );
 }
 
+/// The page open in a browser moves by itself: a value that appears after it loaded shows
+/// within 2 s (its script reloads it; nothing here does), which fails without the script.
+#[test]
+fn the_open_page_shows_new_hits_within_two_seconds_by_itself() {
+    let dir = common::tempdir();
+    let server = start(dir.path());
+    hit(&server, "remote_address", "10.0.3.1", 2);
+    let mut page = OpenPage::open(&page_url(&server));
+    let loaded = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        match page.text() {
+            Some(text) if text.contains("10.0.3.1") => break text,
+            seen => assert!(Instant::now() < loaded, "the page never loaded: {seen:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!first.contains("10.0.3.99"), "{first}");
+
+    hit(&server, "remote_address", "10.0.3.99", 3);
+    let sent = Instant::now();
+    let mut seen = None;
+    while sent.elapsed() < Duration::from_millis(2500) {
+        seen = page.text();
+        if seen.as_ref().is_some_and(|text| text.contains("10.0.3.99")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the open page did not show the new value within 2.5 s: {seen:?}");
+}
+
 /// Waits, if the minute is near its end, for the next one: the counts below are asserted
 /// exactly, and hits split across two one-minute buckets would weigh the older one less.
 fn within_one_minute() {
@@ -167,46 +200,9 @@ fn within_one_minute() {
 
 /// Runs headless Chromium on `/status` with `args`: its stdout.
 fn chromium(server: &Server, args: &[&str]) -> String {
-    let profile = common::tempdir();
-    let url = format!("http://127.0.0.1:{}/status", server.debug_port);
-    let mut command = Command::new(chromium_bin());
-    command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(["--virtual-time-budget=1000", "--timeout=20000"])
-        .args(args)
-        .arg(&url);
-    let out = profile.path().join("stdout");
-    let file = std::fs::File::create(&out).unwrap_or_else(|error| panic!("{error}"));
-    let mut child = command
-        .stdout(file)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run chromium: {error}"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().ok().flatten().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::fs::read_to_string(&out).unwrap_or_default()
+    chromium::run_once(&page_url(server), args)
 }
 
-/// Debian's `chromium` (`$FLOODGATE_CHROMIUM` otherwise); missing, the test fails:
-/// `scripts/install-peers.sh` installs it.
-fn chromium_bin() -> PathBuf {
-    if let Ok(path) = std::env::var("FLOODGATE_CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    common::which("chromium").unwrap_or_else(|| {
-        panic!("chromium not found: run scripts/install-peers.sh (or set FLOODGATE_CHROMIUM)")
-    })
+fn page_url(server: &Server) -> String {
+    format!("http://127.0.0.1:{}/status", server.debug_port)
 }
