@@ -4,7 +4,7 @@
 //! limiter's observer after each answer; read by the status page (`server::debug`). Each
 //! instance counts the hits it decided; when the store is shared through Redis, the
 //! summaries the others publish (`engine::heavy_hitters_sync`) are merged in when read
-//! (`core::arithmetic::hitter_merge`).
+//! (`core::arithmetic::heavy_hitters::merge`).
 //!
 //! A value is identified by a hash of its entries' values under a key drawn at start (or, when
 //! shared, the key every instance adopts from Redis), so the same client is one line; only a
@@ -18,8 +18,8 @@ use parking_lot::{Mutex, RwLock};
 use siphasher::sip::SipHasher13;
 
 use crate::core::arithmetic::ban::BanOutcome;
+use crate::core::arithmetic::heavy_hitters::merge::{self as hitter_merge, BucketSummary};
 use crate::core::arithmetic::heavy_hitters::{HeavyHitters, Hitter, HitterValues, HitterWindow};
-use crate::core::arithmetic::hitter_merge::{self, BucketSummary};
 use crate::core::decision::plan::{DescriptorPlan, Plan};
 use crate::core::decision::response::Response;
 use crate::core::decision::status::Code;
@@ -103,7 +103,7 @@ pub struct RuleHitters {
     pub top: Vec<Hitter>,
     /// Each of the last ten minutes, oldest first: (admitted, refused).
     pub per_minute: Vec<(u64, u64)>,
-    /// No value's hits exceed what `top` shows by more (`hitter_merge`).
+    /// No value's hits exceed what `top` shows by more (`core::arithmetic::heavy_hitters::merge`).
     pub error_bound: u64,
 }
 

@@ -4,7 +4,7 @@
 //! one-minute summaries of its rules that changed since it last did
 //! (`store::redis::heavy_hitters`: at most K values per rule, instance and minute) and reads the
 //! others' for the last ten minutes into its board, which the status page merges with its own
-//! (`core::arithmetic::hitter_merge`, with the error bound).
+//! (`core::arithmetic::heavy_hitters::merge`, with the error bound).
 //!
 //! A minute's summaries expire [`SUMMARY_TTL`] after their last write, so an instance that
 //! stopped leaves its hits in the window they happened in, then they are gone. Minutes older
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use crate::core::arithmetic::hitter_merge::{self, BucketSummary};
+use crate::core::arithmetic::heavy_hitters::merge::{self as hitter_merge, BucketSummary};
 use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::heavy_hitters::{HitterBoard, PeerView, Sharing};
 use crate::engine::limiter::Limiter;

@@ -11,7 +11,6 @@ pub mod failure;
 pub mod gradient;
 pub mod heavy_hitters;
 pub mod held_window;
-pub mod hitter_merge;
 pub mod hybrid;
 pub mod lease;
 pub mod priority;

@@ -1,5 +1,5 @@
 //! Heavy hitters shared by every instance on one Redis (`engine::heavy_hitters_sync`): each
-//! publishes its rules' one-minute summaries (`core::arithmetic::hitter_merge`) and reads the
+//! publishes its rules' one-minute summaries (`core::arithmetic::heavy_hitters::merge`) and reads the
 //! others', which the status page merges.
 //!
 //! ```text
@@ -23,7 +23,7 @@ use redis::Script;
 use sha2::{Digest, Sha256};
 
 use super::RedisStore;
-use crate::core::arithmetic::hitter_merge::BucketSummary;
+use crate::core::arithmetic::heavy_hitters::merge::BucketSummary;
 use crate::store::StoreError;
 
 /// Reads the hash key, or sets it to the candidate when there is none, and keeps it for

@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::arithmetic::heavy_hitters::{Hitter, HitterWindow, BUCKETS, LABEL_BYTES, TOP_K};
+use super::{Hitter, HitterWindow, BUCKETS, LABEL_BYTES, TOP_K};
 use crate::ground::time::Micros;
 
 const MINUTE: Micros = 60_000_000;

@@ -7,10 +7,13 @@
 //!
 //! The last minute is the current bucket plus the previous one weighted by how much of it is
 //! still within 60 s (as a sliding window counts); the last ten minutes, the ten buckets.
+//! Both are read as the buckets' summaries merged ([`merge`]), as those of several instances are.
+
+pub mod merge;
 
 use serde::{Deserialize, Serialize};
 
-use crate::arithmetic::hitter_merge::{self, BucketSummary};
+use self::merge::BucketSummary;
 use crate::ground::time::Micros;
 
 /// Values kept per bucket.
@@ -189,29 +192,29 @@ impl HeavyHitters {
 
     /// Every hit over `window` at `now`, admitted and refused (weighted as [`Self::top`]).
     pub fn totals(&self, now: Micros, window: HitterWindow) -> (u64, u64) {
-        let merged = hitter_merge::merge(&self.summaries(now), now, window);
+        let merged = merge::merge(&self.summaries(now), now, window);
         (merged.admitted, merged.refused)
     }
 
     /// Every hit of each of the last ten minutes at `now`, oldest first, the current (partial)
     /// minute last: (admitted, refused).
     pub fn per_minute(&self, now: Micros) -> [(u64, u64); BUCKETS] {
-        hitter_merge::per_minute(&self.summaries(now), now)
+        merge::per_minute(&self.summaries(now), now)
     }
 
     /// The values with the most hits over `window` at `now`, most refused first (then most
-    /// admitted), at most [`TOP_K`] (`hitter_merge::merge` of the buckets).
+    /// admitted), at most [`TOP_K`] (`merge::merge` of the buckets).
     pub fn top(&self, now: Micros, window: HitterWindow) -> Vec<Hitter> {
-        hitter_merge::merge(&self.summaries(now), now, window).top
+        merge::merge(&self.summaries(now), now, window).top
     }
 
     /// Each bucket of the last ten minutes at `now` that counted a hit, as a summary to merge
-    /// (with other instances', `hitter_merge`).
+    /// (with other instances', `merge`).
     pub fn summaries(&self, now: Micros) -> Vec<BucketSummary> {
         self.buckets
             .iter()
             .filter(|bucket| bucket.admitted + bucket.refused > 0)
-            .filter(|bucket| hitter_merge::within_ten_minutes(bucket.minute, now))
+            .filter(|bucket| merge::within_ten_minutes(bucket.minute, now))
             .map(|bucket| BucketSummary {
                 minute: bucket.minute,
                 admitted: bucket.admitted,
