@@ -23,7 +23,7 @@ use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::heavy_hitters::{HitterBoard, PeerView, Sharing};
 use crate::engine::limiter::Limiter;
 use crate::engine::shutdown::{self, Shutdown};
-use crate::store::redis::{PeerSummary, PublishedSummary, RedisStore};
+use crate::store::redis::{HitterRules, PeerSummary, PublishedSummary, RedisStore};
 use crate::store::StoreError;
 
 /// How often each instance publishes and reads: the page refreshes every 2 s.
@@ -198,6 +198,7 @@ impl HitterSharing {
         let now = self.board.now();
         let current = now.div_euclid(MINUTE_MICROS);
         let paths: Vec<&str> = rule_paths.iter().map(String::as_str).collect();
+        let rules = HitterRules::new(&paths);
         self.settled
             .retain(|minute, _| hitter_merge::within_ten_minutes(*minute, now));
         let mut view = PeerView {
@@ -212,7 +213,7 @@ impl HitterSharing {
                 Some(peers) => peers,
                 None => {
                     let read = redis
-                        .read_hitters(minute, &paths, self.instance, CALL_DEADLINE)
+                        .read_hitters(minute, &rules, self.instance, CALL_DEADLINE)
                         .await?;
                     fresh = by_path(read, &paths);
                     if age >= 2 {

@@ -16,6 +16,7 @@
 //! config values, kept out of sight as in the counter keys. Each command names one key, so
 //! single server, Sentinel and Cluster alike.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -46,11 +47,36 @@ pub struct PublishedSummary<'a> {
     pub summary: &'a BucketSummary,
 }
 
+/// The rules whose summaries are read, by the digest their fields carry.
+#[derive(Debug, Clone, Default)]
+pub struct HitterRules {
+    by_digest: HashMap<String, usize>,
+}
+
+impl HitterRules {
+    /// The rules at `paths`; a summary names one by its index here.
+    pub fn new(paths: &[&str]) -> Self {
+        let by_digest = paths
+            .iter()
+            .enumerate()
+            .map(|(index, path)| (rule_digest(path), index))
+            .collect();
+        Self { by_digest }
+    }
+
+    /// `<rule digest>:<instance>` as (instance, the rule's index).
+    fn parse_field(&self, field: &str) -> Option<(u64, usize)> {
+        let (digest, instance) = field.split_once(':')?;
+        let rule = *self.by_digest.get(digest)?;
+        Some((u64::from_str_radix(instance, 16).ok()?, rule))
+    }
+}
+
 /// A summary another instance published for one of the rules asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerSummary {
     pub instance: u64,
-    /// The rule's index in the paths asked for.
+    /// The rule's index in the [`HitterRules`] asked for.
     pub rule: usize,
     pub summary: BucketSummary,
 }
@@ -117,12 +143,12 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The summaries of `minute` that instances other than `instance` published for `rules`
-    /// (paths); fields of other rules, and values that cannot be read, are skipped.
+    /// The summaries of `minute` that instances other than `instance` published for `rules`;
+    /// fields of other rules, and values that cannot be read, are skipped.
     pub async fn read_hitters(
         &self,
         minute: i64,
-        rules: &[&str],
+        rules: &HitterRules,
         instance: u64,
         deadline: Duration,
     ) -> Result<Vec<PeerSummary>, StoreError> {
@@ -132,10 +158,12 @@ impl RedisStore {
                 deadline,
             )
             .await?;
-        let digests: Vec<String> = rules.iter().map(|rule| rule_digest(rule)).collect();
         let mut peers = Vec::new();
         for (field, value) in fields {
-            let Some(peer) = parse_field(&field, &digests).filter(|(at, _)| *at != instance) else {
+            let Some(peer) = rules
+                .parse_field(&field)
+                .filter(|(publisher, _)| *publisher != instance)
+            else {
                 continue;
             };
             match serde_json::from_str::<BucketSummary>(&value) {
@@ -152,24 +180,17 @@ impl RedisStore {
     }
 }
 
-/// `<rule digest>:<instance>` as (instance, index of the rule in `digests`).
-fn parse_field(field: &str, digests: &[String]) -> Option<(u64, usize)> {
-    let (digest, instance) = field.split_once(':')?;
-    let rule = digests.iter().position(|known| known == digest)?;
-    Some((u64::from_str_radix(instance, 16).ok()?, rule))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_field_names_a_known_rule_and_an_instance() {
-        let digests = vec![rule_digest("shop.a"), rule_digest("shop.b")];
+        let rules = HitterRules::new(&["shop.a", "shop.b"]);
         let field = format!("{}:{:016x}", rule_digest("shop.b"), 42_u64);
-        assert_eq!(parse_field(&field, &digests), Some((42, 1)));
+        assert_eq!(rules.parse_field(&field), Some((42, 1)));
         let other = format!("{}:{:016x}", rule_digest("shop.c"), 42_u64);
-        assert_eq!(parse_field(&other, &digests), None);
-        assert_eq!(parse_field("nonsense", &digests), None);
+        assert_eq!(rules.parse_field(&other), None);
+        assert_eq!(rules.parse_field("nonsense"), None);
     }
 }

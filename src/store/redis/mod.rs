@@ -156,7 +156,7 @@ use self::cluster::ClusterLink;
 use self::connection::Connection;
 pub use self::connection::MAX_POOL_SIZE;
 use self::errors::{misconfigured, unavailable, BACKEND};
-pub use self::heavy_hitters::{PeerSummary, PublishedSummary};
+pub use self::heavy_hitters::{HitterRules, PeerSummary, PublishedSummary};
 pub use self::hybrid_sync::{instances_key, SyncItem, SyncReply, SYNC_SOURCE};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::lanes::Lanes;
