@@ -244,14 +244,24 @@ impl HitterBoard {
         listed
     }
 
-    /// Each rule's summaries of the last ten minutes, this instance's only: what it publishes.
-    pub fn summaries(&self) -> Vec<(String, Vec<BucketSummary>)> {
+    /// Each rule's summaries of the last ten minutes, this instance's only, those for which
+    /// `wanted(rule path, minute, hits)` holds: what it publishes.
+    pub fn summaries_where(
+        &self,
+        mut wanted: impl FnMut(&str, i64, u64) -> bool,
+    ) -> Vec<(String, Vec<BucketSummary>)> {
         let now = self.clock.now();
         self.counted
             .read()
             .rules
             .iter()
-            .map(|(path, hitters)| (path.clone(), hitters.lock().summaries(now)))
+            .map(|(path, hitters)| {
+                let summaries = hitters
+                    .lock()
+                    .summaries_where(now, |minute, hits| wanted(path, minute, hits));
+                (path.clone(), summaries)
+            })
+            .filter(|(_, summaries)| !summaries.is_empty())
             .collect()
     }
 

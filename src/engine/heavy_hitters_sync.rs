@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use crate::core::arithmetic::heavy_hitters::merge::{self as hitter_merge, BucketSummary};
+use crate::core::policy::rules::RuleSet;
 use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::heavy_hitters::{HitterBoard, PeerView, Sharing};
 use crate::engine::limiter::Limiter;
@@ -44,12 +45,15 @@ const MINUTE_MICROS: i64 = 60_000_000;
 pub struct HitterSharing {
     board: Arc<HitterBoard>,
     instance: u64,
-    /// Hits of each (rule, minute) summary when last published: unchanged ones are not sent.
-    published: HashMap<(String, i64), u64>,
+    /// Per rule path, the hits of each minute's summary when last published: unchanged ones
+    /// are not built or sent.
+    published: HashMap<String, Vec<(i64, u64)>>,
     /// The peers' summaries of minutes that no longer change, read once.
     settled: BTreeMap<i64, Vec<(String, u64, BucketSummary)>>,
     /// Whether the last sync failed: log the change only.
     failing: bool,
+    /// Found again only when a reload brings another rule set.
+    known: Option<KnownRules>,
 }
 
 /// Shares `limiter`'s heavy hitters through the Redis beneath its store: syncs once, so values
@@ -72,17 +76,30 @@ pub async fn start<S: SharesLimits>(limiter: &Arc<Limiter<S>>, shutdown: Shutdow
 
 async fn sync<S: SharesLimits>(sharing: &Mutex<HitterSharing>, limiter: &Limiter<S>) {
     if let Some(redis) = limiter.store().shared_limits() {
-        let paths = rule_paths(limiter);
-        sharing.lock().await.sync(redis, &paths).await;
+        sharing.lock().await.sync(redis, limiter.rules()).await;
     }
 }
 
-fn rule_paths<S: SharesLimits>(limiter: &Limiter<S>) -> Vec<String> {
-    let rules = limiter.rules();
-    rules
-        .domains()
-        .flat_map(|domain| domain.rules().map(|rule| rule.path.clone()))
-        .collect()
+/// The rules in force, by path and by the digest their summaries are filed under.
+struct KnownRules {
+    set: Arc<RuleSet>,
+    paths: Vec<String>,
+    digests: HitterRules,
+}
+
+impl KnownRules {
+    fn of(set: Arc<RuleSet>) -> Self {
+        let paths: Vec<String> = set
+            .domains()
+            .flat_map(|domain| domain.rules().map(|rule| rule.path.clone()))
+            .collect();
+        let digests = HitterRules::new(&paths.iter().map(String::as_str).collect::<Vec<_>>());
+        Self {
+            set,
+            paths,
+            digests,
+        }
+    }
 }
 
 impl HitterSharing {
@@ -93,12 +110,20 @@ impl HitterSharing {
             published: HashMap::new(),
             settled: BTreeMap::new(),
             failing: false,
+            known: None,
         }
     }
 
     /// One sync: the board shows every instance's hits after it, or this one's and why.
-    pub async fn sync(&mut self, redis: &RedisStore, rule_paths: &[String]) {
-        match self.exchange(redis, rule_paths).await {
+    pub async fn sync(&mut self, redis: &RedisStore, rules: Arc<RuleSet>) {
+        if !self
+            .known
+            .as_ref()
+            .is_some_and(|known| Arc::ptr_eq(&known.set, &rules))
+        {
+            self.known = Some(KnownRules::of(rules));
+        }
+        match self.exchange(redis).await {
             Ok(view) => {
                 if std::mem::replace(&mut self.failing, false) {
                     tracing::info!("heavy hitters merged across instances again");
@@ -120,14 +145,10 @@ impl HitterSharing {
         }
     }
 
-    async fn exchange(
-        &mut self,
-        redis: &RedisStore,
-        rule_paths: &[String],
-    ) -> Result<PeerView, StoreError> {
+    async fn exchange(&mut self, redis: &RedisStore) -> Result<PeerView, StoreError> {
         self.adopt_hash_keys(redis).await?;
         self.publish(redis).await?;
-        self.read(redis, rule_paths).await
+        self.read(redis).await
     }
 
     /// Hashes values as every instance on this Redis does.
@@ -156,7 +177,12 @@ impl HitterSharing {
 
     /// Sends the summaries whose hits changed since they were last sent.
     async fn publish(&mut self, redis: &RedisStore) -> Result<(), StoreError> {
-        let rules = self.board.summaries();
+        let published = &self.published;
+        let rules = self.board.summaries_where(|rule, minute, hits| {
+            !published
+                .get(rule)
+                .is_some_and(|sent| sent.contains(&(minute, hits)))
+        });
         let changed: Vec<PublishedSummary<'_>> = rules
             .iter()
             .flat_map(|(rule, summaries)| {
@@ -164,11 +190,6 @@ impl HitterSharing {
                     rule: rule.as_str(),
                     summary,
                 })
-            })
-            .filter(|item| {
-                self.published
-                    .get(&(item.rule.to_owned(), item.summary.minute))
-                    != Some(&hits(item.summary))
             })
             .collect();
         if changed.is_empty() {
@@ -178,27 +199,23 @@ impl HitterSharing {
             .publish_hitters(self.instance, &changed, SUMMARY_TTL, CALL_DEADLINE)
             .await?;
         let now = self.board.now();
-        self.published
-            .retain(|(_, minute), _| hitter_merge::within_ten_minutes(*minute, now));
         for item in &changed {
-            self.published.insert(
-                (item.rule.to_owned(), item.summary.minute),
-                hits(item.summary),
-            );
+            let sent = self.published.entry(item.rule.to_owned()).or_default();
+            sent.retain(|(minute, _)| {
+                *minute != item.summary.minute && hitter_merge::within_ten_minutes(*minute, now)
+            });
+            sent.push((item.summary.minute, hits(item.summary)));
         }
         Ok(())
     }
 
     /// The other instances' summaries of the last ten minutes.
-    async fn read(
-        &mut self,
-        redis: &RedisStore,
-        rule_paths: &[String],
-    ) -> Result<PeerView, StoreError> {
+    async fn read(&mut self, redis: &RedisStore) -> Result<PeerView, StoreError> {
+        let Some(known) = &self.known else {
+            return Ok(PeerView::default());
+        };
         let now = self.board.now();
         let current = now.div_euclid(MINUTE_MICROS);
-        let paths: Vec<&str> = rule_paths.iter().map(String::as_str).collect();
-        let rules = HitterRules::new(&paths);
         self.settled
             .retain(|minute, _| hitter_merge::within_ten_minutes(*minute, now));
         let mut view = PeerView {
@@ -213,9 +230,9 @@ impl HitterSharing {
                 Some(peers) => peers,
                 None => {
                     let read = redis
-                        .read_hitters(minute, &rules, self.instance, CALL_DEADLINE)
+                        .read_hitters(minute, &known.digests, self.instance, CALL_DEADLINE)
                         .await?;
-                    fresh = by_path(read, &paths);
+                    fresh = by_path(read, &known.paths);
                     if age >= 2 {
                         self.settled.insert(minute, fresh.clone());
                     }
@@ -240,10 +257,10 @@ fn hits(summary: &BucketSummary) -> u64 {
     summary.admitted + summary.refused
 }
 
-fn by_path(read: Vec<PeerSummary>, paths: &[&str]) -> Vec<(String, u64, BucketSummary)> {
+fn by_path(read: Vec<PeerSummary>, paths: &[String]) -> Vec<(String, u64, BucketSummary)> {
     read.into_iter()
         .filter_map(|peer| {
-            let path = (*paths.get(peer.rule)?).to_owned();
+            let path = paths.get(peer.rule)?.clone();
             Some((path, peer.instance, peer.summary))
         })
         .collect()

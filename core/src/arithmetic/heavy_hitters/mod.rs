@@ -211,10 +211,22 @@ impl HeavyHitters {
     /// Each bucket of the last ten minutes at `now` that counted a hit, as a summary to merge
     /// (with other instances', `merge`).
     pub fn summaries(&self, now: Micros) -> Vec<BucketSummary> {
+        self.summaries_where(now, |_, _| true)
+    }
+
+    /// [`Self::summaries`], only those of the buckets for which `wanted(minute, hits)` holds
+    /// (hits: admitted and refused), decided before any is built: what changed since the
+    /// last publication, say.
+    pub fn summaries_where(
+        &self,
+        now: Micros,
+        mut wanted: impl FnMut(i64, u64) -> bool,
+    ) -> Vec<BucketSummary> {
         self.buckets
             .iter()
             .filter(|bucket| bucket.admitted + bucket.refused > 0)
             .filter(|bucket| merge::within_ten_minutes(bucket.minute, now))
+            .filter(|bucket| wanted(bucket.minute, bucket.admitted + bucket.refused))
             .map(|bucket| BucketSummary {
                 minute: bucket.minute,
                 admitted: bucket.admitted,
