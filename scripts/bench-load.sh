@@ -24,9 +24,10 @@
 #   BENCH_BOTS           1: run the bot-burst load, 0: skip it     [1]
 #   BENCH_BOT_KEYS       keys the bots use                         [5]
 #   BENCH_OUT            the report                                [docs/benchmarks-load.md]
-#   BENCH_COMPARE_ARGS   more `floodgate serve` flags for a second floodgate, loaded right
-#                        after the first at each peak level, e.g. "--heavy-hitters": both
-#                        rates and their ratio are printed and reported          [unset: none]
+#   BENCH_COMPARE_ARGS   more `floodgate serve` flags for a second floodgate, loaded beside
+#                        the first at each peak level (each goes first in turn), e.g.
+#                        "--heavy-hitters": both rates and their ratio are printed and
+#                        reported                                  [unset: none]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -164,13 +165,20 @@ print(f"bench-load: peak, {c} in flight: floodgate {f:,.0f} req/s, with {args} {
 EOF
 }
 
+# With BENCH_COMPARE_ARGS the two floodgates take turns going first, level by level, so
+# neither always runs on the warmer (or the more disturbed) machine.
+level=0
 for c in $CONCURRENCIES; do
   run "peak-c$c" noop --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
-  run "peak-c$c" floodgate --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  servers=(floodgate)
   if ((${#COMPARE_ARGS[@]})); then
-    run "peak-c$c" compared --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
-    compared_rate "$c" >&2
+    if ((level % 2)); then servers=(compared floodgate); else servers=(floodgate compared); fi
   fi
+  for server in "${servers[@]}"; do
+    run "peak-c$c" "$server" --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  done
+  if ((${#COMPARE_ARGS[@]})); then compared_rate "$c" >&2; fi
+  level=$((level + 1))
 done
 
 RATE="$(python3 - "$WORK" "$CONCURRENCIES" <<'EOF'
@@ -332,7 +340,7 @@ for c in env["BENCH_CONCURRENCIES"].split():
     w(compare(n, f))
     if env.get("BENCH_COMPARE_ARGS"):
         fl, gl = f["total"]["legit"], g["total"]["legit"]
-        w(f"With `{env['BENCH_COMPARE_ARGS']}` / without, loaded right after it: throughput "
+        w(f"With `{env['BENCH_COMPARE_ARGS']}` / without, loaded in turn: throughput "
           f"{ratio(gl['achieved_rps'], fl['achieved_rps'])}, p99 {ratio(gl['p99_us'], fl['p99_us'])}.")
     w("")
 
