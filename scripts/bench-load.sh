@@ -24,6 +24,10 @@
 #   BENCH_BOTS           1: run the bot-burst load, 0: skip it     [1]
 #   BENCH_BOT_KEYS       keys the bots use                         [5]
 #   BENCH_OUT            the report                                [docs/benchmarks-load.md]
+#   BENCH_COMPARE_ARGS   more `floodgate serve` flags for a second floodgate, loaded beside
+#                        the first at each peak level (each goes first in turn), e.g.
+#                        "--heavy-hitters": both rates and their ratio are printed and
+#                        reported                                  [unset: none]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +45,7 @@ WORKER_THREADS="${BENCH_WORKER_THREADS:-}"
 BOTS="${BENCH_BOTS:-1}"
 BOT_KEYS="${BENCH_BOT_KEYS:-5}"
 OUT="${BENCH_OUT:-docs/benchmarks-load.md}"
+read -r -a COMPARE_ARGS <<<"${BENCH_COMPARE_ARGS:-}"
 
 die() { echo "bench-load: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
@@ -75,6 +80,17 @@ FLOODGATE_PID=$!
 PIDS+=("$FLOODGATE_PID")
 wait_port noop_rls "$NOOP_PID" "$NOOP_PORT" "$WORK/noop.log"
 wait_port floodgate "$FLOODGATE_PID" "$GRPC_PORT" "$WORK/floodgate.log"
+if ((${#COMPARE_ARGS[@]})); then
+  read -r COMPARED_GRPC_PORT COMPARED_HTTP_PORT COMPARED_METRICS_PORT < <(free_ports 3)
+  RUST_LOG="${RUST_LOG:-warn}" "$FLOODGATE" serve --config "$CONFIG_DIR" \
+    ${WORKER_THREADS:+--worker-threads "$WORKER_THREADS"} \
+    --grpc-addr "127.0.0.1:$COMPARED_GRPC_PORT" --http-addr "127.0.0.1:$COMPARED_HTTP_PORT" \
+    --metrics-addr "127.0.0.1:$COMPARED_METRICS_PORT" "${COMPARE_ARGS[@]}" \
+    >"$WORK/compared.log" 2>&1 &
+  COMPARED_PID=$!
+  PIDS+=("$COMPARED_PID")
+  wait_port "floodgate ${COMPARE_ARGS[*]}" "$COMPARED_PID" "$COMPARED_GRPC_PORT" "$WORK/compared.log"
+fi
 
 # CPU seconds a process has used (user + system).
 cpu_seconds() {
@@ -105,6 +121,7 @@ run() {
   case "$server" in
     noop) port="$NOOP_PORT" pid="$NOOP_PID" ;;
     floodgate) port="$GRPC_PORT" pid="$FLOODGATE_PID" ;;
+    compared) port="$COMPARED_GRPC_PORT" pid="$COMPARED_PID" ;;
   esac
   kill -0 "$pid" 2>/dev/null || die "$server is no longer running (see its log above)"
   local json="$WORK/$name-$server.json" before after machine_before machine_after
@@ -136,9 +153,32 @@ EOF
   sed 's/^/    /' "$WORK/$name-$server.txt" >&2
 }
 
+# compared_rate LEVEL: both floodgates' peak rates at LEVEL in flight, and their ratio.
+compared_rate() {
+  python3 - "$WORK" "$1" "${COMPARE_ARGS[*]}" <<'EOF'
+import json, sys
+work, c, args = sys.argv[1:]
+f, g = (json.load(open(f"{work}/peak-c{c}-{s}.json"))["total"]["legit"]["achieved_rps"]
+        for s in ("floodgate", "compared"))
+print(f"bench-load: peak, {c} in flight: floodgate {f:,.0f} req/s, with {args} {g:,.0f} req/s: "
+      f"{g / f:.3f}x" if f else "bench-load: floodgate answered nothing")
+EOF
+}
+
+# With BENCH_COMPARE_ARGS the two floodgates take turns going first, level by level, so
+# neither always runs on the warmer (or the more disturbed) machine.
+level=0
 for c in $CONCURRENCIES; do
   run "peak-c$c" noop --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
-  run "peak-c$c" floodgate --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  servers=(floodgate)
+  if ((${#COMPARE_ARGS[@]})); then
+    if ((level % 2)); then servers=(compared floodgate); else servers=(floodgate compared); fi
+  fi
+  for server in "${servers[@]}"; do
+    run "peak-c$c" "$server" --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  done
+  if ((${#COMPARE_ARGS[@]})); then compared_rate "$c" >&2; fi
+  level=$((level + 1))
 done
 
 RATE="$(python3 - "$WORK" "$CONCURRENCIES" <<'EOF'
@@ -164,6 +204,8 @@ if [ "$BOTS" = 1 ]; then
 fi
 
 kill -0 "$FLOODGATE_PID" 2>/dev/null || die "floodgate died during the benchmark"
+BENCH_COMPARE_ARGS="${COMPARE_ARGS[*]}"
+export BENCH_COMPARE_ARGS
 mkdir -p "$(dirname "$OUT")"
 BENCH_WORK="$WORK" BENCH_PROVENANCE="$(report_provenance scripts/bench-load.sh)" BENCH_NPROC="$(nproc)" \
 BENCH_RUSTC="$(rustc --version)" \
@@ -291,8 +333,15 @@ for c in env["BENCH_CONCURRENCIES"].split():
     w(HEAD)
     w(row("no-op", n, n["total"]["legit"]))
     w(row("floodgate", f, f["total"]["legit"]))
+    if env.get("BENCH_COMPARE_ARGS"):
+        g = load(f"peak-c{c}", "compared")
+        w(row(f"floodgate `{env['BENCH_COMPARE_ARGS']}`", g, g["total"]["legit"]))
     w("")
     w(compare(n, f))
+    if env.get("BENCH_COMPARE_ARGS"):
+        fl, gl = f["total"]["legit"], g["total"]["legit"]
+        w(f"With `{env['BENCH_COMPARE_ARGS']}` / without, loaded in turn: throughput "
+          f"{ratio(gl['achieved_rps'], fl['achieved_rps'])}, p99 {ratio(gl['p99_us'], fl['p99_us'])}.")
     w("")
 
 rate = int(env["BENCH_RATE"])

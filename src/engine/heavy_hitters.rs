@@ -1,12 +1,14 @@
 //! Who is being limited, per rule (`--heavy-hitters`): each decided descriptor's value counted
 //! in its rule's bounded top list (`core::arithmetic::heavy_hitters`, at most
 //! `HeavyHitters::BYTES` per rule that saw traffic), as admitted or refused. Fed by the
-//! limiter's observer after each answer; read by the status page (`server::debug`). Per
-//! instance: each floodgate shows the hits it decided.
+//! limiter's observer after each answer; read by the status page (`server::debug`). Each
+//! instance counts the hits it decided; when the store is shared through Redis, the
+//! summaries the others publish (`engine::heavy_hitters_sync`) are merged in when read
+//! (`core::arithmetic::heavy_hitters::merge`).
 //!
-//! A value is identified by a hash of its entries' values under a key drawn at start, so the
-//! same client is one line within this process; only a rule that says `heavy_hitters: raw`
-//! keeps the values themselves.
+//! A value is identified by a hash of its entries' values under a key drawn at start (or, when
+//! shared, the key every instance adopts from Redis), so the same client is one line; only a
+//! rule that says `heavy_hitters: raw` keeps the values themselves.
 
 use std::collections::HashMap;
 use std::hash::Hasher as _;
@@ -15,18 +17,82 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use siphasher::sip::SipHasher13;
 
+use crate::core::arithmetic::ban::BanOutcome;
+use crate::core::arithmetic::heavy_hitters::merge::{self as hitter_merge, BucketSummary};
 use crate::core::arithmetic::heavy_hitters::{HeavyHitters, Hitter, HitterValues, HitterWindow};
 use crate::core::decision::plan::{DescriptorPlan, Plan};
 use crate::core::decision::response::Response;
 use crate::core::decision::status::Code;
 use crate::core::ground::time::{Clock, Micros, SystemClock};
 use crate::core::policy::request::{Descriptor, Request};
+use crate::core::policy::rules::Rule;
+
+/// Banned values listed per rule: the ones whose bans end last.
+pub const BANS_SHOWN: usize = 20;
 
 /// Every rule's heavy hitters, by rule path.
 pub struct HitterBoard {
-    rules: RwLock<HashMap<String, Mutex<HeavyHitters>>>,
-    hash_keys: (u64, u64),
+    counted: RwLock<Counted>,
+    /// Per rule path, the bans in force this instance found or started.
+    bans: Mutex<HashMap<String, Vec<BannedValue>>>,
+    peers: RwLock<PeerView>,
     clock: Arc<dyn Clock>,
+}
+
+/// A value its rule refuses outright until `until` (on the board's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BannedValue {
+    /// As a heavy hitter's: the value (raw) or empty (hashed).
+    pub label: String,
+    pub id: u64,
+    pub until: Micros,
+    /// Bans started so far for this value (`core::arithmetic::ban`).
+    pub level: u32,
+}
+
+impl BannedValue {
+    /// How the value is shown: as sent (raw) or `#` and its hash.
+    pub fn shown(&self) -> String {
+        shown_value(&self.label, self.id)
+    }
+}
+
+/// What this instance counted, and the key its values are hashed with.
+struct Counted {
+    hash_keys: (u64, u64),
+    rules: HashMap<String, Mutex<HeavyHitters>>,
+}
+
+/// What the other instances that share the store published, as last read.
+#[derive(Debug, Clone, Default)]
+pub struct PeerView {
+    pub sharing: Sharing,
+    /// Their summaries of the last ten minutes, by rule path.
+    pub summaries: HashMap<String, Vec<BucketSummary>>,
+    /// Other instances whose summaries are merged.
+    pub instances: usize,
+}
+
+/// Whether the heavy hitters shown are this instance's or every instance's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// The store is this process's: each instance shows its own.
+    #[default]
+    Local,
+    /// Merged with every instance's that shares the store's Redis.
+    Shared,
+    /// The store is shared, but Redis did not answer the last sync: this instance's only.
+    Unreachable(String),
+}
+
+impl Sharing {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sharing::Local => "instance",
+            Sharing::Shared => "all instances",
+            Sharing::Unreachable(_) => "instance (Redis unreachable)",
+        }
+    }
 }
 
 /// One rule's view over a window.
@@ -37,6 +103,8 @@ pub struct RuleHitters {
     pub top: Vec<Hitter>,
     /// Each of the last ten minutes, oldest first: (admitted, refused).
     pub per_minute: Vec<(u64, u64)>,
+    /// No value's hits exceed what `top` shows by more (`core::arithmetic::heavy_hitters::merge`).
+    pub error_bound: u64,
 }
 
 impl Default for HitterBoard {
@@ -48,8 +116,12 @@ impl Default for HitterBoard {
 impl HitterBoard {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            rules: RwLock::new(HashMap::new()),
-            hash_keys: (rand::random(), rand::random()),
+            counted: RwLock::new(Counted {
+                hash_keys: (rand::random(), rand::random()),
+                rules: HashMap::new(),
+            }),
+            bans: Mutex::new(HashMap::new()),
+            peers: RwLock::new(PeerView::default()),
             clock,
         }
     }
@@ -81,50 +153,160 @@ impl HitterBoard {
         now: Micros,
         admitted: bool,
     ) {
-        let id = self.id_of(descriptor);
         let mut label = String::new();
         if values == HitterValues::Raw {
             label = value_text(descriptor);
         }
-        if let Some(hitters) = self.rules.read().get(path) {
-            hitters.lock().record(now, id, &label, admitted);
-            return;
+        {
+            let counted = self.counted.read();
+            let id = id_of(counted.hash_keys, descriptor);
+            if let Some(hitters) = counted.rules.get(path) {
+                hitters.lock().record(now, id, &label, admitted);
+                return;
+            }
         }
-        self.rules
-            .write()
+        let mut counted = self.counted.write();
+        let id = id_of(counted.hash_keys, descriptor);
+        counted
+            .rules
             .entry(path.to_owned())
             .or_default()
             .lock()
             .record(now, id, &label, admitted);
     }
 
-    fn id_of(&self, descriptor: &Descriptor) -> u64 {
-        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
-        for entry in &descriptor.entries {
-            hasher.write(entry.value.as_bytes());
-            hasher.write_u8(0xFF);
-        }
-        hasher.finish()
-    }
-
-    /// `path`'s hits over `window`, with its top values (`None`: no hit recorded yet).
+    /// `path`'s hits over `window`, this instance's and the peers' last read, with its top
+    /// values (`None`: no hit recorded yet).
     pub fn rule(&self, path: &str, window: HitterWindow) -> Option<RuleHitters> {
         let now = self.clock.now();
-        let rules = self.rules.read();
-        let hitters = rules.get(path)?.lock();
-        let (admitted, refused) = hitters.totals(now, window);
+        let mut summaries = self
+            .counted
+            .read()
+            .rules
+            .get(path)
+            .map(|hitters| hitters.lock().summaries(now))
+            .unwrap_or_default();
+        if let Some(theirs) = self.peers.read().summaries.get(path) {
+            summaries.extend(theirs.iter().cloned());
+        }
+        if summaries.is_empty() {
+            return None;
+        }
+        let merged = hitter_merge::merge(&summaries, now, window);
         Some(RuleHitters {
-            admitted,
-            refused,
-            top: hitters.top(now, window),
-            per_minute: hitters.per_minute(now).to_vec(),
+            admitted: merged.admitted,
+            refused: merged.refused,
+            top: merged.top,
+            per_minute: hitter_merge::per_minute(&summaries, now).to_vec(),
+            error_bound: merged.error_bound,
         })
+    }
+
+    /// `descriptor`'s ban under `rule`, as a ban call found it: listed while in force (the
+    /// [`BANS_SHOWN`] ending last per rule), dropped when `outcome` says none is.
+    pub fn banned(&self, rule: &Rule, descriptor: &Descriptor, outcome: &BanOutcome) {
+        let now = self.clock.now();
+        let id = id_of(self.counted.read().hash_keys, descriptor);
+        let mut bans = self.bans.lock();
+        let listed = bans.entry(rule.path.clone()).or_default();
+        listed.retain(|ban| ban.id != id && ban.until > now);
+        if outcome.banned_for <= 0 {
+            return;
+        }
+        let mut label = String::new();
+        if rule.hitter_values == HitterValues::Raw {
+            label = value_text(descriptor);
+        }
+        listed.push(BannedValue {
+            label,
+            id,
+            until: now.saturating_add(outcome.banned_for),
+            level: outcome.level,
+        });
+        listed.sort_by(|a, b| b.until.cmp(&a.until).then(a.id.cmp(&b.id)));
+        listed.truncate(BANS_SHOWN);
+    }
+
+    /// `descriptor`'s ban under the rule at `path` was lifted (its counters reset).
+    pub fn lifted(&self, path: &str, descriptor: &Descriptor) {
+        let id = id_of(self.counted.read().hash_keys, descriptor);
+        if let Some(listed) = self.bans.lock().get_mut(path) {
+            listed.retain(|ban| ban.id != id);
+        }
+    }
+
+    /// The bans in force under the rule at `path`, ending last first.
+    pub fn bans(&self, path: &str) -> Vec<BannedValue> {
+        let now = self.clock.now();
+        let bans = self.bans.lock();
+        let mut listed: Vec<BannedValue> = bans.get(path).cloned().unwrap_or_default();
+        listed.retain(|ban| ban.until > now);
+        listed
+    }
+
+    /// Each rule's summaries of the last ten minutes, this instance's only, those for which
+    /// `wanted(rule path, minute, hits)` holds: what it publishes.
+    pub fn summaries_where(
+        &self,
+        mut wanted: impl FnMut(&str, i64, u64) -> bool,
+    ) -> Vec<(String, Vec<BucketSummary>)> {
+        let now = self.clock.now();
+        self.counted
+            .read()
+            .rules
+            .iter()
+            .map(|(path, hitters)| {
+                let summaries = hitters
+                    .lock()
+                    .summaries_where(now, |minute, hits| wanted(path, minute, hits));
+                (path.clone(), summaries)
+            })
+            .filter(|(_, summaries)| !summaries.is_empty())
+            .collect()
+    }
+
+    /// Hashes values under `keys` from now on: whether they changed, and then what was counted
+    /// under the former keys is forgotten (its ids would never match the new ones).
+    pub fn adopt_hash_keys(&self, keys: (u64, u64)) -> bool {
+        let mut counted = self.counted.write();
+        if counted.hash_keys == keys {
+            return false;
+        }
+        counted.hash_keys = keys;
+        counted.rules.clear();
+        self.bans.lock().clear();
+        true
+    }
+
+    /// What the other instances published, as last read (or why it could not be).
+    pub fn set_peers(&self, view: PeerView) {
+        *self.peers.write() = view;
+    }
+
+    /// Whose hits are shown, and how many other instances' are merged in.
+    pub fn sharing(&self) -> (Sharing, usize) {
+        let peers = self.peers.read();
+        (peers.sharing.clone(), peers.instances)
+    }
+
+    /// The clock the hits are counted on.
+    pub fn now(&self) -> Micros {
+        self.clock.now()
     }
 
     /// Bytes the top lists hold now.
     pub fn bytes(&self) -> usize {
-        self.rules.read().len() * HeavyHitters::BYTES
+        self.counted.read().rules.len() * HeavyHitters::BYTES
     }
+}
+
+fn id_of(keys: (u64, u64), descriptor: &Descriptor) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(keys.0, keys.1);
+    for entry in &descriptor.entries {
+        hasher.write(entry.value.as_bytes());
+        hasher.write_u8(0xFF);
+    }
+    hasher.finish()
 }
 
 /// The descriptor's values joined by `,` (as `key=value` would show them without the keys).
@@ -141,9 +323,13 @@ fn value_text(descriptor: &Descriptor) -> String {
 
 /// How a hitter is shown: its value (raw) or `#` and its hash.
 pub fn shown(hitter: &Hitter) -> String {
-    if hitter.label.is_empty() {
-        format!("#{:016x}", hitter.id)
+    shown_value(&hitter.label, hitter.id)
+}
+
+fn shown_value(label: &str, id: u64) -> String {
+    if label.is_empty() {
+        format!("#{id:016x}")
     } else {
-        hitter.label.clone()
+        label.to_owned()
     }
 }

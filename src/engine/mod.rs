@@ -7,6 +7,7 @@ pub(crate) mod adjustment_set;
 pub(crate) mod config_source;
 pub(crate) mod counters;
 pub mod heavy_hitters;
+pub mod heavy_hitters_sync;
 pub mod lease_timings;
 pub mod limitador;
 pub mod limiter;

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::http::header;
@@ -15,9 +16,10 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use crate::core::arithmetic::heavy_hitters::HitterWindow;
+use crate::core::ground::calendar::rfc3339;
 use crate::core::policy::describe::window_text;
 use crate::core::policy::rules::Rule;
-use crate::engine::heavy_hitters::{shown, HitterBoard, RuleHitters};
+use crate::engine::heavy_hitters::{shown, HitterBoard, RuleHitters, Sharing};
 use crate::engine::limiter::Limiter;
 use crate::engine::reload::ReloadStatus;
 use crate::server::health::Health;
@@ -78,11 +80,27 @@ fn status<S: Store>(sources: &StatusSources<S>) -> Value {
             "backend": limiter.store().backend(),
             "reachable": sources.health.store_reachable(),
         },
-        "heavy_hitters": {
-            "enabled": board.is_some(),
-            "bytes": board.map_or(0, |board| board.bytes()),
-        },
+        "heavy_hitters": hitters_scope(board.map(Arc::as_ref)),
         "rules": rules,
+    })
+}
+
+/// Whether heavy hitters are counted, in how much memory, and whose are shown.
+fn hitters_scope(board: Option<&HitterBoard>) -> Value {
+    let Some(board) = board else {
+        return json!({ "enabled": false, "bytes": 0 });
+    };
+    let (sharing, peers) = board.sharing();
+    let reason = match &sharing {
+        Sharing::Unreachable(reason) => Some(reason.clone()),
+        Sharing::Local | Sharing::Shared => None,
+    };
+    json!({
+        "enabled": true,
+        "bytes": board.bytes(),
+        "scope": sharing.name(),
+        "instances": 1 + peers,
+        "unreachable": reason,
     })
 }
 
@@ -104,10 +122,30 @@ fn rule_status(rule: &Rule, board: Option<&Arc<HitterBoard>>) -> Value {
         "rule": rule.path,
         "limits": limits,
         "ban": rule.ban.is_some(),
+        "banned": board.filter(|_| rule.ban.is_some()).map(|board| bans_json(board, &rule.path)),
         "values": rule.hitter_values.name(),
         "last_minute": window(HitterWindow::LastMinute).map(|hitters| hitters_json(&hitters)),
         "last_ten_minutes": window(HitterWindow::LastTenMinutes).map(|hitters| hitters_json(&hitters)),
     })
+}
+
+/// The values `path` bans now, ending last first: each with its ban's end and level.
+fn bans_json(board: &HitterBoard, path: &str) -> Value {
+    let now = board.now();
+    let bans: Vec<Value> = board
+        .bans(path)
+        .iter()
+        .map(|ban| {
+            let until = UNIX_EPOCH + Duration::from_micros(u64::try_from(ban.until).unwrap_or(0));
+            json!({
+                "value": ban.shown(),
+                "until": rfc3339(until),
+                "ends_in_seconds": (ban.until - now) as f64 / 1e6,
+                "level": ban.level,
+            })
+        })
+        .collect();
+    Value::Array(bans)
 }
 
 fn hitters_json(hitters: &RuleHitters) -> Value {
@@ -132,11 +170,13 @@ fn hitters_json(hitters: &RuleHitters) -> Value {
         "admitted": hitters.admitted,
         "refused": hitters.refused,
         "top": top,
+        "error_bound": hitters.error_bound,
         "per_minute": minutes,
     })
 }
 
-/// Reloads the page every 2 s; the page reads the same without it.
+/// Reloads the page every 2 s (the browser keeps the scroll position); the page reads the
+/// same without it.
 const REFRESH: &str = "<script>setTimeout(function(){location.reload()},2000)</script>";
 
 const STYLE: &str = "<style>body{font:14px system-ui,sans-serif;margin:1.5em}\
@@ -161,14 +201,7 @@ fn html(status: &Value) -> String {
         } else {
             "UNREACHABLE"
         },
-        if status["heavy_hitters"]["enabled"]
-            .as_bool()
-            .unwrap_or(false)
-        {
-            "counted"
-        } else {
-            "off (--heavy-hitters)"
-        },
+        escape(&hitters_text(&status["heavy_hitters"])),
     );
     for rule in status["rules"].as_array().into_iter().flatten() {
         rule_html(&mut page, rule);
@@ -176,6 +209,21 @@ fn html(status: &Value) -> String {
     page.push_str(REFRESH);
     page.push_str("</body></html>\n");
     page
+}
+
+/// Whether heavy hitters are counted, and whose.
+fn hitters_text(hitters: &Value) -> String {
+    if !hitters["enabled"].as_bool().unwrap_or(false) {
+        return "off (--heavy-hitters)".to_owned();
+    }
+    let instances = hitters["instances"].as_u64().unwrap_or(1);
+    match hitters["unreachable"].as_str() {
+        Some(reason) => format!("this instance's only, Redis unreachable: {reason}"),
+        None if hitters["scope"] == "all instances" => {
+            format!("merged over {instances} instances")
+        }
+        None => "this instance's".to_owned(),
+    }
 }
 
 fn rule_html(page: &mut String, rule: &Value) {
@@ -221,6 +269,7 @@ fn rule_html(page: &mut String, rule: &Value) {
         sparkline(&series("admitted")),
         sparkline(&series("refused")),
     );
+    bans_html(page, rule);
     let top = ten["top"].as_array().into_iter().flatten();
     let rows: String = top
         .map(|hitter| {
@@ -237,7 +286,34 @@ fn rule_html(page: &mut String, rule: &Value) {
         let _ = write!(
             page,
             "<table><tr><th>value (last 10 minutes)</th><th>admitted</th><th>refused</th>\
-             <th>hits before it was kept, at most</th></tr>{rows}</table>"
+             <th>hits not counted, at most</th></tr>{rows}</table><p>no value's hits exceed \
+             what is shown by more than {}, nor had a value not shown more</p>",
+            ten["error_bound"].as_u64().unwrap_or(0)
+        );
+    }
+}
+
+/// The rule's banned values, if it bans and any is.
+fn bans_html(page: &mut String, rule: &Value) {
+    let rows: String = rule["banned"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|ban| {
+            format!(
+                "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td></tr>",
+                escape(ban["value"].as_str().unwrap_or("")),
+                escape(ban["until"].as_str().unwrap_or("")),
+                ban["ends_in_seconds"].as_f64().unwrap_or(0.0),
+                ban["level"],
+            )
+        })
+        .collect();
+    if !rows.is_empty() {
+        let _ = write!(
+            page,
+            "<table><tr><th>banned value</th><th>until</th><th>seconds left</th>\
+             <th>level</th></tr>{rows}</table>"
         );
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod adaptive;
 pub mod caddy;
+pub mod chromium;
 pub mod delay_proxy;
 pub mod envoy;
 pub mod envoy_gateway;
@@ -22,6 +23,7 @@ pub mod prom;
 pub mod prometheus;
 pub mod redis;
 pub mod rls;
+pub mod status;
 pub mod testca;
 pub mod xds;
 

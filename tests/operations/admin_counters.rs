@@ -14,6 +14,7 @@ use floodgate_testkit as common;
 use floodgate_testkit::http::{self, HttpResponse};
 use floodgate_testkit::ops::{self, descriptor, request, Server};
 use floodgate_testkit::redis as redis_server;
+use floodgate_testkit::status::{rule, status_json};
 use serde_json::Value;
 
 const TOKEN: &str = "counters-admin-token";
@@ -220,10 +221,13 @@ fn counters_are_shown_and_reset(extra: &[&str]) {
 }
 
 /// Refused twice within a minute, a key is banned for two hours: refused with that wait
-/// (longer than its window's), shown by `get`, lifted by `reset`.
+/// (longer than its window's), shown by `get` and on the status page (`--heavy-hitters`),
+/// lifted by `reset`.
 fn a_ban_starts_shows_and_is_lifted_by_a_reset(extra: &[&str]) {
     let dir = common::tempdir();
-    let instance = start(dir.path(), extra);
+    let mut flags = vec!["--heavy-hitters"];
+    flags.extend_from_slice(extra);
+    let instance = start(dir.path(), &flags);
     let ip = "192.0.2.9";
     assert_eq!(instance.wait("banned", ip).0, Code::Ok);
     let (code, wait) = instance.wait("banned", ip);
@@ -241,12 +245,36 @@ fn a_ban_starts_shows_and_is_lifted_by_a_reset(extra: &[&str]) {
     assert_eq!(json(&shown)["ban"]["level"], 1, "{}", shown.body);
     // Another key of the rule is not banned.
     assert_eq!(instance.wait("banned", "192.0.2.10").0, Code::Ok);
+    let listed = banned_on_the_page(&instance);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["level"], 1, "{listed:?}");
+    assert!(
+        listed[0]["ends_in_seconds"].as_f64().unwrap_or(0.0) > 7_000.0,
+        "{listed:?}"
+    );
+    // The rule does not say `heavy_hitters: raw`: the value shows hashed.
+    assert!(
+        listed[0]["value"]
+            .as_str()
+            .is_some_and(|v| v.starts_with('#')),
+        "{listed:?}"
+    );
 
     let reset = instance.post("/v1/counters/reset", &body("banned", ip));
     assert_eq!(reset.status, 200, "{}", reset.body);
     assert_eq!(instance.wait("banned", ip).0, Code::Ok);
     let shown = instance.post("/v1/counters/get", &body("banned", ip));
     assert_eq!(json(&shown)["ban"]["banned"], false, "{}", shown.body);
+    assert_eq!(banned_on_the_page(&instance), Vec::<Value>::new());
+}
+
+/// The values the `banned` rule bans, as `/status.json` lists them.
+fn banned_on_the_page(instance: &Instance) -> Vec<Value> {
+    let status = status_json(instance.server.debug_port);
+    rule(&status, "shop.banned")["banned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("no list of banned values: {status}"))
 }
 
 #[test]

@@ -2,16 +2,19 @@
 //! `/status.json` shows a rule's admitted and refused hits and, on top, the key it refused
 //! most (raw where the rule says so, hashed otherwise), the numbers move as hits arrive, and
 //! `/status` renders the same in a real headless Chromium (Debian's `chromium`), which also
-//! writes the screenshot `docs/status-page.png` when `FLOODGATE_STATUS_SCREENSHOT` is set.
+//! writes the screenshot `docs/status-page.png` when `FLOODGATE_STATUS_SCREENSHOT` is set;
+//! kept open there, the page shows new hits within 2 s by itself; a banning rule lists the
+//! values it bans.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use floodgate::proto::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_testkit as common;
+use floodgate_testkit::chromium::{self, OpenPage};
 use floodgate_testkit::http;
 use floodgate_testkit::ops::{self, descriptor, request, Server};
+use floodgate_testkit::status::{rule, status_json};
 use serde_json::Value;
 
 const RULES: &str = "domain: shop\n\
@@ -20,7 +23,11 @@ const RULES: &str = "domain: shop\n\
                      \x20   rate_limit: {unit: minute, requests_per_unit: 5}\n\
                      \x20   heavy_hitters: raw\n\
                      \x20 - key: api_key\n\
-                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n\
+                     \x20 - key: user\n\
+                     \x20   rate_limit: {unit: hour, requests_per_unit: 2}\n\
+                     \x20   ban: {after: 2, within: 1m, for: 5m, max: 1h}\n\
+                     \x20   heavy_hitters: raw\n";
 
 fn start(dir: &Path) -> Server {
     let config = dir.join("rules.yaml");
@@ -45,17 +52,7 @@ fn hit(server: &Server, key: &str, value: &str, calls: usize) {
 }
 
 fn status(server: &Server) -> Value {
-    let answer = http::get(server.debug_port, "/status.json", &[])
-        .unwrap_or_else(|error| panic!("/status.json: {error}"));
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    serde_json::from_str(&answer.body).unwrap_or_else(|error| panic!("{error}: {}", answer.body))
-}
-
-fn rule<'a>(status: &'a Value, path: &str) -> &'a Value {
-    status["rules"]
-        .as_array()
-        .and_then(|rules| rules.iter().find(|rule| rule["rule"] == path))
-        .unwrap_or_else(|| panic!("no rule {path} in {status}"))
+    status_json(server.debug_port)
 }
 
 #[test]
@@ -124,6 +121,71 @@ fn the_status_shows_who_is_refused_and_moves_with_the_traffic() {
     }
 }
 
+#[test]
+fn a_banned_value_is_listed_with_the_end_and_level_of_its_ban() {
+    let dir = common::tempdir();
+    let server = start(dir.path());
+    // Two admitted, two refused by the limit (strikes: the second starts a ban), one by the ban.
+    hit(&server, "user", "mallory", 5);
+    hit(&server, "user", "alice", 3);
+    let seen = status(&server);
+    let banned = rule(&seen, "shop.user")["banned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(banned.len(), 1, "only mallory reached two strikes: {seen}");
+    assert_eq!(banned[0]["value"], "mallory", "{seen}");
+    assert_eq!(banned[0]["level"], 1, "{seen}");
+    let left = banned[0]["ends_in_seconds"].as_f64().unwrap_or(0.0);
+    assert!(left > 200.0 && left <= 300.0, "a 5-minute ban: {seen}");
+    assert!(
+        banned[0]["until"]
+            .as_str()
+            .is_some_and(|until| until.ends_with('Z')),
+        "{seen}"
+    );
+    // A rule without `ban:` lists nothing.
+    assert!(rule(&seen, "shop.api_key")["banned"].is_null(), "{seen}");
+    let page = http::get(server.debug_port, "/status", &[])
+        .unwrap_or_else(|error| panic!("/status: {error}"));
+    assert!(
+        page.body.contains("banned value") && page.body.contains("<td>mallory</td>"),
+        "{}",
+        page.body
+    );
+}
+
+/// The page open in a browser moves by itself: a value that appears after it loaded shows
+/// within 2 s (its script reloads it; nothing here does), which fails without the script.
+#[test]
+fn the_open_page_shows_new_hits_within_two_seconds_by_itself() {
+    let dir = common::tempdir();
+    let server = start(dir.path());
+    hit(&server, "remote_address", "10.0.3.1", 2);
+    let mut page = OpenPage::open(&page_url(&server));
+    let loaded = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        match page.text() {
+            Some(text) if text.contains("10.0.3.1") => break text,
+            seen => assert!(Instant::now() < loaded, "the page never loaded: {seen:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!first.contains("10.0.3.99"), "{first}");
+
+    hit(&server, "remote_address", "10.0.3.99", 3);
+    let sent = Instant::now();
+    let mut seen = None;
+    while sent.elapsed() < Duration::from_millis(2500) {
+        seen = page.text();
+        if seen.as_ref().is_some_and(|text| text.contains("10.0.3.99")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the open page did not show the new value within 2.5 s: {seen:?}");
+}
+
 /// Waits, if the minute is near its end, for the next one: the counts below are asserted
 /// exactly, and hits split across two one-minute buckets would weigh the older one less.
 fn within_one_minute() {
@@ -138,46 +200,9 @@ fn within_one_minute() {
 
 /// Runs headless Chromium on `/status` with `args`: its stdout.
 fn chromium(server: &Server, args: &[&str]) -> String {
-    let profile = common::tempdir();
-    let url = format!("http://127.0.0.1:{}/status", server.debug_port);
-    let mut command = Command::new(chromium_bin());
-    command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(["--virtual-time-budget=1000", "--timeout=20000"])
-        .args(args)
-        .arg(&url);
-    let out = profile.path().join("stdout");
-    let file = std::fs::File::create(&out).unwrap_or_else(|error| panic!("{error}"));
-    let mut child = command
-        .stdout(file)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run chromium: {error}"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().ok().flatten().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::fs::read_to_string(&out).unwrap_or_default()
+    chromium::run_once(&page_url(server), args)
 }
 
-/// Debian's `chromium` (`$FLOODGATE_CHROMIUM` otherwise); missing, the test fails:
-/// `scripts/install-peers.sh` installs it.
-fn chromium_bin() -> PathBuf {
-    if let Ok(path) = std::env::var("FLOODGATE_CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    common::which("chromium").unwrap_or_else(|| {
-        panic!("chromium not found: run scripts/install-peers.sh (or set FLOODGATE_CHROMIUM)")
-    })
+fn page_url(server: &Server) -> String {
+    format!("http://127.0.0.1:{}/status", server.debug_port)
 }

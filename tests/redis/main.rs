@@ -12,6 +12,7 @@ mod redis_connection;
 mod redis_differential;
 mod redis_failure_policy_config;
 mod redis_health;
+mod redis_heavy_hitters;
 mod redis_held_windows;
 mod redis_leases;
 mod redis_limitador;

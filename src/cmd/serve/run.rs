@@ -256,6 +256,7 @@ async fn serve_shared<S: SharesLimits + RlqsPeers>(
     serving: Serving,
 ) -> Result<(), AppError> {
     exchange_quota_demands(&limiter, &serving);
+    crate::engine::heavy_hitters_sync::start(&limiter, serving.shutdown.clone()).await;
     let serving = share_overrides(&limiter, serving).await;
     run_limiter(limiter, reloader, serving).await
 }

@@ -124,6 +124,9 @@ impl<S: Store> CounterDesk<S> {
         let planned = self.plan(&rules, query)?;
         let removed = self.limiter.store().reset(&planned.counters).await?;
         self.ban(&planned.bans, BanAction::Lift).await?;
+        if let (Some(board), Some(path)) = (self.limiter.heavy_hitters(), planned.paths.first()) {
+            board.lifted(path, &Descriptor::new(query.entries.clone()));
+        }
         let rule = planned.paths.first().map_or("", String::as_str);
         audit::counters_reset(&query.domain, rule, &query.shown(), removed, from);
         Ok(removed)

@@ -7,15 +7,17 @@
 use super::observer::CallObserver;
 use super::Limiter;
 use crate::core::arithmetic::algorithm::Hits;
-use crate::core::arithmetic::ban::BanAction;
-use crate::core::decision::bans::{apply_bans, ban_calls, bans_apply, strike_calls};
-use crate::core::decision::plan::{Counter, Plan};
+use crate::core::arithmetic::ban::{BanAction, BanOutcome};
+use crate::core::decision::bans::{apply_bans, ban_calls, bans_apply, strike_calls, BanCall};
+use crate::core::decision::plan::{Counter, DescriptorPlan, Plan};
+use crate::core::policy::request::Request;
 use crate::store::{Decided, Store, StoreError};
 
 impl<S: Store> Limiter<S> {
     /// `count`, with the plan's bans checked before and struck after.
     pub(super) async fn count_with_bans(
         &self,
+        request: &Request,
         plan: &Plan<'_>,
         leases_refuse: bool,
         observer: &CallObserver<'_>,
@@ -30,9 +32,10 @@ impl<S: Store> Limiter<S> {
         };
         if !found.iter().any(|outcome| outcome.banned_for > 0) {
             let mut decided = self.count(plan, false, observer).await?;
-            self.strike(plan, &mut decided).await;
+            self.strike(request, plan, &mut decided).await;
             return Ok(decided);
         }
+        self.list_bans(request, plan, &checks, &found);
         let looked: Vec<Counter> = plan
             .counters
             .iter()
@@ -54,7 +57,7 @@ impl<S: Store> Limiter<S> {
     /// Records a strike for each banning descriptor `decided` refused; a ban one starts shows
     /// in this answer's retry. A store that fails here leaves the answer as it was (it
     /// refused already), logged.
-    async fn strike(&self, plan: &Plan<'_>, decided: &mut Decided) {
+    async fn strike(&self, request: &Request, plan: &Plan<'_>, decided: &mut Decided) {
         let strikes = strike_calls(plan, decided);
         if strikes.is_empty() {
             return;
@@ -62,11 +65,38 @@ impl<S: Store> Limiter<S> {
         match self.store.bans(&strikes).await {
             Ok(struck) => {
                 apply_bans(plan, &strikes, &struck, decided);
+                self.list_bans(request, plan, &strikes, &struck);
             }
             Err(error) => tracing::warn!(
                 %error,
                 "could not record a refusal towards a ban; the request stays refused"
             ),
+        }
+    }
+}
+
+impl<S: Store> Limiter<S> {
+    /// Each ban in force that `outcomes` found, listed among its rule's banned values
+    /// (`--heavy-hitters`).
+    fn list_bans(
+        &self,
+        request: &Request,
+        plan: &Plan<'_>,
+        calls: &[BanCall],
+        outcomes: &[BanOutcome],
+    ) {
+        let Some(board) = self.heavy_hitters() else {
+            return;
+        };
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            let rule = match plan.descriptors.get(call.descriptor) {
+                Some(DescriptorPlan::Limited { limit, .. }) => limit.rule(),
+                _ => None,
+            };
+            if let (Some(rule), Some(descriptor)) = (rule, request.descriptors.get(call.descriptor))
+            {
+                board.banned(rule, descriptor, outcome);
+            }
         }
     }
 }

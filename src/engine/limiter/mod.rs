@@ -361,7 +361,9 @@ impl<S: Store> Limiter<S> {
         };
         self.time_leases(&request.domain, &plan, &leases);
         let leases_refuse = leases_over_limit(&plan, &leases);
-        let counted = self.count_with_bans(&plan, leases_refuse, observer).await;
+        let counted = self
+            .count_with_bans(request, &plan, leases_refuse, observer)
+            .await;
         let decided = match self.settle(counted, policy, &plan, observer).await? {
             StoreFallback::Decided(decided) => decided,
             StoreFallback::Rejected(response) => {

@@ -84,8 +84,9 @@
 //! An ACL user needs only its keys and these commands (Redis 7 syntax):
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
-//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`),
-//! `+scan` for Limitador's `GET /counters/{namespace}` (`held_window_listing.rs`).
+//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`)
+//! and the heavy hitters (`heavy_hitters.rs`), `+scan` for Limitador's
+//! `GET /counters/{namespace}` (`held_window_listing.rs`).
 //! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them (and `+get`,
 //! already above, for all-or-refused's reads).
 //! On Redis Cluster also `+cluster|slots` (the client reads the slot map from it). With
@@ -128,6 +129,7 @@ mod cluster;
 mod connection;
 mod credentials;
 mod errors;
+mod heavy_hitters;
 mod held;
 mod held_window_listing;
 mod held_windows;
@@ -156,6 +158,7 @@ use self::cluster::ClusterLink;
 use self::connection::Connection;
 pub use self::connection::MAX_POOL_SIZE;
 use self::errors::{misconfigured, unavailable, BACKEND};
+pub use self::heavy_hitters::{HitterRules, PeerSummary, PublishedSummary};
 pub use self::hybrid_sync::{instances_key, SyncItem, SyncReply, SYNC_SOURCE};
 pub use self::keys::{HashTag, InvalidPrefix, KeyLayout, DEFAULT_PREFIX};
 use self::lanes::Lanes;

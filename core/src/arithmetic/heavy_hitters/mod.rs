@@ -7,7 +7,13 @@
 //!
 //! The last minute is the current bucket plus the previous one weighted by how much of it is
 //! still within 60 s (as a sliding window counts); the last ten minutes, the ten buckets.
+//! Both are read as the buckets' summaries merged ([`merge`]), as those of several instances are.
 
+pub mod merge;
+
+use serde::{Deserialize, Serialize};
+
+use self::merge::BucketSummary;
 use crate::ground::time::Micros;
 
 /// Values kept per bucket.
@@ -74,7 +80,7 @@ pub struct HeavyHitters {
 }
 
 /// A value's hits over a window.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hitter {
     /// The value as recorded (raw), or empty when only its id was kept (hashed).
     pub label: String,
@@ -84,6 +90,13 @@ pub struct Hitter {
     /// Hits the value may have had before it was kept, beyond `admitted` and `refused`
     /// (space-saving's bound).
     pub error: u64,
+}
+
+impl Hitter {
+    /// Space-saving's estimate: the hits counted, and at most `error` before.
+    pub fn estimate(&self) -> u64 {
+        self.admitted + self.refused + self.error
+    }
 }
 
 /// How a rule's values appear among its heavy hitters (`heavy_hitters:` on a descriptor).
@@ -179,64 +192,48 @@ impl HeavyHitters {
 
     /// Every hit over `window` at `now`, admitted and refused (weighted as [`Self::top`]).
     pub fn totals(&self, now: Micros, window: HitterWindow) -> (u64, u64) {
-        let minute = now.div_euclid(MINUTE);
-        self.buckets
-            .iter()
-            .fold((0, 0), |(admitted, refused), bucket| {
-                let weight = weight(window, now, minute.saturating_sub(bucket.minute));
-                let scaled = |count: u64| (count as f64 * weight).round() as u64;
-                (
-                    admitted + scaled(bucket.admitted),
-                    refused + scaled(bucket.refused),
-                )
-            })
+        let merged = merge::merge(&self.summaries(now), now, window);
+        (merged.admitted, merged.refused)
     }
 
     /// Every hit of each of the last ten minutes at `now`, oldest first, the current (partial)
     /// minute last: (admitted, refused).
     pub fn per_minute(&self, now: Micros) -> [(u64, u64); BUCKETS] {
-        let minute = now.div_euclid(MINUTE);
-        let mut minutes = [(0, 0); BUCKETS];
-        for bucket in &self.buckets {
-            let age = minute.saturating_sub(bucket.minute);
-            if let Some(at) = usize::try_from(age)
-                .ok()
-                .and_then(|age| (BUCKETS - 1).checked_sub(age))
-            {
-                minutes[at] = (bucket.admitted, bucket.refused);
-            }
-        }
-        minutes
+        merge::per_minute(&self.summaries(now), now)
     }
 
     /// The values with the most hits over `window` at `now`, most refused first (then most
-    /// admitted), at most [`TOP_K`].
+    /// admitted), at most [`TOP_K`] (`merge::merge` of the buckets).
     pub fn top(&self, now: Micros, window: HitterWindow) -> Vec<Hitter> {
-        let minute = now.div_euclid(MINUTE);
-        let mut merged: Vec<Hitter> = Vec::new();
-        for bucket in &self.buckets {
-            let weight = weight(window, now, minute.saturating_sub(bucket.minute));
-            if weight <= 0.0 {
-                continue;
-            }
-            for slot in &bucket.slots[..bucket.len] {
-                add(&mut merged, slot, weight);
-            }
-        }
-        merged.retain(|hitter| hitter.admitted + hitter.refused > 0);
-        merged.sort_by(|a, b| (b.refused, b.admitted, a.id).cmp(&(a.refused, a.admitted, b.id)));
-        merged.truncate(TOP_K);
-        merged
+        merge::merge(&self.summaries(now), now, window).top
     }
-}
 
-/// How much of a bucket `age` minutes old counts in `window` at `now`.
-fn weight(window: HitterWindow, now: Micros, age: i64) -> f64 {
-    match (window, age) {
-        (HitterWindow::LastTenMinutes, age) if (0..BUCKETS as i64).contains(&age) => 1.0,
-        (HitterWindow::LastMinute, 0) => 1.0,
-        (HitterWindow::LastMinute, 1) => 1.0 - now.rem_euclid(MINUTE) as f64 / MINUTE as f64,
-        _ => 0.0,
+    /// Each bucket of the last ten minutes at `now` that counted a hit, as a summary to merge
+    /// (with other instances', `merge`).
+    pub fn summaries(&self, now: Micros) -> Vec<BucketSummary> {
+        self.summaries_where(now, |_, _| true)
+    }
+
+    /// [`Self::summaries`], only those of the buckets for which `wanted(minute, hits)` holds
+    /// (hits: admitted and refused), decided before any is built: what changed since the
+    /// last publication, say.
+    pub fn summaries_where(
+        &self,
+        now: Micros,
+        mut wanted: impl FnMut(i64, u64) -> bool,
+    ) -> Vec<BucketSummary> {
+        self.buckets
+            .iter()
+            .filter(|bucket| bucket.admitted + bucket.refused > 0)
+            .filter(|bucket| merge::within_ten_minutes(bucket.minute, now))
+            .filter(|bucket| wanted(bucket.minute, bucket.admitted + bucket.refused))
+            .map(|bucket| BucketSummary {
+                minute: bucket.minute,
+                admitted: bucket.admitted,
+                refused: bucket.refused,
+                top: bucket.slots[..bucket.len].iter().map(hitter_of).collect(),
+            })
+            .collect()
     }
 }
 
@@ -256,25 +253,13 @@ fn labelled(id: u64, label: &str, error: u32) -> Slot {
     slot
 }
 
-fn add(merged: &mut Vec<Hitter>, slot: &Slot, weight: f64) {
-    let scaled = |count: u32| (f64::from(count) * weight).round() as u64;
-    let at = match merged.iter().position(|hitter| hitter.id == slot.id) {
-        Some(at) => at,
-        None => {
-            merged.push(Hitter {
-                label: label_of(slot),
-                id: slot.id,
-                admitted: 0,
-                refused: 0,
-                error: 0,
-            });
-            merged.len() - 1
-        }
-    };
-    if let Some(hitter) = merged.get_mut(at) {
-        hitter.admitted += scaled(slot.admitted);
-        hitter.refused += scaled(slot.refused);
-        hitter.error += scaled(slot.error);
+fn hitter_of(slot: &Slot) -> Hitter {
+    Hitter {
+        label: label_of(slot),
+        id: slot.id,
+        admitted: u64::from(slot.admitted),
+        refused: u64::from(slot.refused),
+        error: u64::from(slot.error),
     }
 }
 
