@@ -3,7 +3,7 @@
 //! unary calls that come without one, `--grpc-default-deadline-ms`. Without it a client could
 //! open streams that send headers and never their message, and each would live until its
 //! connection closed. Streams (health Watch, reflection, and later RLQS) get no default: they
-//! are meant to stay open, watched by HTTP/2 keepalive pings.
+//! are meant to stay open, watched by TCP keepalive (`server::connections`).
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -77,8 +77,8 @@ fn the_envoy_example_descriptors_find_their_rules_in_edge() {
     };
     assert_eq!(per_client.rule.path, "edge.generic_key_api.client_id");
     assert_eq!(
-        per_client.levels,
-        vec![MatchedLevel::Exact, MatchedLevel::Default]
+        per_client.levels.as_slice(),
+        [MatchedLevel::Exact, MatchedLevel::Default]
     );
     let quota = &per_client.rule.limits[0];
     assert_eq!((quota.requests_per_unit, quota.unit), (10, Unit::Second));

@@ -1,6 +1,8 @@
 //! From a request and the domain's rules to the counters the request touches: rule lookup,
 //! `replaces`, `unlimited`, limit overrides, hits and roles. Pure; the store does the counting.
 
+use smallvec::SmallVec;
+
 use crate::arithmetic::algorithm::{CheckRule, Hits, Quota, Share};
 use crate::arithmetic::lease::{
     adjusted_max_in_flight, is_usable_lease_id, reserve_at, Concurrency, LeaseAction, LeaseCall,
@@ -13,7 +15,7 @@ use crate::ground::verdict::Role;
 use crate::policy::adjustment::{Adjustment, AdjustmentsAt};
 use crate::policy::request::Entry;
 use crate::policy::request::{Descriptor, LimitOverride, Request};
-use crate::policy::rules::{DomainRules, MatchedLevel, Rule};
+use crate::policy::rules::{DomainRules, MatchedLevel, MatchedLevels, Rule};
 
 /// One counter a request touches: which descriptor asks, its identity, its limit, what to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,12 +178,13 @@ pub fn plan_adjusted<'a>(
             leases: Vec::new(),
         };
     };
-    let found: Vec<Found<'a>> = request
+    // On the stack for the usual few descriptors: a decision allocates neither list.
+    let found: SmallVec<[Found<'a>; 4]> = request
         .descriptors
         .iter()
         .map(|descriptor| find(domain, descriptor))
         .collect();
-    let matched: Vec<Option<&'a Rule>> = found.iter().map(Found::rule).collect();
+    let matched: SmallVec<[Option<&'a Rule>; 4]> = found.iter().map(Found::rule).collect();
     let mut planner = Planner {
         request,
         domain,
@@ -222,7 +225,7 @@ enum Found<'a> {
 
 struct FoundRule<'a> {
     rule: &'a Rule,
-    levels: Vec<MatchedLevel<'a>>,
+    levels: MatchedLevels<'a>,
     /// Index of the priority class entry among the descriptor's entries.
     class_entry: Option<usize>,
     /// Indexes of a concurrency rule's lease id entry and release marker.
@@ -388,7 +391,7 @@ impl<'a> Planner<'a, '_> {
         let source = override_source(self.domain, descriptor, limit);
         let hits = self.request.hits_for(descriptor, self.settings.check_only);
         let role = role_of(false, false, self.settings);
-        let levels = vec![MatchedLevel::Exact; descriptor.entries.len()];
+        let levels = MatchedLevels::from_elem(MatchedLevel::Exact, descriptor.entries.len());
         add_counters(
             &mut self.plan,
             index,

@@ -82,6 +82,9 @@ impl Rule {
     }
 }
 
+/// The levels one descriptor matched, on the stack for up to four (a descriptor rarely has more).
+pub type MatchedLevels<'a> = smallvec::SmallVec<[MatchedLevel<'a>; 4]>;
+
 /// How one level of a request descriptor matched the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatchedLevel<'a> {
@@ -110,7 +113,7 @@ pub(crate) enum StepMiss<'a> {
 pub struct Matched<'a> {
     pub rule: &'a Rule,
     /// One per request entry, in order.
-    pub levels: Vec<MatchedLevel<'a>>,
+    pub levels: MatchedLevels<'a>,
     /// The configured descriptors on the way to the rule, one per request entry. Stats keys are
     /// built from these pieces: `rule.path` cannot be split back into levels because keys and
     /// values may contain dots (`remote_address_10.0.0.1`).
@@ -288,7 +291,7 @@ impl DomainRules {
     pub fn lookup(&self, entries: &[Entry]) -> Option<Matched<'_>> {
         let last = entries.len().checked_sub(1)?;
         let mut node = &self.root;
-        let mut levels = Vec::with_capacity(entries.len());
+        let mut levels = MatchedLevels::new();
         for (index, entry) in entries.iter().enumerate() {
             let Some((next, how)) = node.child_for(entry) else {
                 return node.rule_with_extra_entries(entries, index, levels);
@@ -355,7 +358,7 @@ impl Node {
         &'s self,
         entries: &[Entry],
         first: usize,
-        levels: Vec<MatchedLevel<'s>>,
+        levels: MatchedLevels<'s>,
     ) -> Option<Matched<'s>> {
         let rule = self.rule()?;
         let mut matched = Matched {
@@ -395,7 +398,7 @@ impl Node {
     /// Whether the entries from `first` on are all entries this node's rule reads rather than
     /// levels ([`DomainRules::lookup`]; `--explain` asks the same).
     pub(crate) fn reads_rest(&self, entries: &[Entry], first: usize) -> bool {
-        self.rule_with_extra_entries(entries, first, Vec::new())
+        self.rule_with_extra_entries(entries, first, MatchedLevels::new())
             .is_some()
     }
 

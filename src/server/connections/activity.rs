@@ -101,6 +101,9 @@ pub enum Verdict {
 #[derive(Debug)]
 pub struct Activity {
     opened: Instant,
+    /// HTTP/2 needs no time of its reads and writes (see [`Snapshot::verdict`]): none is
+    /// taken, as that would be a clock read for every frame.
+    wire: Wire,
     in_flight: AtomicU32,
     requests: AtomicU64,
     /// When the last open request ended (or the connection opened).
@@ -113,9 +116,10 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn new() -> Self {
+    pub fn new(wire: Wire) -> Self {
         Self {
             opened: Instant::now(),
+            wire,
             in_flight: AtomicU32::new(0),
             requests: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(0),
@@ -142,9 +146,12 @@ impl Activity {
     }
 
     fn read(&self, bytes: usize) {
+        self.bytes_read.fetch_add(bytes as u64, Ordering::Relaxed);
+        if self.wire == Wire::Http2 {
+            return;
+        }
         let now = self.now_ms();
         self.last_io_ms.store(now, Ordering::Relaxed);
-        self.bytes_read.fetch_add(bytes as u64, Ordering::Relaxed);
         if self.in_flight.load(Ordering::Relaxed) == 0 {
             let _ = self.head_started_ms.compare_exchange(
                 UNSET,
@@ -156,6 +163,9 @@ impl Activity {
     }
 
     fn wrote(&self) {
+        if self.wire == Wire::Http2 {
+            return;
+        }
         self.last_io_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
@@ -234,7 +244,7 @@ impl Snapshot {
                 timeouts.header_ms,
                 Verdict::Abort(AbortReason::HandshakeTimeout),
             ),
-            // Open streams are watched by HTTP/2 keepalive pings and by their own deadlines.
+            // Open streams are watched by TCP keepalive and by their own deadlines.
             Wire::Http2 if self.in_flight > 0 => {
                 return self.keep_until(self.now_ms.saturating_add(timeouts.idle_ms));
             }
@@ -475,7 +485,7 @@ mod tests {
 
     #[test]
     fn requests_and_reads_move_the_clocks() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(Wire::Http1));
         activity.read(10);
         assert!(activity.snapshot().head_started_ms.is_some());
         let request = activity.request_started();

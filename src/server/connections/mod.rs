@@ -23,6 +23,7 @@ mod activity;
 pub mod descriptors;
 mod requests;
 pub mod streams;
+mod watch;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -37,11 +38,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
-use activity::{Activity, Timeouts, TrackedIo, Verdict, Wire};
+use activity::{Activity, Timeouts, TrackedIo, Wire};
 use requests::TrackedService;
 pub use requests::{is_body_timeout, RequestBody};
+use watch::{keep_time, Ended, Obeying, Orders, Watch};
 
 use super::tls::ServerTls;
 use crate::engine::shutdown::Shutdown;
@@ -56,10 +57,14 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
 /// finish the answer in progress before it is dropped.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
-/// HTTP/2 pings on an open gRPC connection: a peer that does not answer one within
-/// [`KEEPALIVE_TIMEOUT`] is gone, and its streams with it.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// TCP keepalive on a gRPC connection: after [`KEEPALIVE_IDLE`] without a packet the kernel
+/// probes the peer every [`KEEPALIVE_INTERVAL`], and after [`KEEPALIVE_PROBES`] unanswered
+/// probes the connection is gone, and its streams (an RLQS stream has no deadline) with it.
+/// The kernel's probes, not HTTP/2 pings: hyper re-arms its ping timer at every frame read,
+/// which cost each call a timer reset for a deadline half a minute away.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 4;
 
 /// How long the accept loop pauses after accept itself failed (out of descriptors, say).
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
@@ -95,6 +100,15 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 only, at most this many streams per connection: gRPC.
     Http2 { max_streams: u32 },
+}
+
+impl Protocol {
+    fn wire(self) -> Wire {
+        match self {
+            Protocol::Http1 => Wire::Http1,
+            Protocol::Http2 { .. } => Wire::Http2,
+        }
+    }
 }
 
 /// One listening socket and how to serve what it accepts.
@@ -202,6 +216,9 @@ impl<S> Accepting<S> {
             return;
         }
         let _ = stream.set_nodelay(true);
+        if matches!(self.protocol, Protocol::Http2 { .. }) {
+            keep_alive(&stream, peer);
+        }
         let connection = Connection {
             listener: self.name,
             peer,
@@ -216,6 +233,18 @@ impl<S> Accepting<S> {
             let _open = connection_opened(name);
             connection.run(stream, tls, service, connect_info).await;
         });
+    }
+}
+
+/// Has the kernel probe a quiet gRPC peer (see [`KEEPALIVE_IDLE`]); a socket that refuses
+/// is served without, and said so.
+fn keep_alive(stream: &TcpStream, peer: SocketAddr) {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    if let Err(error) = socket2::SockRef::from(stream).set_tcp_keepalive(&probes) {
+        tracing::debug!(%peer, %error, "TCP keepalive not set: a vanished peer is noticed only by its calls' deadlines");
     }
 }
 
@@ -283,7 +312,7 @@ impl Connection {
         B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(self.protocol.wire()));
         let service = TrackedService {
             inner: service,
             activity: Arc::clone(&activity),
@@ -336,74 +365,49 @@ impl Connection {
                     // Ours (see the module's notes) replaces it.
                     .header_read_timeout(None)
                     .serve_connection(io, service);
-                self.supervise(connection, &activity, Wire::Http1).await;
+                self.supervise(connection, activity, Wire::Http1).await;
             }
             Protocol::Http2 { max_streams } => {
                 let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(max_streams)
-                    .keep_alive_interval(KEEPALIVE_INTERVAL)
-                    .keep_alive_timeout(KEEPALIVE_TIMEOUT)
                     .serve_connection(io, service);
-                self.supervise(connection, &activity, Wire::Http2).await;
+                self.supervise(connection, activity, Wire::Http2).await;
             }
         }
     }
 
     /// Drives `connection` to its end, closing it when its activity breaks a bound or at
-    /// shutdown.
+    /// shutdown, as the watch on a task of its own (`watch`) orders.
     async fn supervise<C: GracefulConnection>(
         self,
         connection: C,
-        activity: &Activity,
+        activity: Arc<Activity>,
         wire: Wire,
     ) {
-        let timeouts = Timeouts::new(self.limits.header_timeout, self.limits.idle_timeout);
+        let orders = Arc::new(Orders::default());
+        let watch = Watch {
+            listener: self.listener,
+            peer: self.peer,
+            wire,
+            timeouts: Timeouts::new(self.limits.header_timeout, self.limits.idle_timeout),
+            shutdown: self.shutdown,
+        };
+        let watching = tokio::spawn(keep_time(watch, activity, Arc::clone(&orders)));
+        let _stop_watching = AbortOnDrop(watching.abort_handle());
         tokio::pin!(connection);
-        let stop = self.shutdown.clone().fired();
-        tokio::pin!(stop);
-        let mut next_look: Instant = activity
-            .instant_at(u64::try_from(self.limits.header_timeout.as_millis()).unwrap_or(u64::MAX))
-            .into();
-        // Set once the connection was asked to close: it is dropped at this instant.
-        let mut drop_at: Option<Instant> = None;
-        loop {
-            let wake = drop_at.unwrap_or(next_look);
-            tokio::select! {
-                ended = connection.as_mut() => {
-                    if let Err(error) = ended {
-                        tracing::debug!(peer = %self.peer, listener = self.listener, %error, "connection ended");
-                    }
-                    return;
-                }
-                () = &mut stop, if drop_at.is_none() => {
-                    connection.as_mut().graceful_close();
-                    drop_at = Some(Instant::now() + CLOSE_GRACE);
-                }
-                () = tokio::time::sleep_until(wake) => {
-                    if drop_at.is_some() {
-                        connection_closed(self.listener, "shutdown");
-                        tracing::debug!(peer = %self.peer, listener = self.listener, "connection dropped: not finished within the close grace");
-                        return;
-                    }
-                    match activity.snapshot().verdict(wire, timeouts) {
-                        Verdict::Keep { recheck_at_ms } => {
-                            next_look = activity.instant_at(recheck_at_ms).into();
-                        }
-                        Verdict::CloseIdle => {
-                            connection_closed(self.listener, "idle");
-                            connection.as_mut().graceful_close();
-                            drop_at = Some(Instant::now() + CLOSE_GRACE);
-                        }
-                        Verdict::Abort(reason) => {
-                            connection_closed(self.listener, reason.label());
-                            tracing::debug!(peer = %self.peer, listener = self.listener, "connection dropped: {}", reason.describe());
-                            return;
-                        }
-                    }
-                }
-            }
+        if let Ended::Finished(Err(error)) = Obeying::new(connection.as_mut(), orders).await {
+            tracing::debug!(peer = %self.peer, listener = self.listener, %error, "connection ended");
         }
+    }
+}
+
+/// Ends a task when the guard goes, however its owner ends.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

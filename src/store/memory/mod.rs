@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
+use smallvec::SmallVec;
 
 use self::bans::BanTable;
 use self::leases::LeaseTable;
@@ -166,7 +167,7 @@ impl MemoryStore {
         global_shadow: bool,
     ) -> Result<Decided, StoreError> {
         let now = self.clock.now();
-        let keys: Vec<(SlotKey, usize)> = counters
+        let keys: SmallVec<[(SlotKey, usize); 4]> = counters
             .iter()
             .map(|counter| {
                 let key = self.slot_key(&counter.key);
@@ -346,15 +347,13 @@ impl MemoryStore {
     /// Locks each shard the request needs once, in ascending order. The result is indexed by
     /// shard number; shards not needed are `None`.
     fn lock_shards(&self, keys: &[(SlotKey, usize)]) -> LockedShards<'_> {
-        // The shard numbers sorted, then their guards in the same allocation (an `Option` of a
-        // guard is the size of a guard, so `collect` reuses the vector).
-        let mut needed: Vec<(usize, Option<MutexGuard<'_, Shard>>)> =
-            keys.iter().map(|(_, shard)| (*shard, None)).collect();
-        needed.sort_unstable_by_key(|(index, _)| *index);
-        needed.dedup_by_key(|(index, _)| *index);
+        // The shard numbers sorted, then their guards; both on the stack for the usual few.
+        let mut needed: SmallVec<[usize; 4]> = keys.iter().map(|(_, shard)| *shard).collect();
+        needed.sort_unstable();
+        needed.dedup();
         let guards = needed
             .into_iter()
-            .filter_map(|(index, _)| self.shards.get(index).map(|shard| (index, shard.lock())))
+            .filter_map(|index| self.shards.get(index).map(|shard| (index, shard.lock())))
             .collect();
         LockedShards { guards }
     }
@@ -362,7 +361,7 @@ impl MemoryStore {
 
 /// The shards one request holds, in ascending order of their index.
 struct LockedShards<'a> {
-    guards: Vec<(usize, MutexGuard<'a, Shard>)>,
+    guards: SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>,
 }
 
 impl LockedShards<'_> {

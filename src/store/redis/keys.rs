@@ -39,6 +39,8 @@
 //!   address) can be confirmed by hashing guesses, which is fine for keeping it out of sight,
 //!   not for keeping it secret from someone who can read Redis.
 
+use std::cell::RefCell;
+
 use sha2::{Digest, Sha256};
 
 use crate::core::decision::plan::Counter;
@@ -173,11 +175,43 @@ impl KeyLayout {
             );
         }
         key.push_str("}:");
-        push_hex(&mut key, &Sha256::digest(rule_path)[..RULE_DIGEST_BYTES]);
+        push_hex(&mut key, &rule_digest(rule_path));
         key.push(':');
         push_hex(&mut key, &Sha256::digest(identity)[..COUNTER_DIGEST_BYTES]);
         key
     }
+}
+
+/// How many rule paths' digests each thread remembers.
+const REMEMBERED_RULES: usize = 8;
+
+/// A rule path and the first bytes of its digest.
+type RuleDigest = (Box<[u8]>, [u8; RULE_DIGEST_BYTES]);
+
+thread_local! {
+    /// The digests of the rule paths this thread made keys for last, the latest first.
+    static RULE_DIGESTS: RefCell<Vec<RuleDigest>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The first [`RULE_DIGEST_BYTES`] of SHA-256(`rule_path`), computed once per rule and
+/// thread rather than for every key: a worker's decisions come from a few rules, and a
+/// lookup among the last [`REMEMBERED_RULES`] costs less than the digest.
+fn rule_digest(rule_path: &[u8]) -> [u8; RULE_DIGEST_BYTES] {
+    RULE_DIGESTS.with_borrow_mut(|remembered| {
+        if let Some(at) = remembered.iter().position(|(path, _)| **path == *rule_path) {
+            if let Some(latest) = remembered.get_mut(..=at) {
+                latest.rotate_right(1);
+            }
+            if let Some((_, digest)) = remembered.first() {
+                return *digest;
+            }
+        }
+        let mut digest = [0; RULE_DIGEST_BYTES];
+        digest.copy_from_slice(&Sha256::digest(rule_path)[..RULE_DIGEST_BYTES]);
+        remembered.truncate(REMEMBERED_RULES - 1);
+        remembered.insert(0, (rule_path.into(), digest));
+        digest
+    })
 }
 
 /// The domain and rule path that `core::decision::key::counter_key` writes first, each as a
@@ -268,6 +302,18 @@ mod tests {
 
     fn layout() -> KeyLayout {
         KeyLayout::new(DEFAULT_PREFIX).expect("the default prefix is valid")
+    }
+
+    #[test]
+    fn remembered_rule_digests_are_each_rules_own() {
+        let paths: Vec<String> = (0..REMEMBERED_RULES + 3)
+            .map(|rule| format!("edge.rule_{rule}"))
+            .collect();
+        // Round after round, past what a thread remembers, then the latest again.
+        for path in paths.iter().chain(&paths).chain(paths.iter().rev()) {
+            let digest = &Sha256::digest(path.as_bytes())[..RULE_DIGEST_BYTES];
+            assert_eq!(rule_digest(path.as_bytes()), digest, "{path}");
+        }
     }
 
     #[test]

@@ -42,6 +42,8 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use crate::arithmetic::algorithm::{evaluate_counter, Evaluation, Hits, Overflow, Refused, State};
 use crate::decision::plan::Counter;
 use crate::decision::response::CounterOutcome;
@@ -164,13 +166,17 @@ pub struct Settled {
     pub evaluations: Vec<Evaluation>,
     /// One per counter: whether the store keeps its `next_state` (the last kept mention of a
     /// key is what the key holds afterwards).
-    pub kept: Vec<bool>,
+    pub kept: PerCounter<bool>,
     /// The request's verdict.
     pub over_limit: bool,
     /// One per counter: an admitted charge that all-or-refused held back because another
     /// counter of the request refused ([`CounterOutcome::withheld`]).
-    pub withheld: Vec<bool>,
+    pub withheld: PerCounter<bool>,
 }
+
+/// One value per counter of a request, on the stack for the usual few counters (the flags
+/// and votes below were four allocations per decision as `Vec`s).
+pub type PerCounter<T> = SmallVec<[T; 4]>;
 
 impl Settled {
     /// What each counter reports.
@@ -216,9 +222,9 @@ pub fn settle<'s>(
     stored: impl Fn(usize) -> Option<&'s State>,
 ) -> Settled {
     let mut evaluations: Vec<Evaluation> = Vec::with_capacity(counters.len());
-    let mut kept = vec![false; counters.len()];
-    let mut withheld = vec![false; counters.len()];
-    let votes: Vec<Vote> = Vec::with_capacity(counters.len());
+    let mut kept: PerCounter<bool> = SmallVec::from_elem(false, counters.len());
+    let mut withheld: PerCounter<bool> = SmallVec::from_elem(false, counters.len());
+    let votes: PerCounter<Vote> = SmallVec::with_capacity(counters.len());
     let mut settling = Settling {
         counters,
         charging,
@@ -261,13 +267,13 @@ pub fn settle<'s>(
 
 /// The units a request is settled in: the whole request, or each descriptor (whose counters
 /// come together).
-fn units(counters: &[Counter], charging: Charging) -> Vec<Range<usize>> {
+fn units(counters: &[Counter], charging: Charging) -> PerCounter<Range<usize>> {
     match charging {
         Charging::AllOrNothing | Charging::AllOrRefused => {
             std::iter::once(0..counters.len()).collect()
         }
         Charging::EveryDescriptor => {
-            let mut units: Vec<Range<usize>> = Vec::new();
+            let mut units: PerCounter<Range<usize>> = SmallVec::new();
             for (index, counter) in counters.iter().enumerate() {
                 match units.last_mut() {
                     Some(unit)
@@ -289,7 +295,7 @@ struct Settling<'c> {
     counters: &'c [Counter],
     charging: Charging,
     global_shadow: bool,
-    votes: Vec<Vote>,
+    votes: PerCounter<Vote>,
 }
 
 impl Settling<'_> {

@@ -107,7 +107,7 @@ fn all_or_nothing_charges_nothing_of_a_rejected_request() {
         let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
         let (settled, outcomes) = store.decide(&request, Charging::AllOrNothing);
         assert!(settled.over_limit);
-        assert_eq!(settled.kept, [false, false]);
+        assert_eq!(settled.kept.as_slice(), [false, false]);
         assert!(outcomes[0].admitted && !outcomes[0].charged);
         assert_eq!(outcomes[0].snapshot.remaining, 3, "shown as it was");
         assert_eq!(store.remaining("fresh", &quota), 3);
@@ -123,7 +123,7 @@ fn every_descriptor_charges_the_fresh_one_and_counts_the_refused_hit_of_a_window
     let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
     assert!(settled.over_limit, "the request is still rejected");
-    assert_eq!(settled.kept, [true, true]);
+    assert_eq!(settled.kept.as_slice(), [true, true]);
     assert_eq!(outcomes[0].snapshot.remaining, 2, "after its charge");
     assert!(!outcomes[1].admitted && outcomes[1].charged);
     // As the reference's INCRBY: 3 + 1.
@@ -140,7 +140,7 @@ fn every_descriptor_takes_nothing_from_a_bucket_for_a_refused_hit() {
     let request = [charge(0, "fresh", &quota, 1), charge(1, "full", &quota, 1)];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
     assert!(settled.over_limit);
-    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(settled.kept.as_slice(), [true, false]);
     assert_eq!(store.remaining("fresh", &quota), 2);
     assert_eq!(store.states.get("full".as_bytes()).cloned(), full_before);
     assert!(outcomes[1].retry_after > 0);
@@ -155,7 +155,7 @@ fn hits_beyond_what_is_left_are_all_counted_by_a_window_and_none_by_a_bucket() {
     let request = [charge(0, "w", &windowed, 5), charge(1, "b", &bucketed, 5)];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
     assert!(!outcomes[0].admitted && !outcomes[1].admitted);
-    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(settled.kept.as_slice(), [true, false]);
     assert_eq!(store.count("w"), Some(13));
     assert_eq!(store.remaining("b", &bucketed), 2);
     // Shown as judged: 2 were left when 5 were asked.
@@ -172,7 +172,7 @@ fn a_descriptor_is_settled_as_if_it_were_the_only_one() {
     let request = [charge(0, "b", &bucketed, 1), charge(0, "w", &windowed, 1)];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
     assert!(outcomes[0].admitted && !outcomes[1].admitted);
-    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(settled.kept.as_slice(), [false, true]);
     assert_eq!(store.remaining("b", &bucketed), 5);
     assert_eq!(store.count("w"), Some(3));
 }
@@ -189,7 +189,7 @@ fn shadow_and_quota_descriptors_settle_as_they_would_alone() {
     ];
     let (settled, _) = store.decide(&shadow, Charging::EveryDescriptor);
     assert!(!settled.over_limit);
-    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(settled.kept.as_slice(), [true, false]);
     // A quota descriptor alone rejects when it is over: nothing of it is kept.
     let quota_mode = [
         counter(0, "q", &quota, Hits::Charge(1), Role::Quota),
@@ -197,7 +197,7 @@ fn shadow_and_quota_descriptors_settle_as_they_would_alone() {
     ];
     let (settled, _) = store.decide(&quota_mode, Charging::EveryDescriptor);
     assert!(settled.over_limit);
-    assert_eq!(settled.kept, [false, false]);
+    assert_eq!(settled.kept.as_slice(), [false, false]);
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn a_later_descriptor_sees_what_an_earlier_one_kept_not_what_it_gave_up() {
         charge(2, "b", &bucketed, 1),
     ];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
-    assert_eq!(settled.kept, [true, false, false, true]);
+    assert_eq!(settled.kept.as_slice(), [true, false, false, true]);
     assert_eq!(
         outcomes[1].snapshot.remaining, 4,
         "given up: shown as judged"
@@ -232,7 +232,7 @@ fn within_a_descriptor_a_key_named_twice_sees_its_earlier_mention() {
         let request = [charge(0, "b", &quota, 2), charge(0, "b", &quota, 2)];
         let (settled, outcomes) = store.decide(&request, charging);
         assert!(outcomes[0].admitted && !outcomes[1].admitted, "{charging}");
-        assert_eq!(settled.kept, [false, false], "{charging}");
+        assert_eq!(settled.kept.as_slice(), [false, false], "{charging}");
         assert_eq!(store.remaining("b", &quota), 3, "{charging}");
     }
 }
@@ -248,7 +248,7 @@ fn checks_are_never_charged_and_refunds_always_are_in_every_descriptor() {
     ];
     let (settled, outcomes) = store.decide(&request, Charging::EveryDescriptor);
     assert!(settled.over_limit);
-    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(settled.kept.as_slice(), [false, true]);
     assert!(!outcomes[0].charged && outcomes[1].charged);
     assert_eq!(store.count("w"), Some(2));
 }
@@ -343,7 +343,7 @@ fn a_rule_that_owes_is_counted_even_when_another_descriptor_refuses() {
     let (settled, _) = store.decide(&request, Charging::AllOrNothing);
     assert!(settled.over_limit);
     assert_eq!(
-        settled.kept,
+        settled.kept.as_slice(),
         [true, false],
         "usage happened; the other takes nothing"
     );
@@ -461,7 +461,7 @@ fn all_or_refused_charges_a_rejected_request_only_its_refused_hits() {
     let request = [charge(0, "key4", &key4, 2), charge(1, "key5", &key5, 2)];
     let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
     assert!(settled.over_limit);
-    assert_eq!(settled.kept, [false, true]);
+    assert_eq!(settled.kept.as_slice(), [false, true]);
     assert_eq!(outcomes[0].snapshot.remaining, 2, "key4 shown as it was");
     assert_eq!(store.count("key4"), Some(13));
     assert_eq!(store.count("key5"), Some(15));
@@ -469,18 +469,18 @@ fn all_or_refused_charges_a_rejected_request_only_its_refused_hits() {
     let passing = [charge(0, "key4", &key4, 1), charge(1, "fresh", &key5, 1)];
     let (settled, _) = store.decide(&passing, Charging::AllOrRefused);
     assert!(!settled.over_limit);
-    assert_eq!(settled.kept, [true, true]);
+    assert_eq!(settled.kept.as_slice(), [true, true]);
     // A bucket holds admitted hits only: refused, it takes nothing in this mode either.
     let full_bucket = bucket(1);
     fill(&mut store, "bucket", &full_bucket, 1);
     let refused = [charge(0, "bucket", &full_bucket, 1)];
     let (settled, _) = store.decide(&refused, Charging::AllOrRefused);
-    assert_eq!(settled.kept, [false]);
+    assert_eq!(settled.kept.as_slice(), [false]);
     // An owed charge is kept whatever the verdict, in this mode as in the others.
     let owed = owing(window(100));
     let request = [charge(0, "usage", &owed, 5), charge(1, "key5", &key5, 1)];
     let (settled, _) = store.decide(&request, Charging::AllOrRefused);
-    assert_eq!(settled.kept, [true, true]);
+    assert_eq!(settled.kept.as_slice(), [true, true]);
 }
 
 #[test]
@@ -499,7 +499,7 @@ fn all_or_refused_stops_on_any_refusal_whatever_its_role() {
         let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
         // A lone quota-mode descriptor over rejects; a shadow one never does.
         assert_eq!(settled.over_limit, role == Role::Quota, "{role:?}");
-        assert_eq!(settled.kept, [false, true], "{role:?}");
+        assert_eq!(settled.kept.as_slice(), [false, true], "{role:?}");
         assert!(outcomes[0].admitted && outcomes[0].withheld, "{role:?}");
         assert!(!outcomes[1].withheld, "{role:?}: refused, recorded");
         assert_eq!(store.count("fresh"), None, "{role:?}");
@@ -514,8 +514,8 @@ fn all_or_refused_stops_on_any_refusal_whatever_its_role() {
             .and_then(|counter| store.states.get(&counter.key))
     });
     assert!(!settled.over_limit, "--shadow-mode answers OK");
-    assert_eq!(settled.kept, [false, true]);
-    assert_eq!(settled.withheld, [true, false]);
+    assert_eq!(settled.kept.as_slice(), [false, true]);
+    assert_eq!(settled.withheld.as_slice(), [true, false]);
     // All or nothing keeps its role-aware verdict: the shadow rule's request charges all.
     let mut store = Store::default();
     fill(&mut store, "tight", &tight, 1);
@@ -524,7 +524,7 @@ fn all_or_refused_stops_on_any_refusal_whatever_its_role() {
         counter(1, "tight", &tight, Hits::Charge(1), Role::Shadow),
     ];
     let (settled, outcomes) = store.decide(&shadowed, Charging::AllOrNothing);
-    assert_eq!(settled.kept, [true, false]);
+    assert_eq!(settled.kept.as_slice(), [true, false]);
     assert!(outcomes.iter().all(|outcome| !outcome.withheld));
 }
 
@@ -542,7 +542,7 @@ fn a_refused_check_stops_the_increments_as_the_references_get_does() {
     ];
     let (settled, outcomes) = store.decide(&request, Charging::AllOrRefused);
     assert!(settled.over_limit);
-    assert_eq!(settled.kept, [false, false]);
+    assert_eq!(settled.kept.as_slice(), [false, false]);
     assert!(outcomes[0].withheld);
     assert!(!outcomes[1].withheld, "a check is never a withheld charge");
     let mut outcomes = outcomes;

@@ -12,6 +12,13 @@
 //! late and never sent), and the circuit breaker and failure policy, which stand in front of
 //! the lane (`mod.rs`). An error of the call fails every request in it, as the same error would
 //! fail each alone.
+//!
+//! No request keeps a timer of its own: a call's deadline is its earliest request's, so the
+//! call ends, answered or late, by then. Every request of a store has the same timeout, so one
+//! that joins while a call is in flight has a deadline no earlier than that call's; when the call
+//! ends it is either late (answered so at once) or goes in the next call, whose deadline is again
+//! its earliest request's. Each is answered by its own deadline without a timer per request (a
+//! timer wheel entry made and removed per decision, under the wheel's lock).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -96,10 +103,10 @@ impl<T: Target> Lane<T> {
             // the request that started it is given up.
             tokio::spawn(Arc::clone(self).call_while_waiting());
         }
-        match tokio::time::timeout_at(deadline, answered).await {
-            Ok(Ok(answer)) => answer,
-            // Dropped unanswered (the runtime is stopping) or out of time.
-            Ok(Err(_)) | Err(_) => Err(self.target.late(timeout)),
+        match answered.await {
+            Ok(answer) => answer,
+            // Dropped unanswered: the runtime is stopping.
+            Err(_) => Err(self.target.late(timeout)),
         }
     }
 
@@ -109,7 +116,7 @@ impl<T: Target> Lane<T> {
             let deadline = batch
                 .iter()
                 .map(|waiting| waiting.deadline)
-                .max()
+                .min()
                 .unwrap_or_else(Instant::now);
             let call = Call::batch(batch.iter().map(|waiting| &waiting.request));
             let result = self

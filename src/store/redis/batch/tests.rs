@@ -1,6 +1,6 @@
-//! The lane without Redis: a fake target that holds each call until the test lets it go, and
-//! answers every counter with its own hits as `remaining`, so each request can tell its
-//! answer from the others'.
+//! The lane without Redis: a fake target that holds each call until the test lets it go (or,
+//! as a Redis connection does, until the call's deadline), and answers every counter with its
+//! own hits as `remaining`, so each request can tell its answer from the others'.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +19,8 @@ const SECOND: Duration = Duration::from_secs(1);
 
 struct Inner {
     calls: Mutex<Vec<Call>>,
+    /// Each call's deadline, as the lane gave it.
+    deadlines: Mutex<Vec<Duration>>,
     /// One permit per call allowed to answer.
     gate: Semaphore,
     fail: bool,
@@ -31,6 +33,7 @@ impl Fake {
     fn new(fail: bool) -> Self {
         Self(Arc::new(Inner {
             calls: Mutex::new(Vec::new()),
+            deadlines: Mutex::new(Vec::new()),
             gate: Semaphore::new(0),
             fail,
         }))
@@ -40,18 +43,22 @@ impl Fake {
         lock(&self.0.calls).clone()
     }
 
+    fn deadlines(&self) -> Vec<Duration> {
+        lock(&self.0.deadlines).clone()
+    }
+
     fn release(&self, calls: usize) {
         self.0.gate.add_permits(calls);
     }
 }
 
 impl Target for Fake {
-    async fn invoke(&self, call: &Call, _deadline: Duration) -> Result<Vec<i64>, StoreError> {
+    async fn invoke(&self, call: &Call, deadline: Duration) -> Result<Vec<i64>, StoreError> {
         lock(&self.0.calls).push(call.clone());
-        self.0
-            .gate
-            .acquire()
+        lock(&self.0.deadlines).push(deadline);
+        tokio::time::timeout(deadline, self.0.gate.acquire())
             .await
+            .map_err(|_| self.late(deadline))?
             .map_err(|error| unavailable(error.to_string()))?
             .forget();
         if self.0.fail {
@@ -201,17 +208,42 @@ async fn a_request_out_of_time_while_waiting_is_late_and_never_sent() {
     let lane = Lane::new(fake.clone(), 8);
     let first = in_flight(&lane, &fake, 1).await;
     let short = queued(&lane, vec![2], Duration::from_millis(20)).await;
+    // Past the short deadline while the first call is still in flight.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let long = queued(&lane, vec![3], SECOND).await;
+    fake.release(2);
     let answers = joined(short).await;
     assert!(
         matches!(&answers[0], Err(StoreError::Unavailable { reason, .. }) if reason.contains("late")),
         "{answers:?}"
     );
-    let long = queued(&lane, vec![3], SECOND).await;
-    fake.release(2);
     assert_eq!(tag_of(&joined(first).await), 1);
     assert_eq!(tag_of(&joined(long).await[0]), 3);
     assert_eq!(batch_sizes(&fake), [1, 1]);
     assert_eq!(fake.calls()[1], Call::single(request(3)));
+}
+
+#[tokio::test]
+async fn a_call_ends_by_its_earliest_request_deadline() {
+    let fake = Fake::new(false);
+    let lane = Lane::new(fake.clone(), 8);
+    let first = in_flight(&lane, &fake, 1).await;
+    let later = queued(&lane, vec![2], 10 * SECOND).await;
+    let sooner = queued(&lane, vec![3], SECOND).await;
+    fake.release(1);
+    assert_eq!(tag_of(&joined(first).await), 1);
+    // Nobody lets the second call go: it ends at its deadline, the sooner request's.
+    let answers = [joined(later).await, joined(sooner).await];
+    for answer in answers.iter().flatten() {
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable { reason, .. }) if reason.contains("late")),
+            "{answers:?}"
+        );
+    }
+    let deadlines = fake.deadlines();
+    assert_eq!(deadlines.len(), 2, "{deadlines:?}");
+    assert!(deadlines[1] <= SECOND, "{deadlines:?}");
+    assert_eq!(batch_sizes(&fake), [1, 2]);
 }
 
 #[tokio::test]

@@ -134,7 +134,8 @@ fn wildcards_in_the_middle() {
 #[test]
 fn how_each_level_matched_is_reported() {
     let rules = loaded(WILDCARDS);
-    let levels = |pairs: &[(&str, &str)]| matched(&rules, "d", pairs).map(|found| found.levels);
+    let levels =
+        |pairs: &[(&str, &str)]| matched(&rules, "d", pairs).map(|found| found.levels.to_vec());
     assert_eq!(
         levels(&[("file", "test1")]),
         Some(vec![MatchedLevel::Exact])
@@ -163,8 +164,8 @@ fn how_each_level_matched_is_reported() {
         panic!("should match");
     };
     assert_eq!(
-        found.levels,
-        vec![MatchedLevel::Exact, MatchedLevel::Default]
+        found.levels.as_slice(),
+        [MatchedLevel::Exact, MatchedLevel::Default]
     );
     assert_eq!(found.rule.path, "d.key1_value1.subkey1");
 }
