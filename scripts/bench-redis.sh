@@ -275,16 +275,20 @@ for run in one-1 batch-1 memory-1 memory-2 batch-2 one-2; do
     memory) SERVER=memory with_cpu "mode-$run" memory "mode-$run" --max-rate --concurrency "$CLIENTS" ;;
   esac
 done
-# A tenth of the one-call peak, open loop, Poisson: one call, batches, batches, one call
-# (ABBA), back to back: the latency a lone request pays for batching, if any.
+# A tenth of the one-call peak, open loop, Poisson: one call, batches, memory, memory,
+# batches, one call, back to back: the latency a lone request pays for batching, if any, and
+# floodgate's own CPU per decision in each mode at the same offered rate (at peak each mode
+# runs at its own rate, which moves its CPU per decision by itself).
 TENTH="$(python3 -c "import json
 rates = [json.load(open(f'$WORK/mode-one-{n}.json'))['total']['legit']['achieved_rps'] for n in (1, 2)]
 print(max(1, int(sum(rates) / 2 / 10)))")"
-for run in one-1 batch-1 batch-2 one-2; do
+for run in one-1 batch-1 memory-1 memory-2 batch-2 one-2; do
   case "${run%-*}" in
     one) RUN_SECONDS="$TENTH_SECONDS" with_cpu "tenth-$run" loadgen "tenth-$run" \
       --rate "$TENTH" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
     batch) RUN_SECONDS="$TENTH_SECONDS" SERVER=batch with_cpu "tenth-$run" batched "tenth-$run" \
+      --rate "$TENTH" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
+    memory) RUN_SECONDS="$TENTH_SECONDS" SERVER=memory with_cpu "tenth-$run" memory "tenth-$run" \
       --rate "$TENTH" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
   esac
 done

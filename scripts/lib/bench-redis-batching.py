@@ -1,6 +1,7 @@
 """The "Batching" section of docs/benchmarks-redis.md, from the runs scripts/bench-redis.sh
 left in WORK (argv[1]): one script call per decision, batches (--redis-batch-max) and the memory
-store, each at peak twice, then a tenth of the one-call peak in ABBA order; and what
+store, each at peak twice, then at a tenth of the one-call peak (one call, batches, memory,
+memory, batches, one call); and what
 redis-server's CPU paid per unpipelined redis-benchmark call of the same script. Prints
 Markdown. Every figure is a ratio of runs of the same session, with the raw numbers beside it.
 """
@@ -107,20 +108,41 @@ w(f"| redis-benchmark `EVALSHA`, no pipelining | | | {per_call_us:,.1f} | 1.00 |
   f"| {script_per_call_us:,.1f} | | | | |")
 w("")
 
-tenth = [("one call", "tenth-one-1"), ("batches", "tenth-batch-1"), ("batches", "tenth-batch-2"),
-         ("one call", "tenth-one-2")]
+tenth = [("one call", "tenth-one-1"), ("batches", "tenth-batch-1"),
+         ("memory store", "tenth-memory-1"), ("memory store", "tenth-memory-2"),
+         ("batches", "tenth-batch-2"), ("one call", "tenth-one-2")]
 w(f"**At a tenth of the one-call peak** ({int(env['BENCH_TENTH']):,} decisions/s, Poisson "
-  f"arrivals, open loop, {env['BENCH_TENTH_SECONDS']} s per run), back to back in ABBA order:")
+  f"arrivals, open loop, {env['BENCH_TENTH_SECONDS']} s per run), back to back in the order "
+  "one call, batches, memory, memory, batches, one call:")
 w("")
-w("| run | mode | achieved/s | p50 µs | p90 µs | p99 µs | script calls/decision | errors |")
-w("|---|---|--:|--:|--:|--:|--:|--:|")
+w("| run | mode | achieved/s | p50 µs | p90 µs | p99 µs | script calls/decision "
+  "| floodgate CPU µs/decision | errors |")
+w("|---|---|--:|--:|--:|--:|--:|--:|--:|")
 for index, (mode, run) in enumerate(tenth, 1):
     r = report(run)
-    _, _, decisions, calls, _ = usage(run)
+    _, server_s, decisions, calls, _ = usage(run)
+    is_memory = mode == "memory store"
     w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {slash([r['p50_us']])} "
       f"| {slash([r['p90_us']])} | {slash([r['p99_us']])} "
-      f"| {calls / decisions if decisions else 0:.3f} | {r['error']:,} |")
+      f"| {'–' if is_memory else f'{calls / decisions if decisions else 0:.3f}'} "
+      f"| {server_s / decisions * 1e6 if decisions else 0:,.1f} | {r['error']:,} |")
 w("")
+
+
+def cpu_per_decision(runs):
+    """floodgate's CPU µs per decision over RUNS."""
+    _, _, server_s, decisions, _, _ = sums(runs)
+    return server_s / decisions * 1e6 if decisions else None
+
+
+memory_cpu = cpu_per_decision(["tenth-memory-1", "tenth-memory-2"])
+batch_cpu = cpu_per_decision(["tenth-batch-1", "tenth-batch-2"])
+one_cpu = cpu_per_decision(["tenth-one-1", "tenth-one-2"])
+if memory_cpu and batch_cpu and one_cpu:
+    w(f"floodgate's own CPU per decision at this offered rate (both runs of each): batches "
+      f"{batch_cpu:,.1f} µs, **{batch_cpu / memory_cpu:.2f}×** the memory store's {memory_cpu:,.1f} µs; "
+      f"one call per decision {one_cpu:,.1f} µs, {one_cpu / memory_cpu:.2f}×.")
+    w("")
 verdicts = []
 for field, name in (("p50_us", "p50"), ("p99_us", "p99")):
     ones, batches = total(["tenth-one-1", "tenth-one-2"], field), total(
