@@ -31,8 +31,9 @@ const CORE_FLOORS: [(&str, u8); 4] = [
     ("ground", 1),
 ];
 
-/// What `floodgate-core` may depend on: nothing that does I/O.
-const CORE_DEPENDENCIES: [&str; 4] = ["serde", "serde_yaml", "thiserror", "url"];
+/// What `floodgate-core` may depend on: nothing that does I/O (smallvec: a vector whose
+/// first few items live inline, so a decision's short lists allocate nothing).
+const CORE_DEPENDENCIES: [&str; 5] = ["serde", "serde_yaml", "smallvec", "thiserror", "url"];
 
 fn rank(layer: &str) -> Option<u8> {
     LAYERS
