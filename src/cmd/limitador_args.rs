@@ -11,7 +11,8 @@ pub struct LimitadorArgs {
     /// Limitador's limits file (a YAML list of `namespace`, `max_value`, `seconds`, CEL
     /// `conditions` and `variables`, `name`), loaded unchanged and reloaded when it changes;
     /// served on the gRPC port as kuadrant.service.ratelimit.v1 and, for a domain that is one
-    /// of its namespaces, as Envoy's RLS (docs/migrating-from-limitador.md).
+    /// of its namespaces, as Envoy's RLS (docs/migrating-from-limitador.md). Alone, without
+    /// --config, it is the whole configuration, as for Limitador.
     #[arg(long, env = "FLOODGATE_LIMITADOR_LIMITS")]
     pub limitador_limits: Option<PathBuf>,
     /// Where Limitador's HTTP API (`POST /check`, `/report`, `/check_and_report`, `GET

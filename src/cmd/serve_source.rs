@@ -41,6 +41,9 @@ pub enum RulesFollower {
     Files(ConfigReloader),
     /// Boxed: a subscription's state is large beside a file reloader's.
     Xds(Box<XdsReloader>),
+    /// No YAML rules to follow: Limitador's limits alone (`--limitador-limits` without
+    /// `--config`), which follow their own file.
+    Nothing(Arc<ReloadStatus>),
 }
 
 /// The rules to start with and what follows them; `loaded` is false while none have loaded
@@ -56,6 +59,7 @@ impl RulesFollower {
         match self {
             RulesFollower::Files(reloader) => reloader.status(),
             RulesFollower::Xds(reloader) => reloader.status(),
+            RulesFollower::Nothing(status) => status,
         }
     }
 
@@ -68,6 +72,7 @@ impl RulesFollower {
             RulesFollower::Xds(reloader) => {
                 RulesFollower::Xds(Box::new(reloader.with_store_check(check)))
             }
+            RulesFollower::Nothing(status) => RulesFollower::Nothing(status),
         }
     }
 
@@ -88,6 +93,7 @@ impl RulesFollower {
                 drop(hangup);
                 tokio::spawn(reloader.run(install, shutdown));
             }
+            RulesFollower::Nothing(_) => drop(hangup),
         }
     }
 }
@@ -159,7 +165,13 @@ async fn first_from_files(
     options: LoadOptions,
     force_start: bool,
 ) -> Result<FirstRules, FirstRulesError> {
-    let location = location(&args.config)?;
+    let location = match location(&args.config) {
+        Ok(location) => location,
+        Err(LocationError::NoConfiguration(_)) if args.limitador.limitador_limits.is_some() => {
+            return Ok(limitador_limits_alone());
+        }
+        Err(error) => return Err(error.into()),
+    };
     let location_for_log = location.clone();
     let max_config_bytes = args.config.limits.max_config_bytes;
     let first = if force_start {
@@ -213,4 +225,20 @@ async fn first_from_files(
         );
     }
     Ok(first)
+}
+
+/// No YAML rules and none to follow: `--limitador-limits` without `--config` (as Limitador
+/// itself starts, on its limits file alone). Every domain that is none of the file's
+/// namespaces is answered OK with no limit.
+fn limitador_limits_alone() -> FirstRules {
+    tracing::info!(
+        "no --config: the limits are Limitador's file alone (--limitador-limits); domains          outside its namespaces are answered OK with no limit"
+    );
+    let rules = RuleSet::default();
+    crate::telemetry::config_loads::reload_succeeded(0);
+    FirstRules {
+        follower: RulesFollower::Nothing(Arc::new(ReloadStatus::new(&rules))),
+        rules,
+        loaded: true,
+    }
 }
