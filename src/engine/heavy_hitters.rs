@@ -153,10 +153,7 @@ impl HitterBoard {
         now: Micros,
         admitted: bool,
     ) {
-        let mut label = String::new();
-        if values == HitterValues::Raw {
-            label = value_text(descriptor);
-        }
+        let label = label_of(values, descriptor);
         {
             let counted = self.counted.read();
             let id = id_of(counted.hash_keys, descriptor);
@@ -213,10 +210,7 @@ impl HitterBoard {
         if outcome.banned_for <= 0 {
             return;
         }
-        let mut label = String::new();
-        if rule.hitter_values == HitterValues::Raw {
-            label = value_text(descriptor);
-        }
+        let label = label_of(rule.hitter_values, descriptor);
         listed.push(BannedValue {
             label,
             id,
@@ -307,6 +301,15 @@ fn id_of(keys: (u64, u64), descriptor: &Descriptor) -> u64 {
         hasher.write_u8(0xFF);
     }
     hasher.finish()
+}
+
+/// What a value is shown by besides its hash: the values themselves when its rule keeps them
+/// raw, else nothing.
+fn label_of(values: HitterValues, descriptor: &Descriptor) -> String {
+    match values {
+        HitterValues::Raw => value_text(descriptor),
+        HitterValues::Hashed => String::new(),
+    }
 }
 
 /// The descriptor's values joined by `,` (as `key=value` would show them without the keys).

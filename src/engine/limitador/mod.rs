@@ -48,8 +48,6 @@ pub struct CounterAnswer {
 #[derive(Debug, Clone, Default)]
 pub struct Answer {
     pub limited: bool,
-    /// The name of the limit that refused, when it has one.
-    pub limit_name: Option<String>,
     pub counters: Vec<CounterAnswer>,
     /// A reservation's id when one is held (admitted, and something to hold).
     pub reservation_id: Option<String>,
@@ -256,11 +254,6 @@ fn applies(
 }
 
 fn answer(matched: Matched, decided: crate::store::held_windows::WindowsDecided) -> Answer {
-    let limit_name = decided
-        .admission
-        .limited_by
-        .and_then(|index| matched.limits.get(index))
-        .and_then(|(limit, _)| limit.name.clone());
     let counters = matched
         .limits
         .into_iter()
@@ -274,7 +267,6 @@ fn answer(matched: Matched, decided: crate::store::held_windows::WindowsDecided)
         .collect();
     Answer {
         limited: !decided.admission.admitted(),
-        limit_name,
         counters,
         reservation_id: None,
         held: 0,

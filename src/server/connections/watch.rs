@@ -12,9 +12,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::activity::{Activity, Timeouts, Verdict, Wire};
@@ -46,20 +47,14 @@ impl Default for Orders {
 impl Orders {
     fn give(&self, order: u8) {
         self.order.fetch_max(order, Ordering::AcqRel);
-        let waker = match self.waker.lock() {
-            Ok(waker) => waker.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
+        let waker = self.waker.lock().clone();
         if let Some(waker) = waker {
             waker.wake();
         }
     }
 
     fn listen(&self, waker: &Waker) {
-        match self.waker.lock() {
-            Ok(mut stored) => *stored = Some(waker.clone()),
-            Err(poisoned) => *poisoned.into_inner() = Some(waker.clone()),
-        }
+        *self.waker.lock() = Some(waker.clone());
     }
 }
 

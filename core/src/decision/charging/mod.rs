@@ -175,7 +175,7 @@ pub struct Settled {
 }
 
 /// One value per counter of a request, on the stack for the usual few counters (the flags
-/// and votes below were four allocations per decision as `Vec`s).
+/// and votes below were allocations per decision as `Vec`s).
 pub type PerCounter<T> = SmallVec<[T; 4]>;
 
 impl Settled {
@@ -267,13 +267,13 @@ pub fn settle<'s>(
 
 /// The units a request is settled in: the whole request, or each descriptor (whose counters
 /// come together).
-fn units(counters: &[Counter], charging: Charging) -> PerCounter<Range<usize>> {
+fn units(counters: &[Counter], charging: Charging) -> SmallVec<[Range<usize>; 4]> {
     match charging {
         Charging::AllOrNothing | Charging::AllOrRefused => {
             std::iter::once(0..counters.len()).collect()
         }
         Charging::EveryDescriptor => {
-            let mut units: PerCounter<Range<usize>> = SmallVec::new();
+            let mut units: SmallVec<[Range<usize>; 4]> = SmallVec::new();
             for (index, counter) in counters.iter().enumerate() {
                 match units.last_mut() {
                     Some(unit)
