@@ -23,6 +23,9 @@
 #   noop               `examples/noop_rls.rs --worker-threads 1`: the floor, a tonic server on
 #                      floodgate's own tonic, hyper, runtime and allocator that answers OK and
 #                      decides nothing (what bench-load.sh measures floodgate against)
+#   noop-redis         the floor with one `EVALSHA` per call (`noop_rls --redis-url`: the same
+#                      script on one multiplexed connection of the redis crate, answering OK):
+#                      what any service that asks Redis once per decision costs
 #   floodgate-memory   `floodgate serve --config BENCH_CONFIG_DIR --worker-threads 1`, memory
 #                      store (the default)
 #   floodgate-redis    the same on `--store redis` (a redis-server of the script's own, not
@@ -107,6 +110,11 @@ start_target() {
       RUST_LOG=warn "${callgrind[@]}" "$BIN/examples/noop_rls" --addr "127.0.0.1:$port" \
         --worker-threads 1 >"$log" 2>&1 &
       ;;
+    noop-redis)
+      ensure_redis
+      RUST_LOG=warn "${callgrind[@]}" "$BIN/examples/noop_rls" --addr "127.0.0.1:$port" \
+        --worker-threads 1 --redis-url "redis://127.0.0.1:$REDIS_PORT" >"$log" 2>&1 &
+      ;;
     floodgate-memory)
       read -r http_port metrics_port < <(free_ports 2)
       RUST_LOG=warn "${callgrind[@]}" "$BIN/floodgate" serve --config "$CONFIG_DIR" \
@@ -123,7 +131,7 @@ start_target() {
         --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http_port" \
         --metrics-addr "127.0.0.1:$metrics_port" ${FLOODGATE_ARGS[@]+"${FLOODGATE_ARGS[@]}"} >"$log" 2>&1 &
       ;;
-    *) die "unknown target '$name' (BENCH_TARGETS): noop, floodgate-memory, floodgate-redis" ;;
+    *) die "unknown target '$name' (BENCH_TARGETS): noop, noop-redis, floodgate-memory, floodgate-redis" ;;
   esac
   TARGET_PID=$!
   PIDS=("$TARGET_PID" ${REDIS_PID_KEPT:+"$REDIS_PID_KEPT"})
@@ -235,7 +243,7 @@ for name in targets.split():
           f"{done:,} | {measured / done:,.0f} | {less_idle / done:,.0f} |")
 floor = per_decision.get("noop")
 for name, (whole, less) in per_decision.items():
-    if floor and name != "noop":
+    if floor and name not in ("noop", "noop-redis"):
         print()
         print(f"{name} / noop, per decision less idle: {less / floor[1]:.2f}x "
               f"({less - floor[1]:,.0f} instructions more: the decision and what floodgate "
@@ -246,6 +254,16 @@ if "floodgate-memory" in per_decision and "floodgate-redis" in per_decision:
     print(f"floodgate-redis / floodgate-memory, per decision less idle: {redis / memory:.2f}x "
           f"({redis - memory:,.0f} instructions more: the Redis call on floodgate's side, one "
           f"decision per call at this rate)")
+if "noop-redis" in per_decision and floor:
+    redis_floor = per_decision["noop-redis"][1]
+    print()
+    print(f"noop-redis - noop, per decision less idle: {redis_floor - floor[1]:,.0f} instructions "
+          "(one EVALSHA on the redis crate's multiplexed connection, nothing decided)")
+    if "floodgate-redis" in per_decision and "floodgate-memory" in per_decision:
+        extra = per_decision["floodgate-redis"][1] - per_decision["floodgate-memory"][1]
+        print()
+        print(f"floodgate's Redis call over the floor's: {extra:,.0f} against "
+              f"{redis_floor - floor[1]:,.0f} instructions ({extra / (redis_floor - floor[1]):.2f}x)")
 PY
 [ -z "$OUT" ] || { mkdir -p "$(dirname "$OUT")"; cp "$WORK/report.md" "$OUT"; }
 cat "$WORK/report.md"

@@ -14,26 +14,23 @@
 //! callers that send theirs at once. Reading is bounded by time elsewhere (the call's
 //! deadline, `--body-timeout-ms`: `server::connections`).
 //!
-//! On the gRPC side, two pieces:
-//! - [`AdmissionInterceptor`] runs when the call's headers arrive. It stamps the arrival time
-//!   and the call's deadline (its `grpc-timeout`, or `--grpc-default-deadline-ms`).
-//! - [`Admitted::check`], at the top of the handler, once tonic has decoded the message: it
-//!   takes one of `--max-in-flight` permits without waiting, held until the answer is built.
-//!   A call beyond the bound gets the overload answer (`core::decision::overload`) at once; a call whose
-//!   deadline ran out while its message arrived is not decided at all (DEADLINE_EXCEEDED); any
-//!   other call gets the rest of its deadline.
+//! On the gRPC side, [`Admitted::check`] runs at the top of the handler, once tonic has decoded
+//! the message: it takes one of `--max-in-flight` permits without waiting, held until the
+//! answer is built. A call beyond the bound gets the overload answer
+//! (`core::decision::overload`) at once; a call whose deadline ran out while its message
+//! arrived is not decided at all (DEADLINE_EXCEEDED); any other call gets the rest of its
+//! deadline. The arrival time and deadline are the call's clock, read from its headers by
+//! `server::grpc_deadline`, which also answers (and counts) a call still unanswered at its
+//! deadline.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::service::Interceptor;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tonic::Status;
 
-use crate::core::decision::overload::{
-    parse_grpc_timeout, remaining_budget, Budget, OverloadAnswer,
-};
+use super::grpc_deadline::CallClock;
+use crate::core::decision::overload::{remaining_budget, Budget, OverloadAnswer};
 use crate::telemetry::metrics::{self, OverloadReason};
 
 /// Calls decided at once unless `--max-in-flight` says otherwise.
@@ -86,7 +83,6 @@ impl AdmissionSettings {
 pub struct Admission {
     permits: Arc<Semaphore>,
     overload_answer: OverloadAnswer,
-    default_deadline: Duration,
 }
 
 impl Admission {
@@ -96,7 +92,6 @@ impl Admission {
                 settings.max_in_flight.min(Semaphore::MAX_PERMITS),
             )),
             overload_answer: settings.overload_answer,
-            default_deadline: settings.default_deadline,
         }
     }
 
@@ -109,147 +104,50 @@ impl Admission {
     pub fn overload_answer(&self) -> OverloadAnswer {
         self.overload_answer
     }
-
-    /// The gRPC listener's side of this budget.
-    pub fn interceptor(&self) -> AdmissionInterceptor {
-        AdmissionInterceptor {
-            admission: self.clone(),
-        }
-    }
 }
 
-/// Stamps each call with its arrival and deadline.
-#[derive(Debug, Clone)]
-pub struct AdmissionInterceptor {
-    admission: Admission,
-}
-
-impl Interceptor for AdmissionInterceptor {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        let arrived = Instant::now();
-        let default = self.admission.default_deadline;
-        let timeout = Some(grpc_timeout(request.metadata()).map_or(default, |t| t.min(default)));
-        let watch = timeout
-            .and_then(|timeout| arrived.checked_add(timeout))
-            .map(|deadline| {
-                Arc::new(DeadlineWatch {
-                    deadline,
-                    settled: AtomicBool::new(false),
-                })
-            });
-        request.extensions_mut().insert(Arrival {
-            at: arrived,
-            timeout,
-            admission: self.admission.clone(),
-            watch,
-        });
-        Ok(request)
-    }
-}
-
-/// The caller's `grpc-timeout`. A malformed one is no deadline, as tonic's own server reads it.
-fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    metadata
-        .get("grpc-timeout")
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| parse_grpc_timeout(text).ok())
-}
-
-/// What the interceptor found when the call arrived, carried to the handler in the request's
-/// extensions (which is why it is `Clone`: the permit and the watch are shared, not copied).
-#[derive(Debug, Clone)]
-struct Arrival {
-    at: Instant,
-    timeout: Option<Duration>,
-    /// Where the handler takes its permit once the message is in.
-    admission: Admission,
-    watch: Option<Arc<DeadlineWatch>>,
-}
-
-/// Counts a call with a deadline as `floodgate_overload_rejections_total{reason="deadline"}`
-/// when it is dropped unanswered past that deadline. One place for every way that happens: the
-/// handler found it spent, the handler's timeout fired, or `server::grpc_deadline` dropped the
-/// call while its message was still arriving, before the handler ran.
+/// What admission made of a gRPC call whose message is in.
 #[derive(Debug)]
-pub struct DeadlineWatch {
-    deadline: Instant,
-    /// Answered (decided or shed): not a deadline rejection, whenever it is dropped.
-    settled: AtomicBool,
-}
-
-impl Drop for DeadlineWatch {
-    fn drop(&mut self) {
-        if !self.settled.load(Ordering::Relaxed) && Instant::now() >= self.deadline {
-            metrics::overload_rejected(OverloadReason::Deadline);
-        }
-    }
-}
-
-fn settle(watch: Option<&Arc<DeadlineWatch>>) {
-    if let Some(watch) = watch {
-        watch.settled.store(true, Ordering::Relaxed);
-    }
-}
-
-/// How the handler goes on with a call.
-#[derive(Debug)]
-pub enum Admitted {
-    /// Decide (`server::grpc_deadline` ends the call at its deadline); hold the permit until
-    /// answered and call [`Admitted::settle`] once decided.
+pub enum Admitted<'a> {
+    /// Decide it within `budget` (the rest of its deadline; `None`: no deadline), holding the
+    /// permit until the answer is built.
     Decide {
-        /// Held, not read: the in-flight bound counts it until the answer drops it.
-        _permit: Option<OwnedSemaphorePermit>,
-        watch: Option<Arc<DeadlineWatch>>,
-        /// What is left of the call's deadline (`None`: none): an answer held for its turn
-        /// (`engine::waiting`) past it is refused at once instead.
+        _permit: SemaphorePermit<'a>,
         budget: Option<Duration>,
     },
-    /// Do not decide: answer with this overload answer now.
+    /// Beyond the in-flight bound: answer with this at once.
     Overloaded(OverloadAnswer),
-    /// Do not decide: the caller's deadline has passed.
+    /// Its deadline passed while its message arrived: not decided.
     Expired,
 }
 
-impl Admitted {
-    /// Takes the arrival stamp out of the request (so the permit lives as long as the returned
-    /// value, not as long as the request) and says what to do with the call. A call that came
-    /// without the interceptor counts as arriving now.
-    pub fn check<T>(request: &mut tonic::Request<T>) -> Self {
-        let arrival = match request.extensions_mut().remove::<Arrival>() {
-            Some(arrival) => arrival,
-            None => {
-                return Admitted::Decide {
-                    _permit: None,
-                    watch: None,
-                    budget: None,
-                }
-            }
-        };
-        let Some(permit) = arrival.admission.try_admit() else {
-            settle(arrival.watch.as_ref());
+impl<'a> Admitted<'a> {
+    /// Admits the call being answered on this task (its clock from `server::grpc_deadline`)
+    /// into `admission`'s budget. Refusals are counted here.
+    pub fn check(admission: &'a Admission) -> Self {
+        let Ok(permit) = admission.permits.try_acquire() else {
             metrics::overload_rejected(OverloadReason::InFlight);
-            return Admitted::Overloaded(arrival.admission.overload_answer);
+            return Admitted::Overloaded(admission.overload_answer);
         };
-        match remaining_budget(arrival.timeout, arrival.at.elapsed()) {
+        let Some(clock) = CallClock::of_this_call() else {
+            return Admitted::Decide {
+                _permit: permit,
+                budget: None,
+            };
+        };
+        match remaining_budget(clock.timeout, clock.arrived.elapsed()) {
             Budget::Unbounded => Admitted::Decide {
-                _permit: Some(permit),
-                watch: arrival.watch,
+                _permit: permit,
                 budget: None,
             },
             Budget::Remaining(left) => Admitted::Decide {
-                _permit: Some(permit),
-                watch: arrival.watch,
+                _permit: permit,
                 budget: Some(left),
             },
-            // The watch, dropped unsettled past the deadline, counts it.
-            Budget::Expired => Admitted::Expired,
-        }
-    }
-
-    /// The call was decided in time: whenever it is dropped, it is no deadline rejection.
-    pub fn settle(&self) {
-        if let Admitted::Decide { watch, .. } = self {
-            settle(watch.as_ref());
+            Budget::Expired => {
+                metrics::overload_rejected(OverloadReason::Deadline);
+                Admitted::Expired
+            }
         }
     }
 }
@@ -269,126 +167,103 @@ pub fn expired_status() -> Status {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
-    fn arrive(interceptor: &mut AdmissionInterceptor, timeout: Option<&str>) -> Admitted {
-        let mut request = tonic::Request::new(());
-        if let Some(timeout) = timeout {
-            if let Ok(value) = timeout.parse() {
-                request.metadata_mut().insert("grpc-timeout", value);
-            }
-        }
-        match interceptor.call(request) {
-            Ok(mut request) => Admitted::check(&mut request),
-            Err(status) => panic!("the interceptor refuses nothing, but refused: {status}"),
-        }
+    /// Admits a call that arrived now with `timeout` (`None`: no deadline).
+    fn arrive(admission: &Admission, timeout: Option<Duration>) -> Admitted<'_> {
+        let clock = CallClock {
+            arrived: Instant::now(),
+            timeout,
+        };
+        clock.lend(|| Admitted::check(admission))
     }
 
-    fn interceptor(max_in_flight: usize, answer: OverloadAnswer) -> AdmissionInterceptor {
+    fn admission(max_in_flight: usize, answer: OverloadAnswer) -> Admission {
         Admission::new(AdmissionSettings {
             max_in_flight,
             overload_answer: answer,
             ..AdmissionSettings::default()
         })
-        .interceptor()
     }
+
+    const TEN_SECONDS: Option<Duration> = Some(Duration::from_secs(10));
 
     #[test]
     fn calls_beyond_the_bound_get_the_overload_answer_until_a_permit_returns() {
-        let mut interceptor = interceptor(2, OverloadAnswer::OverLimit);
-        let first = arrive(&mut interceptor, None);
-        let second = arrive(&mut interceptor, None);
+        let admission = admission(2, OverloadAnswer::OverLimit);
+        let first = arrive(&admission, TEN_SECONDS);
+        let second = arrive(&admission, TEN_SECONDS);
         assert!(matches!(first, Admitted::Decide { .. }));
         assert!(matches!(second, Admitted::Decide { .. }));
         assert!(matches!(
-            arrive(&mut interceptor, None),
+            arrive(&admission, TEN_SECONDS),
             Admitted::Overloaded(OverloadAnswer::OverLimit)
         ));
         drop(first);
         assert!(matches!(
-            arrive(&mut interceptor, None),
+            arrive(&admission, TEN_SECONDS),
             Admitted::Decide { .. }
         ));
     }
 
     #[test]
     fn grpc_and_http_calls_draw_on_one_budget() {
-        let admission = Admission::new(AdmissionSettings {
-            max_in_flight: 2,
-            overload_answer: OverloadAnswer::Ok,
-            ..AdmissionSettings::default()
-        });
-        let mut grpc = admission.interceptor();
-        let grpc_call = arrive(&mut grpc, None);
+        let admission = admission(2, OverloadAnswer::Ok);
+        let grpc_call = arrive(&admission, None);
         assert!(matches!(grpc_call, Admitted::Decide { .. }));
         let http_call = admission.try_admit();
         assert!(http_call.is_some());
         assert!(admission.try_admit().is_none());
         assert!(matches!(
-            arrive(&mut grpc, None),
+            arrive(&admission, None),
             Admitted::Overloaded(OverloadAnswer::Ok)
         ));
         drop(http_call);
-        assert!(matches!(arrive(&mut grpc, None), Admitted::Decide { .. }));
+        assert!(matches!(arrive(&admission, None), Admitted::Decide { .. }));
     }
 
     #[test]
     fn unavailable_is_answered_by_the_handler_once_the_message_is_in() {
-        let mut interceptor = interceptor(0, OverloadAnswer::Unavailable);
+        let admission = admission(0, OverloadAnswer::Unavailable);
         assert!(matches!(
-            arrive(&mut interceptor, None),
+            arrive(&admission, None),
             Admitted::Overloaded(OverloadAnswer::Unavailable)
         ));
     }
 
     #[test]
-    fn a_call_that_never_reaches_the_handler_holds_no_permit() {
-        let admission = Admission::new(AdmissionSettings {
-            max_in_flight: 1,
-            ..AdmissionSettings::default()
-        });
-        let mut grpc = admission.interceptor();
-        // Headers in, message never sent: the interceptor ran, the handler did not.
-        let stalled: Vec<_> = (0..100)
-            .filter_map(|_| grpc.call(tonic::Request::new(())).ok())
-            .collect();
-        assert_eq!(stalled.len(), 100);
-        assert!(matches!(arrive(&mut grpc, None), Admitted::Decide { .. }));
-    }
-
-    #[test]
     fn a_spent_deadline_is_not_decided() {
-        let mut interceptor = interceptor(4, OverloadAnswer::Ok);
+        let admission = admission(4, OverloadAnswer::Ok);
         assert!(matches!(
-            arrive(&mut interceptor, Some("1n")),
+            arrive(&admission, Some(Duration::from_nanos(1))),
             Admitted::Expired
         ));
     }
 
     #[test]
-    fn a_live_deadline_is_decided_and_a_missing_or_malformed_one_gets_the_default() {
-        let mut interceptor = interceptor(4, OverloadAnswer::Ok);
-        for timeout in [Some("10S"), Some("10x"), None] {
-            assert!(
-                matches!(arrive(&mut interceptor, timeout), Admitted::Decide { .. }),
-                "{timeout:?}"
-            );
+    fn a_live_deadline_is_decided_with_what_is_left_of_it() {
+        let admission = admission(4, OverloadAnswer::Ok);
+        match arrive(&admission, TEN_SECONDS) {
+            Admitted::Decide {
+                budget: Some(left), ..
+            } => assert!(left <= Duration::from_secs(10) && left > Duration::from_secs(9)),
+            other => panic!("decided within its deadline, not {other:?}"),
         }
-        let mut stamped = |timeout: Option<&str>| {
-            let mut request = tonic::Request::new(());
-            if let Some(value) = timeout.and_then(|text| text.parse().ok()) {
-                request.metadata_mut().insert("grpc-timeout", value);
-            }
-            interceptor
-                .call(request)
-                .ok()
-                .and_then(|request| request.extensions().get::<Arrival>().cloned())
-                .and_then(|arrival| arrival.timeout)
-        };
-        assert_eq!(stamped(Some("20m")), Some(Duration::from_millis(20)));
-        assert_eq!(stamped(Some("60S")), Some(DEFAULT_GRPC_DEADLINE));
-        assert_eq!(stamped(Some("10x")), Some(DEFAULT_GRPC_DEADLINE));
-        assert_eq!(stamped(None), Some(DEFAULT_GRPC_DEADLINE));
+        assert!(matches!(
+            arrive(&admission, None),
+            Admitted::Decide { budget: None, .. }
+        ));
+    }
+
+    #[test]
+    fn a_call_outside_a_listener_is_decided_without_a_deadline() {
+        let admission = admission(1, OverloadAnswer::Ok);
+        assert!(matches!(
+            Admitted::check(&admission),
+            Admitted::Decide { budget: None, .. }
+        ));
     }
 
     #[test]

@@ -3,13 +3,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, Span};
 
-use super::admission::{
-    expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
-};
+use super::admission::{expired_status, overloaded_status, Admission, Admitted};
 use super::convert::{request_from_wire, response_to_wire};
 use super::kuadrant;
 use crate::core::decision::error_codes::GrpcCode;
@@ -25,6 +22,7 @@ use crate::telemetry::traces::{self, RemoteParent};
 
 pub struct RateLimitGrpc<S> {
     limiter: Arc<Limiter<S>>,
+    admission: Admission,
     /// Limitador's limits: a domain that is one of its namespaces is answered from them.
     limitador: Option<Arc<Limitador>>,
 }
@@ -35,11 +33,12 @@ impl<S: Store> RateLimitGrpc<S> {
         limiter: Arc<Limiter<S>>,
         limitador: Option<Arc<Limitador>>,
         admission: &Admission,
-    ) -> InterceptedService<RateLimitServiceServer<Self>, AdmissionInterceptor> {
-        RateLimitServiceServer::with_interceptor(
-            Self { limiter, limitador },
-            admission.interceptor(),
-        )
+    ) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(Self {
+            limiter,
+            limitador,
+            admission: admission.clone(),
+        })
     }
 }
 
@@ -64,9 +63,9 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
 impl<S: Store> RateLimitGrpc<S> {
     async fn answer(
         &self,
-        mut request: Request<RateLimitRequest>,
+        request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let admitted = Admitted::check(&mut request);
+        let admitted = Admitted::check(&self.admission);
         let budget = match admitted {
             Admitted::Decide { budget, .. } => budget,
             Admitted::Expired => return Err(expired_status()),
@@ -82,7 +81,7 @@ impl<S: Store> RateLimitGrpc<S> {
         };
         if let Some(limitador) = self.limitador_of(request.get_ref()) {
             let answer = kuadrant::should_rate_limit(&limitador, request.into_inner()).await;
-            admitted.settle();
+            drop(admitted);
             return answer.map(Response::new);
         }
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
@@ -91,14 +90,14 @@ impl<S: Store> RateLimitGrpc<S> {
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
         let (parent, server_span) = self.server_span(parent);
         let request = request_from_wire(request.into_inner());
-        // Never past the call's deadline: `server::grpc_deadline` drops this future then (and
-        // `admitted`, dropped unsettled, counts it).
+        // Never past the call's deadline: `server::grpc_deadline` drops this future then, and
+        // counts the call as a deadline rejection.
         let decided = self
             .limiter
             .decide_within(&request, parent, budget)
             .instrument(server_span.clone())
             .await;
-        admitted.settle();
+        drop(admitted);
         let answer = match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(error) => Err(self.error_status(&error)),

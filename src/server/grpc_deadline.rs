@@ -4,29 +4,85 @@
 //! open streams that send headers and never their message, and each would live until its
 //! connection closed. Streams (health Watch, reflection, and later RLQS) get no default: they
 //! are meant to stay open, watched by TCP keepalive (`server::connections`).
+//!
+//! The call's clock (when it arrived, how long it may take) is read once here, from its
+//! headers, and lent to the call's task: admission (`server::admission`) reads it there
+//! rather than from a request extension, which would cost each call a map of its own and
+//! tonic's conversions around an interceptor. The timer is armed only when the answer is not
+//! ready at the first poll: a decision the memory store makes at once never touches the
+//! runtime's timer wheel.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::{HeaderMap, Request, Response};
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
+use tokio::time::Sleep;
 use tonic::Status;
 
 use crate::core::decision::overload::parse_grpc_timeout;
+use crate::telemetry::metrics::{self, OverloadReason};
 
-/// The unary methods floodgate serves, by path: the ones that get the default deadline.
-pub fn unary_methods() -> Vec<String> {
+tokio::task_local! {
+    /// The clock of the call whose task this is (set by [`GrpcDeadline`]).
+    static CALL_CLOCK: CallClock;
+}
+
+/// When a call arrived (its headers were read) and how long it may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallClock {
+    pub arrived: Instant,
+    /// `None`: no deadline (a stream that sent no `grpc-timeout`).
+    pub timeout: Option<Duration>,
+}
+
+impl CallClock {
+    /// The clock of the call being answered on this task; `None` outside a call that came
+    /// through [`GrpcDeadline`] (a service driven in process, as the fuzz targets do).
+    pub fn of_this_call() -> Option<Self> {
+        CALL_CLOCK.try_with(|clock| *clock).ok()
+    }
+
+    /// Runs `f` as if it answered a call with this clock.
+    #[cfg(test)]
+    pub fn lend<R>(self, f: impl FnOnce() -> R) -> R {
+        CALL_CLOCK.sync_scope(self, f)
+    }
+}
+
+/// How floodgate treats a method's calls, by path.
+struct Method {
+    path: String,
+    /// Gets `--grpc-default-deadline-ms` when it sends no `grpc-timeout`.
+    unary: bool,
+    /// Under admission control (`--max-in-flight`, deadline rejections counted).
+    admitted: bool,
+}
+
+/// The methods floodgate treats apart from streams: the unary ones, and among them those
+/// under admission control.
+fn methods() -> Vec<Method> {
     use crate::server::proto::rate_limit_service_server::SERVICE_NAME;
+    use envoy_types::pb::envoy::service::auth::v3::authorization_server::SERVICE_NAME as AUTHZ;
+    let method = |path: String, admitted| Method {
+        path,
+        unary: true,
+        admitted,
+    };
     vec![
-        format!("/{SERVICE_NAME}/ShouldRateLimit"),
-        "/grpc.health.v1.Health/Check".to_owned(),
+        method(format!("/{SERVICE_NAME}/ShouldRateLimit"), true),
+        method(format!("/{AUTHZ}/Check"), true),
+        method("/grpc.health.v1.Health/Check".to_owned(), false),
     ]
 }
 
-/// The deadline of one call: the shorter of the caller's and, for a unary call, the default.
+/// A call's deadline: the caller's `grpc-timeout`, capped for unary calls by (and defaulting
+/// to) `default_unary`.
 pub fn call_deadline(
     headers: &HeaderMap,
     unary: bool,
@@ -43,12 +99,11 @@ pub fn call_deadline(
     }
 }
 
-/// A gRPC service (tonic's `Routes`) whose calls end at their deadline with
-/// DEADLINE_EXCEEDED.
+/// The gRPC routes, each call answered by its deadline (DEADLINE_EXCEEDED past it).
 #[derive(Clone)]
 pub struct GrpcDeadline<S> {
     inner: S,
-    unary: Arc<[String]>,
+    methods: Arc<[Method]>,
     default_unary: Duration,
 }
 
@@ -56,7 +111,7 @@ impl<S> GrpcDeadline<S> {
     pub fn new(inner: S, default_unary: Duration) -> Self {
         Self {
             inner,
-            unary: unary_methods().into(),
+            methods: methods().into(),
             default_unary,
         }
     }
@@ -65,33 +120,79 @@ impl<S> GrpcDeadline<S> {
 impl<S, B> tower::Service<Request<B>> for GrpcDeadline<S>
 where
     S: tower::Service<Request<B>, Response = Response<tonic::body::Body>, Error = Infallible>,
-    S::Future: Send + 'static,
 {
     type Response = Response<tonic::body::Body>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    type Future = WithinDeadline<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let unary = self.unary.iter().any(|path| path == request.uri().path());
-        let deadline = call_deadline(request.headers(), unary, self.default_unary);
-        let answering = self.inner.call(request);
-        let Some(deadline) = deadline else {
-            return Box::pin(answering);
+        let arrived = Instant::now();
+        let method = self
+            .methods
+            .iter()
+            .find(|method| method.path == request.uri().path());
+        let unary = method.is_some_and(|method| method.unary);
+        let timeout = call_deadline(request.headers(), unary, self.default_unary);
+        let clock = CallClock { arrived, timeout };
+        WithinDeadline {
+            answering: CALL_CLOCK.scope(clock, self.inner.call(request)),
+            deadline: timeout.and_then(|timeout| arrived.checked_add(timeout)),
+            admitted: method.is_some_and(|method| method.admitted),
+            timer: None,
+        }
+    }
+}
+
+pin_project! {
+    /// A call's answer, or DEADLINE_EXCEEDED once its deadline passes first.
+    pub struct WithinDeadline<F> {
+        #[pin]
+        answering: TaskLocalFuture<CallClock, F>,
+        deadline: Option<Instant>,
+        admitted: bool,
+        // Armed at the first poll that finds no answer.
+        #[pin]
+        timer: Option<Sleep>,
+    }
+}
+
+impl<F> Future for WithinDeadline<F>
+where
+    F: Future<Output = Result<Response<tonic::body::Body>, Infallible>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(answer) = this.answering.poll(cx) {
+            return Poll::Ready(answer);
+        }
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
         };
-        Box::pin(async move {
-            match tokio::time::timeout(deadline, answering).await {
-                Ok(answered) => answered,
-                Err(_elapsed) => Ok(Status::deadline_exceeded(
+        if this.timer.is_none() {
+            this.timer
+                .set(Some(tokio::time::sleep_until(deadline.into())));
+        }
+        match this.timer.as_pin_mut().map(|timer| timer.poll(cx)) {
+            Some(Poll::Ready(())) => {
+                // Admitted calls answer before their deadline or not at all: one that had not
+                // answered is a deadline rejection, whether it was still arriving or deciding.
+                if *this.admitted {
+                    metrics::overload_rejected(OverloadReason::Deadline);
+                }
+                Poll::Ready(Ok(Status::deadline_exceeded(
                     "no answer within the call's deadline (its grpc-timeout, or \
                      --grpc-default-deadline-ms for a unary call that sends none)",
                 )
-                .into_http()),
+                .into_http()))
             }
-        })
+            _ => Poll::Pending,
+        }
     }
 }
 
@@ -132,11 +233,31 @@ mod tests {
         assert_eq!(call_deadline(&headers(Some("bogus")), false, default), None);
     }
 
+    fn paths(keep: impl Fn(&Method) -> bool) -> Vec<String> {
+        methods()
+            .into_iter()
+            .filter(|method| keep(method))
+            .map(|method| method.path)
+            .collect()
+    }
+
     #[test]
-    fn the_unary_methods_are_rls_and_health_check() {
-        let methods = unary_methods();
+    fn the_unary_methods_are_rls_authz_and_health_check() {
+        let methods = paths(|method| method.unary);
         assert!(methods
             .contains(&"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".to_owned()));
+        assert!(methods.contains(&"/envoy.service.auth.v3.Authorization/Check".to_owned()));
         assert!(methods.contains(&"/grpc.health.v1.Health/Check".to_owned()));
+    }
+
+    #[test]
+    fn only_the_deciding_methods_are_under_admission() {
+        assert_eq!(
+            paths(|method| method.admitted),
+            [
+                "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                "/envoy.service.auth.v3.Authorization/Check"
+            ]
+        );
     }
 }

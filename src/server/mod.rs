@@ -12,6 +12,7 @@ pub(crate) mod convert;
 mod debug;
 pub(crate) mod grpc;
 pub(crate) mod grpc_deadline;
+mod grpc_routes;
 pub mod health;
 mod http;
 pub mod in_process;
@@ -107,21 +108,22 @@ pub async fn serve_with<S: Store>(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     follow_health(health_reporter, &limiter, &operations, &shutdown).await;
     let admission = admission::Admission::new(operations.admission);
-    let grpc_routes = tonic::service::Routes::new(grpc::RateLimitGrpc::admitted_server(
+    let rls = grpc::RateLimitGrpc::admitted_server(
         Arc::clone(&limiter),
         operations.limitador.clone(),
         &admission,
-    ))
-    .add_service(rlqs::RateLimitQuotaGrpc::server(
-        Arc::clone(&limiter),
-        Arc::clone(&operations.rlqs),
-        shutdown.clone(),
-    ))
-    .add_service(health_service)
-    .add_service(authz::grpc::AuthorizationGrpc::admitted_server(
-        Arc::clone(&limiter),
-        &admission,
-    ));
+    );
+    let grpc_routes = tonic::service::Routes::new(rls.clone())
+        .add_service(rlqs::RateLimitQuotaGrpc::server(
+            Arc::clone(&limiter),
+            Arc::clone(&operations.rlqs),
+            shutdown.clone(),
+        ))
+        .add_service(health_service)
+        .add_service(authz::grpc::AuthorizationGrpc::admitted_server(
+            Arc::clone(&limiter),
+            &admission,
+        ));
     let grpc_routes = match &operations.limitador {
         Some(limitador) => {
             grpc_routes.add_service(kuadrant::KuadrantGrpc::server(Arc::clone(limitador)))
@@ -130,6 +132,7 @@ pub async fn serve_with<S: Store>(
     };
     let grpc_routes = with_reflection(grpc_routes, !operations.without_grpc_reflection)?;
     let limits = operations.connections;
+    let grpc_routes = grpc_routes::GrpcRoutes::with_rls_first(rls, grpc_routes);
     let grpc = serve_grpc(grpc_routes, listeners.grpc, &operations, shutdown.clone());
     let http_routes = http::main_routes(Arc::clone(&limiter), http_settings, admission)
         .merge(health::healthcheck_routes(operations.health.clone()));
@@ -194,8 +197,11 @@ fn with_reflection(
 }
 
 /// The gRPC listener: HTTP/2, TLS as `operations` say, each call under its deadline.
-async fn serve_grpc(
-    routes: tonic::service::Routes,
+async fn serve_grpc<S: Store>(
+    routes: grpc_routes::GrpcRoutes<
+        proto::rate_limit_service_server::RateLimitServiceServer<grpc::RateLimitGrpc<S>>,
+        tonic::service::Routes,
+    >,
     socket: TcpListener,
     operations: &Operations,
     shutdown: Shutdown,

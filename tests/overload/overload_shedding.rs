@@ -117,6 +117,17 @@ fn the_default_overload_answer_is_unavailable() {
 /// Not through tonic's client, which enforces the timeout itself and would give up before the
 /// server ever saw the call.
 async fn grpc_status_with_timeout(server: &Floodgate, timeout: &str) -> String {
+    grpc_status_of_call(server, timeout, Message::Sent).await
+}
+
+/// Whether a raw call sends its message after its headers.
+#[derive(PartialEq)]
+enum Message {
+    Sent,
+    NeverSent,
+}
+
+async fn grpc_status_of_call(server: &Floodgate, timeout: &str, message_sent: Message) -> String {
     use prost::Message as _;
     use tonic::codegen::{http, Bytes};
 
@@ -145,8 +156,10 @@ async fn grpc_status_with_timeout(server: &Floodgate, timeout: &str) -> String {
     let (response, mut body) = send
         .send_request(request, false)
         .unwrap_or_else(|error| panic!("send: {error}"));
-    body.send_data(Bytes::from(frame), true)
-        .unwrap_or_else(|error| panic!("send body: {error}"));
+    if message_sent == Message::Sent {
+        body.send_data(Bytes::from(frame), true)
+            .unwrap_or_else(|error| panic!("send body: {error}"));
+    }
     let response = tokio::time::timeout(rls::CALL_TIMEOUT, response)
         .await
         .unwrap_or_else(|_| panic!("no answer within {:?}", rls::CALL_TIMEOUT))
@@ -196,6 +209,18 @@ fn a_call_whose_deadline_has_passed_is_not_decided() {
         ),
         2.0
     );
+}
+
+#[test]
+fn a_call_still_arriving_at_its_deadline_is_answered_and_counted_at_it() {
+    let (_temp, server) = start(&[]);
+    let status = runtime()
+        .block_on(async { grpc_status_of_call(&server, "300m", Message::NeverSent).await });
+    // Headers in, message never sent: the call ends at its deadline, not when the connection
+    // closes, and counts as a deadline rejection though the handler never ran.
+    assert_eq!(status, GRPC_DEADLINE_EXCEEDED, "grpc-status {status}");
+    assert_eq!(overload_rejections(&server, "deadline"), 1.0);
+    assert_eq!(overload_rejections(&server, "in_flight"), 0.0);
 }
 
 /// Many calls at once against a bound of 1: every call is answered, either decided or with

@@ -13,7 +13,6 @@ use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
     Authorization, AuthorizationServer,
 };
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
-use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use super::answer::Answer;
@@ -21,9 +20,7 @@ use super::convert::{answer_to_wire, attributes_from_wire};
 use super::plan::{plan, Plan};
 use crate::core::decision::overload::{overload_reply, OverloadReply};
 use crate::engine::limiter::{LimitError, Limiter};
-use crate::server::admission::{
-    expired_status, overloaded_status, Admission, AdmissionInterceptor, Admitted,
-};
+use crate::server::admission::{expired_status, overloaded_status, Admission, Admitted};
 use crate::store::Store;
 use crate::telemetry::paced_log::{ClientText, PacedLog};
 use crate::telemetry::traces::RemoteParent;
@@ -33,6 +30,7 @@ static NOT_ANSWERED: PacedLog = PacedLog::every(std::time::Duration::from_secs(1
 
 pub struct AuthorizationGrpc<S> {
     limiter: Arc<Limiter<S>>,
+    admission: Admission,
 }
 
 impl<S: Store> AuthorizationGrpc<S> {
@@ -40,8 +38,11 @@ impl<S: Store> AuthorizationGrpc<S> {
     pub fn admitted_server(
         limiter: Arc<Limiter<S>>,
         admission: &Admission,
-    ) -> InterceptedService<AuthorizationServer<Self>, AdmissionInterceptor> {
-        AuthorizationServer::with_interceptor(Self { limiter }, admission.interceptor())
+    ) -> AuthorizationServer<Self> {
+        AuthorizationServer::new(Self {
+            limiter,
+            admission: admission.clone(),
+        })
     }
 }
 
@@ -49,15 +50,12 @@ impl<S: Store> AuthorizationGrpc<S> {
 impl<S: Store> Authorization for AuthorizationGrpc<S> {
     async fn check(
         &self,
-        mut request: Request<CheckRequest>,
+        request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
-        let admitted = Admitted::check(&mut request);
+        let admitted = Admitted::check(&self.admission);
         let metadata = request.metadata();
         let parent = RemoteParent::from_headers(|name| metadata.get(name)?.to_str().ok());
-        let answer = self.answer(request.get_ref(), &admitted, parent).await;
-        // Answered, whichever way: no deadline rejection when dropped.
-        admitted.settle();
-        answer
+        self.answer(request.get_ref(), &admitted, parent).await
     }
 }
 
@@ -65,7 +63,7 @@ impl<S: Store> AuthorizationGrpc<S> {
     async fn answer(
         &self,
         check: &CheckRequest,
-        admitted: &Admitted,
+        admitted: &Admitted<'_>,
         parent: RemoteParent,
     ) -> Result<Response<CheckResponse>, Status> {
         let (named, attributes) = attributes_from_wire(check);

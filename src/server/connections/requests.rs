@@ -6,14 +6,16 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
+use tower::util::Oneshot;
 use tower::ServiceExt;
 
 use super::activity::{Activity, InFlight};
@@ -112,7 +114,7 @@ pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
 /// An answer's body; the request stays open until it has been written (or dropped).
 pub struct TrackedBody<B> {
     inner: B,
-    _in_flight: InFlight,
+    _in_flight: Option<InFlight>,
 }
 
 impl<B: Body + Unpin> Body for TrackedBody<B> {
@@ -144,7 +146,8 @@ pub struct TrackedService<S> {
     pub body_timeout: Option<Duration>,
     /// Handed to handlers as axum's `ConnectInfo` (the admin API logs who called).
     pub peer: Option<SocketAddr>,
-    /// On HTTP/2 connections: the connection's long-lived streams, handed to every request.
+    /// On HTTP/2 connections: the connection's long-lived streams, handed to the requests that
+    /// may become one.
     pub streams: Option<super::streams::ConnectionStreams>,
 }
 
@@ -159,7 +162,7 @@ where
 {
     type Response = Response<TrackedBody<B>>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    type Future = Answering<Oneshot<S, Request<RequestBody>>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = self.activity.request_started();
@@ -170,16 +173,40 @@ where
                 .insert(axum::extract::ConnectInfo(peer));
         }
         if let Some(streams) = &self.streams {
-            request.extensions_mut().insert(streams.clone());
+            if super::streams::may_stay_open(request.uri().path()) {
+                request.extensions_mut().insert(streams.clone());
+            }
         }
-        let answering = self.inner.clone().oneshot(request);
-        Box::pin(async move {
-            let response = answering.await?;
-            Ok(response.map(|inner| TrackedBody {
-                inner,
-                _in_flight: in_flight,
-            }))
-        })
+        Answering {
+            answering: self.inner.clone().oneshot(request),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+pin_project! {
+    /// A request's answer, its body holding the request open (the connection busy) until sent.
+    pub struct Answering<F> {
+        #[pin]
+        answering: F,
+        in_flight: Option<InFlight>,
+    }
+}
+
+impl<F, B> Future for Answering<F>
+where
+    F: Future<Output = Result<Response<B>, Infallible>>,
+{
+    type Output = Result<Response<TrackedBody<B>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.answering.poll(cx))?;
+        let in_flight = this.in_flight.take();
+        Poll::Ready(Ok(response.map(|inner| TrackedBody {
+            inner,
+            _in_flight: in_flight,
+        })))
     }
 }
 

@@ -1,12 +1,24 @@
 //! Long-lived streams of one connection (RLQS's bidirectional stream), counted so a handler
-//! can bound them per connection: every request of an HTTP/2 connection carries the
-//! connection's [`ConnectionStreams`] in its extensions, and a handler that keeps a stream
-//! open holds a [`StreamSlot`] from it until the stream ends. HTTP/2's
+//! can bound them per connection: every request of an HTTP/2 connection to a method that may
+//! stay open ([`may_stay_open`]) carries the connection's [`ConnectionStreams`] in its
+//! extensions, and a handler that keeps a stream open holds a [`StreamSlot`] from it until the
+//! stream ends. Other requests go without: an extension map is made for the first extension,
+//! which a unary call would pay for and never read. HTTP/2's
 //! `max_concurrent_streams` bounds every stream alike, unary calls included, so it cannot be
 //! set low for long-lived ones alone.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::SERVICE_NAME as RLQS;
+
+/// Whether a call to `path` may stay open (RLQS's stream), and so is handed the connection's
+/// [`ConnectionStreams`].
+pub fn may_stay_open(path: &str) -> bool {
+    path.strip_prefix('/')
+        .and_then(|path| path.strip_prefix(RLQS))
+        .is_some_and(|method| method == "/StreamRateLimitQuotas")
+}
 
 /// The long-lived streams open on one connection. Clones count together.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +56,19 @@ impl Drop for StreamSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_rlqs_streams_may_stay_open() {
+        assert!(may_stay_open(
+            "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+        ));
+        assert!(!may_stay_open(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ));
+        assert!(!may_stay_open(
+            "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/Other"
+        ));
+    }
 
     #[test]
     fn slots_are_refused_at_the_bound_and_come_back_when_dropped() {
