@@ -8,7 +8,9 @@
 # Those runs use one script call per decision (--redis-batch-max 1). Then batching against it
 # and against the memory store, each its own floodgate on the same machine: decisions/s,
 # redis-server CPU per decision (against what redis-benchmark's unpipelined calls cost it),
-# script calls per decision and latency, at peak and at a tenth of it (runs in ABBA order).
+# script calls per decision and latency, at peak and at a tenth of it (runs in ABBA order), and
+# floodgate's CPU per decision with batches and with the memory store at half of the one-call
+# peak.
 #
 #   scripts/bench-redis.sh         # writes docs/benchmarks-redis.md (about 2 minutes)
 #
@@ -292,6 +294,18 @@ for run in one-1 batch-1 memory-1 memory-2 batch-2 one-2; do
       --rate "$TENTH" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
   esac
 done
+# Half of the one-call peak, the same way for batches and the memory store (batches, memory,
+# memory, batches): at that rate a call carries several decisions, so what the Redis call costs
+# floodgate per decision is shared; at a tenth nearly every decision pays it alone.
+SAME_HALF="$((TENTH * 5))"
+for run in batch-1 memory-1 memory-2 batch-2; do
+  case "${run%-*}" in
+    batch) RUN_SECONDS="$TENTH_SECONDS" SERVER=batch with_cpu "samehalf-$run" batched "samehalf-$run" \
+      --rate "$SAME_HALF" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
+    memory) RUN_SECONDS="$TENTH_SECONDS" SERVER=memory with_cpu "samehalf-$run" memory \
+      "samehalf-$run" --rate "$SAME_HALF" --arrivals poisson --concurrency "$HALF_CAP" --warmup 0s ;;
+  esac
+done
 RATE="$(python3 -c "import json; print(max(1, int(json.load(open('$WORK/peak.json'))['total']['legit']['achieved_rps'] / 2)))")"
 # Half of peak, open loop, twice: evenly spaced requests, then Poisson arrivals (independent
 # callers). The cap on calls in flight is far above what the rate needs, so no request is
@@ -329,7 +343,7 @@ steadiness steady-after
 mkdir -p "$(dirname "$OUT")"
 BENCH_BATCH_MAX="$BATCH_MAX" BENCH_CLIENTS="$CLIENTS" BENCH_SECONDS="$SECONDS_PER_RUN" \
   BENCH_WORKER_THREADS="$WORKER_THREADS" BENCH_TENTH="$TENTH" BENCH_TENTH_SECONDS="$TENTH_SECONDS" \
-  python3 scripts/lib/bench-redis-batching.py "$WORK" >"$WORK/batching.md"
+  BENCH_SAME_HALF="$SAME_HALF" python3 scripts/lib/bench-redis-batching.py "$WORK" >"$WORK/batching.md"
 BENCH_WORK="$WORK" BENCH_PROVENANCE="$(report_provenance scripts/bench-redis.sh)" \
 BENCH_NPROC="$(nproc)" \
 BENCH_REDIS="$(redis-server --version | awk '{print $3}')" BENCH_CLIENTS="$CLIENTS" \

@@ -163,4 +163,30 @@ if verdicts:
          else ": not within 5 % of one call per decision.")
       + (" The two one-call runs alone differ by " + ", ".join(noise)
          + ": what the machine's noise moves by itself." if noise else ""))
+w("")
+same_half = [("batches", "samehalf-batch-1"), ("memory store", "samehalf-memory-1"),
+             ("memory store", "samehalf-memory-2"), ("batches", "samehalf-batch-2")]
+w(f"**At half of the one-call peak** ({int(env['BENCH_SAME_HALF']):,} decisions/s, Poisson "
+  f"arrivals, open loop, {env['BENCH_TENTH_SECONDS']} s per run), batches and the memory store "
+  "back to back in the order batches, memory, memory, batches:")
+w("")
+w("| run | mode | achieved/s | p50 µs | p99 µs | script calls/decision "
+  "| floodgate CPU µs/decision | errors |")
+w("|---|---|--:|--:|--:|--:|--:|--:|")
+for index, (mode, run) in enumerate(same_half, 1):
+    r = report(run)
+    _, server_s, decisions, calls, _ = usage(run)
+    is_memory = mode == "memory store"
+    w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {slash([r['p50_us']])} "
+      f"| {slash([r['p99_us']])} "
+      f"| {'–' if is_memory else f'{calls / decisions if decisions else 0:.3f}'} "
+      f"| {server_s / decisions * 1e6 if decisions else 0:,.1f} | {r['error']:,} |")
+w("")
+half_memory = cpu_per_decision(["samehalf-memory-1", "samehalf-memory-2"])
+half_batch = cpu_per_decision(["samehalf-batch-1", "samehalf-batch-2"])
+if half_memory and half_batch:
+    w(f"floodgate's own CPU per decision at this offered rate (both runs of each): batches "
+      f"{half_batch:,.1f} µs, **{half_batch / half_memory:.2f}×** the memory store's "
+      f"{half_memory:,.1f} µs.")
+    w("")
 print("\n".join(lines))
