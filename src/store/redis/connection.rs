@@ -77,8 +77,8 @@ struct Shared {
 
 /// The pool to one server.
 struct Links {
-    /// `host:port/db`, safe for logs.
-    server: String,
+    /// `host:port/db`, safe for logs. Shared: every call takes it along for its error message.
+    server: Arc<str>,
     /// Sentinel mode: the master's address as the sentinels gave it.
     address: Option<(String, u16)>,
     pool: Pool,
@@ -256,7 +256,7 @@ impl Connection {
 
     /// The server now in use, as `host:port/db` (safe for logs).
     pub fn server(&self) -> String {
-        self.shared.links.load().server.clone()
+        self.shared.links.load().server.to_string()
     }
 
     /// `SCRIPT LOAD`s `script` (once: the script cache is the server's, not the socket's).
@@ -395,14 +395,14 @@ impl Shared {
     }
 
     /// The next socket of the pool: its position, the server's name and the socket.
-    fn pick(&self) -> (usize, String, ConnectionManager) {
+    fn pick(&self) -> (usize, Arc<str>, ConnectionManager) {
         let position = self.next_position();
         let (server, manager) = self.pick_at(position);
         (position, server, manager)
     }
 
     /// The server's name and the socket at `position` (modulo the pool's size).
-    fn pick_at(&self, position: usize) -> (String, ConnectionManager) {
+    fn pick_at(&self, position: usize) -> (Arc<str>, ConnectionManager) {
         let links = self.links.load();
         (links.server.clone(), links.pool.get(position).clone())
     }
@@ -628,7 +628,7 @@ impl Opener {
         let config = self.manager_config();
         let pool = self.open_pool(&client, &config, &opening).await?;
         Ok(Links {
-            server: opening.server,
+            server: opening.server.into(),
             address: None,
             pool,
             client,
