@@ -81,7 +81,6 @@ impl<S: Store> RateLimitGrpc<S> {
         };
         if let Some(limitador) = self.limitador_of(request.get_ref()) {
             let answer = kuadrant::should_rate_limit(&limitador, request.into_inner()).await;
-            drop(admitted);
             return answer.map(Response::new);
         }
         // Envoy sends its trace context (W3C `traceparent` or B3) as metadata when tracing
@@ -97,7 +96,6 @@ impl<S: Store> RateLimitGrpc<S> {
             .decide_within(&request, parent, budget)
             .instrument(server_span.clone())
             .await;
-        drop(admitted);
         let answer = match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(error) => Err(self.error_status(&error)),

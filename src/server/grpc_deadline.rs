@@ -55,25 +55,19 @@ impl CallClock {
     }
 }
 
-/// How floodgate treats a method's calls, by path.
-struct Method {
+/// A unary method floodgate serves: its calls get `--grpc-default-deadline-ms` when they send
+/// no `grpc-timeout` (streams, not listed, get none).
+struct UnaryMethod {
     path: String,
-    /// Gets `--grpc-default-deadline-ms` when it sends no `grpc-timeout`.
-    unary: bool,
     /// Under admission control (`--max-in-flight`, deadline rejections counted).
     admitted: bool,
 }
 
-/// The methods floodgate treats apart from streams: the unary ones, and among them those
-/// under admission control.
-fn methods() -> Vec<Method> {
+/// The unary methods, by path.
+fn unary_methods() -> Vec<UnaryMethod> {
     use crate::server::proto::rate_limit_service_server::SERVICE_NAME;
     use envoy_types::pb::envoy::service::auth::v3::authorization_server::SERVICE_NAME as AUTHZ;
-    let method = |path: String, admitted| Method {
-        path,
-        unary: true,
-        admitted,
-    };
+    let method = |path: String, admitted| UnaryMethod { path, admitted };
     vec![
         method(format!("/{SERVICE_NAME}/ShouldRateLimit"), true),
         method(format!("/{AUTHZ}/Check"), true),
@@ -103,7 +97,7 @@ pub fn call_deadline(
 #[derive(Clone)]
 pub struct GrpcDeadline<S> {
     inner: S,
-    methods: Arc<[Method]>,
+    unary_methods: Arc<[UnaryMethod]>,
     default_unary: Duration,
 }
 
@@ -111,7 +105,7 @@ impl<S> GrpcDeadline<S> {
     pub fn new(inner: S, default_unary: Duration) -> Self {
         Self {
             inner,
-            methods: methods().into(),
+            unary_methods: unary_methods().into(),
             default_unary,
         }
     }
@@ -132,11 +126,10 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let arrived = Instant::now();
         let method = self
-            .methods
+            .unary_methods
             .iter()
             .find(|method| method.path == request.uri().path());
-        let unary = method.is_some_and(|method| method.unary);
-        let timeout = call_deadline(request.headers(), unary, self.default_unary);
+        let timeout = call_deadline(request.headers(), method.is_some(), self.default_unary);
         let clock = CallClock { arrived, timeout };
         WithinDeadline {
             answering: CALL_CLOCK.scope(clock, self.inner.call(request)),
@@ -233,8 +226,8 @@ mod tests {
         assert_eq!(call_deadline(&headers(Some("bogus")), false, default), None);
     }
 
-    fn paths(keep: impl Fn(&Method) -> bool) -> Vec<String> {
-        methods()
+    fn paths(keep: impl Fn(&UnaryMethod) -> bool) -> Vec<String> {
+        unary_methods()
             .into_iter()
             .filter(|method| keep(method))
             .map(|method| method.path)
@@ -243,7 +236,7 @@ mod tests {
 
     #[test]
     fn the_unary_methods_are_rls_authz_and_health_check() {
-        let methods = paths(|method| method.unary);
+        let methods = paths(|_| true);
         assert!(methods
             .contains(&"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".to_owned()));
         assert!(methods.contains(&"/envoy.service.auth.v3.Authorization/Check".to_owned()));
