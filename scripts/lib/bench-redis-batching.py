@@ -1,8 +1,9 @@
 """The "Batching" section of docs/benchmarks-redis.md, from the runs scripts/bench-redis.sh
 left in WORK (argv[1]): one script call per decision, batches (--redis-batch-max) and the memory
 store, each at peak twice, then at a tenth of the one-call peak (one call, batches, memory,
-memory, batches, one call); and what
-redis-server's CPU paid per unpipelined redis-benchmark call of the same script. Prints
+memory, batches, one call) and batches and memory at half of it (batches, memory, memory,
+batches); and what redis-server's CPU paid per unpipelined redis-benchmark call of the same
+script. Prints
 Markdown. Every figure is a ratio of runs of the same session, with the raw numbers beside it.
 """
 
@@ -108,6 +109,25 @@ w(f"| redis-benchmark `EVALSHA`, no pipelining | | | {per_call_us:,.1f} | 1.00 |
   f"| {script_per_call_us:,.1f} | | | | |")
 w("")
 
+def runs_table(runs, latencies):
+    """One row per run of RUNS ((mode, run name) pairs, in the order they ran), with the
+    client-side LATENCIES (report fields such as p50_us), script calls and floodgate's CPU per
+    decision."""
+    heads = " | ".join(f"{field.removesuffix('_us')} µs" for field in latencies)
+    w(f"| run | mode | achieved/s | {heads} | script calls/decision "
+      "| floodgate CPU µs/decision | errors |")
+    w("|---|---|--:|" + "--:|" * len(latencies) + "--:|--:|--:|")
+    for index, (mode, run) in enumerate(runs, 1):
+        r = report(run)
+        _, server_s, decisions, calls, _ = usage(run)
+        is_memory = mode == "memory store"
+        cells = " | ".join(slash([r[field]]) for field in latencies)
+        w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {cells} "
+          f"| {'–' if is_memory else f'{calls / decisions if decisions else 0:.3f}'} "
+          f"| {server_s / decisions * 1e6 if decisions else 0:,.1f} | {r['error']:,} |")
+    w("")
+
+
 tenth = [("one call", "tenth-one-1"), ("batches", "tenth-batch-1"),
          ("memory store", "tenth-memory-1"), ("memory store", "tenth-memory-2"),
          ("batches", "tenth-batch-2"), ("one call", "tenth-one-2")]
@@ -115,18 +135,7 @@ w(f"**At a tenth of the one-call peak** ({int(env['BENCH_TENTH']):,} decisions/s
   f"arrivals, open loop, {env['BENCH_TENTH_SECONDS']} s per run), back to back in the order "
   "one call, batches, memory, memory, batches, one call:")
 w("")
-w("| run | mode | achieved/s | p50 µs | p90 µs | p99 µs | script calls/decision "
-  "| floodgate CPU µs/decision | errors |")
-w("|---|---|--:|--:|--:|--:|--:|--:|--:|")
-for index, (mode, run) in enumerate(tenth, 1):
-    r = report(run)
-    _, server_s, decisions, calls, _ = usage(run)
-    is_memory = mode == "memory store"
-    w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {slash([r['p50_us']])} "
-      f"| {slash([r['p90_us']])} | {slash([r['p99_us']])} "
-      f"| {'–' if is_memory else f'{calls / decisions if decisions else 0:.3f}'} "
-      f"| {server_s / decisions * 1e6 if decisions else 0:,.1f} | {r['error']:,} |")
-w("")
+runs_table(tenth, ["p50_us", "p90_us", "p99_us"])
 
 
 def cpu_per_decision(runs):
@@ -170,18 +179,7 @@ w(f"**At half of the one-call peak** ({int(env['BENCH_SAME_HALF']):,} decisions/
   f"arrivals, open loop, {env['BENCH_TENTH_SECONDS']} s per run), batches and the memory store "
   "back to back in the order batches, memory, memory, batches:")
 w("")
-w("| run | mode | achieved/s | p50 µs | p99 µs | script calls/decision "
-  "| floodgate CPU µs/decision | errors |")
-w("|---|---|--:|--:|--:|--:|--:|--:|")
-for index, (mode, run) in enumerate(same_half, 1):
-    r = report(run)
-    _, server_s, decisions, calls, _ = usage(run)
-    is_memory = mode == "memory store"
-    w(f"| {index} | {mode} | {r['achieved_rps']:,.0f} | {slash([r['p50_us']])} "
-      f"| {slash([r['p99_us']])} "
-      f"| {'–' if is_memory else f'{calls / decisions if decisions else 0:.3f}'} "
-      f"| {server_s / decisions * 1e6 if decisions else 0:,.1f} | {r['error']:,} |")
-w("")
+runs_table(same_half, ["p50_us", "p99_us"])
 half_memory = cpu_per_decision(["samehalf-memory-1", "samehalf-memory-2"])
 half_batch = cpu_per_decision(["samehalf-batch-1", "samehalf-batch-2"])
 if half_memory and half_batch:

@@ -232,7 +232,8 @@ async fn first_from_files(
 /// namespaces is answered OK with no limit.
 fn limitador_limits_alone() -> FirstRules {
     tracing::info!(
-        "no --config: the limits are Limitador's file alone (--limitador-limits); domains          outside its namespaces are answered OK with no limit"
+        "no --config: the limits are Limitador's file alone (--limitador-limits); domains \
+         outside its namespaces are answered OK with no limit"
     );
     let rules = RuleSet::default();
     crate::telemetry::config_loads::reload_succeeded(0);
