@@ -16,6 +16,7 @@ mod redis_heavy_hitters;
 mod redis_held_windows;
 mod redis_leases;
 mod redis_limitador;
+mod redis_own_socket;
 mod redis_pool;
 mod redis_processes;
 mod redis_reference_door;

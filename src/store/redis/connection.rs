@@ -9,6 +9,8 @@
 //! `--redis-pool-size N` opens N sockets to the same server. One socket already carries any
 //! number of concurrent calls; more help only when one socket's reader task is the bottleneck
 //! (many cores, a fast Redis). Each socket is a `ConnectionManager`, reconnecting on its own.
+//! Batched decisions on a plain TCP server take sockets of their own instead (`own_socket.rs`),
+//! reaching the server in use through [`Connection::plain_endpoint`].
 //!
 //! # Following a Sentinel failover
 //!
@@ -381,6 +383,57 @@ impl Connection {
     pub fn late(&self, deadline: Duration) -> StoreError {
         late(&self.server(), deadline)
     }
+
+    /// Where a socket of one's own reaches the server now in use, when it is plain TCP (not
+    /// TLS, not a unix socket): what `own_socket.rs` connects to.
+    pub fn plain_endpoint(&self) -> Option<PlainEndpoint> {
+        let links = self.shared.links.load();
+        let info = links.client.get_connection_info();
+        let ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return None;
+        };
+        let settings = info.redis_settings();
+        Some(PlainEndpoint {
+            server: Arc::clone(&links.server),
+            host: host.clone(),
+            port: *port,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+            db: settings.db(),
+        })
+    }
+
+    /// Whether `server` (a `PlainEndpoint::server`) is still the server in use: a Sentinel
+    /// failover replaces it.
+    pub fn still_serves(&self, server: &Arc<str>) -> bool {
+        Arc::ptr_eq(&self.shared.links.load().server, server)
+    }
+
+    /// How long a new connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.shared.opener.connect_timeout
+    }
+
+    /// `message` with the credentials taken out.
+    pub fn scrub(&self, message: &str) -> String {
+        scrub(message, &self.shared.opener.secrets)
+    }
+
+    /// After a call failed elsewhere than on the pool: the master may have moved (Sentinel).
+    pub fn call_failed(&self) {
+        Shared::follow_master_soon(&self.shared);
+    }
+}
+
+/// A plain TCP server and what a new socket to it must say first.
+pub(super) struct PlainEndpoint {
+    /// `host:port/db`, safe for logs; the same `Arc` for as long as this server is in use.
+    pub server: Arc<str>,
+    pub host: String,
+    pub port: u16,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub db: i64,
 }
 
 fn late(server: &str, deadline: Duration) -> StoreError {

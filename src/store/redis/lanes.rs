@@ -19,25 +19,44 @@ use redis::Script;
 use super::batch::{Lane, Target};
 use super::cluster::ClusterLink;
 use super::connection::{lock, Connection};
+use super::own_socket::OwnSocket;
 use super::script::{Call, RequestArgs};
 use crate::store::{Decided, StoreError};
 
-/// One socket of a connection's pool.
-pub(super) struct Socket {
-    connection: Connection,
-    position: usize,
-    script: Arc<Script>,
+/// One lane's socket.
+pub(super) enum Socket {
+    /// A socket of its own (`own_socket.rs`), on a plain TCP server.
+    Own(OwnSocket),
+    /// The socket at `position` of the connection's pool, shared with every other command:
+    /// over TLS or a unix socket.
+    Pooled {
+        connection: Connection,
+        position: usize,
+        script: Arc<Script>,
+    },
 }
 
 impl Target for Socket {
     async fn invoke(&self, call: &Call, deadline: Duration) -> Result<Vec<i64>, StoreError> {
-        self.connection
-            .invoke_on(self.position, &self.script, call, deadline)
-            .await
+        match self {
+            Self::Own(socket) => socket.invoke(call, deadline).await,
+            Self::Pooled {
+                connection,
+                position,
+                script,
+            } => {
+                connection
+                    .invoke_on(*position, script, call, deadline)
+                    .await
+            }
+        }
     }
 
     fn late(&self, deadline: Duration) -> StoreError {
-        self.connection.late(deadline)
+        match self {
+            Self::Own(socket) => socket.late(deadline),
+            Self::Pooled { connection, .. } => connection.late(deadline),
+        }
     }
 }
 
@@ -73,19 +92,25 @@ pub(super) enum Lanes {
 
 impl Lanes {
     /// One lane per socket of `connection`'s pool of `pool_size`, each call carrying up to
-    /// `max` requests.
+    /// `max` requests: each lane with a socket of its own on a plain TCP server, else on the
+    /// pool's socket at its position.
     pub fn sockets(
         connection: &Connection,
         pool_size: usize,
         script: &Arc<Script>,
         max: usize,
     ) -> Self {
+        let own = connection.plain_endpoint().is_some();
         let lanes = (0..pool_size.max(1))
             .map(|position| {
-                let socket = Socket {
-                    connection: connection.clone(),
-                    position,
-                    script: Arc::clone(script),
+                let socket = if own {
+                    Socket::Own(OwnSocket::new(connection.clone(), script))
+                } else {
+                    Socket::Pooled {
+                        connection: connection.clone(),
+                        position,
+                        script: Arc::clone(script),
+                    }
                 };
                 Lane::new(socket, max)
             })

@@ -138,6 +138,7 @@ pub mod keys;
 mod lanes;
 mod leases;
 mod options;
+mod own_socket;
 mod reference;
 mod rlqs_exchange;
 mod script;
@@ -147,6 +148,7 @@ mod silence;
 mod slot;
 mod startup;
 mod tls;
+mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
