@@ -24,6 +24,7 @@
 #   BENCH_BOTS           1: run the bot-burst load, 0: skip it     [1]
 #   BENCH_BOT_KEYS       keys the bots use                         [5]
 #   BENCH_OUT            the report                                [docs/benchmarks-load.md]
+#   BENCH_PROFILE        the cargo profile built (`dist`: the shipped build)  [release]
 #   BENCH_COMPARE_ARGS   more `floodgate serve` flags for a second floodgate, loaded beside
 #                        the first at each peak level (each goes first in turn), e.g.
 #                        "--heavy-hitters": both rates and their ratio are printed and

@@ -55,6 +55,7 @@
 #                           function with `callgrind_annotate` (the measured stretch is
 #                           cg-NAME.PID.4)                          [none]
 #   BENCH_PREBUILT          take the binaries from this directory instead of building
+#   BENCH_PROFILE           the cargo profile built (`dist`: the shipped build)  [release]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,9 +2,8 @@
 //! its socket needs no multiplexing: the lane's task writes the call and reads the reply itself
 //! (`wire.rs`). The redis crate's multiplexed socket hands each call through a channel to a
 //! task of its own, which writes it, parses the reply with a general parser and hands it back
-//! through another channel: at a tenth of the peak rate that was about 13 µs of the 36 µs a
-//! Redis call cost the no-op floor per decision on this project's 2-vCPU machine
-//! (docs/benchmarks.md).
+//! through another channel: 11 k of the 50 k instructions a Redis decision cost over a memory
+//! one (callgrind, docs/benchmarks.md, "A socket of its own for each lane").
 //!
 //! What it keeps from `connection.rs`:
 //! - the server in use: after a Sentinel failover the next call connects to the new master, and

@@ -25,6 +25,13 @@ pub(super) enum Reply {
 #[error("Redis sent what is not a RESP2 reply ({0})")]
 pub(super) struct Garbled(&'static str);
 
+/// The longest bulk string Redis sends (its `proto-max-bulk-len` default): a longer length is
+/// garbage, not a reason to wait for more bytes.
+const MAX_BULK: usize = 512 * 1024 * 1024;
+
+/// The longest array read: far beyond any reply this socket asks for (a batch's integers).
+const MAX_ARRAY: usize = 1 << 20;
+
 /// The deepest array nesting read; the script answers a flat array.
 const MAX_DEPTH: usize = 8;
 
@@ -82,7 +89,10 @@ fn read_at(input: &[u8], start: usize, depth: usize) -> Result<Option<(Reply, us
         b'$' => match number(line)? {
             -1 => Reply::Bulk(None),
             length => {
-                let length = usize::try_from(length).map_err(|_| Garbled("bulk length"))?;
+                let length = usize::try_from(length)
+                    .ok()
+                    .filter(|length| *length <= MAX_BULK)
+                    .ok_or(Garbled("bulk length"))?;
                 let end = after + length;
                 if input.len() < end + 2 {
                     return Ok(None);
@@ -113,7 +123,10 @@ fn read_array(
     if depth >= MAX_DEPTH {
         return Err(Garbled("arrays nested too deep"));
     }
-    let length = usize::try_from(length).map_err(|_| Garbled("array length"))?;
+    let length = usize::try_from(length)
+        .ok()
+        .filter(|length| *length <= MAX_ARRAY)
+        .ok_or(Garbled("array length"))?;
     // Each element takes at least 3 bytes: never reserve for more than could have come.
     let mut items = Vec::with_capacity(length.min(input.len().saturating_sub(at) / 3));
     for _ in 0..length {
@@ -225,6 +238,8 @@ mod tests {
             b":twelve\r\n",
             b"$3\r\nabcd\r\n",
             b"\r\n",
+            b"$9223372036854775807\r\nab\r\n",
+            b"*9223372036854775807\r\n:1\r\n",
             b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
         ] {
             assert!(read_reply(bad).is_err(), "{}", String::from_utf8_lossy(bad));
