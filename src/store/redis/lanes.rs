@@ -1,7 +1,9 @@
 //! Which batching lane (`batch/`) a request joins, and where each lane's calls go.
 //!
-//! On one server (or the master Sentinel names) a lane is one socket of the pool, and requests
-//! take the lanes in turn, as lone calls take the sockets. On a cluster a lane is one hash
+//! On one server (or the master Sentinel names) there is a lane per socket of the pool, and
+//! requests take the lanes in turn, as lone calls take the sockets. Over plain TCP each lane
+//! calls on a socket of its own (`own_socket.rs`); over TLS or a unix socket, on the pool's
+//! socket at its position. On a cluster a lane is one hash
 //! slot: a script may only touch keys of one slot, so requests can share a call only when all
 //! their keys are in the same slot, and then they all live on the node that serves it. A
 //! request whose counters span slots (`--redis-hash-tag descriptor`) is split into slot groups
