@@ -436,6 +436,12 @@ pub(super) struct PlainEndpoint {
     pub db: i64,
 }
 
+/// What a call gets when Redis at `server` answered with an error or the socket failed
+/// (`message`, scrubbed of credentials).
+pub(super) fn failed(server: &str, message: &str) -> StoreError {
+    unavailable(format!("Redis at {server} failed: {message}"))
+}
+
 fn late(server: &str, deadline: Duration) -> StoreError {
     unavailable(format!(
         "Redis at {server} did not answer within {deadline:?}"
@@ -474,10 +480,10 @@ impl Shared {
                 self.watches.heard(position);
                 Ok(value)
             }
-            Ok(Err(error)) => Err(unavailable(format!(
-                "Redis at {server} failed: {}",
-                scrub(&error.to_string(), &self.opener.secrets)
-            ))),
+            Ok(Err(error)) => Err(failed(
+                server,
+                &scrub(&error.to_string(), &self.opener.secrets),
+            )),
             Err(_) => {
                 Self::replace_if_silent(self, position);
                 Err(late(server, deadline))

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connection::{lock, Connection, PlainEndpoint};
+use super::connection::{failed, lock, Connection, PlainEndpoint};
 use super::errors::unavailable;
 use super::script::{Call, SOURCE};
 use super::silence::SILENCE;
@@ -126,11 +126,8 @@ impl OwnSocket {
         let message = self.connection.scrub(&failure.to_string());
         match (failure, wire) {
             (Failure::Connect { .. }, _) => unavailable(message),
-            (_, Some(wire)) => unavailable(format!("Redis at {} failed: {message}", wire.server)),
-            (_, None) => unavailable(format!(
-                "Redis at {} failed: {message}",
-                self.connection.server()
-            )),
+            (_, Some(wire)) => failed(&wire.server, &message),
+            (_, None) => failed(&self.connection.server(), &message),
         }
     }
 
@@ -144,18 +141,15 @@ impl OwnSocket {
                 slot.insert(self.open().await?)
             }
         };
-        wire.out.clear();
         write_evalsha(&mut wire.out, &self.sha, call);
         match wire.ask().await? {
             Reply::Error(message) if message.starts_with("NOSCRIPT") => {
-                wire.out.clear();
                 write_command(&mut wire.out, &[b"SCRIPT", b"LOAD", SOURCE.as_bytes()]);
                 match wire.ask().await? {
                     Reply::Bulk(Some(_)) => {}
                     Reply::Error(message) => return Err(Failure::Refused(message)),
                     _ => return Err(Failure::Unexpected("SCRIPT LOAD answered no hash")),
                 }
-                wire.out.clear();
                 write_evalsha(&mut wire.out, &self.sha, call);
                 integers(wire.ask().await?)
             }
@@ -220,9 +214,7 @@ impl Wire {
     }
 
     async fn expect_ok(&mut self) -> Result<(), Failure> {
-        let reply = self.ask().await;
-        self.out.clear();
-        match reply? {
+        match self.ask().await? {
             Reply::Status(_) => Ok(()),
             Reply::Error(message) => Err(Failure::Refused(message)),
             _ => Err(Failure::Unexpected(
@@ -231,11 +223,13 @@ impl Wire {
         }
     }
 
-    /// Sends `out` and reads its reply, first dropping the replies owed to calls given up.
+    /// Sends the command written to `out` (leaving it empty for the next) and reads its reply,
+    /// first dropping the replies owed to calls given up.
     async fn ask(&mut self) -> Result<Reply, Failure> {
         self.torn = true;
         self.stream.write_all(&self.out).await?;
         self.torn = false;
+        self.out.clear();
         self.owed += 1;
         loop {
             let reply = self.next_reply().await?;
@@ -268,19 +262,16 @@ impl Wire {
 
 /// The script's answer: integers only.
 fn integers(reply: Reply) -> Result<Vec<i64>, Failure> {
+    const NOT_INTEGERS: Failure = Failure::Unexpected("the script answered other than integers");
     match reply {
         Reply::Array(items) => items
             .into_iter()
             .map(|item| match item {
                 Reply::Integer(value) => Ok(value),
-                _ => Err(Failure::Unexpected(
-                    "the script answered something else than integers",
-                )),
+                _ => Err(NOT_INTEGERS),
             })
             .collect(),
         Reply::Error(message) => Err(Failure::Refused(message)),
-        _ => Err(Failure::Unexpected(
-            "the script answered something else than integers",
-        )),
+        _ => Err(NOT_INTEGERS),
     }
 }

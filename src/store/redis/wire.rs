@@ -41,18 +41,23 @@ pub(super) fn write_evalsha(out: &mut Vec<u8>, sha: &str, call: &Call) {
     write_header(out, b'*', count);
     write_bulk(out, b"EVALSHA");
     write_bulk(out, sha.as_bytes());
-    let mut arg = String::new();
-    // Writing to a String or a Vec cannot fail.
-    let _ = write!(arg, "{}", call.keys.len());
-    write_bulk(out, arg.as_bytes());
+    let mut text = String::new();
+    write_shown(out, &mut text, call.keys.len());
     for key in &call.keys {
         write_bulk(out, key.as_bytes());
     }
     for value in &call.args {
-        arg.clear();
-        let _ = write!(arg, "{value}");
-        write_bulk(out, arg.as_bytes());
+        write_shown(out, &mut text, value);
     }
+}
+
+/// `value` as its text, in a bulk string (its length goes first, so it is formatted apart, in
+/// `text`, reused from call to call).
+fn write_shown(out: &mut Vec<u8>, text: &mut String, value: impl std::fmt::Display) {
+    text.clear();
+    // Writing to a String or a Vec cannot fail.
+    let _ = write!(text, "{value}");
+    write_bulk(out, text.as_bytes());
 }
 
 /// Appends the command `parts` (e.g. `AUTH user password`) to `out`.
@@ -64,6 +69,7 @@ pub(super) fn write_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
 }
 
 fn write_header(out: &mut Vec<u8>, kind: u8, length: usize) {
+    // Writing to a Vec cannot fail.
     let _ = write!(out, "{}{length}\r\n", char::from(kind));
 }
 
