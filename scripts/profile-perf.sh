@@ -8,6 +8,10 @@
 # each store: the profiler's own cost is the difference between the two CPU figures. Beside
 # the profile, `perf stat` counts floodgate's system calls per decision (all, and the reads,
 # writes and waits among them): how many answers and Redis calls leave in one write.
+# With `noop` among the modes, the no-op RLS (`examples/noop_rls.rs`, one worker thread, the
+# floor bench-load.sh measures floodgate against) is profiled the same way, so
+# `BENCH_MODES="memory noop"` shows function by function what floodgate's decision adds at peak
+# over a server that decides nothing.
 #
 #   scripts/profile-perf.sh        # prints the report; BENCH_OUT=FILE writes it there too
 #
@@ -17,7 +21,8 @@
 # writes its counter (as in scripts/bench-redis.sh).
 #
 # Overrides (environment):
-#   BENCH_MODES          stores, in order: redis, memory                     [redis memory]
+#   BENCH_MODES          servers, in order: redis, memory, noop (the no-op RLS); the report's
+#                        difference column is the first less the second     [redis memory]
 #   BENCH_SECONDS        length of each run (unprofiled and profiled), s     [10]
 #   BENCH_CLIENTS        calls in flight (loadgen --concurrency)             [50]
 #   BENCH_KEYS           distinct {key} values                               [10000]
@@ -48,16 +53,27 @@ for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUEN
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 for mode in $MODES; do
-  [[ "$mode" == redis || "$mode" == memory ]] || die "BENCH_MODES: redis or memory (got '$mode')"
+  [[ "$mode" =~ ^(redis|memory|noop)$ ]] || die "BENCH_MODES: redis, memory or noop (got '$mode')"
 done
 
 start_workspace profile-perf
-release_build profile-perf --bin floodgate --example loadgen
+release_build profile-perf --bin floodgate --example loadgen --example noop_rls
 
 read -r REDIS_PORT < <(free_ports 1)
 start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
 REDIS_PID_KEPT="$REDIS_PID"
 write_counter_config "$WORK/config" 1000000
+
+# start_noop LOG: the no-op RLS on one worker thread, as start_floodgate starts floodgate (its
+# pid in SERVER_PID, stopped by stop_floodgate).
+start_noop() {
+  read -r GRPC_PORT < <(free_ports 1)
+  RUST_LOG=warn "$BIN/examples/noop_rls" --addr "127.0.0.1:$GRPC_PORT" --worker-threads 1 \
+    >"$1" 2>&1 &
+  SERVER_PID=$!
+  PIDS=("$SERVER_PID")
+  wait_port noop_rls "$SERVER_PID" "$GRPC_PORT" "$1"
+}
 
 # What perf stat counts beside the profile: every system call, and those that move the
 # answers, the Redis calls and the wake-ups.
@@ -88,8 +104,12 @@ for mode in $MODES; do
   [ "$mode" = memory ] ||
     flags=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-batch-max 64
       --redis-timeout-ms "$REDIS_TIMEOUT_MS")
-  start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
-    --worker-threads 1 "${flags[@]}"
+  if [ "$mode" = noop ]; then
+    start_noop "$WORK/noop.log"
+  else
+    start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
+      --worker-threads 1 "${flags[@]}"
+  fi
   PIDS+=("$REDIS_PID_KEPT")
   echo "profile-perf: $mode: unprofiled run" >&2
   drive "$mode-plain"
@@ -168,12 +188,13 @@ w()
 w(f"- {perf}; redis-server {redis}; release build, `--worker-threads 1` (Redis: "
   f"`--redis-batch-max 64 --redis-timeout-ms {timeout}`); loadgen closed loop, "
   f"{clients} calls in flight, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
-  f"`perf record -e cpu-clock -F {frequency} -p <floodgate>` over the second run of each store")
+  f"`perf record -e cpu-clock -F {frequency} -p <server>` over the second run of each; "
+  "`noop`: the no-op RLS (`examples/noop_rls.rs`, one worker thread), which decides nothing")
 w("- *µs per decision*: floodgate's CPU (user + system, `/proc/<pid>/stat`) over the run "
   "divided by the decisions answered; by function and by crate: that figure times the "
   "function's share of the samples (self time, kernel included)")
 w()
-w("| store | decisions/s, unprofiled | CPU µs per decision, unprofiled | decisions/s, profiled | "
+w("| server | decisions/s, unprofiled | CPU µs per decision, unprofiled | decisions/s, profiled | "
   "CPU µs per decision, profiled | errors |")
 w("|---|--:|--:|--:|--:|--:|")
 for mode in modes:
@@ -186,7 +207,7 @@ w()
 events = ["raw_syscalls:sys_enter", "syscalls:sys_enter_writev", "syscalls:sys_enter_write",
           "syscalls:sys_enter_sendto", "syscalls:sys_enter_read", "syscalls:sys_enter_recvfrom",
           "syscalls:sys_enter_epoll_wait"]
-w("| store | all | " + " | ".join(e.split("sys_enter_")[-1] for e in events[1:]) + " |")
+w("| server | all | " + " | ".join(e.split("sys_enter_")[-1] for e in events[1:]) + " |")
 w("|---|" + "--:|" * len(events))
 for mode in modes:
     counted = {}
@@ -215,7 +236,7 @@ for name in sorted(names, key=lambda n: -max(by_crate[m][n] for m in modes)):
         row += f" | {by_crate[first][name] - by_crate[other][name]:+.2f}"
     w(f"| {name} | {row} |")
 w()
-w(f"## By function (the {top} largest in either store)")
+w(f"## By function (the {top} largest in any server)")
 w()
 w(f"| function | {heading}{diff} |")
 w("|---|" + "--:|" * (len(modes) + (1 if other else 0)))

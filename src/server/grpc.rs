@@ -91,11 +91,14 @@ impl<S: Store> RateLimitGrpc<S> {
         let request = request_from_wire(request.into_inner());
         // Never past the call's deadline: `server::grpc_deadline` drops this future then, and
         // counts the call as a deadline rejection.
-        let decided = self
-            .limiter
-            .decide_within(&request, parent, budget)
-            .instrument(server_span.clone())
-            .await;
+        let deciding = self.limiter.decide_within(&request, parent, budget);
+        // Without a span, the decision's future is awaited where it is made: wrapped, it
+        // would be moved into the wrapper first, a copy of it on every call.
+        let decided = if server_span.is_disabled() {
+            deciding.await
+        } else {
+            deciding.instrument(server_span.clone()).await
+        };
         let answer = match decided {
             Ok(response) => Ok(Response::new(response_to_wire(response))),
             Err(error) => Err(self.error_status(&error)),

@@ -464,11 +464,16 @@ impl<S: Store> Limiter<S> {
         } else if plan.counters.is_empty() {
             Ok(Decided::default())
         } else {
-            let decided = self
+            let deciding = self
                 .store
-                .decide(&plan.counters, self.settings.global_shadow)
-                .instrument(observer.store_span().clone())
-                .await;
+                .decide(&plan.counters, self.settings.global_shadow);
+            // Wrapped only when traced: the wrapper would take a copy of the store's future.
+            let span = observer.store_span();
+            let decided = if span.is_disabled() {
+                deciding.await
+            } else {
+                deciding.instrument(span.clone()).await
+            };
             observer.store_answered(decided.is_ok());
             decided
         };

@@ -82,9 +82,7 @@ impl Bucket {
         }
         let ticks_per_micro = i128::from(quota.requests_per_unit);
         let hit_cost = i128::from(quota.window_micros().max(1));
-        // W ≤ 2^61 (`Quota::window_micros`) and L ≥ 1: at least one hit always fits in it.
-        let drainable = MAX_DRAIN_MICROS * ticks_per_micro / hit_cost;
-        let capacity = capacity.min(u64::try_from(drainable).unwrap_or(u64::MAX));
+        let capacity = drainable_capacity(capacity, ticks_per_micro, hit_cost);
         let debt = match state {
             Some(&State::Gcra { tat, tat_remainder }) => {
                 let ahead = i128::from(tat) - i128::from(now);
@@ -119,7 +117,10 @@ impl Bucket {
 
     /// Whole µs until `ticks` have drained (ceil).
     fn micros_to_drain(&self, ticks: i128) -> Micros {
-        let micros = ticks.max(0).saturating_add(self.ticks_per_micro - 1) / self.ticks_per_micro;
+        let micros = quotient(
+            ticks.max(0).saturating_add(self.ticks_per_micro - 1),
+            self.ticks_per_micro,
+        );
         Micros::try_from(micros).unwrap_or(Micros::MAX)
     }
 
@@ -175,7 +176,7 @@ impl Counter for Bucket {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let room = (self.capacity_ticks() - self.debt).max(0) / self.hit_cost;
+        let room = quotient((self.capacity_ticks() - self.debt).max(0), self.hit_cost);
         Snapshot {
             remaining: u64::try_from(room).unwrap_or(u64::MAX).min(self.capacity),
             reset_after: self.reset_after(),
@@ -199,9 +200,9 @@ impl Counter for Bucket {
     }
 
     fn into_state(self) -> State {
-        let ahead = self.debt / self.ticks_per_micro;
+        let (ahead, remainder) = quotient_and_remainder(self.debt, self.ticks_per_micro);
         let tat = Micros::try_from(i128::from(self.now) + ahead);
-        let remainder = u32::try_from(self.debt % self.ticks_per_micro);
+        let remainder = u32::try_from(remainder);
         match (tat, remainder) {
             (Ok(tat), Ok(tat_remainder)) => State::Gcra { tat, tat_remainder },
             _ => State::Gcra {
@@ -209,6 +210,35 @@ impl Counter for Bucket {
                 tat_remainder: 0,
             },
         }
+    }
+}
+
+/// C, or what drains in `MAX_DRAIN_MICROS` when that is less: C · W ≤ 2^62 · L, compared as
+/// products (below 2^127 by `Bucket`'s bounds), so the usual bucket pays no division.
+fn drainable_capacity(capacity: u64, ticks_per_micro: i128, hit_cost: i128) -> u64 {
+    if i128::from(capacity) * hit_cost <= MAX_DRAIN_MICROS * ticks_per_micro {
+        return capacity;
+    }
+    // W ≤ 2^61 (`Quota::window_micros`) and L ≥ 1: at least one hit always fits in it.
+    let drainable = MAX_DRAIN_MICROS * ticks_per_micro / hit_cost;
+    capacity.min(u64::try_from(drainable).unwrap_or(u64::MAX))
+}
+
+/// `dividend / divisor` for a dividend ≥ 0 and a divisor > 0. Both nearly always fit in 64
+/// bits, where the division is one instruction; an i128 one is a library call, and a decision
+/// makes several.
+fn quotient(dividend: i128, divisor: i128) -> i128 {
+    quotient_and_remainder(dividend, divisor).0
+}
+
+/// `(dividend / divisor, dividend % divisor)`, as [`quotient`].
+fn quotient_and_remainder(dividend: i128, divisor: i128) -> (i128, i128) {
+    match (u64::try_from(dividend), u64::try_from(divisor)) {
+        (Ok(dividend), Ok(divisor)) if divisor > 0 => (
+            i128::from(dividend / divisor),
+            i128::from(dividend % divisor),
+        ),
+        _ => (dividend / divisor, dividend % divisor),
     }
 }
 

@@ -74,11 +74,15 @@ impl DomainsBuild {
         self.shared.next_index
     }
 
-    pub(super) fn finish(self, report: &mut Report) -> HashMap<String, DomainRules> {
-        self.domains
-            .into_iter()
-            .map(|(name, domain)| (name, domain.finish(report)))
-            .collect()
+    /// The domains' rules, sorted by name (`RuleSet::domains`).
+    pub(super) fn finish(self, report: &mut Report) -> Box<[DomainRules]> {
+        let mut domains: Vec<DomainRules> = self
+            .domains
+            .into_values()
+            .map(|domain| domain.finish(report))
+            .collect();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        domains.into_boxed_slice()
     }
 }
 
