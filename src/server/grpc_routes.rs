@@ -17,7 +17,6 @@ use crate::server::proto::rate_limit_service_server::SERVICE_NAME;
 /// `hot` for its one path, `routes` for the rest.
 #[derive(Clone)]
 pub struct GrpcRoutes<H, R> {
-    hot_path: String,
     hot: H,
     routes: R,
 }
@@ -25,12 +24,16 @@ pub struct GrpcRoutes<H, R> {
 impl<H, R> GrpcRoutes<H, R> {
     /// `rls` (RateLimitService's server) answers `ShouldRateLimit`, `routes` everything else.
     pub fn with_rls_first(rls: H, routes: R) -> Self {
-        Self {
-            hot_path: format!("/{SERVICE_NAME}/ShouldRateLimit"),
-            hot: rls,
-            routes,
-        }
+        Self { hot: rls, routes }
     }
+}
+
+/// Whether `path` is `/<RateLimitService>/ShouldRateLimit`, compared in place: the routes are
+/// cloned for every request, and a path of their own would be a string copied with them.
+fn is_should_rate_limit(path: &str) -> bool {
+    path.strip_prefix('/')
+        .and_then(|path| path.strip_prefix(SERVICE_NAME))
+        == Some("/ShouldRateLimit")
 }
 
 impl<H, R, B, Answer> tower::Service<Request<B>> for GrpcRoutes<H, R>
@@ -51,7 +54,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        if request.uri().path() == self.hot_path {
+        if is_should_rate_limit(request.uri().path()) {
             Either::Left(self.hot.call(request))
         } else {
             Either::Right(self.routes.call(request))
@@ -98,6 +101,8 @@ mod tests {
             "/envoy.service.ratelimit.v3.RateLimitService/Other",
             "/grpc.health.v1.Health/Check",
             "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimitX",
+            "/envoy.service.ratelimit.v3.RateLimitServiceX/ShouldRateLimit",
+            "/envoy.service.ratelimit.v3.RateLimitService//ShouldRateLimit",
         ] {
             assert_eq!(answered_by(path).await, "router", "{path}");
         }

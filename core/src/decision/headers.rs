@@ -29,6 +29,8 @@
 //! (until a slot may free). An admitted lease shows nothing: its slot frees when some request
 //! ends, not at a time a client could pace itself on.
 
+use smallvec::SmallVec;
+
 use crate::decision::status::{Code, DescriptorStatus};
 use crate::ground::time::ceil_seconds;
 
@@ -164,7 +166,8 @@ pub fn reference_choice(statuses: &[DescriptorStatus]) -> Option<&DescriptorStat
 
 /// The statuses the headers describe: those with a limit, a concurrency rule's only when it
 /// refuses; never a shadowed one.
-fn visible(statuses: &[DescriptorStatus]) -> Vec<&DescriptorStatus> {
+/// On the stack for the usual few descriptors: every answer asks, most write no header.
+fn visible(statuses: &[DescriptorStatus]) -> SmallVec<[&DescriptorStatus; 4]> {
     statuses
         .iter()
         .filter(|status| {
