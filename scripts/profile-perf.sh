@@ -100,16 +100,14 @@ drive() {
 
 : >"$WORK/cpu"
 for mode in $MODES; do
-  flags=(--store memory)
-  [ "$mode" = memory ] ||
-    flags=(--store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --redis-batch-max 64
-      --redis-timeout-ms "$REDIS_TIMEOUT_MS")
-  if [ "$mode" = noop ]; then
-    start_noop "$WORK/noop.log"
-  else
-    start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
-      --worker-threads 1 "${flags[@]}"
-  fi
+  case "$mode" in
+    noop) start_noop "$WORK/noop.log" ;;
+    memory) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
+      --worker-threads 1 --store memory ;;
+    redis) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
+      --worker-threads 1 --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" \
+      --redis-batch-max 64 --redis-timeout-ms "$REDIS_TIMEOUT_MS" ;;
+  esac
   PIDS+=("$REDIS_PID_KEPT")
   echo "profile-perf: $mode: unprofiled run" >&2
   drive "$mode-plain"
@@ -190,7 +188,7 @@ w(f"- {perf}; redis-server {redis}; release build, `--worker-threads 1` (Redis: 
   f"{clients} calls in flight, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
   f"`perf record -e cpu-clock -F {frequency} -p <server>` over the second run of each; "
   "`noop`: the no-op RLS (`examples/noop_rls.rs`, one worker thread), which decides nothing")
-w("- *µs per decision*: floodgate's CPU (user + system, `/proc/<pid>/stat`) over the run "
+w("- *µs per decision*: the server's CPU (user + system, `/proc/<pid>/stat`) over the run "
   "divided by the decisions answered; by function and by crate: that figure times the "
   "function's share of the samples (self time, kernel included)")
 w()

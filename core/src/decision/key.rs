@@ -21,20 +21,9 @@ pub fn counter_key(
     entries: &[Entry],
     levels: &[MatchedLevel<'_>],
 ) -> Vec<u8> {
-    let algorithm = quota.algorithm.name();
-    // Sized exactly, so the bytes are written once: a guess short of a request of two
-    // entries grew the vector mid-way, a second allocation and a copy on every decision.
-    let mut key = Vec::with_capacity(
-        FIELD * 3
-            + domain.len()
-            + rule_path.len()
-            + algorithm.len()
-            + NUMBER * 2
-            + entries_size(entries, levels),
-    );
-    push_field(&mut key, domain.as_bytes());
-    push_field(&mut key, rule_path.as_bytes());
-    push_field(&mut key, algorithm.as_bytes());
+    let algorithm = quota.algorithm.name().as_bytes();
+    let rest = NUMBER * 2 + entries_size(entries, levels);
+    let mut key = identity_opening(domain, rule_path.as_bytes(), algorithm, rest);
     key.extend_from_slice(&(limit_index as u64).to_le_bytes());
     key.extend_from_slice(&window_identity(quota).to_le_bytes());
     push_entries(&mut key, entries, levels);
@@ -141,17 +130,8 @@ pub fn lease_key(
     entries: &[Entry],
     levels: &[MatchedLevel<'_>],
 ) -> Vec<u8> {
-    const CONCURRENCY: &[u8] = b"concurrency";
-    let mut key = Vec::with_capacity(
-        FIELD * 3
-            + domain.len()
-            + rule_path.len()
-            + CONCURRENCY.len()
-            + entries_size(entries, levels),
-    );
-    push_field(&mut key, domain.as_bytes());
-    push_field(&mut key, rule_path.as_bytes());
-    push_field(&mut key, CONCURRENCY);
+    let rest = entries_size(entries, levels);
+    let mut key = identity_opening(domain, rule_path.as_bytes(), b"concurrency", rest);
     push_entries(&mut key, entries, levels);
     key
 }
@@ -160,11 +140,13 @@ pub fn lease_key(
 /// `domain`, under which the floodgates that share a store publish their demand on it: the
 /// same length-prefixed fields, named apart from every counter by the algorithm field.
 pub fn quota_bucket_key(domain: &str, bucket: &BucketKey) -> Vec<u8> {
-    let mut key = Vec::with_capacity(64 + domain.len());
-    push_field(&mut key, domain.as_bytes());
-    push_field(&mut key, b"rlqs");
-    push_field(&mut key, b"quota-demand");
     let entries: Vec<(&str, &str)> = bucket.entries().collect();
+    let rest = NUMBER
+        + entries
+            .iter()
+            .map(|(name, value)| FIELD * 2 + name.len() + value.len())
+            .sum::<usize>();
+    let mut key = identity_opening(domain, b"rlqs", b"quota-demand", rest);
     key.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for (name, value) in entries {
         push_field(&mut key, name.as_bytes());
@@ -183,6 +165,18 @@ fn window_identity(quota: &Quota) -> u64 {
         Tiling::CalendarMonths { months } => u64::MAX - u64::from(months),
         Tiling::Epoch { .. } => quota.window_seconds(),
     }
+}
+
+/// The three fields every identity opens with (its domain, its rule path, what it counts), in
+/// a vector with room for exactly `rest` bytes more, so the identity is written once: a guess
+/// short of it grows the vector mid-way, a second allocation and a copy on every decision.
+fn identity_opening(domain: &str, rule_path: &[u8], counts: &[u8], rest: usize) -> Vec<u8> {
+    let capacity = FIELD * 3 + domain.len() + rule_path.len() + counts.len() + rest;
+    let mut key = Vec::with_capacity(capacity);
+    push_field(&mut key, domain.as_bytes());
+    push_field(&mut key, rule_path);
+    push_field(&mut key, counts);
+    key
 }
 
 /// A number's bytes in an identity (little-endian u64), and a field's length prefix.
