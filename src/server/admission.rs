@@ -24,13 +24,14 @@
 //! deadline.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tonic::Status;
 
 use super::grpc_deadline::CallClock;
 use crate::core::decision::overload::{remaining_budget, Budget, OverloadAnswer};
+use crate::engine::limiter::CallStart;
 use crate::telemetry::metrics::{self, OverloadReason};
 
 /// Calls decided at once unless `--max-in-flight` says otherwise.
@@ -109,11 +110,11 @@ impl Admission {
 /// What admission made of a gRPC call whose message is in.
 #[derive(Debug)]
 pub enum Admitted<'a> {
-    /// Decide it within `budget` (the rest of its deadline; `None`: no deadline), holding the
-    /// permit until the answer is built.
+    /// Decide it from `start` (its budget the rest of its deadline; `None`: no deadline),
+    /// holding the permit until the answer is built.
     Decide {
         _permit: SemaphorePermit<'a>,
-        budget: Option<Duration>,
+        start: CallStart,
     },
     /// Beyond the in-flight bound: answer with this at once.
     Overloaded(OverloadAnswer),
@@ -123,27 +124,25 @@ pub enum Admitted<'a> {
 
 impl<'a> Admitted<'a> {
     /// Admits the call being answered on this task (its clock from `server::grpc_deadline`)
-    /// into `admission`'s budget. Refusals are counted here.
+    /// into `admission`'s budget. Refusals are counted here. The clock read that spends the
+    /// deadline is also where the decision's duration starts.
     pub fn check(admission: &'a Admission) -> Self {
         let Ok(permit) = admission.permits.try_acquire() else {
             metrics::overload_rejected(OverloadReason::InFlight);
             return Admitted::Overloaded(admission.overload_answer);
         };
-        let Some(clock) = CallClock::of_this_call() else {
-            return Admitted::Decide {
-                _permit: permit,
-                budget: None,
-            };
+        let now = Instant::now();
+        let decide = |budget| Admitted::Decide {
+            _permit: permit,
+            start: CallStart { at: now, budget },
         };
-        match remaining_budget(clock.timeout, clock.arrived.elapsed()) {
-            Budget::Unbounded => Admitted::Decide {
-                _permit: permit,
-                budget: None,
-            },
-            Budget::Remaining(left) => Admitted::Decide {
-                _permit: permit,
-                budget: Some(left),
-            },
+        let Some(clock) = CallClock::of_this_call() else {
+            return decide(None);
+        };
+        let waited = now.saturating_duration_since(clock.arrived);
+        match remaining_budget(clock.timeout, waited) {
+            Budget::Unbounded => decide(None),
+            Budget::Remaining(left) => decide(Some(left)),
             Budget::Expired => {
                 metrics::overload_rejected(OverloadReason::Deadline);
                 Admitted::Expired
@@ -167,8 +166,6 @@ pub fn expired_status() -> Status {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use super::*;
 
     /// Admits a call that arrived now with `timeout` (`None`: no deadline).
@@ -247,14 +244,47 @@ mod tests {
         let admission = admission(4, OverloadAnswer::Ok);
         match arrive(&admission, TEN_SECONDS) {
             Admitted::Decide {
-                budget: Some(left), ..
+                start: CallStart {
+                    budget: Some(left), ..
+                },
+                ..
             } => assert!(left <= Duration::from_secs(10) && left > Duration::from_secs(9)),
             other => panic!("decided within its deadline, not {other:?}"),
         }
         assert!(matches!(
             arrive(&admission, None),
-            Admitted::Decide { budget: None, .. }
+            Admitted::Decide {
+                start: CallStart { budget: None, .. },
+                ..
+            }
         ));
+    }
+
+    #[test]
+    fn the_decision_starts_at_the_reading_that_spent_the_deadline() {
+        let admission = admission(1, OverloadAnswer::Ok);
+        let clock = CallClock {
+            arrived: Instant::now() - Duration::from_millis(50),
+            timeout: TEN_SECONDS,
+        };
+        let before = Instant::now();
+        let admitted = clock.lend(|| Admitted::check(&admission));
+        let after = Instant::now();
+        let Admitted::Decide {
+            start: CallStart {
+                at,
+                budget: Some(left),
+            },
+            ..
+        } = admitted
+        else {
+            panic!("decided within its deadline, not {admitted:?}");
+        };
+        assert!(
+            before <= at && at <= after,
+            "started at the admission's reading"
+        );
+        assert_eq!(left, Duration::from_secs(10) - (at - clock.arrived));
     }
 
     #[test]
@@ -262,7 +292,10 @@ mod tests {
         let admission = admission(1, OverloadAnswer::Ok);
         assert!(matches!(
             Admitted::check(&admission),
-            Admitted::Decide { budget: None, .. }
+            Admitted::Decide {
+                start: CallStart { budget: None, .. },
+                ..
+            }
         ));
     }
 

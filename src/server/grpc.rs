@@ -66,8 +66,8 @@ impl<S: Store> RateLimitGrpc<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let admitted = Admitted::check(&self.admission);
-        let budget = match admitted {
-            Admitted::Decide { budget, .. } => budget,
+        let start = match admitted {
+            Admitted::Decide { start, .. } => start,
             Admitted::Expired => return Err(expired_status()),
             Admitted::Overloaded(answer) => {
                 let descriptors = request.get_ref().descriptors.len();
@@ -91,7 +91,7 @@ impl<S: Store> RateLimitGrpc<S> {
         let request = request_from_wire(request.into_inner());
         // Never past the call's deadline: `server::grpc_deadline` drops this future then, and
         // counts the call as a deadline rejection.
-        let deciding = self.limiter.decide_within(&request, parent, budget);
+        let deciding = self.limiter.decide_within(&request, parent, start);
         // Without a span, the decision's future is awaited where it is made: wrapped, it
         // would be moved into the wrapper first, a copy of it on every call.
         let decided = if server_span.is_disabled() {

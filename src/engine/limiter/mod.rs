@@ -7,7 +7,7 @@
 //! the call's spans when tracing is on.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tracing::{Instrument as _, Span};
@@ -44,6 +44,27 @@ use crate::telemetry::record::{DecidedCall, RuleSeriesTable};
 use crate::telemetry::reference::stats::ReferenceKeyTable;
 use crate::telemetry::traces::{self, RemoteParent};
 use crate::telemetry::DecisionTelemetry;
+
+/// When a call's decision began, and how long its caller still waits for the answer.
+#[derive(Debug, Clone, Copy)]
+pub struct CallStart {
+    /// Where the decision's duration (`floodgate_decision_duration_seconds`) is counted from:
+    /// a shell that reads the clock anyway before deciding (gRPC admission, to spend what is
+    /// left of the deadline) hands that reading over rather than the decision taking another.
+    pub at: Instant,
+    /// What is left of the caller's deadline; `None`: no deadline.
+    pub budget: Option<Duration>,
+}
+
+impl CallStart {
+    /// A call starting now, with no deadline.
+    pub fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            budget: None,
+        }
+    }
+}
 
 /// Settings that shape every decision.
 #[derive(Debug, Clone, Copy, Default)]
@@ -276,42 +297,43 @@ impl<S: Store> Limiter<S> {
         request: &Request,
         parent: RemoteParent,
     ) -> Result<Response, LimitError> {
-        self.decide_within(request, parent, None).await
+        self.decide_within(request, parent, CallStart::now()).await
     }
 
-    /// Decides one request whose caller waits at most `budget` more for the answer: an
+    /// Decides one request whose caller waits at most `start.budget` more for the answer: an
     /// answer held for its turn (a queueing leaky bucket) past it is refused at once.
     pub async fn decide_within(
         &self,
         request: &Request,
         parent: RemoteParent,
-        budget: Option<std::time::Duration>,
+        start: CallStart,
     ) -> Result<Response, LimitError> {
-        let mut seat = Seat::within(budget);
+        let mut seat = Seat::within(start.budget);
         let decided = if traces::enabled() {
             let span =
                 self.telemetry
                     .decision_span(request, self.settings.traces, self.store.backend());
             parent.adopt(&span);
-            self.decide_measured(request, &span, &mut seat)
+            self.decide_measured(request, (&span, start.at), &mut seat)
                 .instrument(span.clone())
                 .await
         } else {
-            self.decide_measured(request, &Span::none(), &mut seat)
+            self.decide_measured(request, (&Span::none(), start.at), &mut seat)
                 .await
         };
         seat.hold().await;
         decided
     }
 
-    /// The decision with its telemetry; `span` (disabled when tracing is off) gets the outcome.
+    /// The decision with its telemetry, timed from `started`; `span` (disabled when tracing is
+    /// off) gets the outcome.
     async fn decide_measured(
         &self,
         request: &Request,
-        span: &Span,
+        (span, started): (&Span, Instant),
         seat: &mut Seat,
     ) -> Result<Response, LimitError> {
-        let mut observer = self.telemetry.call(span);
+        let mut observer = self.telemetry.call(span, started);
         // Counted only when something reads it: no shared atomic on every call otherwise.
         let counted = self.settings.shedding.map(|_| self.depth.enter());
         let depth = counted.as_ref().map_or(0, |(_, depth)| *depth);

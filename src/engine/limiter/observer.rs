@@ -104,13 +104,13 @@ impl Telemetry {
         )
     }
 
-    /// One call's observer, from now on: in flight until it is dropped.
+    /// One call's observer, timed from `started`: in flight until it is dropped.
     #[inline]
-    pub(super) fn call<'a>(&'a self, span: &'a Span) -> CallObserver<'a> {
+    pub(super) fn call<'a>(&'a self, span: &'a Span, started: Instant) -> CallObserver<'a> {
         CallObserver {
             telemetry: self,
             span,
-            started: Instant::now(),
+            started,
             _in_flight: self.metrics.map(Metrics::call_started),
             store_span: Span::none(),
             store_started: None,
@@ -145,7 +145,7 @@ pub(super) struct CallObserver<'a> {
     telemetry: &'a Telemetry,
     span: &'a Span,
     started: Instant,
-    _in_flight: Option<InFlight>,
+    _in_flight: Option<InFlight<'a>>,
     /// The store round trip's span, from [`CallObserver::store_asked`] until
     /// [`CallObserver::store_done`].
     store_span: Span,

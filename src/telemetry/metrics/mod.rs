@@ -151,10 +151,10 @@ impl Metrics {
 
     /// Counts a call as in flight until the returned guard is dropped (also when the caller's
     /// future is cancelled, e.g. the client went away).
-    pub fn call_started(&self) -> InFlight {
+    pub fn call_started(&self) -> InFlight<'_> {
         self.calls.in_flight.inc();
         InFlight {
-            gauge: self.calls.in_flight.clone(),
+            gauge: &self.calls.in_flight,
         }
     }
 
