@@ -65,10 +65,11 @@ impl From<FirstRulesError> for AppError {
 impl AppError {
     /// Whether the command line was wrong (exit code `cmd::EXIT_USAGE`).
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            AppError::Usage(_) | AppError::Location(_) | AppError::Setting(_)
-        )
+        match self {
+            AppError::Usage(_) | AppError::Location(_) | AppError::Setting(_) => true,
+            AppError::Tls(error) => error.is_usage(),
+            _ => false,
+        }
     }
 }
 

@@ -57,6 +57,11 @@ pub enum TlsError {
     },
     #[error("{}: cannot verify client certificates with these CAs: {reason}", path.display())]
     ClientCa { path: PathBuf, reason: String },
+    /// The settings ask for TLS but leave out what it needs: the command line's (or the
+    /// environment's) fault.
+    #[error("TLS settings: {0}")]
+    Incomplete(String),
+    /// rustls refused the configuration it was given.
     #[error("TLS settings: {0}")]
     Settings(String),
     #[error("{setting}={value:?}: {reason}")]
@@ -197,6 +202,19 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
+impl TlsError {
+    /// Whether the settings themselves are wrong (missing or malformed), not a file they name:
+    /// `serve` then exits with the usage code, as for any other setting.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            TlsError::Incomplete(_)
+                | TlsError::ClientSan { .. }
+                | TlsError::ClientSanWithoutCa { .. }
+        )
+    }
+}
+
 fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certificates = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
@@ -332,7 +350,7 @@ fn files_without_san(
             client_ca: env("GRPC_CLIENT_TLS_CACERT").map(PathBuf::from),
             client_san: None,
         })),
-        _ => Err(TlsError::Settings(
+        _ => Err(TlsError::Incomplete(
             "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (or pass \
              --grpc-tls-cert and --grpc-tls-key)"
                 .to_owned(),
@@ -394,7 +412,7 @@ mod tests {
             other => panic!("expected files, got {other:?}"),
         }
         let incomplete = files_from_settings(None, None, None, None, true, env(&[]));
-        assert!(matches!(incomplete, Err(TlsError::Settings(_))));
+        assert!(matches!(incomplete, Err(TlsError::Incomplete(_))));
     }
 
     const REFERENCE_MUTUAL_TLS: [(&str, &str); 5] = [

@@ -215,6 +215,26 @@ fn log_level_takes_logrus_levels_in_any_case() {
 }
 
 #[test]
+fn tls_asked_for_without_its_files_stops_the_start_as_a_usage_error() {
+    let root = tempdir();
+    let (mut command, _) = reference_door(root.path());
+    command
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .env_remove("GRPC_SERVER_TLS_CERT")
+        .env_remove("GRPC_SERVER_TLS_KEY");
+    let (status, log) = start("ratelimit", &mut command, root.path());
+    assert_eq!(
+        status.and_then(|status| status.code()),
+        Some(64),
+        "GRPC_SERVER_USE_TLS=true without its files:\n{log}"
+    );
+    assert!(
+        log.contains("GRPC_SERVER_TLS_CERT") && log.contains("GRPC_SERVER_TLS_KEY"),
+        "the missing settings are named:\n{log}"
+    );
+}
+
+#[test]
 fn a_log_level_logrus_does_not_know_stops_the_start_naming_the_variable() {
     let root = tempdir();
     for (index, level) in ["verbose", "", "floodgate=debug", "warnings"]
