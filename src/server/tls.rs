@@ -83,6 +83,19 @@ pub enum TlsError {
     },
 }
 
+impl TlsError {
+    /// Whether the settings themselves are wrong (missing or malformed), not a file they name:
+    /// `serve` then exits with the usage code, as for any other setting.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            TlsError::Incomplete(_)
+                | TlsError::ClientSan { .. }
+                | TlsError::ClientSanWithoutCa { .. }
+        )
+    }
+}
+
 /// The live server configuration, swapped whole when the files change.
 #[derive(Clone)]
 pub struct ServerTls {
@@ -200,19 +213,6 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-impl TlsError {
-    /// Whether the settings themselves are wrong (missing or malformed), not a file they name:
-    /// `serve` then exits with the usage code, as for any other setting.
-    pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            TlsError::Incomplete(_)
-                | TlsError::ClientSan { .. }
-                | TlsError::ClientSanWithoutCa { .. }
-        )
-    }
 }
 
 fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {

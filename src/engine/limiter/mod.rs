@@ -314,11 +314,11 @@ impl<S: Store> Limiter<S> {
                 self.telemetry
                     .decision_span(request, self.settings.traces, self.store.backend());
             parent.adopt(&span);
-            self.decide_measured(request, (&span, start.at), &mut seat)
+            self.decide_measured(request, &span, start.at, &mut seat)
                 .instrument(span.clone())
                 .await
         } else {
-            self.decide_measured(request, (&Span::none(), start.at), &mut seat)
+            self.decide_measured(request, &Span::none(), start.at, &mut seat)
                 .await
         };
         seat.hold().await;
@@ -330,7 +330,8 @@ impl<S: Store> Limiter<S> {
     async fn decide_measured(
         &self,
         request: &Request,
-        (span, started): (&Span, Instant),
+        span: &Span,
+        started: Instant,
         seat: &mut Seat,
     ) -> Result<Response, LimitError> {
         let mut observer = self.telemetry.call(span, started);
