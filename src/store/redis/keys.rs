@@ -258,9 +258,16 @@ fn push_sanitized(key: &mut String, domain: &[u8]) {
         key.push('_');
         return;
     }
-    for &byte in domain.iter().take(MAX_DOMAIN_LEN) {
-        let kept = byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-');
-        key.push(if kept { char::from(byte) } else { '_' });
+    let shown = &domain[..domain.len().min(MAX_DOMAIN_LEN)];
+    let kept = |byte: &u8| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-');
+    // A domain is nearly always kept whole: then it is copied at once, not byte by byte.
+    match std::str::from_utf8(shown) {
+        Ok(text) if shown.iter().all(kept) => key.push_str(text),
+        _ => key.extend(
+            shown
+                .iter()
+                .map(|byte| if kept(byte) { char::from(*byte) } else { '_' }),
+        ),
     }
 }
 
@@ -270,9 +277,11 @@ fn push_hex(key: &mut String, bytes: &[u8]) {
     let mut digits = [0u8; 2 * COUNTER_DIGEST_BYTES];
     for chunk in bytes.chunks(COUNTER_DIGEST_BYTES) {
         let digits = &mut digits[..2 * chunk.len()];
-        if hex::encode_to_slice(chunk, digits).is_ok() {
-            key.extend(digits.iter().map(|&digit| char::from(digit)));
-        }
+        // Hex digits are ASCII: both steps always succeed.
+        let text = hex::encode_to_slice(chunk, digits)
+            .ok()
+            .and_then(|()| std::str::from_utf8(digits).ok());
+        key.push_str(text.unwrap_or_default());
     }
 }
 
