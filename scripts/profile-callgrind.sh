@@ -153,6 +153,7 @@ dump() {
   ir="$(awk '/^totals:/ {print $2; exit}' "$file")"
   [ -n "$ir" ] || die "no totals in callgrind's dump $file"
   echo "$stretch $name $ir" >>"$WORK/counts"
+  echo "dump-$stretch $name $file" >>"$WORK/counts"
   if [ -n "$KEEP_PROFILES" ]; then
     mkdir -p "$KEEP_PROFILES" && cp "$file" "$KEEP_PROFILES/"
   fi
@@ -201,12 +202,35 @@ python3 - "$WORK" "$TARGETS" "$RATE" "$DECISIONS" "$WARMUP_DECISIONS" "$CONFIG_D
 import json, sys
 work, targets, rate, decisions, warmup, config, provenance, valgrind, rustc = sys.argv[1:]
 counts, seconds = {}, {}
+dumps = {}
 for line in open(f"{work}/counts"):
     first, name, value = line.split()
     if first in ("idle-seconds", "measured-seconds"):
         seconds[(name, first)] = float(value)
+    elif first.startswith("dump-"):
+        dumps[(first.removeprefix("dump-"), name)] = value
     else:
         counts[(first, name)] = int(value)
+
+def self_cost(path, prefix):
+    """Instructions spent in functions whose name starts with `prefix`, their own code only
+    (a cost line after `calls=` is the callee's, inclusive, and is not counted)."""
+    names, total, fn, after_call = {}, 0, None, False
+    def named(token):
+        ident, _, text = token.partition(" ")
+        if text:
+            names[ident] = text
+        return names.get(ident, token)
+    for line in open(path, errors="replace"):
+        if line.startswith("fn="):
+            fn = named(line[3:].rstrip("\n"))
+        elif line.startswith("calls="):
+            after_call = True
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            if not after_call and fn and fn.startswith(prefix):
+                total += int(line.split()[-1])
+            after_call = False
+    return total
 
 def answered(name, stretch, strict=True):
     total = json.load(open(f"{work}/{name}-{stretch}.json"))["total"]["legit"]
@@ -228,11 +252,16 @@ print(f"- stretches: start-up (exec until the gRPC port answers), warm-up ({int(
 print("- *per decision*: the measured stretch's instructions over the decisions answered; "
       "*less idle*: the same after taking off what the idle stretch cost per second, times the "
       "measured stretch's length (timers and background tasks run either way)")
+print("- *of which SHA-256 in software*: the measured stretch's instructions in the `sha2` crate's "
+      "own code, per decision. valgrind does not pass the processor's SHA extensions (SHA-NI) on, "
+      "so under callgrind `sha2` hashes in software; on a processor that has them (`sha_ni` in "
+      "/proc/cpuinfo) it runs them instead, at a small fraction of this count. Redis mode hashes "
+      "each counter's identity into its key (`src/store/redis/keys.rs`); the memory store does not")
 print()
 print("| target | start-up Ir | warm-up Ir per decision | idle Ir per second | measured Ir | "
-      "decisions answered | Ir per decision | Ir per decision, less idle |")
-print("|---|--:|--:|--:|--:|--:|--:|--:|")
-per_decision = {}
+      "decisions answered | Ir per decision | Ir per decision, less idle | of which SHA-256 in software |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+per_decision, software_sha = {}, {}
 for name in targets.split():
     done = answered(name, "measured")
     idle_rate = counts[("idle", name)] / seconds[(name, "idle-seconds")]
@@ -240,8 +269,9 @@ for name in targets.split():
     less_idle = measured - idle_rate * seconds[(name, "measured-seconds")]
     warm = counts[("warm-up", name)] / max(answered(name, "warmup", strict=False), 1)
     per_decision[name] = (measured / done, less_idle / done)
+    software_sha[name] = self_cost(dumps[("measured", name)], "sha2::") / done
     print(f"| {name} | {counts[('start-up', name)]:,} | {warm:,.0f} | {idle_rate:,.0f} | {measured:,} | "
-          f"{done:,} | {measured / done:,.0f} | {less_idle / done:,.0f} |")
+          f"{done:,} | {measured / done:,.0f} | {less_idle / done:,.0f} | {software_sha[name]:,.0f} |")
 floor = per_decision.get("noop")
 for name, (whole, less) in per_decision.items():
     if floor and name not in ("noop", "noop-redis"):
@@ -255,6 +285,11 @@ if "floodgate-memory" in per_decision and "floodgate-redis" in per_decision:
     print(f"floodgate-redis / floodgate-memory, per decision less idle: {redis / memory:.2f}x "
           f"({redis - memory:,.0f} instructions more: the Redis call on floodgate's side, one "
           f"decision per call at this rate)")
+    sha = software_sha["floodgate-redis"] - software_sha["floodgate-memory"]
+    if sha > 0:
+        print()
+        print(f"the same without SHA-256 in software: {(redis - sha) / memory:.2f}x "
+              f"({redis - memory - sha:,.0f} instructions more)")
 if "noop-redis" in per_decision and floor:
     redis_floor = per_decision["noop-redis"][1]
     print()
