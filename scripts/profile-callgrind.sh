@@ -256,7 +256,8 @@ print("- *of which SHA-256 in software*: the measured stretch's instructions in 
       "own code, per decision. valgrind does not pass the processor's SHA extensions (SHA-NI) on, "
       "so under callgrind `sha2` hashes in software; on a processor that has them (`sha_ni` in "
       "/proc/cpuinfo) it runs them instead, at a small fraction of this count. Redis mode hashes "
-      "each counter's identity into its key (`src/store/redis/keys.rs`); the memory store does not")
+      "each counter's identity into its key (`src/store/redis/keys.rs`), and so does `noop-redis`, "
+      "which sends the same call; the memory store does not")
 print()
 print("| target | start-up Ir | warm-up Ir per decision | idle Ir per second | measured Ir | "
       "decisions answered | Ir per decision | Ir per decision, less idle | of which SHA-256 in software |")

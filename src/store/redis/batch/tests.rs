@@ -263,3 +263,57 @@ async fn an_error_of_the_call_fails_each_of_its_requests() {
     }
     assert_eq!(batch_sizes(&fake), [1, 2]);
 }
+
+#[tokio::test]
+async fn a_call_goes_on_for_the_others_when_the_request_that_started_it_is_given_up() {
+    let fake = Fake::new(false);
+    let lane = Lane::new(fake.clone(), 8);
+    let first = in_flight(&lane, &fake, 1).await;
+    let rest = queued(&lane, vec![2, 3], SECOND).await;
+    first.abort();
+    fake.release(2);
+    let tags: Vec<u64> = joined(rest).await.iter().map(tag_of).collect();
+    assert_eq!(tags, [2, 3]);
+    assert_eq!(batch_sizes(&fake), [1, 2]);
+}
+
+#[tokio::test]
+async fn a_lane_nobody_holds_any_more_is_dropped_with_its_caller() {
+    let fake = Fake::new(false);
+    fake.release(1);
+    let lane = Lane::new(fake.clone(), 8);
+    assert_eq!(tag_of(&lane.decide(request(7), SECOND).await), 7);
+    drop(lane);
+    // The caller, asleep, holds the lane only weakly: the lane, and the target in it, go.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(Arc::strong_count(&fake.0), 1);
+}
+
+/// A store outlives a runtime in tests that build one per step: the lane's caller, gone with
+/// the first runtime (in the middle of a call, here), is replaced in the next.
+#[test]
+fn a_lane_calls_again_on_a_new_runtime_after_its_first_one_shut_down() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|error| panic!("no runtime: {error}"))
+    };
+    let fake = Fake::new(false);
+    let lane = Lane::new(fake.clone(), 8);
+    let first = runtime();
+    first.block_on(async {
+        let unanswered = in_flight(&lane, &fake, 1).await;
+        unanswered.abort();
+    });
+    drop(first);
+    fake.release(1);
+    let answer = runtime()
+        .block_on(async { tokio::time::timeout(SECOND, lane.decide(request(2), SECOND)).await });
+    match answer {
+        Ok(answer) => assert_eq!(tag_of(&answer), 2),
+        Err(_) => panic!("the lane never called on the new runtime"),
+    }
+}
