@@ -224,6 +224,9 @@ def self_cost(path, prefix):
     for line in open(path, errors="replace"):
         if line.startswith("fn="):
             fn = named(line[3:].rstrip("\n"))
+        elif line.startswith("cfn="):
+            # A name is given once, where it first appears: often as a callee.
+            named(line[4:].rstrip("\n"))
         elif line.startswith("calls="):
             after_call = True
         elif line[:1].isdigit() or line[:1] in "+-*":
