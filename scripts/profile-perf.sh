@@ -7,7 +7,8 @@
 # difference is what the Redis call costs floodgate. A run without the profiler comes first for
 # each store: the profiler's own cost is the difference between the two CPU figures. Beside
 # the profile, `perf stat` counts floodgate's system calls per decision (all, and the reads,
-# writes and waits among them): how many answers and Redis calls leave in one write.
+# writes and waits among them): how many answers and Redis calls leave in one write; and the
+# memory handed back to the system and faulted in again (`madvise` calls and page faults).
 # With `noop` among the modes, the no-op RLS (`examples/noop_rls.rs`, one worker thread, the
 # floor bench-load.sh measures floodgate against) is profiled the same way, so
 # `BENCH_MODES="memory noop"` shows function by function what floodgate's decision adds at peak
@@ -25,6 +26,8 @@
 #                        difference column is the first less the second     [redis memory]
 #   BENCH_SECONDS        length of each run (unprofiled and profiled), s     [10]
 #   BENCH_CLIENTS        calls in flight (loadgen --concurrency)             [50]
+#   BENCH_CONNECTIONS    HTTP/2 connections they share (loadgen --connections) [4]
+#   BENCH_WORKERS        the servers' worker threads (--worker-threads)      [1]
 #   BENCH_KEYS           distinct {key} values                               [10000]
 #   BENCH_REDIS_TIMEOUT_MS  floodgate's --redis-timeout-ms                   [100]
 #   BENCH_FREQUENCY      samples per second (perf record -F)                 [999]
@@ -37,6 +40,8 @@ cd "$(dirname "$0")/.."
 MODES="${BENCH_MODES:-redis memory}"
 SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
 CLIENTS="${BENCH_CLIENTS:-50}"
+CONNECTIONS="${BENCH_CONNECTIONS:-4}"
+WORKERS="${BENCH_WORKERS:-1}"
 KEYS="${BENCH_KEYS:-10000}"
 REDIS_TIMEOUT_MS="${BENCH_REDIS_TIMEOUT_MS:-100}"
 FREQUENCY="${BENCH_FREQUENCY:-999}"
@@ -49,7 +54,7 @@ die() { echo "profile-perf: $*" >&2; exit 1; }
 for tool in python3 perf redis-server redis-cli; do
   command -v "$tool" >/dev/null || die "$tool is needed"
 done
-for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP"; do
+for value in "$SECONDS_PER_RUN" "$CLIENTS" "$CONNECTIONS" "$WORKERS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP"; do
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 for mode in $MODES; do
@@ -64,11 +69,11 @@ start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
 REDIS_PID_KEPT="$REDIS_PID"
 write_counter_config "$WORK/config" 1000000
 
-# start_noop LOG: the no-op RLS on one worker thread, as start_floodgate starts floodgate (its
+# start_noop LOG: the no-op RLS on $WORKERS worker threads, as start_floodgate starts floodgate (its
 # pid in SERVER_PID, stopped by stop_floodgate).
 start_noop() {
   read -r GRPC_PORT < <(free_ports 1)
-  RUST_LOG=warn "$BIN/examples/noop_rls" --addr "127.0.0.1:$GRPC_PORT" --worker-threads 1 \
+  RUST_LOG=warn "$BIN/examples/noop_rls" --addr "127.0.0.1:$GRPC_PORT" --worker-threads "$WORKERS" \
     >"$1" 2>&1 &
   SERVER_PID=$!
   PIDS=("$SERVER_PID")
@@ -76,8 +81,9 @@ start_noop() {
 }
 
 # What perf stat counts beside the profile: every system call, and those that move the
-# answers, the Redis calls and the wake-ups.
-SYSCALL_EVENTS="raw_syscalls:sys_enter,syscalls:sys_enter_writev,syscalls:sys_enter_write"
+# answers, the Redis calls and the wake-ups; and memory handed back to the system (madvise)
+# and taken again (page faults).
+SYSCALL_EVENTS="page-faults,syscalls:sys_enter_madvise,raw_syscalls:sys_enter,syscalls:sys_enter_writev,syscalls:sys_enter_write"
 SYSCALL_EVENTS+=",syscalls:sys_enter_sendto,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom"
 SYSCALL_EVENTS+=",syscalls:sys_enter_epoll_wait"
 
@@ -91,7 +97,7 @@ drive() {
   before="$(cpu_seconds "$SERVER_PID")"
   "$BIN/examples/loadgen" --addr "http://127.0.0.1:$GRPC_PORT" --label "$name" \
     --domain edge --descriptor 'generic_key=api,client_id={key}' --keys "$KEYS" \
-    --max-rate --concurrency "$CLIENTS" --duration "${SECONDS_PER_RUN}s" \
+    --max-rate --concurrency "$CLIENTS" --connections "$CONNECTIONS" --duration "${SECONDS_PER_RUN}s" \
     --json "$WORK/$name.json" >"$WORK/$name.txt" 2>&1 ||
     { tail -n 20 "$WORK/$name.txt" >&2; die "loadgen failed ($name)"; }
   echo "$name $(awk -v a="$(cpu_seconds "$SERVER_PID")" -v b="$before" 'BEGIN {print a - b}')" \
@@ -103,9 +109,9 @@ for mode in $MODES; do
   case "$mode" in
     noop) start_noop "$WORK/noop.log" ;;
     memory) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
-      --worker-threads 1 --store memory ;;
+      --worker-threads "$WORKERS" --store memory ;;
     redis) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
-      --worker-threads 1 --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" \
+      --worker-threads "$WORKERS" --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" \
       --redis-batch-max 64 --redis-timeout-ms "$REDIS_TIMEOUT_MS" ;;
   esac
   PIDS+=("$REDIS_PID_KEPT")
@@ -131,11 +137,11 @@ for mode in $MODES; do
   PIDS=("$REDIS_PID_KEPT")
 done
 
-python3 - "$WORK" "$MODES" "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP" \
+python3 - "$WORK" "$MODES" "$SECONDS_PER_RUN" "$CLIENTS" "$CONNECTIONS" "$WORKERS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP" \
   "$(report_provenance scripts/profile-perf.sh)" "$(perf --version)" \
   "$(redis-server --version | awk '{print $3}')" >"$WORK/report.md" <<'PY'
 import collections, json, re, sys
-work, modes, seconds, clients, keys, timeout, frequency, top, provenance, perf, redis = sys.argv[1:]
+work, modes, seconds, clients, connections, workers, keys, timeout, frequency, top, provenance, perf, redis = sys.argv[1:]
 modes, top = modes.split(), int(top)
 cpu = dict((line.split()[0], float(line.split()[1])) for line in open(f"{work}/cpu"))
 
@@ -183,11 +189,11 @@ w("# Where floodgate's CPU goes at peak (perf)")
 w()
 w(provenance)
 w()
-w(f"- {perf}; redis-server {redis}; release build, `--worker-threads 1` (Redis: "
+w(f"- {perf}; redis-server {redis}; release build, `--worker-threads {workers}` (Redis: "
   f"`--redis-batch-max 64 --redis-timeout-ms {timeout}`); loadgen closed loop, "
-  f"{clients} calls in flight, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
+  f"{clients} calls in flight over {connections} connections, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
   f"`perf record -e cpu-clock -F {frequency} -p <server>` over the second run of each; "
-  "`noop`: the no-op RLS (`examples/noop_rls.rs`, one worker thread), which decides nothing")
+  f"`noop`: the no-op RLS (`examples/noop_rls.rs`, `--worker-threads {workers}`), which decides nothing")
 w("- *µs per decision*: the server's CPU (user + system, `/proc/<pid>/stat`) over the run "
   "divided by the decisions answered; by function and by crate: that figure times the "
   "function's share of the samples (self time, kernel included)")
@@ -207,14 +213,26 @@ events = ["raw_syscalls:sys_enter", "syscalls:sys_enter_writev", "syscalls:sys_e
           "syscalls:sys_enter_epoll_wait"]
 w("| server | all | " + " | ".join(e.split("sys_enter_")[-1] for e in events[1:]) + " |")
 w("|---|" + "--:|" * len(events))
+counted = {}
 for mode in modes:
-    counted = {}
+    counted[mode] = {}
     for line in open(f"{work}/{mode}.syscalls"):
         fields = line.strip().split(",")
         if len(fields) > 2 and fields[0].replace(".", "").isdigit():
-            counted[fields[2]] = float(fields[0])
-    done = decisions(f"{mode}-profiled")[0] or 1
-    w(f"| {mode} | " + " | ".join(f"{counted.get(e, 0) / done:.2f}" for e in events) + " |")
+            counted[mode][fields[2]] = float(fields[0])
+def per_decision_of(mode, event):
+    return counted[mode].get(event, 0) / (decisions(f"{mode}-profiled")[0] or 1)
+for mode in modes:
+    w(f"| {mode} | " + " | ".join(f"{per_decision_of(mode, e):.2f}" for e in events) + " |")
+w()
+w("Memory handed back to the system and taken again, per 1,000 decisions (the same `perf stat`): "
+  "a `madvise` returns freed pages, a page fault takes one page back:")
+w()
+w("| server | madvise | page faults |")
+w("|---|--:|--:|")
+for mode in modes:
+    w(f"| {mode} | {1000 * per_decision_of(mode, 'syscalls:sys_enter_madvise'):.2f} | "
+      f"{1000 * per_decision_of(mode, 'page-faults'):.1f} |")
 w()
 first = modes[0]
 other = modes[1] if len(modes) > 1 else None

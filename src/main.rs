@@ -5,6 +5,7 @@ use floodgate::cmd::cli::{Cli, Command};
 use floodgate::cmd::front_door::{choose_store, FrontDoor};
 use floodgate::cmd::serve;
 use floodgate::cmd::trace_settings::TraceSetup;
+use floodgate::engine::{set_freed_pages_switch, FreedPages};
 use floodgate::telemetry;
 use tokio::runtime::Runtime;
 
@@ -18,20 +19,44 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// not name; the test below checks it against the default).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// How long freed memory stays resident before mimalloc returns it, in ms: mimalloc v2's
-/// default. v3's 1 000 kept what a reload freed (the parse of each file, the rules it replaced)
-/// resident while the next allocations took new pages: reloads of 20 000 rules peaked at 90 to
-/// 102 MiB, against 60 with immediate purging, and the rules cost 1 000 bytes each at rest
-/// against 560 (docs/benchmarks.md, "Memory per rule").
-const PURGE_DELAY_MS: std::ffi::c_long = 10;
+/// How long freed memory stays resident before mimalloc returns it, in ms, while a load runs:
+/// mimalloc v2's default. With v3's 1 000, what one file's parse freed stayed resident while
+/// the next allocations took new pages: reloads of 20 000 rules peaked at 116 to 132 MiB,
+/// against 72 to 77 with 10 ms (docs/benchmarks.md, "Memory per rule").
+const RETURN_SOON_MS: std::ffi::c_long = 10;
 
-/// The allocator's settings, unless the operator set mimalloc's own variable.
-#[allow(unsafe_code)] // the one FFI call of the process, explained below
+/// The same while serving: v3's default. With 10 ms, pages the requests freed went back to the
+/// system and were faulted in again, about 4 % of the CPU at peak (docs/benchmarks.md, "Freed
+/// pages kept while serving").
+const KEEP_FOR_REUSE_MS: std::ffi::c_long = 1_000;
+
+/// The allocator's settings, unless the operator set mimalloc's own variable: loads switch the
+/// purge delay (`engine/reload/trim.rs`), and the first load is on its way.
 fn tune_allocator() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: mi_option_set stores a number in mimalloc's option table, which mimalloc
-        // reads atomically whenever it purges; it may be called at any time from any thread.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+        set_purge_delay(FreedPages::ReturnSoon);
+        set_freed_pages_switch(set_purge_delay);
+    }
+}
+
+#[allow(unsafe_code)] // the process's only FFI calls, explained below
+fn set_purge_delay(pages: FreedPages) {
+    match pages {
+        FreedPages::ReturnSoon => {
+            // SAFETY: mi_option_set stores a number in mimalloc's option table, which mimalloc
+            // reads atomically whenever it schedules a purge; it may be called at any time from
+            // any thread.
+            unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, RETURN_SOON_MS) };
+            // A purge scheduled while serving is due a second after it, and the pages a load
+            // frees would wait for it: run it now, so theirs are due in milliseconds.
+            // SAFETY: mi_collect frees what this thread's heap holds unused and purges what
+            // is scheduled; it may be called at any time from any thread.
+            unsafe { libmimalloc_sys::mi_collect(true) };
+        }
+        // SAFETY: as above.
+        FreedPages::KeepForReuse => unsafe {
+            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, KEEP_FOR_REUSE_MS);
+        },
     }
 }
 
@@ -173,14 +198,15 @@ mod tests {
     #[test]
     #[allow(unsafe_code)]
     fn the_purge_delay_option_is_where_it_is_set() {
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-            return;
-        }
         // SAFETY: reads a number from mimalloc's option table.
         let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        // mimalloc v3's default: no other option starts at 1 000 this early in the table.
-        assert_eq!(read(), 1_000);
-        tune_allocator();
-        assert_eq!(read(), PURGE_DELAY_MS);
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // mimalloc v3's default: no other option starts at 1 000 this early in the table.
+            assert_eq!(read(), 1_000);
+        }
+        set_purge_delay(FreedPages::ReturnSoon);
+        assert_eq!(read(), RETURN_SOON_MS);
+        set_purge_delay(FreedPages::KeepForReuse);
+        assert_eq!(read(), KEEP_FOR_REUSE_MS);
     }
 }

@@ -20,3 +20,6 @@ pub mod self_shedding;
 pub mod shutdown;
 pub(crate) mod tasks;
 pub mod waiting;
+
+/// How the binary, which chooses the allocator, learns when loads free their scratch memory.
+pub use reload::{set_freed_pages_switch, FreedPages};

@@ -3,6 +3,7 @@
 
 mod admin_counters;
 mod admin_overrides;
+mod freed_pages;
 mod health_drain;
 mod health_store;
 mod memory_eviction;

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::trim::{trim_after_load, LoadWindow};
+
 /// How long a replaced rule set may stay in use (decisions that started before the swap)
 /// before it is let go wherever its last user drops it.
 const RETIRE_WAIT: Duration = Duration::from_secs(2);
@@ -31,11 +33,14 @@ pub struct LoaderGone;
 pub struct Loader;
 
 impl Loader {
-    /// Runs `work` on a thread of its own (it blocks that thread, not the caller's).
+    /// Runs `work` on a thread of its own (it blocks that thread, not the caller's), with
+    /// freed pages going back to the system from its start until its memory is trimmed, a few
+    /// seconds after it ends (`trim`).
     pub async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, LoaderGone> {
+        let window = LoadWindow::open();
         let (done, result) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("floodgate-rules".to_owned())
@@ -43,7 +48,10 @@ impl Loader {
                 let _ = done.send(work());
             })
             .map_err(|_| LoaderGone)?;
-        result.await.map_err(|_| LoaderGone)
+        let loaded = result.await.map_err(|_| LoaderGone);
+        // Also after a refused or failed load: it parsed files just as much.
+        trim_after_load(window);
+        loaded
     }
 
     /// Frees `retired` on a thread of its own once nothing uses it (or after [`RETIRE_WAIT`]).

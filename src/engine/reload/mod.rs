@@ -10,8 +10,9 @@
 //! * Reading is capped (`--max-config-bytes`) and so is the rule count (`--max-rules`): a
 //!   configuration over a cap is refused like a broken one, and the rules in force stay.
 //! * Rule sets are built, and the ones a reload replaced freed (once the last decision on them
-//!   ends), each on a thread of its own that ends with the work (`loader`), and the load's
-//!   scratch memory is handed back to the system shortly after (`trim`).
+//!   ends), each on a thread of its own that ends with the work (`loader`); from a load's
+//!   start until its scratch memory is handed back to the system, a few seconds after it
+//!   ends, freed pages go back soon, and otherwise they are kept for requests (`trim`).
 //! * One log line per reload: info with the version and counts, or error with every problem
 //!   (file and rule path each); then the rule set's warnings.
 //! * Counters are not touched: a counter's key is made of the domain, rule path, algorithm and
@@ -30,7 +31,7 @@ use std::sync::Arc;
 pub use loader::{Loader, LoaderGone, Retired};
 use sha2::{Digest as _, Sha256};
 pub use status::{ReloadStatus, RuleSetShape};
-pub use trim::trim_after_load;
+pub use trim::{set_freed_pages_switch, FreedPages};
 use watch::{DirectoryWatch, WatchTarget};
 pub use xds::{load_xds_resources, XdsReloader};
 
@@ -336,8 +337,6 @@ pub async fn run(
 ) {
     let loader = reloader.loader;
     let targets = reloader.watch_targets();
-    // The rules in force were loaded just before.
-    trim_after_load();
     let mut watch = DirectoryWatch::new("configuration");
     watch.ensure(&targets);
     let mut catch_up = Some(Trigger::WatchStarted);
@@ -366,8 +365,6 @@ pub async fn run(
                 if let Some(reloaded) = rules {
                     loader.retire(reloaded.go_live(reloader.status(), &install));
                 }
-                // Also after a refused reload: it parsed files just as much.
-                trim_after_load();
             }
             Err(error) => {
                 tracing::error!(%error, "the configuration reloader stopped; restart floodgate to reload");

@@ -17,7 +17,6 @@ use envoy_types::pb::google::protobuf::Any;
 use super::loader::{Loader, Retired};
 use super::status::ReloadStatus;
 use super::swap_in;
-use super::trim::trim_after_load;
 use crate::core::policy::config::{load, LoadOptions, SourceFile};
 use crate::core::policy::rules::RuleSet;
 use crate::engine::config_source::xds::{decode_all, to_source, Snapshot, XdsClient};
@@ -93,7 +92,6 @@ impl XdsReloader {
         install: impl Fn(RuleSet) -> Box<dyn Retired> + Send + 'static,
         shutdown: Shutdown,
     ) {
-        trim_after_load();
         let stop = shutdown.fired();
         tokio::pin!(stop);
         loop {
@@ -105,7 +103,6 @@ impl XdsReloader {
                 self.loader.retire(accepted.go_live(&self.status, &install));
                 self.client.accept().await;
             }
-            trim_after_load();
         }
     }
 
