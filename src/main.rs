@@ -31,10 +31,9 @@ const RETURN_SOON_MS: std::ffi::c_long = 10;
 const KEEP_FOR_REUSE_MS: std::ffi::c_long = 1_000;
 
 /// The allocator's settings, unless the operator set mimalloc's own variable: loads switch the
-/// purge delay (`engine/reload/trim.rs`), and the first load is on its way.
+/// purge delay (`engine/reload/trim.rs`).
 fn tune_allocator() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        set_purge_delay(FreedPages::ReturnSoon);
         set_freed_pages_switch(set_purge_delay);
     }
 }

@@ -8,6 +8,7 @@ use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
 use crate::core::decision::charging::Charging;
 use crate::engine::limitador::{follow, limits_file, Limitador};
+use crate::engine::reload::{trim_after_load, LoadWindow};
 use crate::engine::shutdown::Shutdown;
 
 use super::store::StorePlan;
@@ -28,8 +29,11 @@ pub(super) async fn start(
             path.display()
         ))
     })?;
-    let limits = limits_file::parse(&text, &path.display().to_string())
-        .map_err(|error| AppError::Usage(error.to_string()))?;
+    // As the rules' first load: what the parse frees goes back to the system soon.
+    let window = LoadWindow::open();
+    let parsed = limits_file::parse(&text, &path.display().to_string());
+    trim_after_load(window);
+    let limits = parsed.map_err(|error| AppError::Usage(error.to_string()))?;
     tracing::info!(
         path = %path.display(), limits = limits.limit_count(),
         "Limitador's limits loaded"

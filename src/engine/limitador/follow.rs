@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{limits_file, Limitador};
 use crate::engine::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
+use crate::engine::reload::{trim_after_load, LoadWindow};
 use crate::engine::shutdown::Shutdown;
 
 /// Follows the file at `path` into `limitador` until shutdown; `loaded` is the text in force.
@@ -51,7 +52,12 @@ fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Opti
     if text == in_force {
         return None;
     }
-    match limits_file::parse(&text, &path.display().to_string()) {
+    // As the rules' loads: what the parse frees goes back to the system soon, and so do the
+    // limits it replaces.
+    let window = LoadWindow::open();
+    let parsed = limits_file::parse(&text, &path.display().to_string());
+    trim_after_load(window);
+    match parsed {
         Ok(limits) => {
             tracing::info!(
                 path = %path.display(), limits = limits.limit_count(),
