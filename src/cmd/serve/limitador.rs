@@ -7,8 +7,7 @@ use std::sync::Arc;
 use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
 use crate::core::decision::charging::Charging;
-use crate::engine::limitador::{follow, limits_file, Limitador};
-use crate::engine::reload::{trim_after_load, LoadWindow};
+use crate::engine::limitador::{follow, Limitador};
 use crate::engine::shutdown::Shutdown;
 
 use super::store::StorePlan;
@@ -29,10 +28,9 @@ pub(super) async fn start(
             path.display()
         ))
     })?;
-    // As the rules' first load: what the parse frees goes back to the system soon.
-    let window = LoadWindow::open();
-    let parsed = limits_file::parse(&text, &path.display().to_string());
-    trim_after_load(window);
+    let (parsed, text) = follow::parse_on_a_loader(text, path)
+        .await
+        .map_err(|gone| AppError::Loader(gone.to_string()))?;
     let limits = parsed.map_err(|error| AppError::Usage(error.to_string()))?;
     tracing::info!(
         path = %path.display(), limits = limits.limit_count(),

@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::limits_file::{LimitSet, LimitsFileError};
 use super::{limits_file, Limitador};
 use crate::engine::reload::watch::{parent_directory, DirectoryWatch, WatchTarget};
-use crate::engine::reload::{trim_after_load, LoadWindow};
+use crate::engine::reload::{Loader, LoaderGone};
 use crate::engine::shutdown::Shutdown;
 
 /// Follows the file at `path` into `limitador` until shutdown; `loaded` is the text in force.
@@ -21,7 +22,7 @@ pub async fn follow(limitador: Arc<Limitador>, path: PathBuf, loaded: String, sh
     watch.ensure(&targets);
     let mut in_force = loaded;
     // A change made between the first load and the watch is seen by no event: look once.
-    if let Some(text) = reload(&limitador, &path, &in_force) {
+    if let Some(text) = reload(&limitador, &path, &in_force).await {
         in_force = text;
     }
     loop {
@@ -30,7 +31,7 @@ pub async fn follow(limitador: Arc<Limitador>, path: PathBuf, loaded: String, sh
             () = shutdown.clone().fired() => return,
         }
         watch.ensure(&targets);
-        if let Some(text) = reload(&limitador, &path, &in_force) {
+        if let Some(text) = reload(&limitador, &path, &in_force).await {
             in_force = text;
         }
     }
@@ -38,7 +39,7 @@ pub async fn follow(limitador: Arc<Limitador>, path: PathBuf, loaded: String, sh
 
 /// Reads the file again and puts it in force when its text changed and it loads; the text put
 /// in force, if any.
-fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Option<String> {
+async fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Option<String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
@@ -52,11 +53,13 @@ fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Opti
     if text == in_force {
         return None;
     }
-    // As the rules' loads: what the parse frees goes back to the system soon, and so do the
-    // limits it replaces.
-    let window = LoadWindow::open();
-    let parsed = limits_file::parse(&text, &path.display().to_string());
-    trim_after_load(window);
+    let (parsed, text) = match parse_on_a_loader(text, path).await {
+        Ok(parsed) => parsed,
+        Err(gone) => {
+            tracing::warn!("{gone}; Limitador's limits in force stay");
+            return None;
+        }
+    };
     match parsed {
         Ok(limits) => {
             tracing::info!(
@@ -71,4 +74,17 @@ fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Opti
             None
         }
     }
+}
+
+/// Parses `text` as the rules are loaded (`reload::Loader`): on a thread of its own, with what
+/// the parse frees, and the limits it replaces, handed back to the system soon after. Gives the
+/// text back with the result.
+pub async fn parse_on_a_loader(
+    text: String,
+    path: &std::path::Path,
+) -> Result<(Result<LimitSet, LimitsFileError>, String), LoaderGone> {
+    let name = path.display().to_string();
+    Loader
+        .run(move || (limits_file::parse(&text, &name), text))
+        .await
 }

@@ -32,7 +32,6 @@ pub use loader::{Loader, LoaderGone, Retired};
 use sha2::{Digest as _, Sha256};
 pub use status::{ReloadStatus, RuleSetShape};
 pub use trim::{set_freed_pages_switch, FreedPages};
-pub(crate) use trim::{trim_after_load, LoadWindow};
 use watch::{DirectoryWatch, WatchTarget};
 pub use xds::{load_xds_resources, XdsReloader};
 

@@ -49,10 +49,10 @@ const NUDGE_BYTES: usize = 4 << 20;
 /// While alive, freed pages go back to the system soon; the last window to close lets them be
 /// kept for reuse again.
 #[derive(Debug)]
-pub(crate) struct LoadWindow(());
+pub(super) struct LoadWindow(());
 
 impl LoadWindow {
-    pub(crate) fn open() -> Self {
+    pub(super) fn open() -> Self {
         WINDOWS.open(tell_allocator);
         LoadWindow(())
     }
@@ -104,7 +104,7 @@ impl Windows {
 
 /// Once the memory freed by a load just done is due, returns it to the system, then closes
 /// the load's window. Returns at once; without a tokio runtime it only closes the window.
-pub(crate) fn trim_after_load(window: LoadWindow) {
+pub(super) fn trim_after_load(window: LoadWindow) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
