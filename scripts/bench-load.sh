@@ -15,6 +15,10 @@
 #   BENCH_DESCRIPTOR     loadgen --descriptor template             [generic_key=api,client_id={key}]
 #   BENCH_KEYS           distinct {key} values                     [10000]
 #   BENCH_SECONDS        length of each measured run, seconds      [10]
+#   BENCH_ROUNDS         peak runs of each server at each level, taking turns (the order
+#                        reversed every round, so each round's runs are side by side): the
+#                        report gives each round's floodgate / no-op and their median, and
+#                        its tables the round nearest that median  [1]
 #   BENCH_WARMUP         warm-up before each run                   [1s]
 #   BENCH_CONCURRENCIES  closed-loop concurrency levels            ["16 64"]
 #   BENCH_RATE_CONCURRENCY  in-flight cap of the open-loop runs    [256]
@@ -37,6 +41,7 @@ DOMAIN="${BENCH_DOMAIN:-edge}"
 DESCRIPTOR="${BENCH_DESCRIPTOR:-generic_key=api,client_id={key}}"
 KEYS="${BENCH_KEYS:-10000}"
 SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
+ROUNDS="${BENCH_ROUNDS:-1}"
 WARMUP="${BENCH_WARMUP:-1s}"
 CONCURRENCIES="${BENCH_CONCURRENCIES:-16 64}"
 RATE_CONCURRENCY="${BENCH_RATE_CONCURRENCY:-256}"
@@ -53,6 +58,7 @@ die() { echo "bench-load: $*" >&2; exit 1; }
 . scripts/lib/bench-common.sh
 command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
 [[ "$SECONDS_PER_RUN" =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a whole number of seconds"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a whole number of rounds (got '$ROUNDS')"
 for c in $CONCURRENCIES; do
   [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCIES must be whole numbers (got '$c')"
 done
@@ -154,6 +160,31 @@ EOF
   sed 's/^/    /' "$WORK/$name-$server.txt" >&2
 }
 
+# median_round LEVEL: prints each round's floodgate / no-op at LEVEL in flight and their median,
+# and keeps the round nearest the median as the level's runs (peak-cLEVEL-SERVER.json), which
+# the report's tables show.
+median_round() {
+  python3 - "$WORK" "$1" "$ROUNDS" <<'EOF'
+import json, shutil, statistics, sys
+work, c, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def rate(r, server):
+    with open(f"{work}/peak-c{c}-r{r}-{server}.json") as f:
+        return json.load(f)["total"]["legit"]["achieved_rps"]
+ratios = [rate(r, "floodgate") / max(rate(r, "noop"), 1e-9) for r in range(1, rounds + 1)]
+median = statistics.median(ratios)
+chosen = min(range(rounds), key=lambda i: abs(ratios[i] - median)) + 1
+for server in ("noop", "floodgate", "compared"):
+    try:
+        shutil.copy(f"{work}/peak-c{c}-r{chosen}-{server}.json", f"{work}/peak-c{c}-{server}.json")
+    except FileNotFoundError:
+        pass
+with open(f"{work}/peak-c{c}.rounds", "w") as f:
+    json.dump({"ratios": ratios, "median": median, "chosen": chosen}, f)
+print(f"bench-load: peak, {c} in flight, floodgate / no-op by round: "
+      + ", ".join(f"{x:.3f}" for x in ratios) + f"; median {median:.3f}")
+EOF
+}
+
 # compared_rate LEVEL: both floodgates' peak rates at LEVEL in flight, and their ratio.
 compared_rate() {
   python3 - "$WORK" "$1" "${COMPARE_ARGS[*]}" <<'EOF'
@@ -166,20 +197,27 @@ print(f"bench-load: peak, {c} in flight: floodgate {f:,.0f} req/s, with {args} {
 EOF
 }
 
-# With BENCH_COMPARE_ARGS the two floodgates take turns going first, level by level, so
-# neither always runs on the warmer (or the more disturbed) machine.
-level=0
+# The servers take turns, level by level and round by round (the order reversed each time), so
+# none always runs on the warmer (or the more disturbed) machine and each round's runs are side
+# by side: on shared cores the machine's speed drifts by more than the figure sought, and the
+# ratio within a round cancels most of the drift.
+turn=0
 for c in $CONCURRENCIES; do
-  run "peak-c$c" noop --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
-  servers=(floodgate)
-  if ((${#COMPARE_ARGS[@]})); then
-    if ((level % 2)); then servers=(compared floodgate); else servers=(floodgate compared); fi
-  fi
-  for server in "${servers[@]}"; do
-    run "peak-c$c" "$server" --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+  for ((round = 1; round <= ROUNDS; round++)); do
+    servers=(noop floodgate)
+    if ((${#COMPARE_ARGS[@]})); then servers+=(compared); fi
+    if ((turn % 2)); then
+      reversed=()
+      for ((i = ${#servers[@]} - 1; i >= 0; i--)); do reversed+=("${servers[i]}"); done
+      servers=("${reversed[@]}")
+    fi
+    for server in "${servers[@]}"; do
+      run "peak-c$c-r$round" "$server" --max-rate --concurrency "$c" --duration "${SECONDS_PER_RUN}s"
+    done
+    turn=$((turn + 1))
   done
+  median_round "$c" >&2
   if ((${#COMPARE_ARGS[@]})); then compared_rate "$c" >&2; fi
-  level=$((level + 1))
 done
 
 RATE="$(python3 - "$WORK" "$CONCURRENCIES" <<'EOF'
@@ -216,7 +254,7 @@ BENCH_KEYS="$KEYS" BENCH_CONNECTIONS="$CONNECTIONS" BENCH_LOADGEN_THREADS="$LOAD
 BENCH_WORKER_THREADS="$WORKER_THREADS" \
 BENCH_SECONDS="$SECONDS_PER_RUN" BENCH_WARMUP="$WARMUP" \
 python3 - "$OUT" <<'EOF'
-import json, os, sys
+import json, os, re, sys
 
 env = os.environ
 work = env["BENCH_WORK"]
@@ -309,9 +347,14 @@ w("- short runs on shared cores are noisy: throughput moves by about ±10% from 
 w("- *others' CPU*: cores that processes other than the server and loadgen kept busy during "
   "the run (builds, tests, other servers). Above about 0.1 the run was disturbed: rerun on a "
   "quiet machine.")
+def is_copy(name):
+    """peak-cLEVEL-SERVER.json: a copy of the round the tables show (its round's file counts)."""
+    return re.fullmatch(r"peak-c\d+-(noop|floodgate|compared)\.json", name) is not None
+
+
 runs = []
 for name in sorted(os.listdir(work)):
-    if name.endswith(".json"):
+    if name.endswith(".json") and not is_copy(name):
         with open(f"{work}/{name}") as fh:
             runs.append((name[:-5], json.load(fh)))
 busiest = max(runs, key=lambda item: item[1]["other_cpu_cores"])
@@ -339,6 +382,13 @@ for c in env["BENCH_CONCURRENCIES"].split():
         w(row(f"floodgate `{env['BENCH_COMPARE_ARGS']}`", g, g["total"]["legit"]))
     w("")
     w(compare(n, f))
+    with open(f"{work}/peak-c{c}.rounds") as fh:
+        rounds = json.load(fh)
+    if len(rounds["ratios"]) > 1:
+        w(f"Throughput floodgate / no-op in each of {len(rounds['ratios'])} rounds (the two runs of "
+          "a round side by side, the order reversed every round): "
+          + ", ".join(f"{x:.2f}×" for x in rounds["ratios"])
+          + f"; **median {rounds['median']:.2f}×** (the table shows round {rounds['chosen']}).")
     if env.get("BENCH_COMPARE_ARGS"):
         fl, gl = f["total"]["legit"], g["total"]["legit"]
         w(f"With `{env['BENCH_COMPARE_ARGS']}` / without, loaded in turn: throughput "
@@ -380,7 +430,7 @@ if env["BENCH_BOTS"] == "1":
 
 errors = {}
 for name in os.listdir(work):
-    if name.endswith(".json"):
+    if name.endswith(".json") and not is_copy(name):
         with open(f"{work}/{name}") as fh:
             r = json.load(fh)
         for kind, count in r.get("errors", {}).items():
@@ -402,7 +452,7 @@ w("Loads run here (loadgen flags besides address, domain, descriptor, keys and c
 w("")
 seen = []
 for name in sorted(os.listdir(work)):
-    if name.endswith("-floodgate.json"):
+    if name.endswith("-floodgate.json") and not re.search(r"-r\d+-floodgate\.json$", name):
         with open(f"{work}/{name}") as fh:
             seen.append(f"- `{name[:-len('-floodgate.json')]}`: `{json.load(fh)['loadgen_args']}`")
 lines.extend(seen)
