@@ -167,10 +167,15 @@ median_round() {
   python3 - "$WORK" "$1" "$ROUNDS" <<'EOF'
 import json, shutil, statistics, sys
 work, c, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def rate(r, server):
+def run(r, server):
     with open(f"{work}/peak-c{c}-r{r}-{server}.json") as f:
-        return json.load(f)["total"]["legit"]["achieved_rps"]
-ratios = [rate(r, "floodgate") / max(rate(r, "noop"), 1e-9) for r in range(1, rounds + 1)]
+        report = json.load(f)
+    legit = report["total"]["legit"]
+    return legit["achieved_rps"], report["server_cpu_s"] / max(legit["completed"], 1)
+pairs = [(run(r, "floodgate"), run(r, "noop")) for r in range(1, rounds + 1)]
+ratios = [f[0] / max(n[0], 1e-9) for f, n in pairs]
+# CPU per answer, floodgate's over the no-op's: what a decision adds, whoever got the CPUs.
+cpu_ratios = [f[1] / max(n[1], 1e-12) for f, n in pairs]
 median = statistics.median(ratios)
 chosen = min(range(rounds), key=lambda i: abs(ratios[i] - median)) + 1
 for server in ("noop", "floodgate", "compared"):
@@ -179,9 +184,11 @@ for server in ("noop", "floodgate", "compared"):
     except FileNotFoundError:
         pass
 with open(f"{work}/peak-c{c}.rounds", "w") as f:
-    json.dump({"ratios": ratios, "median": median, "chosen": chosen}, f)
+    json.dump({"ratios": ratios, "median": median, "chosen": chosen, "cpu_ratios": cpu_ratios,
+               "cpu_median": statistics.median(cpu_ratios)}, f)
 print(f"bench-load: peak, {c} in flight, floodgate / no-op by round: "
-      + ", ".join(f"{x:.3f}" for x in ratios) + f"; median {median:.3f}")
+      + ", ".join(f"{x:.3f}" for x in ratios) + f"; median {median:.3f}; CPU per answer "
+      + ", ".join(f"{x:.3f}" for x in cpu_ratios) + f"; median {statistics.median(cpu_ratios):.3f}")
 EOF
 }
 
@@ -388,7 +395,10 @@ for c in env["BENCH_CONCURRENCIES"].split():
         w(f"Throughput floodgate / no-op in each of {len(rounds['ratios'])} rounds (the two runs of "
           "a round side by side, the order reversed every round): "
           + ", ".join(f"{x:.2f}×" for x in rounds["ratios"])
-          + f"; **median {rounds['median']:.2f}×** (the table shows round {rounds['chosen']}).")
+          + f"; **median {rounds['median']:.2f}×** (the table shows round {rounds['chosen']}). "
+          "Server CPU per answer, floodgate / no-op, in the same rounds: "
+          + ", ".join(f"{x:.2f}×" for x in rounds["cpu_ratios"])
+          + f"; median {rounds['cpu_median']:.2f}×.")
     if env.get("BENCH_COMPARE_ARGS"):
         fl, gl = f["total"]["legit"], g["total"]["legit"]
         w(f"With `{env['BENCH_COMPARE_ARGS']}` / without, loaded in turn: throughput "
