@@ -10,7 +10,7 @@
 //! shared, the key every instance adopts from Redis), so the same client is one line; only a
 //! rule that says `heavy_hitters: raw` keeps the values themselves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hasher as _;
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use crate::core::decision::response::Response;
 use crate::core::decision::status::Code;
 use crate::core::ground::time::{Clock, Micros, SystemClock};
 use crate::core::policy::request::{Descriptor, Request};
-use crate::core::policy::rules::Rule;
+use crate::core::policy::rules::{Rule, RuleSet};
 
 /// Banned values listed per rule: the ones whose bans end last.
 pub const BANS_SHOWN: usize = 20;
@@ -272,6 +272,28 @@ impl HitterBoard {
         true
     }
 
+    /// Forgets the rules that are not in `rules`, their hits and bans: a reload keeps a rule's
+    /// hits by its path, so without this every path a reload removed would hold its top lists
+    /// (`HeavyHitters::BYTES`) and be published to the other instances for as long as the
+    /// process runs. A rule removed and added again starts afresh.
+    pub fn follow_rules(&self, rules: &RuleSet) {
+        if self.counted.read().rules.is_empty() && self.bans.lock().is_empty() {
+            return;
+        }
+        let in_force: HashSet<&str> = rules
+            .domains()
+            .flat_map(|domain| domain.rules())
+            .map(|rule| rule.path.as_str())
+            .collect();
+        self.counted
+            .write()
+            .rules
+            .retain(|path, _| in_force.contains(path.as_str()));
+        self.bans
+            .lock()
+            .retain(|path, _| in_force.contains(path.as_str()));
+    }
+
     /// What the other instances published, as last read (or why it could not be).
     pub fn set_peers(&self, view: PeerView) {
         *self.peers.write() = view;
@@ -334,5 +356,110 @@ fn shown_value(label: &str, id: u64) -> String {
         format!("#{id:016x}")
     } else {
         label.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::policy::config::load_valid;
+    use crate::core::policy::request::Entry;
+
+    const SHOP: &str = "domain: shop\n\
+                        descriptors:\n\
+                        \x20 - key: user\n\
+                        \x20   rate_limit: {unit: hour, requests_per_unit: 2}\n\
+                        \x20   ban: {after: 2, within: 1m, for: 5m, max: 1h}\n\
+                        \x20 - key: api_key\n\
+                        \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+    const SHOP_WITHOUT_USER: &str = "domain: shop\n\
+                                     descriptors:\n\
+                                     \x20 - key: api_key\n\
+                                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+    const FIVE_MINUTE_BAN: BanOutcome = BanOutcome {
+        banned_for: 300_000_000,
+        strikes: 2,
+        level: 1,
+    };
+
+    fn rule<'a>(rules: &'a RuleSet, key: &str) -> &'a Rule {
+        rules
+            .domains()
+            .flat_map(|domain| domain.rules())
+            .find(|rule| rule.path.ends_with(key))
+            .unwrap_or_else(|| panic!("no rule for {key}"))
+    }
+
+    #[test]
+    fn a_reload_forgets_the_hits_and_bans_of_the_rules_it_removed_and_keeps_the_others() {
+        let before = load_valid("shop.yaml", SHOP);
+        let (user, api_key) = (rule(&before, "user"), rule(&before, "api_key"));
+        let board = HitterBoard::default();
+        let alice = Descriptor::new(vec![Entry::new("user", "alice")]);
+        let key = Descriptor::new(vec![Entry::new("api_key", "k1")]);
+        board.count(&user.path, user.hitter_values, &alice, board.now(), false);
+        board.count(
+            &api_key.path,
+            api_key.hitter_values,
+            &key,
+            board.now(),
+            true,
+        );
+        board.banned(user, &alice, &FIVE_MINUTE_BAN);
+        assert_eq!(board.bytes(), 2 * HeavyHitters::BYTES);
+
+        board.follow_rules(&load_valid("shop.yaml", SHOP_WITHOUT_USER));
+
+        assert!(board.rule(&user.path, HitterWindow::LastMinute).is_none());
+        assert!(board.bans(&user.path).is_empty());
+        let kept = board.rule(&api_key.path, HitterWindow::LastMinute);
+        assert_eq!(kept.map(|hitters| hitters.admitted), Some(1));
+        assert_eq!(board.bytes(), HeavyHitters::BYTES);
+    }
+
+    #[test]
+    fn the_limiter_forgets_a_removed_rules_hits_when_its_rules_are_replaced() {
+        use crate::core::ground::time::SystemClock;
+        use crate::engine::limiter::{Limiter, LimiterSettings};
+        use crate::store::memory::MemoryStore;
+        use crate::telemetry::DecisionTelemetry;
+
+        let rules = load_valid("shop.yaml", SHOP);
+        let user = rule(&rules, "user").clone();
+        let store = MemoryStore::new(1_000, Arc::new(SystemClock));
+        let limiter = Limiter::new(rules, store, LimiterSettings::default()).with_telemetry(
+            DecisionTelemetry {
+                heavy_hitters: true,
+                ..DecisionTelemetry::default()
+            },
+        );
+        let board = limiter
+            .heavy_hitters()
+            .cloned()
+            .unwrap_or_else(|| panic!("--heavy-hitters makes a board"));
+        let alice = Descriptor::new(vec![Entry::new("user", "alice")]);
+        board.count(&user.path, user.hitter_values, &alice, board.now(), false);
+
+        drop(limiter.replace_rules(load_valid("shop.yaml", SHOP_WITHOUT_USER)));
+
+        assert!(board.rule(&user.path, HitterWindow::LastMinute).is_none());
+        assert_eq!(board.bytes(), 0);
+    }
+
+    #[test]
+    fn a_reload_of_the_same_rules_keeps_every_hit_and_ban() {
+        let rules = load_valid("shop.yaml", SHOP);
+        let user = rule(&rules, "user");
+        let board = HitterBoard::default();
+        let alice = Descriptor::new(vec![Entry::new("user", "alice")]);
+        board.count(&user.path, user.hitter_values, &alice, board.now(), false);
+        board.banned(user, &alice, &FIVE_MINUTE_BAN);
+
+        board.follow_rules(&load_valid("shop.yaml", SHOP));
+
+        let kept = board.rule(&user.path, HitterWindow::LastMinute);
+        assert_eq!(kept.map(|hitters| hitters.refused), Some(1));
+        assert_eq!(board.bans(&user.path).len(), 1);
     }
 }

@@ -66,13 +66,16 @@ impl Telemetry {
         telemetry
     }
 
-    /// Keeps the per-rule label sets in step with `rules`, now in force.
+    /// Keeps the per-rule label sets and heavy hitters in step with `rules`, now in force.
     pub(super) fn follow_rules(&self, rules: &RuleSet) {
         if let Some(metrics) = self.metrics {
             metrics.follow_rules(rules);
         }
         if let Some(stats) = self.reference_stats {
             stats.follow_rules(rules);
+        }
+        if let Some(hitters) = &self.hitters {
+            hitters.follow_rules(rules);
         }
     }
 
