@@ -364,32 +364,13 @@ mod tests {
     use super::*;
     use crate::core::policy::config::load_valid;
     use crate::core::policy::request::Entry;
-
-    const SHOP: &str = "domain: shop\n\
-                        descriptors:\n\
-                        \x20 - key: user\n\
-                        \x20   rate_limit: {unit: hour, requests_per_unit: 2}\n\
-                        \x20   ban: {after: 2, within: 1m, for: 5m, max: 1h}\n\
-                        \x20 - key: api_key\n\
-                        \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
-    const SHOP_WITHOUT_USER: &str = "domain: shop\n\
-                                     descriptors:\n\
-                                     \x20 - key: api_key\n\
-                                     \x20   rate_limit: {unit: minute, requests_per_unit: 100}\n";
+    use crate::engine::test_rules::{memory_store, rule, SHOP, SHOP_WITHOUT_USER};
 
     const FIVE_MINUTE_BAN: BanOutcome = BanOutcome {
         banned_for: 300_000_000,
         strikes: 2,
         level: 1,
     };
-
-    fn rule<'a>(rules: &'a RuleSet, key: &str) -> &'a Rule {
-        rules
-            .domains()
-            .flat_map(|domain| domain.rules())
-            .find(|rule| rule.path.ends_with(key))
-            .unwrap_or_else(|| panic!("no rule for {key}"))
-    }
 
     #[test]
     fn a_reload_forgets_the_hits_and_bans_of_the_rules_it_removed_and_keeps_the_others() {
@@ -420,20 +401,16 @@ mod tests {
 
     #[test]
     fn the_limiter_forgets_a_removed_rules_hits_when_its_rules_are_replaced() {
-        use crate::core::ground::time::SystemClock;
         use crate::engine::limiter::{Limiter, LimiterSettings};
-        use crate::store::memory::MemoryStore;
         use crate::telemetry::DecisionTelemetry;
 
         let rules = load_valid("shop.yaml", SHOP);
         let user = rule(&rules, "user").clone();
-        let store = MemoryStore::new(1_000, Arc::new(SystemClock));
-        let limiter = Limiter::new(rules, store, LimiterSettings::default()).with_telemetry(
-            DecisionTelemetry {
+        let limiter = Limiter::new(rules, memory_store(), LimiterSettings::default())
+            .with_telemetry(DecisionTelemetry {
                 heavy_hitters: true,
                 ..DecisionTelemetry::default()
-            },
-        );
+            });
         let board = limiter
             .heavy_hitters()
             .cloned()

@@ -19,6 +19,8 @@ pub mod rlqs;
 pub mod self_shedding;
 pub mod shutdown;
 pub(crate) mod tasks;
+#[cfg(test)]
+mod test_rules;
 pub mod waiting;
 
 /// How the binary, which chooses the allocator, learns when loads free their scratch memory.

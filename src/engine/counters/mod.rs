@@ -100,7 +100,7 @@ impl<S: Store> CounterDesk<S> {
         let store = self.limiter.store();
         let held = store.held(&planned.counters).await?;
         let looked = store.look(&planned.counters).await?;
-        let ban = self.ban(&planned.bans, BanAction::Check).await?;
+        let ban = self.ban(store, &planned.bans, BanAction::Check).await?;
         let counters = planned
             .counters
             .iter()
@@ -123,7 +123,14 @@ impl<S: Store> CounterDesk<S> {
         let rules = self.limiter.rules();
         let planned = self.plan(&rules, query)?;
         let removed = self.limiter.store().reset(&planned.counters).await?;
-        self.ban(&planned.bans, BanAction::Lift).await?;
+        self.ban(self.limiter.store(), &planned.bans, BanAction::Lift)
+            .await?;
+        // What `failure_policy: local` counted while the shared store failed goes too: the
+        // descriptor would meet those counts (or that ban) again at the next failure.
+        if let Some(fallback) = self.limiter.local_fallback() {
+            fallback.reset(&planned.counters).await?;
+            self.ban(fallback, &planned.bans, BanAction::Lift).await?;
+        }
         if let (Some(board), Some(path)) = (self.limiter.heavy_hitters(), planned.paths.first()) {
             board.lifted(path, &Descriptor::new(query.entries.clone()));
         }
@@ -132,9 +139,10 @@ impl<S: Store> CounterDesk<S> {
         Ok(removed)
     }
 
-    /// `action` on the descriptor's ban record, if its rule bans.
+    /// `action` on the descriptor's ban record in `store`, if its rule bans.
     async fn ban(
         &self,
+        store: &impl Store,
         checks: &[BanCall],
         action: BanAction,
     ) -> Result<Option<BanOutcome>, StoreError> {
@@ -148,7 +156,7 @@ impl<S: Store> CounterDesk<S> {
                 ..call.clone()
             })
             .collect();
-        let outcomes = self.limiter.store().bans(&calls).await?;
+        let outcomes = store.bans(&calls).await?;
         Ok(outcomes.first().copied())
     }
 
@@ -217,4 +225,72 @@ fn counter_paths(plan: &Plan<'_>, query: &CounterQuery) -> Result<Vec<String>, C
         entries: shown(),
         kind,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::policy::config::load_valid;
+    use crate::engine::limiter::LimiterSettings;
+    use crate::engine::test_rules::{memory_store, SHOP};
+
+    /// `request`'s counters, charging one hit each.
+    fn charging(rules: &RuleSet, request: &Request) -> Vec<Counter> {
+        let domain = rules.domain(&request.domain);
+        plan_adjusted(request, domain, LimiterSettings::default().plan, None).counters
+    }
+
+    #[tokio::test]
+    async fn a_reset_forgets_the_local_fallbacks_counts_and_ban_too() {
+        let rules = load_valid("shop.yaml", SHOP);
+        let alice = vec![Entry::new("user", "alice")];
+        let request = Request {
+            domain: "shop".to_owned(),
+            descriptors: vec![Descriptor::new(alice.clone())],
+            hits_addend: 1,
+        };
+        let counters = charging(&rules, &request);
+        let limiter = Limiter::new(rules, memory_store(), LimiterSettings::default())
+            .with_local_fallback(memory_store());
+        let desk = CounterDesk::new(Arc::new(limiter));
+        let fallback = desk
+            .limiter
+            .local_fallback()
+            .unwrap_or_else(|| panic!("the limiter has its fallback"));
+        // What the fallback decided while the shared store failed: past the limit, and the
+        // strike that banned the value (`after: 1`).
+        for _ in 0..3 {
+            fallback
+                .decide(&counters, false)
+                .await
+                .unwrap_or_else(|error| panic!("the fallback decides: {error}"));
+        }
+        let query = CounterQuery {
+            domain: "shop".to_owned(),
+            entries: alice,
+        };
+        let planned = desk
+            .plan(&desk.limiter.rules(), &query)
+            .unwrap_or_else(|refused| panic!("{refused}"));
+        let banned = desk.ban(fallback, &planned.bans, BanAction::Strike).await;
+        assert!(
+            matches!(banned, Ok(Some(ban)) if ban.banned_for > 0),
+            "{banned:?}"
+        );
+
+        desk.reset(&query, "test")
+            .await
+            .unwrap_or_else(|refused| panic!("{refused}"));
+
+        let held = fallback.held(&planned.counters).await;
+        assert!(
+            matches!(&held, Ok(held) if held.iter().all(Option::is_none)),
+            "{held:?}"
+        );
+        let banned = desk.ban(fallback, &planned.bans, BanAction::Check).await;
+        assert!(
+            matches!(banned, Ok(Some(ban)) if ban.banned_for == 0),
+            "{banned:?}"
+        );
+    }
 }
