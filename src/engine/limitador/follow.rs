@@ -40,7 +40,7 @@ pub async fn follow(limitador: Arc<Limitador>, path: PathBuf, loaded: String, sh
 /// Reads the file again and puts it in force when its text changed and it loads; the text put
 /// in force, if any.
 async fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -> Option<String> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match read_off_the_workers(path).await {
         Ok(text) => text,
         Err(error) => {
             tracing::warn!(
@@ -74,6 +74,15 @@ async fn reload(limitador: &Limitador, path: &std::path::Path, in_force: &str) -
             None
         }
     }
+}
+
+/// The file's text, read on the runtime's blocking pool: a mounted volume can be slow, and a
+/// worker waiting on it would hold up the decisions queued behind it.
+async fn read_off_the_workers(path: &std::path::Path) -> std::io::Result<String> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(path))
+        .await
+        .unwrap_or_else(|stopped| Err(std::io::Error::other(stopped)))
 }
 
 /// Parses `text` as the rules are loaded (`reload::Loader`): on a thread of its own, with what
