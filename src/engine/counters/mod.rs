@@ -100,7 +100,7 @@ impl<S: Store> CounterDesk<S> {
         let store = self.limiter.store();
         let held = store.held(&planned.counters).await?;
         let looked = store.look(&planned.counters).await?;
-        let ban = self.ban(store, &planned.bans, BanAction::Check).await?;
+        let ban = ban_record(store, &planned.bans, BanAction::Check).await?;
         let counters = planned
             .counters
             .iter()
@@ -122,14 +122,14 @@ impl<S: Store> CounterDesk<S> {
     pub async fn reset(&self, query: &CounterQuery, from: &str) -> Result<usize, CounterRefused> {
         let rules = self.limiter.rules();
         let planned = self.plan(&rules, query)?;
-        let removed = self.limiter.store().reset(&planned.counters).await?;
-        self.ban(self.limiter.store(), &planned.bans, BanAction::Lift)
-            .await?;
+        let store = self.limiter.store();
+        let removed = store.reset(&planned.counters).await?;
+        ban_record(store, &planned.bans, BanAction::Lift).await?;
         // What `failure_policy: local` counted while the shared store failed goes too: the
         // descriptor would meet those counts (or that ban) again at the next failure.
         if let Some(fallback) = self.limiter.local_fallback() {
             fallback.reset(&planned.counters).await?;
-            self.ban(fallback, &planned.bans, BanAction::Lift).await?;
+            ban_record(fallback, &planned.bans, BanAction::Lift).await?;
         }
         if let (Some(board), Some(path)) = (self.limiter.heavy_hitters(), planned.paths.first()) {
             board.lifted(path, &Descriptor::new(query.entries.clone()));
@@ -137,27 +137,6 @@ impl<S: Store> CounterDesk<S> {
         let rule = planned.paths.first().map_or("", String::as_str);
         audit::counters_reset(&query.domain, rule, &query.shown(), removed, from);
         Ok(removed)
-    }
-
-    /// `action` on the descriptor's ban record in `store`, if its rule bans.
-    async fn ban(
-        &self,
-        store: &impl Store,
-        checks: &[BanCall],
-        action: BanAction,
-    ) -> Result<Option<BanOutcome>, StoreError> {
-        if checks.is_empty() {
-            return Ok(None);
-        }
-        let calls: Vec<BanCall> = checks
-            .iter()
-            .map(|call| BanCall {
-                action,
-                ..call.clone()
-            })
-            .collect();
-        let outcomes = store.bans(&calls).await?;
-        Ok(outcomes.first().copied())
     }
 
     /// `query` planned as a check-only request (charging nothing), with the rule path of
@@ -201,6 +180,26 @@ impl<S: Store> CounterDesk<S> {
             bans,
         })
     }
+}
+
+/// `action` on the descriptor's ban record in `store`, if its rule bans.
+async fn ban_record(
+    store: &impl Store,
+    checks: &[BanCall],
+    action: BanAction,
+) -> Result<Option<BanOutcome>, StoreError> {
+    if checks.is_empty() {
+        return Ok(None);
+    }
+    let calls: Vec<BanCall> = checks
+        .iter()
+        .map(|call| BanCall {
+            action,
+            ..call.clone()
+        })
+        .collect();
+    let outcomes = store.bans(&calls).await?;
+    Ok(outcomes.first().copied())
 }
 
 /// The rule path of each counter of a one-descriptor plan, or why it has none.
@@ -272,7 +271,7 @@ mod tests {
         let planned = desk
             .plan(&desk.limiter.rules(), &query)
             .unwrap_or_else(|refused| panic!("{refused}"));
-        let banned = desk.ban(fallback, &planned.bans, BanAction::Strike).await;
+        let banned = ban_record(fallback, &planned.bans, BanAction::Strike).await;
         assert!(
             matches!(banned, Ok(Some(ban)) if ban.banned_for > 0),
             "{banned:?}"
@@ -287,7 +286,7 @@ mod tests {
             matches!(&held, Ok(held) if held.iter().all(Option::is_none)),
             "{held:?}"
         );
-        let banned = desk.ban(fallback, &planned.bans, BanAction::Check).await;
+        let banned = ban_record(fallback, &planned.bans, BanAction::Check).await;
         assert!(
             matches!(banned, Ok(Some(ban)) if ban.banned_for == 0),
             "{banned:?}"
