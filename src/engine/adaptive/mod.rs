@@ -43,12 +43,16 @@ const RELOAD_CHECK: Duration = Duration::from_secs(1);
 /// Runs the controllers of `limiter`'s adaptive rules until shutdown, following reloads.
 /// `signals` is what the admin API's `POST /v1/signals/{name}` fills; `admin` says whether
 /// that API is on (without it, a pushed signal never arrives: said at every load).
-pub async fn run<S: SharesLimits>(
+///
+/// The signal names of the rules loaded now are known when this returns, before the future
+/// is first polled: the admin API may answer a push before the spawned task first runs, and
+/// that push must not be refused as a signal no rule reads.
+pub fn run<S: SharesLimits>(
     limiter: Arc<Limiter<S>>,
     signals: Arc<PushedSignals>,
     admin: bool,
     shutdown: Shutdown,
-) {
+) -> impl std::future::Future<Output = ()> {
     let sources = Arc::new(Sources {
         limiter,
         prometheus: Prometheus::new(),
@@ -60,18 +64,12 @@ pub async fn run<S: SharesLimits>(
         seen: None,
         running: HashMap::new(),
     };
-    let mut ticks = tokio::time::interval(RELOAD_CHECK);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stop = shutdown.fired();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => break,
-            _ = ticks.tick() => supervisor.follow_rules().await,
+    let first = supervisor.adopt_new_rules();
+    async move {
+        if let Some(wanted) = first {
+            supervisor.match_controllers(wanted).await;
         }
-    }
-    for (_, controller) in supervisor.running.drain() {
-        controller.stop().await;
+        supervisor.follow_until(shutdown).await;
     }
 }
 
@@ -106,13 +104,38 @@ impl Running {
 type AdaptiveRules = HashMap<(String, String), AdaptiveRule>;
 
 impl<S: SharesLimits> Supervisor<S> {
-    /// Matches the controllers with the live rules, if they changed since the last look.
-    async fn follow_rules(&mut self) {
-        let Some(wanted) = self.new_rules() else {
-            return;
-        };
+    /// Looks for a reload once a second until shutdown, then stops every controller.
+    async fn follow_until(mut self, shutdown: Shutdown) {
+        let mut ticks = tokio::time::interval(RELOAD_CHECK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stop = shutdown.fired();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                _ = ticks.tick() => {
+                    if let Some(wanted) = self.adopt_new_rules() {
+                        self.match_controllers(wanted).await;
+                    }
+                }
+            }
+        }
+        for (_, controller) in self.running.drain() {
+            controller.stop().await;
+        }
+    }
+
+    /// The live rules' adaptive rules if they changed since the last look, with their pushed
+    /// signals and timed leases already announced (no waiting: see `run`).
+    fn adopt_new_rules(&mut self) -> Option<AdaptiveRules> {
+        let wanted = self.new_rules()?;
         self.expect_signals(&wanted);
         self.watch_leases(&wanted);
+        Some(wanted)
+    }
+
+    /// Stops the controllers of rules no longer wanted and starts or restarts the others.
+    async fn match_controllers(&mut self, wanted: AdaptiveRules) {
         self.stop_gone(&wanted).await;
         for (key, rule) in wanted {
             self.keep_or_start(key, rule).await;
@@ -271,4 +294,39 @@ fn pushed_names(rules: &AdaptiveRules) -> HashMap<String, Duration> {
         }
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::policy::config::load_valid;
+    use crate::engine::limiter::LimiterSettings;
+    use crate::engine::shutdown;
+    use crate::engine::test_rules::memory_store;
+
+    const PUSHED: &str = "domain: shop\n\
+                          descriptors:\n\
+                          \x20 - key: pool\n\
+                          \x20   rate_limit: {unit: hour, requests_per_unit: 20}\n\
+                          \x20   adaptive: {min: 10, max: 40, interval: 1s, slo: 250ms, \
+                          signal_unit: ms, signal: {pushed: checkout_p95}}\n";
+
+    #[test]
+    fn the_loaded_rules_signals_are_known_before_the_supervisor_first_runs() {
+        let rules = load_valid("shop.yaml", PUSHED);
+        let limiter = Arc::new(Limiter::new(
+            rules,
+            memory_store(),
+            LimiterSettings::default(),
+        ));
+        let signals = Arc::new(PushedSignals::default());
+        let (_trigger, shutdown) = shutdown::channel();
+        let supervisor = run(limiter, Arc::clone(&signals), true, shutdown);
+        assert_eq!(
+            signals.push("checkout_p95", 900.0),
+            Ok(Duration::from_secs(2)),
+            "a push that reaches the admin API before the supervisor's task runs is accepted"
+        );
+        drop(supervisor);
+    }
 }
