@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use floodgate_testkit::envoy::Envoy;
-use floodgate_testkit::{floodgate_bin, free_port, repo_file, subdir, wait_for_port, Running};
+use floodgate_testkit::{
+    floodgate_bin, free_port, patient_redis_deadline, repo_file, subdir, wait_for_port, Running,
+};
 
 /// Rules of domain `edge` with one limit of `per_second` on every value of `tenant`.
 pub fn tenant_rules(per_second: u32) -> String {
@@ -51,6 +53,7 @@ pub fn start_floodgate(dir: &Path, rules: &str, grpc_port: u16, extra: &[&str]) 
         .arg(format!("127.0.0.1:{}", free_port()))
         .args(extra)
         .env("LOG_LEVEL", "debug");
+    patient_redis_deadline(&mut command);
     let process = Running::spawn("floodgate", &mut command, dir);
     wait_for_port(grpc_port, Duration::from_secs(20), "floodgate");
     process
