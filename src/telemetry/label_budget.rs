@@ -21,9 +21,11 @@
 //!
 //! Reads (a label already admitted) take a read lock and allocate nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use parking_lot::RwLock;
+
+use crate::core::policy::rules::{Rule, RuleSet};
 
 /// The admitted labels of one metric family, each with its value `V` (the resolved series).
 #[derive(Debug)]
@@ -230,9 +232,69 @@ impl<V: Clone> LabelBudget<V> {
         released
     }
 
+    /// Follows `rules`, the rule set now in force (scopes are its domains, configured labels
+    /// its rule paths): a configured label stays while its rule is in force below the capacity
+    /// and `still_fits(rule, value)`; a spare label while its owner is, or, owning none, while
+    /// its domain is. Returns the values released.
+    pub fn follow_rules(&self, rules: &RuleSet, still_fits: impl Fn(&Rule, &V) -> bool) -> Vec<V> {
+        let looked_up = self.look_up_rules(rules);
+        self.release_gone(rules, &looked_up, still_fits)
+    }
+
+    /// The rules of `rules` that the labels held now depend on, looked up once (not per label
+    /// in the whole rule set).
+    fn look_up_rules<'r>(&self, rules: &'r RuleSet) -> HeldLabelRules<'r> {
+        let asked: HashSet<(Box<str>, Box<str>)> = self.dependencies().into_iter().collect();
+        let mut in_force = HashMap::new();
+        for domain in rules.domains() {
+            if !asked.iter().any(|(scope, _)| **scope == *domain.name) {
+                continue;
+            }
+            for rule in domain.rules() {
+                let key = (
+                    Box::from(domain.name.as_str()),
+                    Box::from(rule.path.as_str()),
+                );
+                if asked.contains(&key) {
+                    in_force.insert(key, rule);
+                }
+            }
+        }
+        HeldLabelRules { asked, in_force }
+    }
+
+    /// Releases the labels whose rule `looked_up` found gone. A label admitted after the
+    /// lookup, by a decision already on `rules` (the rule set is swapped in before it is
+    /// followed), was not asked about and is kept: releasing it would take away the value that
+    /// decision's rule set keeps using (a series gone from the registry, its rule missing from
+    /// the scrape until the next reload).
+    fn release_gone(
+        &self,
+        rules: &RuleSet,
+        looked_up: &HeldLabelRules<'_>,
+        still_fits: impl Fn(&Rule, &V) -> bool,
+    ) -> Vec<V> {
+        self.follow(
+            rules.rule_count(),
+            |scope, label, holder, value| match holder {
+                Holder::Configured => match looked_up.rule(scope, label) {
+                    Known::InForce(rule) => {
+                        self.admits_position(rule.index) && still_fits(rule, value)
+                    }
+                    Known::Gone => false,
+                    Known::NotAsked => true,
+                },
+                Holder::Spare { owner: Some(owner) } => {
+                    !matches!(looked_up.rule(scope, owner), Known::Gone)
+                }
+                Holder::Spare { owner: None } => rules.domain(scope).is_some(),
+            },
+        )
+    }
+
     /// Every `(scope, name)` the held labels depend on: the label of each configured one and
     /// the owner of each owned spare one. What `follow`'s `in_force` will be asked about.
-    pub fn dependencies(&self) -> Vec<(Box<str>, Box<str>)> {
+    fn dependencies(&self) -> Vec<(Box<str>, Box<str>)> {
         let state = self.state.read();
         let mut names = Vec::new();
         for (scope, labels) in &state.held {
@@ -259,9 +321,38 @@ impl<V> State<V> {
     }
 }
 
+/// What [`LabelBudget::follow_rules`] found of the rules its held labels depend on.
+struct HeldLabelRules<'r> {
+    /// Every (domain, rule label) asked about: what the held labels depended on when the
+    /// lookup began.
+    asked: HashSet<(Box<str>, Box<str>)>,
+    /// Those of them still in the rule set, with their rule.
+    in_force: HashMap<(Box<str>, Box<str>), &'r Rule>,
+}
+
+/// One (domain, rule label) as the lookup saw it.
+enum Known<'r> {
+    InForce(&'r Rule),
+    Gone,
+    /// Admitted after the lookup.
+    NotAsked,
+}
+
+impl<'r> HeldLabelRules<'r> {
+    fn rule(&self, domain: &str, label: &str) -> Known<'r> {
+        let key = (Box::from(domain), Box::from(label));
+        match self.in_force.get(&key) {
+            Some(rule) => Known::InForce(rule),
+            None if self.asked.contains(&key) => Known::Gone,
+            None => Known::NotAsked,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::test_rules::rules_with_keys;
 
     fn configured(budget: &LabelBudget<u32>, label: &str, position: usize) -> Option<u32> {
         let made = u32::try_from(position).unwrap_or(u32::MAX);
@@ -342,5 +433,51 @@ mod tests {
         assert_eq!(released.len(), 2);
         assert!(budget.is_empty());
         assert_eq!(spare(&budget, "d.y_2", Some("d.y")), None);
+    }
+
+    #[test]
+    fn following_rules_releases_gone_rules_and_their_values_and_keeps_the_rest() {
+        let budget = LabelBudget::new(10);
+        let first = rules_with_keys(&["a", "b"]);
+        budget.follow_rules(&first, |_, _| true);
+        assert_eq!(configured(&budget, "d.a", 0), Some(0));
+        assert_eq!(configured(&budget, "d.b", 1), Some(1));
+        assert_eq!(spare(&budget, "d.a_x", Some("d.a")), Some(100));
+        assert_eq!(spare(&budget, "d.override", None), Some(100));
+        let second = rules_with_keys(&["b", "c"]);
+        let mut released = budget.follow_rules(&second, |_, _| true);
+        released.sort_unstable();
+        assert_eq!(released, [0, 100], "d.a and the value it owned");
+        assert_eq!(budget.get("d", "d.b"), Some(1));
+        assert_eq!(budget.get("d", "d.override"), Some(100));
+        let other_domain = crate::core::policy::config::load_valid(
+            "e.yaml",
+            "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+        );
+        budget.follow_rules(&other_domain, |_, _| true);
+        assert!(
+            budget.is_empty(),
+            "domain d is gone, and with it every label of it"
+        );
+    }
+
+    #[test]
+    fn a_label_admitted_while_the_rules_are_looked_up_is_kept() {
+        let budget = LabelBudget::new(10);
+        let first = rules_with_keys(&["a", "b"]);
+        budget.follow_rules(&first, |_, _| true);
+        assert_eq!(configured(&budget, "d.a", 0), Some(0));
+        // The new rules are in force and being followed: a decision on them admits `d.c`
+        // between the lookup and the release.
+        let second = rules_with_keys(&["b", "c"]);
+        let looked_up = budget.look_up_rules(&second);
+        assert_eq!(configured(&budget, "d.c", 1), Some(1));
+        let released = budget.release_gone(&second, &looked_up, |_, _| true);
+        assert_eq!(released, [0], "only d.a");
+        assert_eq!(
+            budget.get("d", "d.c"),
+            Some(1),
+            "kept: its rule set uses it"
+        );
     }
 }

@@ -18,6 +18,8 @@ pub(crate) mod record;
 pub(crate) mod reference;
 pub(crate) mod rlqs;
 pub(crate) mod statsd;
+#[cfg(test)]
+mod test_rules;
 pub(crate) mod traces;
 
 use tracing_subscriber::filter::Targets;

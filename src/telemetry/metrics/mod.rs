@@ -15,7 +15,7 @@
 //! `floodgate_metric_labels_folded_total`. A rule's series are made at its first decision, so
 //! rules that are never hit cost nothing here.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,7 +29,7 @@ use parking_lot::RwLock;
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{Registry, TextEncoder};
 
-use super::label_budget::{Holder, LabelBudget};
+use super::label_budget::LabelBudget;
 use crate::core::policy::rules::{Rule, RuleSet};
 use adaptive::AdaptiveSeries;
 use families::{CallFamilies, ConfigFamilies, RuleFamilies, StoreFamilies};
@@ -293,55 +293,9 @@ impl Metrics {
     /// A decision still running on the previous rule set may make a released label again;
     /// the next reload releases it.
     pub fn follow_rules(&self, rules: &RuleSet) {
-        let looked_up = self.look_up_held_labels(rules);
-        self.release_labels_gone_from(rules, &looked_up);
-    }
-
-    /// The rules of `rules` that the labels held now depend on, looked up once (not per label
-    /// in the whole rule set).
-    fn look_up_held_labels<'r>(&self, rules: &'r RuleSet) -> HeldLabelRules<'r> {
-        let asked: HashSet<(Box<str>, Box<str>)> =
-            self.rule_labels.dependencies().into_iter().collect();
-        let mut in_force = HashMap::new();
-        for domain in rules.domains() {
-            if !asked.iter().any(|(scope, _)| **scope == *domain.name) {
-                continue;
-            }
-            for rule in domain.rules() {
-                let key = (
-                    Box::from(domain.name.as_str()),
-                    Box::from(rule.path.as_str()),
-                );
-                if asked.contains(&key) {
-                    in_force.insert(key, rule);
-                }
-            }
-        }
-        HeldLabelRules { asked, in_force }
-    }
-
-    /// Releases the labels whose rule `looked_up` says is gone. A label admitted after the
-    /// lookup, by a decision already on `rules` (its rule set is swapped in before this runs),
-    /// was not asked about and is kept: releasing it would remove the series that decision's
-    /// rule-series table keeps recording into, and the rule would vanish from the scrape until
-    /// the next reload.
-    fn release_labels_gone_from(&self, rules: &RuleSet, looked_up: &HeldLabelRules<'_>) {
-        let released = self.rule_labels.follow(
-            rules.rule_count(),
-            |domain, label, holder, series| match holder {
-                Holder::Configured => match looked_up.rule(domain, label) {
-                    Known::InForce(rule) => {
-                        self.rule_labels.admits_position(rule.index) && series.fits(rule)
-                    }
-                    Known::Gone => false,
-                    Known::NotAsked => true,
-                },
-                Holder::Spare { owner: Some(owner) } => {
-                    !matches!(looked_up.rule(domain, owner), Known::Gone)
-                }
-                Holder::Spare { owner: None } => true,
-            },
-        );
+        let released = self
+            .rule_labels
+            .follow_rules(rules, |rule, series| series.fits(rule));
         for series in released {
             self.remove_rule_series(&series);
         }
@@ -530,36 +484,10 @@ pub fn render() -> Result<String, MetricsError> {
     }
 }
 
-/// What [`Metrics::follow_rules`] found of the rules its held labels depend on.
-struct HeldLabelRules<'r> {
-    /// Every (domain, rule label) asked about: the labels held when the lookup began.
-    asked: HashSet<(Box<str>, Box<str>)>,
-    /// Those of them still in the rule set, with their rule.
-    in_force: HashMap<(Box<str>, Box<str>), &'r Rule>,
-}
-
-/// One (domain, rule label) as the lookup saw it.
-enum Known<'r> {
-    InForce(&'r Rule),
-    Gone,
-    /// Admitted after the lookup.
-    NotAsked,
-}
-
-impl<'r> HeldLabelRules<'r> {
-    fn rule(&self, domain: &str, label: &str) -> Known<'r> {
-        let key = (Box::from(domain), Box::from(label));
-        match self.in_force.get(&key) {
-            Some(rule) => Known::InForce(rule),
-            None if self.asked.contains(&key) => Known::Gone,
-            None => Known::NotAsked,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::test_rules::rules_with_keys;
 
     fn metrics(max_rule_labels: usize) -> Metrics {
         Metrics::new(max_rule_labels).unwrap_or_else(|error| panic!("{error}"))
@@ -589,17 +517,6 @@ mod tests {
             .unwrap_or_else(|error| panic!("{error}"))
     }
 
-    /// Domain `d` with one rule per key, each `d.<key>`.
-    fn rules_with_keys(keys: &[&str]) -> RuleSet {
-        let mut text = "domain: d\ndescriptors:\n".to_owned();
-        for key in keys {
-            text.push_str(&format!(
-                "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
-            ));
-        }
-        crate::core::policy::config::load_valid("d.yaml", &text)
-    }
-
     #[test]
     fn rule_labels_follow_the_rules_in_force() {
         let metrics = metrics(2);
@@ -624,27 +541,6 @@ mod tests {
         assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.b\"} 2"));
         assert!(text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.c\"} 1"));
         assert!(!text.contains("domain=\"d\",rule=\"other\""), "{text}");
-    }
-
-    #[test]
-    fn a_label_first_used_while_a_reload_looks_up_the_held_ones_keeps_its_series() {
-        let metrics = metrics(4);
-        let first = rules_with_keys(&["a", "b"]);
-        metrics.follow_rules(&first);
-        rule_series(&metrics, &first, "d.a").allowed();
-        // The new rules are in force (swapped in) and `follow_rules` has begun: a decision
-        // on them makes `c`'s label between the lookup and the release.
-        let second = rules_with_keys(&["b", "c"]);
-        let looked_up = metrics.look_up_held_labels(&second);
-        let c = rule_series(&metrics, &second, "d.c");
-        metrics.release_labels_gone_from(&second, &looked_up);
-        c.allowed();
-        let text = render(&metrics);
-        assert!(
-            text.contains("floodgate_requests_allowed_total{domain=\"d\",rule=\"d.c\"} 1"),
-            "the series the decision holds is still in the registry:\n{text}"
-        );
-        assert!(!text.contains("rule=\"d.a\""), "a is gone:\n{text}");
     }
 
     #[test]

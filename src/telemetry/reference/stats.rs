@@ -33,7 +33,7 @@ use crate::core::decision::outcome::stats_key::{
 };
 use crate::core::decision::plan::{DescriptorPlan, LimitSource};
 use crate::core::policy::rules::{Rule, RuleSet};
-use crate::telemetry::label_budget::{Holder, LabelBudget};
+use crate::telemetry::label_budget::LabelBudget;
 use crate::telemetry::metrics::{MetricsError, FOLDED_RULE_LABEL, MAX_RULE_LABELS};
 use crate::telemetry::record::DecidedCall;
 
@@ -374,20 +374,7 @@ impl ReferenceStats {
     /// rule labels do (`Metrics::follow_rules`): keys of rules that are gone are released and
     /// leave the sinks.
     pub fn follow_rules(&self, rules: &RuleSet) {
-        let in_force = |domain: &str, path: &str| {
-            rules
-                .domain(domain)
-                .and_then(|domain| domain.rule_by_path(path))
-        };
-        let released = self.keys.follow(
-            rules.rule_count(),
-            |domain, label, holder, _| match holder {
-                Holder::Configured => in_force(domain, label)
-                    .is_some_and(|rule| self.keys.admits_position(rule.index)),
-                Holder::Spare { owner: Some(owner) } => in_force(domain, owner).is_some(),
-                Holder::Spare { owner: None } => rules.domain(domain).is_some(),
-            },
-        );
+        let released = self.keys.follow_rules(rules, |_, _| true);
         let mut live = self.live.lock();
         for series in released {
             // Only this very series: a key admitted again meanwhile has a new one.
