@@ -156,9 +156,11 @@ fn a_banned_value_is_listed_with_the_end_and_level_of_its_ban() {
 }
 
 /// The page open in a browser moves by itself: a value that appears after it loaded shows
-/// within 2 s (its script reloads it; nothing here does), which fails without the script.
+/// (its script reloads it every 2 s; nothing here does), which fails without the script. The
+/// bound is four of those periods, not one: a headless Chromium reloading on two cores the
+/// whole suite shares can take more than a second to show the page again.
 #[test]
-fn the_open_page_shows_new_hits_within_two_seconds_by_itself() {
+fn the_open_page_shows_new_hits_by_itself() {
     let dir = common::tempdir();
     let server = start(dir.path());
     hit(&server, "remote_address", "10.0.3.1", 2);
@@ -176,14 +178,14 @@ fn the_open_page_shows_new_hits_within_two_seconds_by_itself() {
     hit(&server, "remote_address", "10.0.3.99", 3);
     let sent = Instant::now();
     let mut seen = None;
-    while sent.elapsed() < Duration::from_millis(2500) {
+    while sent.elapsed() < Duration::from_secs(8) {
         seen = page.text();
         if seen.as_ref().is_some_and(|text| text.contains("10.0.3.99")) {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("the open page did not show the new value within 2.5 s: {seen:?}");
+    panic!("the open page did not show the new value within 8 s (four refreshes): {seen:?}");
 }
 
 /// Waits, if the minute is near its end, for the next one: the counts below are asserted
