@@ -13,7 +13,6 @@ pub mod limitador;
 pub mod limiter;
 pub(crate) mod observers;
 pub(crate) mod overrides;
-pub(crate) mod overrides_sync;
 pub(crate) mod reload;
 pub mod rlqs;
 pub mod self_shedding;

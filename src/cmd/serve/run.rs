@@ -14,7 +14,7 @@ use crate::engine::adaptive::shared::SharesLimits;
 use crate::engine::adaptive::signals::PushedSignals;
 use crate::engine::limitador::Limitador;
 use crate::engine::limiter::{Limiter, LimiterSettings};
-use crate::engine::overrides_sync::SharedOverrides;
+use crate::engine::overrides::sync::SharedOverrides;
 use crate::engine::reload::{self, ReloadStatus};
 use crate::engine::shutdown;
 use crate::engine::tasks;
@@ -273,7 +273,7 @@ fn exchange_quota_demands<S: Store + RlqsPeers>(limiter: &Arc<Limiter<S>>, servi
 /// Overrides set on any instance, through the Redis beneath the limiter's store: read once
 /// before serving, then polled.
 async fn share_overrides<S: SharesLimits>(limiter: &Arc<Limiter<S>>, serving: Serving) -> Serving {
-    let host: Arc<dyn crate::engine::overrides_sync::OverrideHost> = limiter.clone();
+    let host: Arc<dyn crate::engine::overrides::sync::OverrideHost> = limiter.clone();
     let Some(shared) = SharedOverrides::new(host).map(Arc::new) else {
         return serving;
     };

@@ -5,6 +5,7 @@
 
 pub(crate) mod audit;
 mod checks;
+pub(crate) mod sync;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,9 @@ use crate::core::policy::request::Entry;
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
-use crate::engine::overrides_sync::SharedOverrides;
 use crate::store::redis::UnsupportedQuota;
 use crate::store::{Store, StoreError};
+use sync::SharedOverrides;
 
 /// The longest `reason` accepted (it is logged and listed).
 pub const MAX_REASON_CHARS: usize = 500;

@@ -45,10 +45,10 @@ use crate::core::policy::request::Entry;
 use crate::core::policy::rules::RuleSet;
 use crate::engine::adjustment_set::OverrideRecord;
 use crate::engine::limiter::Limiter;
+use crate::engine::overrides::sync::SharedOverrides;
 use crate::engine::overrides::{
     DeleteRefused, OverrideDesk, OverrideRequest, RuleChoice, SetOverride, SetRefused,
 };
-use crate::engine::overrides_sync::SharedOverrides;
 use crate::engine::shutdown::Shutdown;
 use crate::server::connections::{ConnectionLimits, Listener};
 use crate::store::Store;

@@ -84,7 +84,7 @@
 //! An ACL user needs only its keys and these commands (Redis 7 syntax):
 //! `~floodgate:* nocommands +ping +select +script|load +evalsha +time +get +set +hget +hmget
 //! +hset +hdel +pexpire +unlink` (use the configured prefix in place of `floodgate:`), and
-//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides_sync`)
+//! `+hgetall` for the runtime overrides every instance shares (`crate::engine::overrides::sync`)
 //! and the heavy hitters (`heavy_hitters.rs`), `+scan` for Limitador's
 //! `GET /counters/{namespace}` (`held_window_listing.rs`).
 //! Under the reference's keys also `+incrby +expire +eval +decrby +set` on them (and `+get`,
