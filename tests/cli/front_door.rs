@@ -277,15 +277,24 @@ fn the_reference_key_prefix_keeps_deployments_on_one_redis_apart() {
 }
 
 /// `floodgate check` against `grpc_port` with one descriptor per client: its exit code.
+/// `floodgate check`'s exit code (0 OK, 2 OVER_LIMIT); what it said when it failed is printed,
+/// for the failing test's output.
 fn check_clients(grpc_port: u16, clients: &[&str]) -> Option<i32> {
-    Command::new(floodgate_bin())
+    let output = Command::new(floodgate_bin())
         .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
         .args(["--domain", "edge"])
         .args(clients.iter().map(|client| format!("client={client}")))
         .output()
-        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"))
-        .status
-        .code()
+        .unwrap_or_else(|error| panic!("cannot run floodgate check: {error}"));
+    let code = output.status.code();
+    if !matches!(code, Some(0 | 2)) {
+        eprintln!(
+            "floodgate check {clients:?} on port {grpc_port} exited {code:?}:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    code
 }
 
 /// `floodgate serve` charges all or nothing by default, the `ratelimit` door every descriptor,

@@ -20,9 +20,13 @@ const CONNECTIONS: usize = 8;
 const IN_FLIGHT_PER_CONNECTION: usize = 32;
 /// The first load's window closes when its trim is done, 3 s after the load.
 const AFTER_THE_FIRST_LOAD: Duration = Duration::from_secs(4);
-/// Half again what keeping pages costs in the debug build (0.045 to 0.066 per decision here;
-/// 0.02 in the release build), half of what returning them did (0.19 to 0.25).
-const MOST_FAULTS_PER_DECISION: f64 = 0.1;
+/// Keeping pages must cost at most this share of what returning them within 10 ms costs on the
+/// same machine at the same moment: 0.045 to 0.066 faults per decision against 0.19 to 0.25 on
+/// a quiet host (debug build), 0.107 against 0.286 once with the whole suite beside it. A bound
+/// in faults per decision alone moves with the host's load (a slower decision leaves more time
+/// for pages to go); the ratio does not, and it fails when serving returns pages as a 10 ms
+/// purge delay does.
+const MOST_OF_RETURNED: f64 = 0.5;
 
 /// A log line per decision (the tests' debug level) would be what allocates and faults.
 const QUIET: (&str, &str) = ("LOG_LEVEL", "warn");
@@ -109,13 +113,9 @@ fn steady_traffic_reuses_freed_pages_instead_of_faulting_them_in_again() {
         "page faults per decision: {kept:.4} kept for reuse, {returned:.4} returned in 10 ms"
     );
     assert!(
-        kept <= MOST_FAULTS_PER_DECISION,
-        "{kept:.4} page faults per decision at steady traffic (at most {MOST_FAULTS_PER_DECISION}): \
-         freed pages go back to the system while serving ({returned:.4} with a 10 ms purge delay)"
-    );
-    assert!(
-        returned >= 2.0 * kept,
-        "with MIMALLOC_PURGE_DELAY=10, {returned:.4} page faults per decision against {kept:.4}: \
-         the operator's purge delay is not the one in force"
+        kept <= MOST_OF_RETURNED * returned,
+        "{kept:.4} page faults per decision at steady traffic, against {returned:.4} with \
+         MIMALLOC_PURGE_DELAY=10 (at most {MOST_OF_RETURNED} of it): either freed pages go back \
+         to the system while serving, or the operator's purge delay is not the one in force"
     );
 }
