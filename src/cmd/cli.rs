@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::cmd::semantics_args::YamlStringsArg;
 use crate::cmd::setting_values::GoBool;
 use crate::core::arithmetic::algorithm::Algorithm;
 use crate::core::arithmetic::failure::FailurePolicy;
@@ -945,6 +946,16 @@ pub struct ValidateArgs {
     /// MONTH windows are UTC calendar months (USE_CALENDAR_MONTH_RATE_LIMIT), as `serve`.
     #[arg(long, env = "USE_CALENDAR_MONTH_RATE_LIMIT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
     pub calendar_months: bool,
+    /// How the reference's string fields read an unquoted number or boolean, as `serve` will:
+    /// resolved (floodgate's), or as-written (the `ratelimit` door's and `--semantics
+    /// reference`'s, which refuses `09` or `1.5` as the reference does).
+    #[arg(
+        long,
+        env = "FLOODGATE_YAML_STRINGS",
+        value_enum,
+        default_value = "resolved"
+    )]
+    pub yaml_strings: YamlStringsArg,
     #[command(flatten)]
     pub limits: ConfigLimitArgs,
     #[command(flatten)]

@@ -18,6 +18,15 @@ use crate::core::decision::error_codes::ErrorCodes;
 use crate::core::decision::semantics::{Semantics, Traces};
 use crate::core::policy::config::YamlStrings;
 
+impl From<YamlStringsArg> for YamlStrings {
+    fn from(strings: YamlStringsArg) -> Self {
+        match strings {
+            YamlStringsArg::Resolved => YamlStrings::Resolved,
+            YamlStringsArg::AsWritten => YamlStrings::AsWritten,
+        }
+    }
+}
+
 /// The set a door answers with when nothing says otherwise.
 pub fn door_semantics(door: FrontDoor) -> Semantics {
     match door {
@@ -88,10 +97,7 @@ pub fn semantics(
         };
     }
     if let Some(strings) = flags.yaml_strings {
-        chosen.yaml_strings = match strings {
-            YamlStringsArg::Resolved => YamlStrings::Resolved,
-            YamlStringsArg::AsWritten => YamlStrings::AsWritten,
-        };
+        chosen.yaml_strings = strings.into();
     }
     chosen.traces = traces(args, door);
     Ok(chosen)

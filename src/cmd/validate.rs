@@ -49,11 +49,14 @@ fn limitador_limits(path: &std::path::Path) -> ExitCode {
 }
 
 async fn rules(args: &ValidateArgs) -> ExitCode {
-    let options = args.limits.load_options(
-        args.default_algorithm,
-        args.merge_domain_config,
-        args.calendar_months,
-    );
+    let options = LoadOptions {
+        yaml_strings: args.yaml_strings.into(),
+        ..args.limits.load_options(
+            args.default_algorithm,
+            args.merge_domain_config,
+            args.calendar_months,
+        )
+    };
     match (&args.path, args.xds.config_type) {
         (Some(path), _) => files(path, &options, args.limits.max_config_bytes),
         (None, ConfigTypeArg::GrpcXdsSotw) => {

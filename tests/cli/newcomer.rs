@@ -212,3 +212,36 @@ fn a_switch_before_a_path_does_not_take_the_path_as_its_value() {
         assert!(output.status.success(), "{switch}=false: {}", text(&output));
     }
 }
+
+/// `validate` reads the reference's string fields as the server they are for will, when told:
+/// `--yaml-strings as-written` (the `ratelimit` door's reading, yaml.v2's) refuses `09`, which
+/// yaml.v2 reads as a decimal number, where floodgate's own reading takes it as the text `09`.
+#[test]
+fn validate_reads_string_fields_as_yaml_strings_says() {
+    let dir = floodgate_testkit::tempdir();
+    let config = dir.path().join("zip.yaml");
+    std::fs::write(
+        &config,
+        "domain: shop\n\
+         descriptors:\n\
+         \x20 - key: zip\n\
+         \x20   value: 09\n\
+         \x20   rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .unwrap_or_else(|error| panic!("write {}: {error}", config.display()));
+    let config = config.display().to_string();
+    let resolved = floodgate(&["validate", &config]);
+    assert!(resolved.status.success(), "{}", text(&resolved));
+    assert!(
+        text(&resolved).contains("shop.zip_09"),
+        "{}",
+        text(&resolved)
+    );
+    let as_written = floodgate(&["validate", "--yaml-strings", "as-written", &config]);
+    let said = text(&as_written);
+    assert_eq!(as_written.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("zip.yaml") && said.contains("yaml.v2") && said.contains("\"09\""),
+        "names the file, the reading and the value: {said}"
+    );
+}
