@@ -34,10 +34,8 @@ step "image context" scripts/check-image-context.sh
 # deploy/: Kubernetes overlays (schema, checkov), the example Envoy bootstrap, the Dockerfile.
 step "deploy" scripts/validate-deploy.sh
 export FLOODGATE_ENVOY="$PWD/.venv/bin/envoy"
-# The binaries the tests start. Benches and examples are not built as programs here: no test
-# runs them, clippy above has checked them (--all-targets), and scripts/bench-*.sh build them
-# in release when they measure; the examples' own tests are compiled below.
-step "build" cargo build --locked --bins
+step "build" cargo build --locked --bins --benches --examples
+# Benches are built above and measured by scripts/bench-*.sh; everything else runs here.
 tests=(--locked --workspace --lib --bins --tests --examples)
 step "build tests" cargo test "${tests[@]}" --no-run
 # RLQS's tests wait on Envoy, which reports every 5 s whatever it is told: three and a half
