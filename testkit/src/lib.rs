@@ -349,13 +349,16 @@ pub fn serve_command() -> (Command, (u16, u16, u16)) {
     (command, ports)
 }
 
-/// A 2 s deadline per Redis decision instead of floodgate's 25 ms default: on two shared cores
-/// running the whole suite, a debug floodgate misses 25 ms now and then with nothing wrong, and
-/// a test about something else fails on it. Set through the reference's `REDIS_TIMEOUT`, which
-/// both doors read last: a test's own `--redis-timeout-ms`, `FLOODGATE_REDIS_TIMEOUT_MS` or
-/// `REDIS_TIMEOUT` still wins, as the deadline tests need.
+/// The deadline per Redis decision, in milliseconds, that the tests' floodgates get instead of
+/// floodgate's 25 ms default: on two shared cores running the whole suite, a debug floodgate
+/// misses 25 ms now and then with nothing wrong, and a test about something else fails on it.
+pub const PATIENT_REDIS_TIMEOUT_MS: &str = "2000";
+
+/// [`PATIENT_REDIS_TIMEOUT_MS`] for the floodgate `command` starts, set through the reference's
+/// `REDIS_TIMEOUT`, which both doors read last: a test's own `--redis-timeout-ms`,
+/// `FLOODGATE_REDIS_TIMEOUT_MS` or `REDIS_TIMEOUT` still wins, as the deadline tests need.
 pub fn patient_redis_deadline(command: &mut Command) {
-    command.env("REDIS_TIMEOUT", "2s");
+    command.env("REDIS_TIMEOUT", format!("{PATIENT_REDIS_TIMEOUT_MS}ms"));
 }
 
 /// The binary under envoyproxy/ratelimit's name (a `ratelimit` link in `dir`, as `/bin/ratelimit`

@@ -445,8 +445,9 @@ pub async fn command_calls(
         .unwrap_or(0)
 }
 
-/// `floodgate serve` flags for the Redis store at `url`, with a deadline generous enough for
-/// debug builds on a loaded 2-core machine, then `extra`.
+/// `floodgate serve` flags for the Redis store at `url`, with the tests' patient deadline
+/// ([`crate::PATIENT_REDIS_TIMEOUT_MS`]) as a flag, for starts that do not go through
+/// [`crate::serve_command`], then `extra`.
 pub fn store_flags<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut flags = vec![
         "--store",
@@ -454,7 +455,7 @@ pub fn store_flags<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         "--redis-url",
         url,
         "--redis-timeout-ms",
-        "2000",
+        crate::PATIENT_REDIS_TIMEOUT_MS,
     ];
     flags.extend_from_slice(extra);
     flags

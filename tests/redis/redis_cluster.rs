@@ -117,9 +117,6 @@ fn start_floodgate(dir: &std::path::Path, seeds: &str, env: &[(&str, &str)]) -> 
             "redis",
             "--redis-hash-tag",
             "descriptor",
-            // Generous for a debug build on a busy machine; nothing here measures time.
-            "--redis-timeout-ms",
-            "2000",
         ],
         &env,
         dir,

@@ -145,7 +145,7 @@ async fn decisions_over_mutual_tls_from_flags_and_from_the_reference_variables()
     let bare_address = format!("127.0.0.1:{tls_port}");
     let with_variables = Floodgate::start_with_env(
         &files.config(),
-        &["--store", "redis", "--redis-timeout-ms", "2000"],
+        &["--store", "redis"],
         &[
             ("REDIS_TYPE", "SINGLE"),
             ("REDIS_URL", &bare_address),
