@@ -133,7 +133,6 @@ impl Default for Shard {
 }
 
 impl Shard {
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.slots.len()
     }
