@@ -171,7 +171,10 @@ async fn delay_lets_the_first_excess_through_at_once() {
     assert_eq!(codes(&answers), vec![Code::Ok; 21]);
     let admitted = oks(&answers);
     // The first six (one and delay=5) pass at once, the seventh waits 100 ms, the last 1.5 s.
-    assert!(admitted[5] < Duration::from_millis(80), "{admitted:?}");
+    // Held answers are never early, so their lower bounds are tight; the sixth's upper bound is
+    // only what tells `delay` apart from a queue without it (which holds the sixth 500 ms),
+    // with room for a loaded machine.
+    assert!(admitted[5] < Duration::from_millis(300), "{admitted:?}");
     assert!(admitted[6] >= Duration::from_millis(80), "{admitted:?}");
     assert!(admitted[20] >= Duration::from_millis(1_100), "{admitted:?}");
     server.stop().await;
