@@ -128,8 +128,7 @@ fn counts_hybrid(quota: &Quota, default: Counting) -> bool {
 /// (`rule (algorithm)`).
 pub fn exact_rules(rules: &RuleSet, default: Counting) -> Vec<String> {
     rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .filter_map(|rule| {
             let quota = rule
                 .limits
@@ -143,8 +142,7 @@ pub fn exact_rules(rules: &RuleSet, default: Counting) -> Vec<String> {
 /// The rules with a limit that says `counting: <counting>`.
 fn marked(rules: &RuleSet, counting: Counting) -> Vec<String> {
     rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .filter(|rule| {
             rule.limits
                 .iter()
@@ -157,8 +155,7 @@ fn marked(rules: &RuleSet, counting: Counting) -> Vec<String> {
 /// The rules with a limit that says `counting:` at all.
 fn marked_any(rules: &RuleSet) -> Vec<String> {
     rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .filter(|rule| rule.limits.iter().any(|quota| quota.counting.is_some()))
         .map(|rule| rule.path.clone())
         .collect()

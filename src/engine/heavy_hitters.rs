@@ -280,11 +280,7 @@ impl HitterBoard {
         if self.counted.read().rules.is_empty() && self.bans.lock().is_empty() {
             return;
         }
-        let in_force: HashSet<&str> = rules
-            .domains()
-            .flat_map(|domain| domain.rules())
-            .map(|rule| rule.path.as_str())
-            .collect();
+        let in_force: HashSet<&str> = rules.all_rules().map(|rule| rule.path.as_str()).collect();
         self.counted
             .write()
             .rules

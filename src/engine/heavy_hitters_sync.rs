@@ -89,10 +89,7 @@ struct KnownRules {
 
 impl KnownRules {
     fn of(set: Arc<RuleSet>) -> Self {
-        let paths: Vec<String> = set
-            .domains()
-            .flat_map(|domain| domain.rules().map(|rule| rule.path.clone()))
-            .collect();
+        let paths: Vec<String> = set.all_rules().map(|rule| rule.path.clone()).collect();
         let digests = HitterRules::new(&paths.iter().map(String::as_str).collect::<Vec<_>>());
         Self {
             set,

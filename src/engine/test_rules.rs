@@ -23,8 +23,7 @@ pub const SHOP_WITHOUT_USER: &str = "domain: shop\n\
 /// The rule of `rules` whose path ends with `key`.
 pub fn rule<'a>(rules: &'a RuleSet, key: &str) -> &'a Rule {
     rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .find(|rule| rule.path.ends_with(key))
         .unwrap_or_else(|| panic!("no rule for {key}"))
 }

@@ -80,8 +80,7 @@ fn e2e_rule() -> (String, Quota) {
     let rules = load(&files, &LoadOptions::default())
         .unwrap_or_else(|errors| panic!("the test rules do not load: {errors:?}"));
     let rule = rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .next()
         .unwrap_or_else(|| panic!("the test rules have no rule"));
     (rule.path.clone(), rule.limits[0].clone())

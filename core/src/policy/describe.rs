@@ -119,8 +119,7 @@ mod tests {
 
     fn summaries(yaml: &str) -> Vec<String> {
         load_valid("shop.yaml", yaml)
-            .domains()
-            .flat_map(|domain| domain.rules())
+            .all_rules()
             .map(rule_summary)
             .collect()
     }
@@ -143,11 +142,7 @@ mod tests {
         }];
         let rules = crate::policy::config::load(&sources, &options)
             .unwrap_or_else(|errors| panic!("{errors:?}"));
-        let lines: Vec<String> = rules
-            .domains()
-            .flat_map(|domain| domain.rules())
-            .map(rule_summary)
-            .collect();
+        let lines: Vec<String> = rules.all_rules().map(rule_summary).collect();
         assert_eq!(
             lines,
             ["shop.plan: fixed_window 1000/calendar month + fixed_window 2500/3 calendar months"]

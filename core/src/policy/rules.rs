@@ -504,6 +504,11 @@ impl RuleSet {
         self.domains.iter()
     }
 
+    /// Every rule of every domain, the domains ordered by name.
+    pub fn all_rules(&self) -> impl Iterator<Item = &Rule> {
+        self.domains.iter().flat_map(DomainRules::rules)
+    }
+
     /// Rules in all domains.
     pub fn rule_count(&self) -> usize {
         self.domains.iter().map(DomainRules::rule_count).sum()

@@ -209,8 +209,7 @@ pub struct UnsupportedLimit {
 /// rule is checked at its `max` too, the largest limit its controller can set.
 pub fn unsupported_limits(rules: &RuleSet) -> Vec<UnsupportedLimit> {
     rules
-        .domains()
-        .flat_map(|domain| domain.rules())
+        .all_rules()
         .flat_map(|rule| {
             let adaptive_ceiling = rule.adaptive.as_ref().and_then(|adaptive| {
                 let first = rule.limits.first()?;

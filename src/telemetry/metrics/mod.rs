@@ -507,8 +507,7 @@ mod tests {
     /// The series of the rule at `path`.
     fn rule_series(metrics: &Metrics, rules: &RuleSet, path: &str) -> Arc<RuleSeries> {
         let rule = rules
-            .domains()
-            .flat_map(|domain| domain.rules())
+            .all_rules()
             .find(|rule| rule.path == path)
             .unwrap_or_else(|| panic!("no rule {path}"));
         let domain = path.split('.').next().unwrap_or_default();

@@ -291,8 +291,7 @@ mod tests {
             .unwrap_or_else(|errors| panic!("{errors}\n{}", sources[0].text));
         assert!(rules.warnings().is_empty(), "{:?}", rules.warnings());
         let mut dumped: Vec<String> = rules
-            .domains()
-            .flat_map(|domain| domain.rules())
+            .all_rules()
             .map(|rule| {
                 format!(
                     "{} from {}",
