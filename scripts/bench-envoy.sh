@@ -35,7 +35,7 @@ die() { echo "bench-envoy: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
 . scripts/lib/bench-common.sh
 command -v python3 >/dev/null || die "python3 is needed (free ports, the configs, the report)"
-command -v h2load >/dev/null || die "h2load (nghttp2-client) is needed: apt-get install nghttp2-client"
+command -v h2load >/dev/null || die "h2load (nghttp2-client) is needed: scripts/install-peers.sh --bench"
 [ -x "$ENVOY" ] || die "Envoy 1.40 not found at $ENVOY: run scripts/install-peers.sh or set FLOODGATE_ENVOY"
 if [ "$INSTRUCTIONS" = 1 ]; then
   command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||

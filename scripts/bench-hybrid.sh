@@ -47,7 +47,7 @@ die() { echo "bench-hybrid: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
 . scripts/lib/bench-common.sh
 for tool in python3 redis-server redis-cli curl; do
-  command -v "$tool" >/dev/null || die "$tool is needed"
+  command -v "$tool" >/dev/null || die "$tool is needed: scripts/install-peers.sh --bench"
 done
 [ "$LIMITADOR" = 0 ] || [ "$LIMITADOR" = 1 ] || die "BENCH_LIMITADOR is 0 or 1"
 [ "$LIMIT" = auto ] || [[ "$LIMIT" =~ ^[1-9][0-9]*$ ]] || die "BENCH_LIMIT is auto or a whole number"

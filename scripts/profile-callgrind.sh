@@ -77,7 +77,7 @@ die() { echo "profile-callgrind: $*" >&2; exit 1; }
 . scripts/lib/bench-common.sh
 command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
-  die "valgrind (callgrind) is needed: apt-get install valgrind"
+  die "valgrind (callgrind) is needed: scripts/install-peers.sh --bench"
 for value in "$RATE" "$WARMUP_DECISIONS" "$DECISIONS" "$IDLE_SECONDS"; do
   [[ "$value" =~ ^[1-9][0-9]*$ ]] ||
     die "BENCH_RATE, BENCH_WARMUP_DECISIONS, BENCH_DECISIONS, BENCH_IDLE_SECONDS: whole numbers above 0 (got '$value')"

@@ -52,7 +52,7 @@ die() { echo "profile-perf: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
 . scripts/lib/bench-common.sh
 for tool in python3 perf redis-server redis-cli; do
-  command -v "$tool" >/dev/null || die "$tool is needed"
+  command -v "$tool" >/dev/null || die "$tool is needed: scripts/install-peers.sh --bench"
 done
 for value in "$SECONDS_PER_RUN" "$CLIENTS" "$CONNECTIONS" "$WORKERS" "$KEYS" "$REDIS_TIMEOUT_MS" "$FREQUENCY" "$TOP"; do
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
