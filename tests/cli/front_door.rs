@@ -276,9 +276,8 @@ fn the_reference_key_prefix_keeps_deployments_on_one_redis_apart() {
     );
 }
 
-/// `floodgate check` against `grpc_port` with one descriptor per client: its exit code.
-/// `floodgate check`'s exit code (0 OK, 2 OVER_LIMIT); what it said when it failed is printed,
-/// for the failing test's output.
+/// `floodgate check` against `grpc_port` with one descriptor per client: its exit code (0 OK,
+/// 2 OVER_LIMIT); what it said when it failed is printed, for the failing test's output.
 fn check_clients(grpc_port: u16, clients: &[&str]) -> Option<i32> {
     let output = Command::new(floodgate_bin())
         .args(["check", "--addr", &format!("127.0.0.1:{grpc_port}")])
