@@ -1,12 +1,15 @@
 //! The first connection to Redis, as envoyproxy/ratelimit makes it (`REDIS_STARTUP_*`): a Redis
-//! that is not up yet is waited for, with a growing delay, instead of ending the process; the
-//! wait can be bounded and is cut short by SIGTERM; settings that cannot work end it at once.
+//! that is not up yet is waited for, with a growing delay, instead of ending the process, and
+//! meanwhile the ports refuse connections as the reference's (not yet open) do; the wait can be
+//! bounded and is cut short by SIGTERM; settings that cannot work end it at once.
 
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
 use floodgate_testkit::redis::RedisServer;
-use floodgate_testkit::{floodgate_bin, serve_command, tempdir, Running};
+use floodgate_testkit::{floodgate_bin, serve_command, tempdir, wait_for_port, Running};
 
 const RULES: &str = "
 domain: edge
@@ -15,18 +18,31 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 ";
 
-/// `floodgate serve --store redis` on `redis_url` with the rules above and `env`; its gRPC port.
-fn start(dir: &std::path::Path, redis_url: &str, env: &[(&str, &str)]) -> (Running, u16) {
+/// `floodgate serve --store redis` on `redis_url` with the rules above and `env`; its gRPC,
+/// HTTP and debug ports.
+fn start(
+    dir: &std::path::Path,
+    redis_url: &str,
+    env: &[(&str, &str)],
+) -> (Running, (u16, u16, u16)) {
     let config = dir.join("rules.yaml");
     std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
-    let (mut command, (grpc, _, _)) = serve_command();
+    let (mut command, ports) = serve_command();
     command
         .arg("--config")
         .arg(&config)
         .args(["--store", "redis", "--redis-url", redis_url])
         .args(["--redis-connect-timeout-ms", "200", "--drain-seconds", "0"])
         .envs(env.iter().copied());
-    (Running::spawn("floodgate", &mut command, dir), grpc)
+    (Running::spawn("floodgate", &mut command, dir), ports)
+}
+
+/// How a connection to 127.0.0.1:`port` ends: `Ok` if accepted, else the error's kind.
+fn connect(port: u16) -> Result<(), ErrorKind> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map(drop)
+        .map_err(|error| error.kind())
 }
 
 fn check(grpc_port: u16) -> Option<i32> {
@@ -49,17 +65,32 @@ fn a_redis_that_is_not_up_yet_is_waited_for_then_decides() {
     let dir = tempdir();
     let mut redis = RedisServer::start();
     redis.kill();
-    let (mut floodgate, grpc) = start(dir.path(), &redis.url(), &QUICK_RETRY);
+    let (mut floodgate, (grpc, http, debug)) = start(dir.path(), &redis.url(), &QUICK_RETRY);
     let log = floodgate.log_once_it_says("retrying in", Duration::from_secs(10));
     assert!(log.contains("retrying in"), "{log}");
     // Several attempts, and the process is still there.
     let log = floodgate.log_once_it_says("attempt=3", Duration::from_secs(10));
     assert!(log.contains("attempt=3"), "{log}");
     assert_eq!(floodgate.exit_within(Duration::ZERO), None, "{log}");
+    // Nothing could answer yet: a caller is refused at once rather than left waiting.
+    for port in [grpc, http, debug] {
+        assert_eq!(
+            connect(port),
+            Err(ErrorKind::ConnectionRefused),
+            "port {port}\n{log}"
+        );
+    }
 
     redis.restart();
     let log = floodgate.log_once_it_says("connected to Redis", Duration::from_secs(10));
     assert!(log.contains("connected to Redis"), "{log}");
+    for port in [grpc, http, debug] {
+        wait_for_port(
+            port,
+            Duration::from_secs(10),
+            "floodgate, once Redis answered",
+        );
+    }
     assert_eq!(check(grpc), Some(0), "{}", floodgate.log_text());
     assert_eq!(
         check(grpc),

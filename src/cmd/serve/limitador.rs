@@ -48,7 +48,7 @@ pub(super) async fn start(
         shutdown.clone(),
     ));
     if let Some(addr) = args.limitador_http_addr {
-        let socket = super::listeners::bind_limitador_http(addr).await?;
+        let socket = super::listeners::bind_limitador_http(addr)?;
         tracing::info!(%addr, "serving Limitador's HTTP API");
         tokio::spawn(crate::server::limitador_http::serve(
             socket,

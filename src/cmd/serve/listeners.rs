@@ -1,11 +1,14 @@
 //! The ports `serve` listens on: their addresses from the flags or envoyproxy/ratelimit's
-//! variables, and every listener bound before the store is chosen, with an error that names
-//! the setting to change when a port is taken.
+//! variables, and every port bound before the store is chosen, with an error that names the
+//! setting to change when a port is taken. A port bound is listened on only once the store is
+//! ready ([`BoundPort::listen`]): while floodgate waits for Redis at start, a client is refused
+//! at once, as by envoyproxy/ratelimit (whose ports open after Redis answered), instead of
+//! waiting on a connection nothing would answer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::cmd::app_error::AppError;
 use crate::cmd::cli::{reference_address, ServeArgs};
@@ -78,77 +81,131 @@ const LIMITADOR_HTTP: ListenerSpec = ListenerSpec {
     setting: "--limitador-http-addr or FLOODGATE_LIMITADOR_HTTP_ADDR",
 };
 
-/// The listener of Limitador's HTTP API.
-pub(super) async fn bind_limitador_http(addr: SocketAddr) -> Result<TcpListener, AppError> {
-    bind(addr, &LIMITADOR_HTTP).await
+/// Connections a listener holds for accepting: tokio's own `TcpListener::bind` backlog.
+const BACKLOG: u32 = 1024;
+
+/// The listener of Limitador's HTTP API, listening at once (it serves from the start).
+pub(super) fn bind_limitador_http(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    bind(addr, &LIMITADOR_HTTP)?.listen()
 }
 
-async fn bind(addr: SocketAddr, spec: &ListenerSpec) -> Result<TcpListener, AppError> {
-    TcpListener::bind(addr).await.map_err(|source| {
-        let hint = if source.kind() == std::io::ErrorKind::AddrInUse {
-            "; another process (another floodgate or envoyproxy/ratelimit?) holds it"
-        } else {
-            ""
-        };
-        AppError::Bind {
-            addr,
-            listener: spec.name,
-            setting: spec.setting,
-            hint,
-            source,
-        }
-    })
+/// A port held by this process and not yet listened on: connections to it are refused.
+pub(super) struct BoundPort {
+    socket: TcpSocket,
+    addr: SocketAddr,
+    spec: &'static ListenerSpec,
 }
 
-/// The admin listener and its token, ready before the store is chosen.
+impl BoundPort {
+    /// Starts accepting connections.
+    pub(super) fn listen(self) -> Result<TcpListener, AppError> {
+        let Self { socket, addr, spec } = self;
+        socket
+            .listen(BACKLOG)
+            .map_err(|source| bind_error(addr, spec, source))
+    }
+}
+
+/// Binds `addr` as listeners do (`SO_REUSEADDR`, so a restart is not refused for the last
+/// run's closing connections); a port another process listens on is refused here.
+fn bind(addr: SocketAddr, spec: &'static ListenerSpec) -> Result<BoundPort, AppError> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    };
+    let bound = socket.and_then(|socket| {
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        Ok(socket)
+    });
+    match bound {
+        Ok(socket) => Ok(BoundPort { socket, addr, spec }),
+        Err(source) => Err(bind_error(addr, spec, source)),
+    }
+}
+
+fn bind_error(addr: SocketAddr, spec: &ListenerSpec, source: std::io::Error) -> AppError {
+    let hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+        "; another process (another floodgate or envoyproxy/ratelimit?) holds it"
+    } else {
+        ""
+    };
+    AppError::Bind {
+        addr,
+        listener: spec.name,
+        setting: spec.setting,
+        hint,
+        source,
+    }
+}
+
+/// The admin port and its token, ready before the store is chosen.
 pub(super) struct AdminSetup {
-    pub listener: TcpListener,
+    pub port: BoundPort,
     pub token: Arc<AdminToken>,
     pub addr: SocketAddr,
 }
 
-/// Every listener of this process, bound.
+/// The ports of the three listeners every `serve` opens, and of `--debug-pages-addr`'s.
+pub(super) struct ServicePorts {
+    grpc: BoundPort,
+    http: BoundPort,
+    debug: BoundPort,
+    debug_pages: Option<BoundPort>,
+}
+
+impl ServicePorts {
+    /// Listens on every one of them.
+    pub(super) fn listen(self) -> Result<Listeners, AppError> {
+        Ok(Listeners {
+            grpc: self.grpc.listen()?,
+            http: self.http.listen()?,
+            debug: self.debug.listen()?,
+            debug_pages: self.debug_pages.map(BoundPort::listen).transpose()?,
+        })
+    }
+}
+
+/// Every port of this process, bound.
 pub(super) struct BoundListeners {
     pub addresses: ListenAddresses,
-    pub listeners: Listeners,
-    /// The reference's stats listener and path, with --use-prometheus.
-    pub reference_metrics: Option<(TcpListener, String)>,
+    pub ports: ServicePorts,
+    /// The reference's stats port and path, with --use-prometheus.
+    pub reference_metrics: Option<(BoundPort, String)>,
     /// The admin API, with --admin-token-file.
     pub admin: Option<AdminSetup>,
 }
 
 impl BoundListeners {
-    pub(super) async fn bind(
-        args: &ServeArgs,
-        addresses: ListenAddresses,
-    ) -> Result<Self, AppError> {
-        let debug_pages = match args.debug_pages_addr {
-            Some(addr) => Some(bind(addr, &DEBUG_PAGES).await?),
-            None => None,
-        };
-        let listeners = Listeners {
-            grpc: bind(addresses.grpc, &GRPC).await?,
-            http: bind(addresses.http, &HTTP).await?,
-            debug: bind(addresses.debug, &DEBUG).await?,
+    pub(super) fn bind(args: &ServeArgs, addresses: ListenAddresses) -> Result<Self, AppError> {
+        let debug_pages = args
+            .debug_pages_addr
+            .map(|addr| bind(addr, &DEBUG_PAGES))
+            .transpose()?;
+        let ports = ServicePorts {
+            grpc: bind(addresses.grpc, &GRPC)?,
+            http: bind(addresses.http, &HTTP)?,
+            debug: bind(addresses.debug, &DEBUG)?,
             debug_pages,
         };
         let reference_metrics = if args.use_prometheus {
-            let listener = bind(args.prometheus_addr, &PROMETHEUS).await?;
-            Some((listener, args.prometheus_path.clone()))
+            let port = bind(args.prometheus_addr, &PROMETHEUS)?;
+            Some((port, args.prometheus_path.clone()))
         } else {
             None
         };
         let admin = match &args.admin_token_file {
             Some(path) => Some(AdminSetup {
                 token: Arc::new(AdminToken::load(path)?),
-                listener: bind(args.admin_addr, &ADMIN).await?,
+                port: bind(args.admin_addr, &ADMIN)?,
                 addr: args.admin_addr,
             }),
             None => None,
         };
         Ok(Self {
             addresses,
-            listeners,
+            ports,
             reference_metrics,
             admin,
         })
@@ -168,4 +225,44 @@ pub(super) fn connection_limits(args: &ServeArgs, admin: bool) -> ConnectionLimi
         listeners,
     );
     limits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    fn loopback() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    #[tokio::test]
+    async fn a_bound_port_refuses_connections_until_it_listens() {
+        let port = bind(loopback(), &GRPC).unwrap();
+        let addr = port.socket.local_addr().unwrap();
+        let refused = tokio::net::TcpStream::connect(addr).await.unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::ConnectionRefused);
+        let listener = port.listen().unwrap();
+        let (connected, accepted) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        connected.unwrap();
+        accepted.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_port_another_listener_holds_is_refused_when_bound_naming_the_setting() {
+        let holder = TcpListener::bind(loopback()).await.unwrap();
+        let addr = holder.local_addr().unwrap();
+        let Err(error) = bind(addr, &HTTP) else {
+            panic!("{addr} is held: binding it should fail");
+        };
+        let said = error.to_string();
+        assert!(
+            said.contains(&addr.to_string())
+                && said.contains("HTTP")
+                && said.contains("--http-addr")
+                && said.contains("another process"),
+            "{said}"
+        );
+    }
 }

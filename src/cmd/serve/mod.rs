@@ -50,7 +50,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     } = first;
     log_warnings(&rules);
     let reload_status = Arc::clone(reloader.status());
-    let bound = BoundListeners::bind(&args, addresses).await?;
+    let bound = BoundListeners::bind(&args, addresses)?;
     let serving_settings = ServingSettings {
         grpc_tls,
         config_gate,

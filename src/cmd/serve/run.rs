@@ -19,29 +19,30 @@ use crate::engine::reload::{self, ReloadStatus};
 use crate::engine::shutdown;
 use crate::engine::tasks;
 use crate::engine::waiting::WaitingRoom;
+use crate::server;
 use crate::server::health::{self, Health};
 use crate::server::tls;
-use crate::server::{self, Listeners};
 use crate::store::memory::MemoryStore;
 use crate::store::{RlqsPeers, Store};
 use crate::telemetry::statsd::options::StatsdOptions;
 use crate::telemetry::DecisionTelemetry;
 
-use super::listeners::{connection_limits, AdminSetup, BoundListeners};
+use super::listeners::{connection_limits, AdminSetup, BoundListeners, BoundPort, ServicePorts};
 use super::settings::ConfigGate;
 use super::store::{memory_store, redis_problems, redis_problems_without_hybrid, BuiltStore};
 
 /// What every store's server needs, made before the store is chosen.
 pub(super) struct Serving {
     addresses: [std::net::SocketAddr; 3],
-    listeners: Listeners,
+    /// Bound, listened on once the limiter is ready ([`run_limiter`]).
+    ports: ServicePorts,
     http_settings: server::HttpSettings,
     pub shutdown: shutdown::Shutdown,
     operations: server::Operations,
     /// The admin API, with --admin-token-file.
     admin: Option<AdminSetup>,
-    /// The reference's stats listener and path, with --use-prometheus.
-    reference_metrics: Option<(tokio::net::TcpListener, String)>,
+    /// The reference's stats port and path, with --use-prometheus.
+    reference_metrics: Option<(BoundPort, String)>,
     /// Overrides shared through Redis (`--store redis` or `hybrid`).
     shared_overrides: Option<Arc<SharedOverrides>>,
     /// SIGHUP, listened for since the start.
@@ -127,7 +128,7 @@ impl Serving {
         let addresses = &bound.addresses;
         Serving {
             addresses: [addresses.grpc, addresses.http, addresses.debug],
-            listeners: bound.listeners,
+            ports: bound.ports,
             http_settings: server::HttpSettings {
                 deny_status: args.http_deny_status.into(),
             },
@@ -310,6 +311,16 @@ async fn run_limiter<S: SharesLimits>(
         serving.counting_notes,
     );
     release_held_answers_on_shutdown(limiter.waiting_room().clone(), serving.shutdown.clone());
+    // The limiter is ready: from here on a connection is answered, where it was refused.
+    let listeners = serving.ports.listen()?;
+    let reference_metrics = match serving.reference_metrics {
+        Some((port, path)) => Some((port.listen()?, path)),
+        None => None,
+    };
+    let admin = match serving.admin {
+        Some(AdminSetup { port, token, addr }) => Some((port.listen()?, token, addr)),
+        None => None,
+    };
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
@@ -326,10 +337,10 @@ async fn run_limiter<S: SharesLimits>(
     tokio::spawn(crate::engine::adaptive::run(
         Arc::clone(&limiter),
         Arc::clone(&signals),
-        serving.admin.is_some(),
+        admin.is_some(),
         serving.shutdown.clone(),
     ));
-    if let Some((listener, path)) = serving.reference_metrics {
+    if let Some((listener, path)) = reference_metrics {
         let limits = serving.operations.connections;
         let shutdown = serving.shutdown.clone();
         tracing::info!(path = %path, "serving envoyproxy/ratelimit's stats (USE_PROMETHEUS)");
@@ -337,8 +348,8 @@ async fn run_limiter<S: SharesLimits>(
             crate::server::reference_metrics::serve(listener, &path, limits, shutdown).await;
         });
     }
-    let admin = serving.admin.map(|admin| {
-        crate::server::admin::announce(admin.addr);
+    let admin = admin.map(|(listener, token, addr)| {
+        crate::server::admin::announce(addr);
         let routes =
             crate::server::admin::override_routes(Arc::clone(&limiter), serving.shared_overrides)
                 .merge(crate::server::admin::signals::routes(
@@ -347,8 +358,8 @@ async fn run_limiter<S: SharesLimits>(
                 ))
                 .merge(crate::server::admin::counters::routes(Arc::clone(&limiter)));
         crate::server::admin::serve(
-            admin.listener,
-            admin.token,
+            listener,
+            token,
             routes,
             serving.operations.connections,
             serving.shutdown.clone(),
@@ -356,7 +367,7 @@ async fn run_limiter<S: SharesLimits>(
     });
     let served = server::serve_with(
         limiter,
-        serving.listeners,
+        listeners,
         serving.http_settings,
         serving.shutdown,
         serving.operations,
