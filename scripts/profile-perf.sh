@@ -12,7 +12,9 @@
 # With `noop` among the modes, the no-op RLS (`examples/noop_rls.rs`, one worker thread, the
 # floor bench-load.sh measures floodgate against) is profiled the same way, so
 # `BENCH_MODES="memory noop"` shows function by function what floodgate's decision adds at peak
-# over a server that decides nothing.
+# over a server that decides nothing. With `unlimited`, floodgate on its memory store with the
+# same rule made `unlimited: true` (the plan, the answer, the metrics and admission as usual,
+# no counter): `BENCH_MODES="memory unlimited"` shows what counting itself costs.
 #
 #   scripts/profile-perf.sh        # prints the report; BENCH_OUT=FILE writes it there too
 #
@@ -22,8 +24,8 @@
 # writes its counter (as in scripts/bench-redis.sh).
 #
 # Overrides (environment):
-#   BENCH_MODES          servers, in order: redis, memory, noop (the no-op RLS); the report's
-#                        difference column is the first less the second     [redis memory]
+#   BENCH_MODES          servers, in order: redis, memory, unlimited, noop (the no-op RLS); the
+#                        report's difference column is the first less the second [redis memory]
 #   BENCH_SECONDS        length of each run (unprofiled and profiled), s     [10]
 #   BENCH_CLIENTS        calls in flight (loadgen --concurrency)             [50]
 #   BENCH_CONNECTIONS    HTTP/2 connections they share (loadgen --connections) [4]
@@ -58,7 +60,8 @@ for value in "$SECONDS_PER_RUN" "$CLIENTS" "$CONNECTIONS" "$WORKERS" "$KEYS" "$R
   [[ "$value" =~ ^[1-9][0-9]*$ ]] || die "BENCH_* values must be whole numbers (got '$value')"
 done
 for mode in $MODES; do
-  [[ "$mode" =~ ^(redis|memory|noop)$ ]] || die "BENCH_MODES: redis, memory or noop (got '$mode')"
+  [[ "$mode" =~ ^(redis|memory|unlimited|noop)$ ]] ||
+    die "BENCH_MODES: redis, memory, unlimited or noop (got '$mode')"
 done
 
 start_workspace profile-perf
@@ -68,6 +71,17 @@ read -r REDIS_PORT < <(free_ports 1)
 start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
 REDIS_PID_KEPT="$REDIS_PID"
 write_counter_config "$WORK/config" 1000000
+# The same descriptor, never counted: what a decision costs without its counter.
+mkdir -p "$WORK/config-unlimited"
+cat >"$WORK/config-unlimited/edge.yaml" <<'EOF'
+domain: edge
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: client_id
+        rate_limit: {unlimited: true}
+EOF
 
 # start_noop LOG: the no-op RLS on $WORKERS worker threads, as start_floodgate starts floodgate (its
 # pid in SERVER_PID, stopped by stop_floodgate).
@@ -110,6 +124,8 @@ for mode in $MODES; do
     noop) start_noop "$WORK/noop.log" ;;
     memory) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
       --worker-threads "$WORKERS" --store memory ;;
+    unlimited) start_floodgate "$BIN/floodgate" "$WORK/config-unlimited" \
+      "$WORK/floodgate-$mode.log" --worker-threads "$WORKERS" --store memory ;;
     redis) start_floodgate "$BIN/floodgate" "$WORK/config" "$WORK/floodgate-$mode.log" \
       --worker-threads "$WORKERS" --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0" \
       --redis-batch-max 64 --redis-timeout-ms "$REDIS_TIMEOUT_MS" ;;
@@ -193,7 +209,8 @@ w(f"- {perf}; redis-server {redis}; release build, `--worker-threads {workers}` 
   f"`--redis-batch-max 64 --redis-timeout-ms {timeout}`); loadgen closed loop, "
   f"{clients} calls in flight over {connections} connections, `{{key}}` from {int(keys):,} values, {seconds} s per run; "
   f"`perf record -e cpu-clock -F {frequency} -p <server>` over the second run of each; "
-  f"`noop`: the no-op RLS (`examples/noop_rls.rs`, `--worker-threads {workers}`), which decides nothing")
+  f"`noop`: the no-op RLS (`examples/noop_rls.rs`, `--worker-threads {workers}`), which decides nothing; "
+  f"`unlimited`: the memory store with the rule `unlimited: true`, which counts nothing")
 w("- *µs per decision*: the server's CPU (user + system, `/proc/<pid>/stat`) over the run "
   "divided by the decisions answered; by function and by crate: that figure times the "
   "function's share of the samples (self time, kernel included)")
