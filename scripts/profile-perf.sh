@@ -72,16 +72,7 @@ start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
 REDIS_PID_KEPT="$REDIS_PID"
 write_counter_config "$WORK/config" 1000000
 # The same descriptor, never counted: what a decision costs without its counter.
-mkdir -p "$WORK/config-unlimited"
-cat >"$WORK/config-unlimited/edge.yaml" <<'EOF'
-domain: edge
-descriptors:
-  - key: generic_key
-    value: api
-    descriptors:
-      - key: client_id
-        rate_limit: {unlimited: true}
-EOF
+write_client_rule_config "$WORK/config-unlimited" "{unlimited: true}"
 
 # start_noop LOG: the no-op RLS on $WORKERS worker threads, as start_floodgate starts floodgate (its
 # pid in SERVER_PID, stopped by stop_floodgate).

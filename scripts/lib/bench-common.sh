@@ -36,7 +36,13 @@ wait_port() {
 # (minute unless given) on `generic_key=api, client_id=<any>` (loadgen's default descriptor):
 # set high, every decision is admitted and writes its counter, as most real ones do.
 write_counter_config() {
-  local dir="$1" limit="$2" unit="${3:-minute}"
+  write_client_rule_config "$1" "{unit: ${3:-minute}, requests_per_unit: $2, algorithm: fixed_window}"
+}
+
+# write_client_rule_config DIR RATE_LIMIT: DIR/edge.yaml with the rule RATE_LIMIT (a YAML flow
+# mapping, e.g. `{unlimited: true}`) on `generic_key=api, client_id=<any>`.
+write_client_rule_config() {
+  local dir="$1" rate_limit="$2"
   mkdir -p "$dir"
   cat >"$dir/edge.yaml" <<EOF
 domain: edge
@@ -45,7 +51,7 @@ descriptors:
     value: api
     descriptors:
       - key: client_id
-        rate_limit: {unit: $unit, requests_per_unit: $limit, algorithm: fixed_window}
+        rate_limit: $rate_limit
 EOF
 }
 
