@@ -114,15 +114,13 @@ fn bind(addr: SocketAddr, spec: &'static ListenerSpec) -> Result<BoundPort, AppE
     } else {
         TcpSocket::new_v6()
     };
-    let bound = socket.and_then(|socket| {
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        Ok(socket)
-    });
-    match bound {
-        Ok(socket) => Ok(BoundPort { socket, addr, spec }),
-        Err(source) => Err(bind_error(addr, spec, source)),
-    }
+    socket
+        .and_then(|socket| {
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            Ok(BoundPort { socket, addr, spec })
+        })
+        .map_err(|source| bind_error(addr, spec, source))
 }
 
 fn bind_error(addr: SocketAddr, spec: &ListenerSpec, source: std::io::Error) -> AppError {
@@ -163,6 +161,38 @@ impl ServicePorts {
             http: self.http.listen()?,
             debug: self.debug.listen()?,
             debug_pages: self.debug_pages.map(BoundPort::listen).transpose()?,
+        })
+    }
+}
+
+/// The admin API's listener, its token and its address.
+pub(super) type AdminListener = (TcpListener, Arc<AdminToken>, SocketAddr);
+
+/// Every port of this process, listening: what [`BoundListeners`]' ports become once the
+/// limiter is ready.
+pub(super) struct OpenListeners {
+    pub service: Listeners,
+    pub reference_metrics: Option<(TcpListener, String)>,
+    pub admin: Option<AdminListener>,
+}
+
+impl OpenListeners {
+    /// Listens on every port bound: the service's, the reference's stats and the admin API.
+    pub(super) fn listen(
+        ports: ServicePorts,
+        reference_metrics: Option<(BoundPort, String)>,
+        admin: Option<AdminSetup>,
+    ) -> Result<Self, AppError> {
+        Ok(Self {
+            service: ports.listen()?,
+            reference_metrics: match reference_metrics {
+                Some((port, path)) => Some((port.listen()?, path)),
+                None => None,
+            },
+            admin: match admin {
+                Some(AdminSetup { port, token, addr }) => Some((port.listen()?, token, addr)),
+                None => None,
+            },
         })
     }
 }

@@ -27,7 +27,9 @@ use crate::store::{RlqsPeers, Store};
 use crate::telemetry::statsd::options::StatsdOptions;
 use crate::telemetry::DecisionTelemetry;
 
-use super::listeners::{connection_limits, AdminSetup, BoundListeners, BoundPort, ServicePorts};
+use super::listeners::{
+    connection_limits, AdminSetup, BoundListeners, BoundPort, OpenListeners, ServicePorts,
+};
 use super::settings::ConfigGate;
 use super::store::{memory_store, redis_problems, redis_problems_without_hybrid, BuiltStore};
 
@@ -312,15 +314,7 @@ async fn run_limiter<S: SharesLimits>(
     );
     release_held_answers_on_shutdown(limiter.waiting_room().clone(), serving.shutdown.clone());
     // The limiter is ready: from here on a connection is answered, where it was refused.
-    let listeners = serving.ports.listen()?;
-    let reference_metrics = match serving.reference_metrics {
-        Some((port, path)) => Some((port.listen()?, path)),
-        None => None,
-    };
-    let admin = match serving.admin {
-        Some(AdminSetup { port, token, addr }) => Some((port.listen()?, token, addr)),
-        None => None,
-    };
+    let open = OpenListeners::listen(serving.ports, serving.reference_metrics, serving.admin)?;
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
@@ -337,10 +331,10 @@ async fn run_limiter<S: SharesLimits>(
     tokio::spawn(crate::engine::adaptive::run(
         Arc::clone(&limiter),
         Arc::clone(&signals),
-        admin.is_some(),
+        open.admin.is_some(),
         serving.shutdown.clone(),
     ));
-    if let Some((listener, path)) = reference_metrics {
+    if let Some((listener, path)) = open.reference_metrics {
         let limits = serving.operations.connections;
         let shutdown = serving.shutdown.clone();
         tracing::info!(path = %path, "serving envoyproxy/ratelimit's stats (USE_PROMETHEUS)");
@@ -348,7 +342,7 @@ async fn run_limiter<S: SharesLimits>(
             crate::server::reference_metrics::serve(listener, &path, limits, shutdown).await;
         });
     }
-    let admin = admin.map(|(listener, token, addr)| {
+    let admin = open.admin.map(|(listener, token, addr)| {
         crate::server::admin::announce(addr);
         let routes =
             crate::server::admin::override_routes(Arc::clone(&limiter), serving.shared_overrides)
@@ -367,7 +361,7 @@ async fn run_limiter<S: SharesLimits>(
     });
     let served = server::serve_with(
         limiter,
-        listeners,
+        open.service,
         serving.http_settings,
         serving.shutdown,
         serving.operations,
