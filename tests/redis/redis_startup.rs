@@ -1,15 +1,17 @@
 //! The first connection to Redis, as envoyproxy/ratelimit makes it (`REDIS_STARTUP_*`): a Redis
 //! that is not up yet is waited for, with a growing delay, instead of ending the process, and
 //! meanwhile the ports refuse connections as the reference's (not yet open) do; the wait can be
-//! bounded and is cut short by SIGTERM; settings that cannot work end it at once.
+//! bounded and is cut short by SIGTERM; settings that cannot work end it at once. Limitador's
+//! limits, counted in Redis too, wait with the store, and their HTTP API refuses meanwhile.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
+use floodgate_testkit::http::request;
 use floodgate_testkit::redis::RedisServer;
-use floodgate_testkit::{floodgate_bin, serve_command, tempdir, wait_for_port, Running};
+use floodgate_testkit::{floodgate_bin, free_port, serve_command, tempdir, wait_for_port, Running};
 
 const RULES: &str = "
 domain: edge
@@ -25,6 +27,16 @@ fn start(
     redis_url: &str,
     env: &[(&str, &str)],
 ) -> (Running, (u16, u16, u16)) {
+    start_with(dir, redis_url, env, &[])
+}
+
+/// [`start`], with more `serve` arguments.
+fn start_with(
+    dir: &std::path::Path,
+    redis_url: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Running, (u16, u16, u16)) {
     let config = dir.join("rules.yaml");
     std::fs::write(&config, RULES).unwrap_or_else(|error| panic!("write rules: {error}"));
     let (mut command, ports) = serve_command();
@@ -33,9 +45,20 @@ fn start(
         .arg(&config)
         .args(["--store", "redis", "--redis-url", redis_url])
         .args(["--redis-connect-timeout-ms", "200", "--drain-seconds", "0"])
+        .args(args)
         .envs(env.iter().copied());
     (Running::spawn("floodgate", &mut command, dir), ports)
 }
+
+/// Limitador's limits: 1 a minute per user.
+const LIMITADOR_LIMITS: &str = "
+- namespace: shop
+  max_value: 1
+  seconds: 60
+  conditions: []
+  variables:
+  - descriptors[0].user
+";
 
 /// How a connection to 127.0.0.1:`port` ends: `Ok` if accepted, else the error's kind.
 fn connect(port: u16) -> Result<(), ErrorKind> {
@@ -97,6 +120,54 @@ fn a_redis_that_is_not_up_yet_is_waited_for_then_decides() {
         Some(2),
         "the limit of 1 per hour, counted in Redis"
     );
+}
+
+#[test]
+fn limitadors_limits_wait_for_redis_with_the_store_and_their_http_api_refuses_meanwhile() {
+    let dir = tempdir();
+    let limits = dir.path().join("limits.yaml");
+    std::fs::write(&limits, LIMITADOR_LIMITS).unwrap_or_else(|error| panic!("write: {error}"));
+    let limitador_port = free_port();
+    let limitador_addr = format!("127.0.0.1:{limitador_port}");
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let limits_arg = limits.display().to_string();
+    let args = [
+        "--limitador-limits",
+        limits_arg.as_str(),
+        "--limitador-http-addr",
+        limitador_addr.as_str(),
+    ];
+    let (mut floodgate, (grpc, ..)) = start_with(dir.path(), &redis.url(), &QUICK_RETRY, &args);
+    // Was: the process ended here, its Limitador counters failing to connect.
+    let log = floodgate.log_once_it_says("attempt=3", Duration::from_secs(10));
+    assert!(log.contains("attempt=3"), "{log}");
+    assert_eq!(floodgate.exit_within(Duration::ZERO), None, "{log}");
+    assert_eq!(
+        connect(limitador_port),
+        Err(ErrorKind::ConnectionRefused),
+        "{log}"
+    );
+
+    redis.restart();
+    let log =
+        floodgate.log_once_it_says("Limitador's limits count in Redis", Duration::from_secs(10));
+    assert!(log.contains("Limitador's limits count in Redis"), "{log}");
+    wait_for_port(
+        limitador_port,
+        Duration::from_secs(10),
+        "Limitador's HTTP API",
+    );
+    wait_for_port(grpc, Duration::from_secs(10), "floodgate's gRPC port");
+    let ann = r#"{"namespace": "shop", "values": {"user": "ann"}, "delta": 1}"#;
+    let statuses: Vec<u16> = (0..2)
+        .map(|_| {
+            request(limitador_port, "POST", "/check_and_report", &[], ann)
+                .unwrap_or_else(|error| panic!("POST /check_and_report: {error}"))
+                .status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 429], "{}", floodgate.log_text());
 }
 
 #[test]

@@ -1,25 +1,31 @@
-//! Limitador's limits for `serve`: the file loaded at start (an error stops the start, as a bad
-//! rules file does), its counters where the store says (`store::limitador_counters`), its reloads, and its HTTP API when
-//! `--limitador-http-addr` is set.
+//! Limitador's limits for `serve`: the file loaded at start, before anything waits on Redis (an
+//! error stops the start, as a bad rules file does), then its counters where the store says
+//! (`store::limitador_counters`, once the store is ready) and its reloads. Its HTTP API
+//! (`--limitador-http-addr`) is bound with the other ports and answers once the limiter does.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
 use crate::core::decision::charging::Charging;
+use crate::engine::limitador::limits_file::LimitSet;
 use crate::engine::limitador::{follow, Limitador};
 use crate::engine::shutdown::Shutdown;
 
-use super::store::StorePlan;
+use super::store::LimitadorCounting;
 
-/// The limits of `--limitador-limits`, followed until `shutdown`; `None` without the flag.
-pub(super) async fn start(
-    serve_args: &ServeArgs,
-    (plan, charging): (&StorePlan, Charging),
-    shutdown: &Shutdown,
-) -> Result<Option<Arc<Limitador>>, AppError> {
-    let args = &serve_args.limitador;
-    let Some(path) = &args.limitador_limits else {
+/// Limitador's limits file, read and compiled, not yet counting.
+pub(super) struct LimitadorFile {
+    path: PathBuf,
+    limits: LimitSet,
+    /// The text loaded, so that the file's follower reloads only what changed.
+    text: String,
+}
+
+/// The limits of `--limitador-limits`; `None` without the flag.
+pub(super) async fn load(serve_args: &ServeArgs) -> Result<Option<LimitadorFile>, AppError> {
+    let Some(path) = &serve_args.limitador.limitador_limits else {
         return Ok(None);
     };
     let text = std::fs::read_to_string(path).map_err(|error| {
@@ -36,26 +42,33 @@ pub(super) async fn start(
         path = %path.display(), limits = limits.limit_count(),
         "Limitador's limits loaded"
     );
-    let limitador = Arc::new(Limitador::new(
+    Ok(Some(LimitadorFile {
+        path: path.clone(),
         limits,
-        super::store::limitador_counters(plan, serve_args, charging).await?,
-        args.hold_bounds(),
-    ));
-    tokio::spawn(follow::follow(
-        Arc::clone(&limitador),
-        path.clone(),
         text,
-        shutdown.clone(),
-    ));
-    if let Some(addr) = args.limitador_http_addr {
-        let socket = super::listeners::bind_limitador_http(addr)?;
-        tracing::info!(%addr, "serving Limitador's HTTP API");
-        tokio::spawn(crate::server::limitador_http::serve(
-            socket,
+    }))
+}
+
+impl LimitadorFile {
+    /// The limits counting where `counting` says, followed until `shutdown`.
+    pub(super) async fn start(
+        self,
+        serve_args: &ServeArgs,
+        (counting, charging): (LimitadorCounting, Charging),
+        shutdown: &Shutdown,
+    ) -> Result<Arc<Limitador>, AppError> {
+        let counters = super::store::limitador_counters(counting, serve_args, charging).await?;
+        let limitador = Arc::new(Limitador::new(
+            self.limits,
+            counters,
+            serve_args.limitador.hold_bounds(),
+        ));
+        tokio::spawn(follow::follow(
             Arc::clone(&limitador),
-            super::listeners::connection_limits(serve_args, false),
+            self.path,
+            self.text,
             shutdown.clone(),
         ));
+        Ok(limitador)
     }
-    Ok(Some(limitador))
 }

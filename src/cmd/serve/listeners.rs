@@ -84,11 +84,6 @@ const LIMITADOR_HTTP: ListenerSpec = ListenerSpec {
 /// Connections a listener holds for accepting: tokio's own `TcpListener::bind` backlog.
 const BACKLOG: u32 = 1024;
 
-/// The listener of Limitador's HTTP API, listening at once (it serves from the start).
-pub(super) fn bind_limitador_http(addr: SocketAddr) -> Result<TcpListener, AppError> {
-    bind(addr, &LIMITADOR_HTTP)?.listen()
-}
-
 /// A port held by this process and not yet listened on: connections to it are refused.
 pub(super) struct BoundPort {
     socket: TcpSocket,
@@ -168,43 +163,48 @@ impl ServicePorts {
 /// The admin API's listener, its token and its address.
 pub(super) type AdminListener = (TcpListener, Arc<AdminToken>, SocketAddr);
 
-/// Every port of this process, listening: what [`BoundListeners`]' ports become once the
-/// limiter is ready.
+/// Every port of this process, listening: what [`BoundPorts`] become once the limiter is
+/// ready.
 pub(super) struct OpenListeners {
     pub service: Listeners,
     pub reference_metrics: Option<(TcpListener, String)>,
     pub admin: Option<AdminListener>,
+    pub limitador_http: Option<TcpListener>,
 }
 
-impl OpenListeners {
-    /// Listens on every port bound: the service's, the reference's stats and the admin API.
-    pub(super) fn listen(
-        ports: ServicePorts,
-        reference_metrics: Option<(BoundPort, String)>,
-        admin: Option<AdminSetup>,
-    ) -> Result<Self, AppError> {
-        Ok(Self {
-            service: ports.listen()?,
-            reference_metrics: match reference_metrics {
-                Some((port, path)) => Some((port.listen()?, path)),
-                None => None,
-            },
-            admin: match admin {
-                Some(AdminSetup { port, token, addr }) => Some((port.listen()?, token, addr)),
-                None => None,
-            },
-        })
-    }
-}
-
-/// Every port of this process, bound.
-pub(super) struct BoundListeners {
-    pub addresses: ListenAddresses,
-    pub ports: ServicePorts,
+/// Every port of this process, bound at start.
+pub(super) struct BoundPorts {
+    pub service: ServicePorts,
     /// The reference's stats port and path, with --use-prometheus.
     pub reference_metrics: Option<(BoundPort, String)>,
     /// The admin API, with --admin-token-file.
     pub admin: Option<AdminSetup>,
+    /// Limitador's HTTP API, with --limitador-http-addr.
+    pub limitador_http: Option<BoundPort>,
+}
+
+impl BoundPorts {
+    /// Listens on every one of them.
+    pub(super) fn listen(self) -> Result<OpenListeners, AppError> {
+        Ok(OpenListeners {
+            service: self.service.listen()?,
+            reference_metrics: match self.reference_metrics {
+                Some((port, path)) => Some((port.listen()?, path)),
+                None => None,
+            },
+            admin: match self.admin {
+                Some(AdminSetup { port, token, addr }) => Some((port.listen()?, token, addr)),
+                None => None,
+            },
+            limitador_http: self.limitador_http.map(BoundPort::listen).transpose()?,
+        })
+    }
+}
+
+/// Every port of this process, bound, and the addresses of the three every `serve` opens.
+pub(super) struct BoundListeners {
+    pub addresses: ListenAddresses,
+    pub ports: BoundPorts,
 }
 
 impl BoundListeners {
@@ -213,7 +213,7 @@ impl BoundListeners {
             .debug_pages_addr
             .map(|addr| bind(addr, &DEBUG_PAGES))
             .transpose()?;
-        let ports = ServicePorts {
+        let service = ServicePorts {
             grpc: bind(addresses.grpc, &GRPC)?,
             http: bind(addresses.http, &HTTP)?,
             debug: bind(addresses.debug, &DEBUG)?,
@@ -233,11 +233,19 @@ impl BoundListeners {
             }),
             None => None,
         };
+        let limitador_http = args
+            .limitador
+            .limitador_http_addr
+            .map(|addr| bind(addr, &LIMITADOR_HTTP))
+            .transpose()?;
         Ok(Self {
             addresses,
-            ports,
-            reference_metrics,
-            admin,
+            ports: BoundPorts {
+                service,
+                reference_metrics,
+                admin,
+                limitador_http,
+            },
         })
     }
 }
@@ -248,7 +256,8 @@ pub(super) fn connection_limits(args: &ServeArgs, admin: bool) -> ConnectionLimi
     let listeners = 3
         + u32::from(admin)
         + u32::from(args.debug_pages_addr.is_some())
-        + u32::from(args.use_prometheus);
+        + u32::from(args.use_prometheus)
+        + u32::from(args.limitador.limitador_http_addr.is_some());
     let mut limits = args.connections.limits();
     limits.max_connections = crate::server::connections::descriptors::fit_max_connections(
         limits.max_connections,

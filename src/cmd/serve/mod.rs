@@ -63,14 +63,19 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
 
     tracing::info!(store = ?choice.kind, "store chosen by {}", choice.reason);
     let plan = StorePlan::new(choice.kind, &args, charging, &rules)?;
-    let limitador = limitador::start(&args, (&plan, charging), &serving.shutdown).await?;
-    serving.serve_limitador(limitador);
+    let limitador_file = limitador::load(&args).await?;
+    let limitador_counting = plan.limitador_counting();
     serving.counting_notes = plan.counting_notes();
     serving.counting_notes.log(&rules);
     let built = build_store(plan, &args, (door, charging), &rules, &serving.shutdown).await?;
     let Some(store) = built else {
         return Ok(());
     };
+    if let Some(file) = limitador_file {
+        let counting = (limitador_counting, charging);
+        let limitador = file.start(&args, counting, &serving.shutdown).await?;
+        serving.serve_limitador(Some(limitador));
+    }
     let parts = LimiterParts {
         rules,
         settings: limiter_settings,

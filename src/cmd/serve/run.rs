@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::net::TcpListener;
+
 use crate::cmd::app_error::AppError;
 use crate::cmd::cli::ServeArgs;
 use crate::cmd::hybrid_settings::CountingNotes;
@@ -27,9 +29,7 @@ use crate::store::{RlqsPeers, Store};
 use crate::telemetry::statsd::options::StatsdOptions;
 use crate::telemetry::DecisionTelemetry;
 
-use super::listeners::{
-    connection_limits, AdminSetup, BoundListeners, BoundPort, OpenListeners, ServicePorts,
-};
+use super::listeners::{connection_limits, BoundListeners, BoundPorts};
 use super::settings::ConfigGate;
 use super::store::{memory_store, redis_problems, redis_problems_without_hybrid, BuiltStore};
 
@@ -37,14 +37,10 @@ use super::store::{memory_store, redis_problems, redis_problems_without_hybrid, 
 pub(super) struct Serving {
     addresses: [std::net::SocketAddr; 3],
     /// Bound, listened on once the limiter is ready ([`run_limiter`]).
-    ports: ServicePorts,
+    ports: BoundPorts,
     http_settings: server::HttpSettings,
     pub shutdown: shutdown::Shutdown,
     operations: server::Operations,
-    /// The admin API, with --admin-token-file.
-    admin: Option<AdminSetup>,
-    /// The reference's stats port and path, with --use-prometheus.
-    reference_metrics: Option<(BoundPort, String)>,
     /// Overrides shared through Redis (`--store redis` or `hybrid`).
     shared_overrides: Option<Arc<SharedOverrides>>,
     /// SIGHUP, listened for since the start.
@@ -121,7 +117,7 @@ impl Serving {
                 overload_answer: args.overload_answer,
                 default_deadline: args.connections.grpc_default_deadline(),
             },
-            connections: connection_limits(args, bound.admin.is_some()),
+            connections: connection_limits(args, bound.ports.admin.is_some()),
             store_gate,
             rlqs: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
@@ -136,8 +132,6 @@ impl Serving {
             },
             shutdown,
             operations,
-            admin: bound.admin,
-            reference_metrics: bound.reference_metrics,
             shared_overrides: None,
             hangup: signals.hangup,
             config_gate,
@@ -314,7 +308,7 @@ async fn run_limiter<S: SharesLimits>(
     );
     release_held_answers_on_shutdown(limiter.waiting_room().clone(), serving.shutdown.clone());
     // The limiter is ready: from here on a connection is answered, where it was refused.
-    let open = OpenListeners::listen(serving.ports, serving.reference_metrics, serving.admin)?;
+    let open = serving.ports.listen()?;
     let [grpc_addr, http_addr, debug_addr] = serving.addresses;
     tracing::info!(
         grpc = %grpc_addr, http = %http_addr, debug = %debug_addr,
@@ -334,14 +328,11 @@ async fn run_limiter<S: SharesLimits>(
         open.admin.is_some(),
         serving.shutdown.clone(),
     ));
-    if let Some((listener, path)) = open.reference_metrics {
-        let limits = serving.operations.connections;
-        let shutdown = serving.shutdown.clone();
-        tracing::info!(path = %path, "serving envoyproxy/ratelimit's stats (USE_PROMETHEUS)");
-        tokio::spawn(async move {
-            crate::server::reference_metrics::serve(listener, &path, limits, shutdown).await;
-        });
-    }
+    serve_side_listeners(
+        (open.reference_metrics, open.limitador_http),
+        &serving.operations,
+        &serving.shutdown,
+    );
     let admin = open.admin.map(|(listener, token, addr)| {
         crate::server::admin::announce(addr);
         let routes =
@@ -374,6 +365,34 @@ async fn run_limiter<S: SharesLimits>(
         None => served.await?,
     }
     Ok(())
+}
+
+/// The listeners beside the service's that answer without the limiter: envoyproxy/ratelimit's
+/// stats (`--use-prometheus`) and Limitador's HTTP API (`--limitador-http-addr`).
+fn serve_side_listeners(
+    (reference_metrics, limitador_http): (Option<(TcpListener, String)>, Option<TcpListener>),
+    operations: &server::Operations,
+    shutdown: &shutdown::Shutdown,
+) {
+    let limits = operations.connections;
+    if let Some((listener, path)) = reference_metrics {
+        let shutdown = shutdown.clone();
+        tracing::info!(path = %path, "serving envoyproxy/ratelimit's stats (USE_PROMETHEUS)");
+        tokio::spawn(async move {
+            crate::server::reference_metrics::serve(listener, &path, limits, shutdown).await;
+        });
+    }
+    if let (Some(listener), Some(limitador)) = (limitador_http, &operations.limitador) {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "serving Limitador's HTTP API");
+        }
+        tokio::spawn(crate::server::limitador_http::serve(
+            listener,
+            Arc::clone(limitador),
+            limits,
+            shutdown.clone(),
+        ));
+    }
 }
 
 /// Swaps the rule sets the source brings into `limiter` until shutdown.

@@ -169,14 +169,32 @@ async fn connect_redis(
     Ok(Some(store))
 }
 
-/// Where Limitador's limits count: in Redis when `plan` counts there (directly, never hybrid:
-/// their holds must be seen by every instance at once), else in this process.
+/// Where Limitador's limits count, as the store counts: in Redis directly under `--store redis`
+/// and `hybrid` (never hybrid: their holds must be seen by every instance at once), else in
+/// this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LimitadorCounting {
+    InProcess,
+    InRedis,
+}
+
+impl StorePlan {
+    pub(super) fn limitador_counting(&self) -> LimitadorCounting {
+        match self {
+            StorePlan::Memory => LimitadorCounting::InProcess,
+            StorePlan::Redis | StorePlan::Hybrid { .. } => LimitadorCounting::InRedis,
+        }
+    }
+}
+
+/// Limitador's counters where `counting` says. Made once the store is ready, so Redis has
+/// answered the store's wait at start (`connect_redis`) already.
 pub(super) async fn limitador_counters(
-    plan: &StorePlan,
+    counting: LimitadorCounting,
     args: &ServeArgs,
     charging: Charging,
 ) -> Result<Arc<dyn HeldWindows>, AppError> {
-    if matches!(plan, StorePlan::Memory) {
+    if counting == LimitadorCounting::InProcess {
         return Ok(Arc::new(MemoryHeldWindows::default()));
     }
     let store = RedisStore::connect(&redis_options(args, charging)?).await?;
