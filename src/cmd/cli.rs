@@ -857,6 +857,11 @@ pub struct ConnectionArgs {
     /// keepalive pings.
     #[arg(long, env = "FLOODGATE_GRPC_DEFAULT_DEADLINE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub grpc_default_deadline_ms: u64,
+    /// Run each gRPC call on a task of its own, which any worker thread may take, instead of
+    /// on its connection's task (the default, cheaper per call). Worth it only when a few
+    /// connections carry more calls than one thread answers: Envoy opens one per worker.
+    #[arg(long, env = "FLOODGATE_GRPC_CALL_TASKS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
+    pub grpc_call_tasks: bool,
 }
 
 impl ConnectionArgs {
@@ -872,6 +877,15 @@ impl ConnectionArgs {
 
     pub fn grpc_default_deadline(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.grpc_default_deadline_ms)
+    }
+
+    pub fn grpc_calls(&self) -> crate::server::connections::CallTasks {
+        use crate::server::connections::CallTasks;
+        if self.grpc_call_tasks {
+            CallTasks::Own
+        } else {
+            CallTasks::OnConnection
+        }
     }
 }
 

@@ -78,6 +78,8 @@ pub struct Operations {
     /// `--limitador-limits`: kuadrant.service.ratelimit.v1 on the gRPC listener, and Envoy's
     /// RLS for the domains that are its namespaces.
     pub limitador: Option<Arc<crate::engine::limitador::Limitador>>,
+    /// Where the gRPC listener runs its calls (`--grpc-call-tasks`).
+    pub grpc_calls: connections::CallTasks,
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets calls in flight finish.
@@ -212,6 +214,7 @@ async fn serve_grpc<S: Store>(
         socket,
         protocol: Protocol::Http2 {
             max_streams: operations.admission.streams_per_connection(),
+            calls: operations.grpc_calls,
         },
         tls: operations.grpc_tls.clone(),
         connect_info: false,

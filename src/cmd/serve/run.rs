@@ -122,6 +122,7 @@ impl Serving {
             rlqs: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
             limitador: None,
+            grpc_calls: args.connections.grpc_calls(),
         };
         let addresses = &bound.addresses;
         Serving {

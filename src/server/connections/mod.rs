@@ -2,7 +2,8 @@
 //! wants, how long it may sit idle, and how they all end at shutdown.
 //!
 //! One accept loop per listener ([`serve`]) and one task per connection, which drives hyper's
-//! connection and watches its [`Activity`](activity::Activity):
+//! connection (and, on gRPC, its calls: [`CallTasks`]) and watches its
+//! [`Activity`](activity::Activity):
 //! - at `--max-connections` a new connection is closed as soon as it is accepted (counted, and
 //!   logged at most once per 10 s), so a flood on one port never takes the descriptors another
 //!   needs (the bounds are fitted to RLIMIT_NOFILE together: [`descriptors`]);
@@ -20,6 +21,7 @@
 //! for its next request, so it would close keep-alive connections after 5 s of quiet.
 
 mod activity;
+mod calls_on_connection;
 pub mod descriptors;
 mod requests;
 pub mod streams;
@@ -34,12 +36,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use activity::{Activity, Timeouts, TrackedIo, Wire};
+pub use calls_on_connection::CallTasks;
+use calls_on_connection::Calls;
 use requests::TrackedService;
 pub use requests::{is_body_timeout, RequestBody};
 use watch::{keep_time, Ended, Obeying, Orders, Watch};
@@ -98,8 +102,9 @@ impl Default for ConnectionLimits {
 pub enum Protocol {
     /// HTTP/1.1: the HTTP, debug and admin listeners.
     Http1,
-    /// HTTP/2 only, at most this many streams per connection: gRPC.
-    Http2 { max_streams: u32 },
+    /// HTTP/2 only, at most this many streams per connection, its calls run as `calls` says:
+    /// gRPC.
+    Http2 { max_streams: u32, calls: CallTasks },
 }
 
 impl Protocol {
@@ -365,25 +370,30 @@ impl Connection {
                     // Ours (see the module's notes) replaces it.
                     .header_read_timeout(None)
                     .serve_connection(io, service);
-                self.supervise(connection, activity, Wire::Http1).await;
+                self.supervise(connection, activity, Wire::Http1, None)
+                    .await;
             }
-            Protocol::Http2 { max_streams } => {
-                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            Protocol::Http2 { max_streams, calls } => {
+                let (executor, calls) = calls_on_connection::executor(calls);
+                let connection = hyper::server::conn::http2::Builder::new(executor)
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(max_streams)
                     .serve_connection(io, service);
-                self.supervise(connection, activity, Wire::Http2).await;
+                self.supervise(connection, activity, Wire::Http2, calls)
+                    .await;
             }
         }
     }
 
-    /// Drives `connection` to its end, closing it when its activity breaks a bound or at
-    /// shutdown, as the watch on a task of its own (`watch`) orders.
+    /// Drives `connection` to its end (and `calls`, its calls run on its task), closing it when
+    /// its activity breaks a bound or at shutdown, as the watch on a task of its own (`watch`)
+    /// orders.
     async fn supervise<C: GracefulConnection>(
         self,
         connection: C,
         activity: Arc<Activity>,
         wire: Wire,
+        calls: Option<Calls>,
     ) {
         let orders = Arc::new(Orders::default());
         let watch = Watch {
@@ -396,7 +406,12 @@ impl Connection {
         let watching = tokio::spawn(keep_time(watch, activity, Arc::clone(&orders)));
         let _stop_watching = AbortOnDrop(watching.abort_handle());
         tokio::pin!(connection);
-        if let Ended::Finished(Err(error)) = Obeying::new(connection.as_mut(), orders).await {
+        let obeying = Obeying::new(connection.as_mut(), orders);
+        let ended = match calls {
+            Some(calls) => calls_on_connection::drive(obeying, calls).await,
+            None => obeying.await,
+        };
+        if let Ended::Finished(Err(error)) = ended {
             tracing::debug!(peer = %self.peer, listener = self.listener, %error, "connection ended");
         }
     }
