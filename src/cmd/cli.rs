@@ -857,11 +857,13 @@ pub struct ConnectionArgs {
     /// keepalive pings.
     #[arg(long, env = "FLOODGATE_GRPC_DEFAULT_DEADLINE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub grpc_default_deadline_ms: u64,
-    /// Run each gRPC call on a task of its own, which any worker thread may take, instead of
-    /// on its connection's task (the default, cheaper per call). Worth it only when a few
-    /// connections carry more calls than one thread answers: Envoy opens one per worker.
-    #[arg(long, env = "FLOODGATE_GRPC_CALL_TASKS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
-    pub grpc_call_tasks: bool,
+    /// Run each gRPC call on a task of its own, which any worker thread may take (true), or on
+    /// its connection's task (false), which costs less per call and hands nothing between
+    /// threads. Unset: on the connection's task with several worker threads, a task of its own
+    /// with one. Set it when a few connections carry more calls than one thread answers (Envoy
+    /// opens one per worker).
+    #[arg(long, env = "FLOODGATE_GRPC_CALL_TASKS", action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = GoBool)]
+    pub grpc_call_tasks: Option<bool>,
 }
 
 impl ConnectionArgs {
@@ -879,12 +881,15 @@ impl ConnectionArgs {
         std::time::Duration::from_millis(self.grpc_default_deadline_ms)
     }
 
-    pub fn grpc_calls(&self) -> crate::server::connections::CallTasks {
+    /// Where gRPC calls run, on a runtime of `worker_threads`: on one thread nothing is handed
+    /// between threads, so a call's own task costs no more than a place on its connection's.
+    pub fn grpc_calls(&self, worker_threads: usize) -> crate::server::connections::CallTasks {
         use crate::server::connections::CallTasks;
-        if self.grpc_call_tasks {
-            CallTasks::Own
-        } else {
-            CallTasks::OnConnection
+        match self.grpc_call_tasks {
+            Some(true) => CallTasks::Own,
+            Some(false) => CallTasks::OnConnection,
+            None if worker_threads > 1 => CallTasks::OnConnection,
+            None => CallTasks::Own,
         }
     }
 }

@@ -122,7 +122,9 @@ impl Serving {
             rlqs: crate::engine::rlqs::QuotaBoard::new(args.rlqs.quota_settings()),
             without_grpc_reflection: !args.grpc_reflection,
             limitador: None,
-            grpc_calls: args.connections.grpc_calls(),
+            grpc_calls: args
+                .connections
+                .grpc_calls(tokio::runtime::Handle::current().metrics().num_workers()),
         };
         let addresses = &bound.addresses;
         Serving {

@@ -1,22 +1,26 @@
-//! Where an HTTP/2 connection's calls run ([`CallTasks`]). By default on the connection's own
-//! task: hyper hands each new stream to [`CallExecutor`], and the connection's task polls the
-//! streams beside the connection itself ([`drive`]). A call that answers without waiting (the
-//! memory store's) then costs no task of its own, no trip through the scheduler's queues and,
-//! with several workers, no hand-over to another thread and back: at 16 calls in flight over
-//! four connections on two workers that made floodgate 1.2× as fast (docs/benchmarks.md,
-//! "Calls on their connection's task"). The price is that one connection's calls share one
-//! thread, as Envoy's own connections do; a client that sends all its load over one connection
-//! gets a thread per call with `--grpc-call-tasks` (`CallTasks::Own`).
+//! Where an HTTP/2 connection's calls run ([`CallTasks`]). With several worker threads, by
+//! default on the connection's own task: hyper hands each new stream to [`CallExecutor`], and the
+//! connection's task polls the streams beside the connection itself ([`drive`]). A call that
+//! answers without waiting (the memory store's) then costs no task of its own, no trip through
+//! the scheduler's queues and no hand-over to another thread and back: at 16 calls in flight
+//! over four connections on two workers that made floodgate about 1.2× as fast
+//! (docs/benchmarks.md, "Calls on their connection's task"). One connection's calls then share
+//! one thread, as Envoy's own connections do; `--grpc-call-tasks` gives each call a task of its
+//! own (`CallTasks::Own`), as on one worker thread, where nothing is handed between threads and
+//! a call that waits (Redis) costs fewer instructions so.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use futures_util::future::CatchUnwind;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::task::{ArcWake, AtomicWaker};
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
+use parking_lot::Mutex;
 
 /// How an HTTP/2 listener runs its connections' calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,8 +39,19 @@ type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// spawns it as a task of its own.
 #[derive(Clone)]
 pub(super) enum CallExecutor {
-    OnConnection(mpsc::UnboundedSender<Call>),
+    OnConnection(Arc<Mutex<Handoff>>),
     Own,
+}
+
+/// The calls hyper handed over that the connection's task has not taken yet.
+#[derive(Default)]
+pub(super) struct Handoff {
+    calls: Vec<Call>,
+    /// Whether the connection's task is polling the connection now: hyper hands calls over from
+    /// inside that poll, and they are taken right after it, so no wake-up is needed then.
+    polling: bool,
+    /// The connection's task, for a call handed over at any other time.
+    task: Option<Waker>,
 }
 
 impl<F> hyper::rt::Executor<F> for CallExecutor
@@ -45,8 +60,15 @@ where
 {
     fn execute(&self, call: F) {
         match self {
-            // Refused only once the connection's task has ended: the call would go with it.
-            CallExecutor::OnConnection(calls) => drop(calls.send(Box::pin(call))),
+            CallExecutor::OnConnection(handoff) => {
+                let mut handoff = handoff.lock();
+                handoff.calls.push(Box::pin(call));
+                let task = (!handoff.polling).then(|| handoff.task.clone()).flatten();
+                drop(handoff);
+                if let Some(task) = task {
+                    task.wake();
+                }
+            }
             CallExecutor::Own => drop(tokio::spawn(call)),
         }
     }
@@ -54,8 +76,11 @@ where
 
 /// The calls of one connection, run by its task.
 pub(super) struct Calls {
-    arriving: mpsc::UnboundedReceiver<Call>,
-    running: FuturesUnordered<CatchUnwind<AssertUnwindSafe<Call>>>,
+    handoff: Arc<Mutex<Handoff>>,
+    /// The calls taken from the handoff, kept to reuse its allocation.
+    taken: Vec<Call>,
+    /// Calls that waited at their first poll (Redis, a held answer, a stream).
+    waiting: FuturesUnordered<CatchUnwind<AssertUnwindSafe<Call>>>,
 }
 
 /// An executor to build a connection with, and the calls it will hand to the connection's task
@@ -64,53 +89,104 @@ pub(super) fn executor(tasks: CallTasks) -> (CallExecutor, Option<Calls>) {
     match tasks {
         CallTasks::Own => (CallExecutor::Own, None),
         CallTasks::OnConnection => {
-            let (calls, arriving) = mpsc::unbounded_channel();
-            let running = FuturesUnordered::new();
-            let calls_here = Calls { arriving, running };
-            (CallExecutor::OnConnection(calls), Some(calls_here))
+            let handoff = Arc::new(Mutex::new(Handoff::default()));
+            let calls = Calls {
+                handoff: Arc::clone(&handoff),
+                taken: Vec::new(),
+                waiting: FuturesUnordered::new(),
+            };
+            (CallExecutor::OnConnection(handoff), Some(calls))
         }
     }
 }
-
-/// Polls the connection again after its calls answered, at most this many times a wake-up, so
-/// the answers go out in this turn rather than the next; bounded to leave the thread to others.
-const ROUNDS_PER_WAKE: usize = 4;
 
 /// Runs `connection` and its calls until the connection ends; its output. Calls still open then
 /// are dropped: their connection is gone, so nothing they could send would arrive (a graceful
 /// close has waited for them already).
 pub(super) async fn drive<C: Future>(connection: C, mut calls: Calls) -> C::Output {
     tokio::pin!(connection);
+    let woken = Arc::new(ConnectionWoken::default());
+    let connection_waker = futures_util::task::waker(Arc::clone(&woken));
     std::future::poll_fn(|cx| {
-        for _ in 0..ROUNDS_PER_WAKE {
-            if let Poll::Ready(output) = connection.as_mut().poll(cx) {
+        woken.task.register(cx.waker());
+        // Only when something it waits on moved (or at the start): a wake-up for a call that
+        // waited (its Redis reply) leaves the connection alone until the answer is written.
+        if woken.flag.swap(false, Ordering::AcqRel) {
+            calls.start_polling(cx.waker());
+            let mut connection_cx = Context::from_waker(&connection_waker);
+            if let Poll::Ready(output) = connection.as_mut().poll(&mut connection_cx) {
                 return Poll::Ready(output);
             }
-            if calls.run(cx) == 0 {
-                break;
-            }
         }
+        // A call that answers wakes the connection to write its answer: it is polled again at
+        // once, after other tasks had their turn.
+        calls.run(cx);
         Poll::Pending
     })
     .await
 }
 
-impl Calls {
-    /// Takes the calls handed over and polls every call that can move; how many finished.
-    fn run(&mut self, cx: &mut Context<'_>) -> usize {
-        while let Poll::Ready(Some(call)) = self.arriving.poll_recv(cx) {
-            self.running.push(AssertUnwindSafe(call).catch_unwind());
+/// The connection's own waker: says it was woken, then wakes the task.
+struct ConnectionWoken {
+    flag: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for ConnectionWoken {
+    fn default() -> Self {
+        Self {
+            flag: AtomicBool::new(true),
+            task: AtomicWaker::new(),
         }
-        let mut finished = 0;
-        while let Poll::Ready(Some(ended)) = self.running.poll_next_unpin(cx) {
-            finished += 1;
-            if ended.is_err() {
-                // A bug, never input: the call is lost (its stream reset), not the connection.
-                tracing::error!("a gRPC call panicked; its stream is reset");
+    }
+}
+
+impl ArcWake for ConnectionWoken {
+    fn wake_by_ref(this: &Arc<Self>) {
+        this.flag.store(true, Ordering::Release);
+        this.task.wake();
+    }
+}
+
+impl Calls {
+    fn start_polling(&mut self, task: &Waker) {
+        let mut handoff = self.handoff.lock();
+        handoff.polling = true;
+        if !handoff
+            .task
+            .as_ref()
+            .is_some_and(|known| known.will_wake(task))
+        {
+            handoff.task = Some(task.clone());
+        }
+    }
+
+    /// Takes the calls handed over and polls each once, then every waiting call that can move.
+    /// Most calls answer at their first poll, and never cost a place among the waiting.
+    fn run(&mut self, cx: &mut Context<'_>) {
+        {
+            let mut handoff = self.handoff.lock();
+            handoff.polling = false;
+            std::mem::swap(&mut handoff.calls, &mut self.taken);
+        }
+        for mut call in self.taken.drain(..) {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+                Ok(Poll::Ready(())) => {}
+                Ok(Poll::Pending) => self.waiting.push(AssertUnwindSafe(call).catch_unwind()),
+                Err(_) => call_panicked(),
             }
         }
-        finished
+        while let Poll::Ready(Some(ended)) = self.waiting.poll_next_unpin(cx) {
+            if ended.is_err() {
+                call_panicked();
+            }
+        }
     }
+}
+
+/// A bug, never input: the call is lost (its stream reset), not the connection.
+fn call_panicked() {
+    tracing::error!("a gRPC call panicked; its stream is reset");
 }
 
 #[cfg(test)]
