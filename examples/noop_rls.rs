@@ -14,11 +14,14 @@
 //! cargo run --release --example noop_rls -- --addr 127.0.0.1:18081 --redis-url redis://127.0.0.1:6379/0
 //! ```
 //!
-//! The server is built as floodgate builds its gRPC listener (a default
+//! The server is a plain tonic server (a default
 //! `tonic::transport::Server::builder().tcp_nodelay(true)` on the runtime floodgate would pick
-//! for the same `--worker-threads`, and floodgate's allocator, mimalloc), so the only
-//! difference is the decision. tonic ignores the builder's `tcp_nodelay` for a listener bound
-//! beforehand, so it is set on the incoming stream here.
+//! for the same `--worker-threads`, and floodgate's allocator, mimalloc), each call a task of its
+//! own as tonic runs them. floodgate's gRPC listener differs in one way besides the decision:
+//! with several worker threads it runs a connection's calls on the connection's task
+//! (`server::connections::CallTasks`), so on two workers floodgate can outrun this floor; its
+//! `--grpc-call-tasks=true` runs calls as this server does. tonic ignores the builder's
+//! `tcp_nodelay` for a listener bound beforehand, so it is set on the incoming stream here.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

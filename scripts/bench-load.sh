@@ -370,7 +370,10 @@ if busiest[1]["other_cpu_cores"] > 0.1:
       f"{busiest[1]['other_cpu_cores']:.2f} cores during the runs (`{busiest[0]}`); "
       "the figures below are disturbed.")
 w("- the no-op server (`examples/noop_rls.rs`) answers OK to every descriptor and does nothing "
-  "else, on the same tonic server settings: it is the floor of any external rate-limit call.")
+  "else, on the same tonic server settings: it is the floor of any external rate-limit call. "
+  "Its calls are tasks of their own, as tonic runs them; floodgate with several worker threads "
+  "runs a connection's calls on the connection's task (`--grpc-call-tasks`), so it can outrun "
+  "this floor.")
 w("")
 
 w("## Peak throughput (closed loop)")
