@@ -74,7 +74,7 @@ pub async fn serve(args: ServeArgs, door: FrontDoor) -> Result<(), AppError> {
     if let Some(file) = limitador_file {
         let counting = (limitador_counting, charging);
         let limitador = file.start(&args, counting, &serving.shutdown).await?;
-        serving.serve_limitador(Some(limitador));
+        serving.serve_limitador(limitador);
     }
     let parts = LimiterParts {
         rules,

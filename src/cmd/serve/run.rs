@@ -74,8 +74,8 @@ impl Signals {
 
 impl Serving {
     /// Serves Limitador's limits beside the rules.
-    pub(super) fn serve_limitador(&mut self, limitador: Option<Arc<Limitador>>) {
-        self.operations.limitador = limitador;
+    pub(super) fn serve_limitador(&mut self, limitador: Arc<Limitador>) {
+        self.operations.limitador = Some(limitador);
     }
 
     /// Health (not ready until the limiter is), the drain a stop signal starts, the gRPC

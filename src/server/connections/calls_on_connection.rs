@@ -14,7 +14,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use futures_util::future::CatchUnwind;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 /// How an HTTP/2 listener runs its connections' calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CallTasks {
-    /// On the connection's task (the default).
+    /// On the connection's task (`Operations`' default; `serve` chooses by worker threads).
     #[default]
     OnConnection,
     /// Each on a task of its own, which any worker may run (`--grpc-call-tasks`).
@@ -39,19 +39,26 @@ type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// spawns it as a task of its own.
 #[derive(Clone)]
 pub(super) enum CallExecutor {
-    OnConnection(Arc<Mutex<Handoff>>),
+    OnConnection(Arc<Shared>),
     Own,
+}
+
+/// What hyper's executor and the connection's task share.
+pub(super) struct Shared {
+    handoff: Mutex<Handoff>,
+    /// Whether the connection was woken since its last poll (it is polled first of all).
+    connection_woken: AtomicBool,
+    /// The connection's task.
+    task: AtomicWaker,
 }
 
 /// The calls hyper handed over that the connection's task has not taken yet.
 #[derive(Default)]
-pub(super) struct Handoff {
+struct Handoff {
     calls: Vec<Call>,
     /// Whether the connection's task is polling the connection now: hyper hands calls over from
     /// inside that poll, and they are taken right after it, so no wake-up is needed then.
     polling: bool,
-    /// The connection's task, for a call handed over at any other time.
-    task: Option<Waker>,
 }
 
 impl<F> hyper::rt::Executor<F> for CallExecutor
@@ -60,13 +67,14 @@ where
 {
     fn execute(&self, call: F) {
         match self {
-            CallExecutor::OnConnection(handoff) => {
-                let mut handoff = handoff.lock();
-                handoff.calls.push(Box::pin(call));
-                let task = (!handoff.polling).then(|| handoff.task.clone()).flatten();
-                drop(handoff);
-                if let Some(task) = task {
-                    task.wake();
+            CallExecutor::OnConnection(shared) => {
+                let wake = {
+                    let mut handoff = shared.handoff.lock();
+                    handoff.calls.push(Box::pin(call));
+                    !handoff.polling
+                };
+                if wake {
+                    shared.task.wake();
                 }
             }
             CallExecutor::Own => drop(tokio::spawn(call)),
@@ -74,9 +82,17 @@ where
     }
 }
 
+/// The connection's own waker: says it was woken, then wakes the task.
+impl ArcWake for Shared {
+    fn wake_by_ref(this: &Arc<Self>) {
+        this.connection_woken.store(true, Ordering::Release);
+        this.task.wake();
+    }
+}
+
 /// The calls of one connection, run by its task.
 pub(super) struct Calls {
-    handoff: Arc<Mutex<Handoff>>,
+    shared: Arc<Shared>,
     /// The calls taken from the handoff, kept to reuse its allocation.
     taken: Vec<Call>,
     /// Calls that waited at their first poll (Redis, a held answer, a stream).
@@ -89,13 +105,18 @@ pub(super) fn executor(tasks: CallTasks) -> (CallExecutor, Option<Calls>) {
     match tasks {
         CallTasks::Own => (CallExecutor::Own, None),
         CallTasks::OnConnection => {
-            let handoff = Arc::new(Mutex::new(Handoff::default()));
+            let shared = Arc::new(Shared {
+                handoff: Mutex::new(Handoff::default()),
+                // So that the first poll polls the connection.
+                connection_woken: AtomicBool::new(true),
+                task: AtomicWaker::new(),
+            });
             let calls = Calls {
-                handoff: Arc::clone(&handoff),
+                shared: Arc::clone(&shared),
                 taken: Vec::new(),
                 waiting: FuturesUnordered::new(),
             };
-            (CallExecutor::OnConnection(handoff), Some(calls))
+            (CallExecutor::OnConnection(shared), Some(calls))
         }
     }
 }
@@ -105,14 +126,13 @@ pub(super) fn executor(tasks: CallTasks) -> (CallExecutor, Option<Calls>) {
 /// close has waited for them already).
 pub(super) async fn drive<C: Future>(connection: C, mut calls: Calls) -> C::Output {
     tokio::pin!(connection);
-    let woken = Arc::new(ConnectionWoken::default());
-    let connection_waker = futures_util::task::waker(Arc::clone(&woken));
+    let connection_waker = futures_util::task::waker(Arc::clone(&calls.shared));
     std::future::poll_fn(|cx| {
-        woken.task.register(cx.waker());
+        calls.shared.task.register(cx.waker());
         // Only when something it waits on moved (or at the start): a wake-up for a call that
         // waited (its Redis reply) leaves the connection alone until the answer is written.
-        if woken.flag.swap(false, Ordering::AcqRel) {
-            calls.start_polling(cx.waker());
+        if calls.shared.connection_woken.swap(false, Ordering::AcqRel) {
+            calls.start_polling();
             let mut connection_cx = Context::from_waker(&connection_waker);
             if let Poll::Ready(output) = connection.as_mut().poll(&mut connection_cx) {
                 return Poll::Ready(output);
@@ -126,46 +146,16 @@ pub(super) async fn drive<C: Future>(connection: C, mut calls: Calls) -> C::Outp
     .await
 }
 
-/// The connection's own waker: says it was woken, then wakes the task.
-struct ConnectionWoken {
-    flag: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl Default for ConnectionWoken {
-    fn default() -> Self {
-        Self {
-            flag: AtomicBool::new(true),
-            task: AtomicWaker::new(),
-        }
-    }
-}
-
-impl ArcWake for ConnectionWoken {
-    fn wake_by_ref(this: &Arc<Self>) {
-        this.flag.store(true, Ordering::Release);
-        this.task.wake();
-    }
-}
-
 impl Calls {
-    fn start_polling(&mut self, task: &Waker) {
-        let mut handoff = self.handoff.lock();
-        handoff.polling = true;
-        if !handoff
-            .task
-            .as_ref()
-            .is_some_and(|known| known.will_wake(task))
-        {
-            handoff.task = Some(task.clone());
-        }
+    fn start_polling(&self) {
+        self.shared.handoff.lock().polling = true;
     }
 
     /// Takes the calls handed over and polls each once, then every waiting call that can move.
     /// Most calls answer at their first poll, and never cost a place among the waiting.
     fn run(&mut self, cx: &mut Context<'_>) {
         {
-            let mut handoff = self.handoff.lock();
+            let mut handoff = self.shared.handoff.lock();
             handoff.polling = false;
             std::mem::swap(&mut handoff.calls, &mut self.taken);
         }
