@@ -8,9 +8,14 @@
 # is measured is the limit's own cost. h2load sends HTTP/1.1 over kept-alive connections,
 # closed loop, for BENCH_SECONDS after a warm-up; the configurations take turns, BENCH_ROUNDS
 # rounds, and each is given as the median of its rounds over the median of "no limit": single
-# runs vary by ±15 % on a shared host. Release builds throughout.
+# runs vary by ±15 % on a shared host. Release builds throughout. For the `ratelimit`
+# configurations it also gives the RLS process's own CPU per request (from /proc, over the
+# measured seconds), which varies far less: what the RLS costs the host it shares with Envoy.
 #
 #   scripts/bench-envoy.sh          # BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CONNECTIONS=8
+#
+# The report goes to BENCH_OUT [docs/benchmarks-envoy.md; with BENCH_INSTRUCTIONS=1,
+# docs/benchmarks-envoy-instructions.md] and to the terminal.
 #
 # A seventh configuration, `rate_limit_quota` with every request in one fixed bucket (no
 # matcher, no bucket id read from the request), is the filter's own floor.
@@ -30,6 +35,11 @@ REQUESTS="${BENCH_REQUESTS:-10000}"
 SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
 CONNECTIONS="${BENCH_CONNECTIONS:-8}"
 ENVOY="${FLOODGATE_ENVOY:-.venv/bin/envoy}"
+if [ "$INSTRUCTIONS" = 1 ]; then
+  OUT="${BENCH_OUT:-docs/benchmarks-envoy-instructions.md}"
+else
+  OUT="${BENCH_OUT:-docs/benchmarks-envoy.md}"
+fi
 
 die() { echo "bench-envoy: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib/bench-common.sh
@@ -65,6 +75,7 @@ YAML
 start_floodgate "$FLOODGATE" "$WORK/rules" "$WORK/floodgate.log"
 SERVERS=("$SERVER_PID")
 MEMORY_PORT="$GRPC_PORT"
+MEMORY_PID="$SERVER_PID"
 read -r REDIS_PORT NOOP_PORT EDGE ADMIN DIRECT < <(free_ports 5)
 start_redis "$REDIS_PORT" "$WORK" "$WORK/redis.log"
 SERVERS+=("$REDIS_PID")
@@ -73,8 +84,10 @@ start_floodgate "$FLOODGATE" "$WORK/rules" "$WORK/floodgate-redis.log" \
   --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT/0"
 SERVERS+=("$SERVER_PID")
 REDIS_RLS_PORT="$GRPC_PORT"
+REDIS_RLS_PID="$SERVER_PID"
 "$NOOP_RLS" --addr "127.0.0.1:$NOOP_PORT" >"$WORK/noop.log" 2>&1 &
-SERVERS+=("$!")
+NOOP_PID=$!
+SERVERS+=("$NOOP_PID")
 PIDS=("${SERVERS[@]}")
 wait_port noop_rls "$!" "$NOOP_PORT" "$WORK/noop.log"
 
@@ -173,27 +186,57 @@ one_bucket = ("              bucket_matchers:\n"
 open(f"{work}/rlqs-one-bucket.yaml", "w").write(at(memory, text[:matchers] + one_bucket + text[end:]))
 PY
 
-# run CONFIG: one Envoy on CONFIG, warmed up, measured; prints requests a second.
+# rls_pid CONFIG: the RLS process a `ratelimit` configuration calls (none for the others).
+rls_pid() {
+  case "$1" in
+    rls-noop) echo "$NOOP_PID" ;;
+    rls-memory) echo "$MEMORY_PID" ;;
+    rls-redis) echo "$REDIS_RLS_PID" ;;
+  esac
+}
+
+# cpu_ticks PID: the process's CPU time so far (user and system), in clock ticks.
+cpu_ticks() {
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# run CONFIG: one Envoy on CONFIG, warmed up, measured; prints requests a second, and for a
+# `ratelimit` configuration the RLS process's CPU per request over the measured seconds, in µs
+# (which varies far less than the rate: what the RLS costs the host, whatever else runs).
 run() {
-  local config="$1" pid out
+  local config="$1" pid out rls cpu_before="" cpu_after=""
   "$ENVOY" -c "$WORK/$config.yaml" --disable-hot-restart --concurrency 1 --log-level error \
     >"$WORK/envoy-$config.log" 2>&1 &
   pid=$!
   PIDS=("${SERVERS[@]}" "$pid")
   wait_port envoy "$pid" "$EDGE" "$WORK/envoy-$config.log"
+  rls="$(rls_pid "$config")"
+  # h2load's warm-up is not measured: the RLS's CPU is read once it is over.
+  [ -n "$rls" ] && { sleep 2; cpu_ticks "$rls" >"$WORK/cpu-before"; } &
   out="$(h2load --h1 -c "$CONNECTIONS" -m 1 -D "$SECONDS_PER_RUN" --warm-up-time=2 \
     -H 'x-tenant: acme-corp' "http://127.0.0.1:$EDGE/" 2>&1)" || { echo "$out" >&2; die "h2load failed"; }
+  wait $! 2>/dev/null || true
+  if [ -n "$rls" ]; then
+    cpu_after="$(cpu_ticks "$rls")"
+    cpu_before="$(cat "$WORK/cpu-before")"
+  fi
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   PIDS=("${SERVERS[@]}")
   python3 -c '
-import re, sys
+import os, re, sys
 text = sys.stdin.read()
 ok = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
 if not ok or int(ok.group(3)) + int(ok.group(4)) > 0:
     sys.exit("requests were denied or failed: the limit is meant to be out of the way")
-print(re.search(r"finished in [^,]+, ([0-9.]+) req/s", text).group(1))
-' <<<"$out"
+rate = float(re.search(r"finished in [^,]+, ([0-9.]+) req/s", text).group(1))
+before, after, seconds = sys.argv[1:]
+if before:
+    ticks = os.sysconf("SC_CLK_TCK")
+    print(rate, round((float(after) - float(before)) / ticks * 1e6 / (rate * float(seconds)), 1))
+else:
+    print(rate)
+' "$cpu_before" "$cpu_after" "$SECONDS_PER_RUN" <<<"$out"
 }
 
 CONFIGS=(none local rlqs rlqs-one-bucket rls-noop rls-memory rls-redis)
@@ -257,6 +300,7 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     echo "bench-envoy: $config $count instructions per request" >&2
     echo "$config $count" >>"$WORK/counts"
   done
+  { echo "# What a limit costs Envoy, in instructions"; echo
   python3 - "$WORK/counts" "$REQUESTS" "$CONNECTIONS" "$(report_provenance "scripts/bench-envoy.sh (BENCH_INSTRUCTIONS=1)")" <<'PY'
 import os, sys
 path, requests, connections, provenance = sys.argv[1:]
@@ -272,6 +316,8 @@ for config, count in counts.items():
     ratio = count / counts["none"]
     print(f"| {names[config]} | {count:,} | {ratio:.3f} | {1 / ratio:.2f} |")
 PY
+  } | tee "$OUT"
+  echo "bench-envoy: wrote $OUT" >&2
   exit 0
 fi
 
@@ -279,20 +325,23 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$WORK/results"
 for round in $(seq 1 "$ROUNDS"); do
   for config in "${CONFIGS[@]}"; do
-    rate="$(run "$config")"
-    echo "bench-envoy: round $round $config $rate req/s" >&2
-    echo "$config $rate" >>"$WORK/results"
+    read -r rate cpu < <(run "$config")
+    echo "bench-envoy: round $round $config $rate req/s${cpu:+, RLS CPU $cpu µs a request}" >&2
+    echo "$config $rate $cpu" >>"$WORK/results"
   done
 done
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
 
+{ echo "# What a limit costs Envoy, timed"; echo
 python3 - "$WORK/results" "$ROUNDS" "$SECONDS_PER_RUN" "$CONNECTIONS" "$LOAD_BEFORE" "$LOAD_AFTER" "$(report_provenance scripts/bench-envoy.sh)" <<'PY'
 import os, statistics, sys
 path, rounds, seconds, connections, before, after, provenance = sys.argv[1:]
-runs = {}
+runs, cpus = {}, {}
 for line in open(path):
-    config, rate = line.split()
+    config, rate, *cpu = line.split()
     runs.setdefault(config, []).append(float(rate))
+    if cpu:
+        cpus.setdefault(config, []).append(float(cpu[0]))
 base = statistics.median(runs["none"])
 sys.path.insert(0, os.path.dirname(path))
 from names import NAMES as names
@@ -310,4 +359,15 @@ median = {config: statistics.median(rates) for config, rates in runs.items()}
 print(f"\nRLQS / local_ratelimit: {median['rlqs'] / median['local']:.2f}; "
       f"floodgate memory / no-op RLS: {median['rls-memory'] / median['rls-noop']:.2f}; "
       f"floodgate Redis / no-op RLS: {median['rls-redis'] / median['rls-noop']:.2f}")
+print("\nThe RLS process's own CPU per request over the measured seconds (user and system, "
+      "from /proc), which varies far less from round to round than the rates:\n")
+print("| RLS | µs a request, median | each round | ratio to the no-op's |")
+print("|---|--:|---|--:|")
+noop_cpu = statistics.median(cpus["rls-noop"])
+for config in ("rls-noop", "rls-memory", "rls-redis"):
+    cpu = statistics.median(cpus[config])
+    print(f"| {names[config]} | {cpu:.1f} | " + ", ".join(f"{c:.1f}" for c in cpus[config])
+          + f" | {cpu / noop_cpu:.2f} |")
 PY
+} | tee "$OUT"
+echo "bench-envoy: wrote $OUT" >&2

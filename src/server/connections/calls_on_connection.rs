@@ -4,7 +4,11 @@
 //! answers without waiting (the memory store's) then costs no task of its own, no trip through
 //! the scheduler's queues and no hand-over to another thread and back: at 16 calls in flight
 //! over four connections on two workers that made floodgate about 1.2× as fast
-//! (docs/benchmarks.md, "Calls on their connection's task"). One connection's calls then share
+//! (docs/benchmarks.md, "Calls on their connection's task"). The two sides wake each other
+//! from inside the task's poll (h2 wakes a call as it grants it room to send, a call that
+//! answers wakes the connection to write it); those wake-ups are served in the same poll, never
+//! by waking the task, which tokio would queue again and, with an idle worker, wake that worker
+//! for (docs/benchmarks.md, "No wake-up of its own task"). One connection's calls then share
 //! one thread, as Envoy's own connections do; `--grpc-call-tasks` gives each call a task of its
 //! own (`CallTasks::Own`), as on one worker thread, where nothing is handed between threads and
 //! a call that waits (Redis) costs fewer instructions so.
@@ -14,7 +18,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures_util::future::CatchUnwind;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -43,22 +47,40 @@ pub(super) enum CallExecutor {
     Own,
 }
 
-/// What hyper's executor and the connection's task share.
+/// What hyper's executor, the connection's task and the wakers of both sides share.
 pub(super) struct Shared {
-    handoff: Mutex<Handoff>,
-    /// Whether the connection was woken since its last poll (it is polled first of all).
+    /// The calls hyper handed over that the connection's task has not taken yet.
+    handoff: Mutex<Vec<Call>>,
+    /// Whether the connection was woken since it was last polled.
     connection_woken: AtomicBool,
+    /// Whether a call was handed over or woken since the calls were last run.
+    calls_woken: AtomicBool,
+    /// Whether the connection's task is inside its poll, which looks at both flags before it
+    /// ends: a wake-up then only sets its flag.
+    in_poll: AtomicBool,
     /// The connection's task.
     task: AtomicWaker,
 }
 
-/// The calls hyper handed over that the connection's task has not taken yet.
-#[derive(Default)]
-struct Handoff {
-    calls: Vec<Call>,
-    /// Whether the connection's task is polling the connection now: hyper hands calls over from
-    /// inside that poll, and they are taken right after it, so no wake-up is needed then.
-    polling: bool,
+impl Shared {
+    /// Notes that one side (`connection_woken` or `calls_woken`) has work, and wakes the task
+    /// unless it is inside its poll. From inside, tokio would poll the task again after a trip
+    /// through its queues, which, with an idle worker, wakes that worker to take it over: a
+    /// cross-thread wake-up per answer at a low rate. Both sides wake from inside as a rule: h2
+    /// wakes a call polled inline when it grants the call room to send, and a call that answers
+    /// wakes the connection to write the answer.
+    fn woken(&self, side: &AtomicBool) {
+        // SeqCst pairs with `drive`'s end of poll: either this sees the task out of its poll
+        // and wakes it, or the task sees the flag and goes round again.
+        side.store(true, Ordering::SeqCst);
+        if !self.in_poll.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+
+    fn was_woken(&self) -> bool {
+        self.connection_woken.load(Ordering::SeqCst) || self.calls_woken.load(Ordering::SeqCst)
+    }
 }
 
 impl<F> hyper::rt::Executor<F> for CallExecutor
@@ -68,25 +90,29 @@ where
     fn execute(&self, call: F) {
         match self {
             CallExecutor::OnConnection(shared) => {
-                let wake = {
-                    let mut handoff = shared.handoff.lock();
-                    handoff.calls.push(Box::pin(call));
-                    !handoff.polling
-                };
-                if wake {
-                    shared.task.wake();
-                }
+                shared.handoff.lock().push(Box::pin(call));
+                shared.woken(&shared.calls_woken);
             }
             CallExecutor::Own => drop(tokio::spawn(call)),
         }
     }
 }
 
-/// The connection's own waker: says it was woken, then wakes the task.
-impl ArcWake for Shared {
+/// The waker hyper's connection is polled with.
+struct ConnectionWaker(Arc<Shared>);
+
+impl ArcWake for ConnectionWaker {
     fn wake_by_ref(this: &Arc<Self>) {
-        this.connection_woken.store(true, Ordering::Release);
-        this.task.wake();
+        this.0.woken(&this.0.connection_woken);
+    }
+}
+
+/// The waker the calls are polled with (and the waiting set's, which wakes it for any of them).
+struct CallsWaker(Arc<Shared>);
+
+impl ArcWake for CallsWaker {
+    fn wake_by_ref(this: &Arc<Self>) {
+        this.0.woken(&this.0.calls_woken);
     }
 }
 
@@ -106,9 +132,11 @@ pub(super) fn executor(tasks: CallTasks) -> (CallExecutor, Option<Calls>) {
         CallTasks::Own => (CallExecutor::Own, None),
         CallTasks::OnConnection => {
             let shared = Arc::new(Shared {
-                handoff: Mutex::new(Handoff::default()),
+                handoff: Mutex::new(Vec::new()),
                 // So that the first poll polls the connection.
                 connection_woken: AtomicBool::new(true),
+                calls_woken: AtomicBool::new(false),
+                in_poll: AtomicBool::new(false),
                 task: AtomicWaker::new(),
             });
             let calls = Calls {
@@ -121,44 +149,72 @@ pub(super) fn executor(tasks: CallTasks) -> (CallExecutor, Option<Calls>) {
     }
 }
 
+/// How many rounds (the connection, then its calls) one poll of a connection's task may go
+/// while its two sides keep waking each other, before it lets other tasks run.
+const ROUNDS_PER_POLL: usize = 8;
+
 /// Runs `connection` and its calls until the connection ends; its output. Calls still open then
 /// are dropped: their connection is gone, so nothing they could send would arrive (a graceful
 /// close has waited for them already).
 pub(super) async fn drive<C: Future>(connection: C, mut calls: Calls) -> C::Output {
     tokio::pin!(connection);
-    let connection_waker = futures_util::task::waker(Arc::clone(&calls.shared));
+    let shared = Arc::clone(&calls.shared);
+    let wakers = Wakers {
+        connection: futures_util::task::waker(Arc::new(ConnectionWaker(Arc::clone(&shared)))),
+        calls: futures_util::task::waker(Arc::new(CallsWaker(Arc::clone(&shared)))),
+    };
     std::future::poll_fn(|cx| {
-        calls.shared.task.register(cx.waker());
-        // Only when something it waits on moved (or at the start): a wake-up for a call that
-        // waited (its Redis reply) leaves the connection alone until the answer is written.
-        if calls.shared.connection_woken.swap(false, Ordering::AcqRel) {
-            calls.start_polling();
-            let mut connection_cx = Context::from_waker(&connection_waker);
-            if let Poll::Ready(output) = connection.as_mut().poll(&mut connection_cx) {
-                return Poll::Ready(output);
-            }
+        shared.task.register(cx.waker());
+        shared.in_poll.store(true, Ordering::SeqCst);
+        let polled = calls.go_round(connection.as_mut(), &wakers);
+        shared.in_poll.store(false, Ordering::SeqCst);
+        // Woken in the last round, or after the last look: polled again after other tasks.
+        if polled.is_pending() && shared.was_woken() {
+            cx.waker().wake_by_ref();
         }
-        // A call that answers wakes the connection to write its answer: it is polled again at
-        // once, after other tasks had their turn.
-        calls.run(cx);
-        Poll::Pending
+        polled
     })
     .await
 }
 
+/// The wakers each side of a connection's task is polled with.
+struct Wakers {
+    connection: Waker,
+    calls: Waker,
+}
+
 impl Calls {
-    fn start_polling(&self) {
-        self.shared.handoff.lock().polling = true;
+    /// Polls the connection when it was woken, then the calls, while either side keeps waking
+    /// the other (at most [`ROUNDS_PER_POLL`] times).
+    fn go_round<C: Future>(
+        &mut self,
+        mut connection: Pin<&mut C>,
+        wakers: &Wakers,
+    ) -> Poll<C::Output> {
+        for _ in 0..ROUNDS_PER_POLL {
+            // A wake-up for a call that waited (its Redis reply) leaves the connection alone
+            // until the answer is written.
+            if self.shared.connection_woken.swap(false, Ordering::SeqCst) {
+                let polled = connection
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&wakers.connection));
+                if polled.is_ready() {
+                    return polled;
+                }
+            }
+            self.shared.calls_woken.store(false, Ordering::SeqCst);
+            self.run(&mut Context::from_waker(&wakers.calls));
+            if !self.shared.was_woken() {
+                break;
+            }
+        }
+        Poll::Pending
     }
 
     /// Takes the calls handed over and polls each once, then every waiting call that can move.
     /// Most calls answer at their first poll, and never cost a place among the waiting.
     fn run(&mut self, cx: &mut Context<'_>) {
-        {
-            let mut handoff = self.shared.handoff.lock();
-            handoff.polling = false;
-            std::mem::swap(&mut handoff.calls, &mut self.taken);
-        }
+        std::mem::swap(&mut *self.shared.handoff.lock(), &mut self.taken);
         for mut call in self.taken.drain(..) {
             match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
                 Ok(Poll::Ready(())) => {}
@@ -199,6 +255,122 @@ mod tests {
         while done.load(Ordering::SeqCst) < wanted {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// A waker that counts its wake-ups.
+    struct CountingWaker(AtomicUsize);
+
+    impl ArcWake for CountingWaker {
+        fn wake_by_ref(this: &Arc<Self>) {
+            this.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The connection's task as tokio sees it: polled by hand, its wake-ups counted.
+    struct Task {
+        wakes: Arc<CountingWaker>,
+        waker: Waker,
+    }
+
+    impl Task {
+        fn new() -> Self {
+            let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+            let waker = futures_util::task::waker(Arc::clone(&wakes));
+            Task { wakes, waker }
+        }
+
+        fn wakes(&self) -> usize {
+            self.wakes.0.load(Ordering::SeqCst)
+        }
+
+        /// Polls `driven` once; true while it has not ended.
+        fn poll<F: Future>(&self, driven: Pin<&mut F>) -> bool {
+            driven
+                .poll(&mut Context::from_waker(&self.waker))
+                .is_pending()
+        }
+    }
+
+    /// A connection that hands one call over at its first poll (as hyper does when a request's
+    /// headers arrive) and counts its polls; the call wakes the connection and answers, as a
+    /// call that writes its answer does, after waking itself as h2 does when it grants the call
+    /// room to send.
+    fn connection_with_one_answering_call(
+        executor: CallExecutor,
+        polls: Arc<AtomicUsize>,
+    ) -> impl Future<Output = ()> {
+        std::future::poll_fn(move |cx| {
+            if polls.fetch_add(1, Ordering::SeqCst) == 0 {
+                let connection = cx.waker().clone();
+                executor.execute(std::future::poll_fn(move |call_cx| {
+                    call_cx.waker().wake_by_ref();
+                    connection.wake_by_ref();
+                    Poll::Ready(())
+                }));
+            }
+            Poll::Pending
+        })
+    }
+
+    #[test]
+    fn wake_ups_from_inside_the_poll_are_served_in_it_without_rescheduling_the_task() {
+        let (executor, calls) = on_connection();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let connection = connection_with_one_answering_call(executor, Arc::clone(&polls));
+        let task = Task::new();
+        let driven = drive(connection, calls);
+        futures_util::pin_mut!(driven);
+        assert!(task.poll(driven.as_mut()));
+        // Polled again in the same poll to write the answer; the task never woken, so tokio
+        // has no reason to queue it again (and wake an idle worker to take it).
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        assert_eq!(task.wakes(), 0);
+    }
+
+    #[test]
+    fn wake_ups_from_outside_the_poll_wake_the_task() {
+        let (executor, calls) = on_connection();
+        let connection_waker = Arc::new(parking_lot::Mutex::new(None::<Waker>));
+        let kept = Arc::clone(&connection_waker);
+        let connection = std::future::poll_fn(move |cx| {
+            *kept.lock() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        });
+        let task = Task::new();
+        let driven = drive(connection, calls);
+        futures_util::pin_mut!(driven);
+        assert!(task.poll(driven.as_mut()));
+        assert_eq!(task.wakes(), 0);
+        // The socket became readable: the connection is woken from outside.
+        if let Some(connection) = connection_waker.lock().take() {
+            connection.wake();
+        }
+        assert_eq!(task.wakes(), 1);
+        // tokio polls the woken task; then a call is handed over from outside a poll (hyper
+        // does not, but nothing may be lost).
+        assert!(task.poll(driven.as_mut()));
+        executor.execute(async {});
+        assert_eq!(task.wakes(), 2);
+    }
+
+    #[test]
+    fn sides_that_keep_waking_each_other_yield_after_a_bounded_number_of_rounds() {
+        let (_executor, calls) = on_connection();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&polls);
+        // A connection that always has more to do.
+        let connection = std::future::poll_fn(move |cx| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        let task = Task::new();
+        let driven = drive(connection, calls);
+        futures_util::pin_mut!(driven);
+        assert!(task.poll(driven.as_mut()));
+        assert_eq!(polls.load(Ordering::SeqCst), ROUNDS_PER_POLL);
+        // Other tasks run first; then the task is polled again.
+        assert_eq!(task.wakes(), 1);
     }
 
     #[tokio::test]
