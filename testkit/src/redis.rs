@@ -173,6 +173,17 @@ impl RedisServer {
         try_connect_url(&self.url()).await
     }
 
+    /// The server's clients (`CLIENT LIST`), one line each, the connection asking included
+    /// (its line says `cmd=client`).
+    pub async fn client_list(&self) -> Vec<String> {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut self.inspector().await)
+            .await
+            .unwrap_or_else(|error| panic!("CLIENT LIST: {error}"));
+        list.lines().map(str::to_owned).collect()
+    }
+
     /// Options for a store on this server with a generous deadline (debug builds on a busy
     /// 2-core machine), deciding with `clock` when given.
     pub fn options(&self, clock: Option<Arc<dyn Clock>>) -> RedisOptions {

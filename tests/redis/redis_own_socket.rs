@@ -1,7 +1,7 @@
 //! A batching lane's own socket (`src/store/redis/own_socket.rs`) stays in step with Redis: the
 //! reply of a call given up at its deadline is still owed, and must be read and dropped before
 //! the next call's, never taken for it; and a socket closed under it is made again at the next
-//! call.
+//! call. Over a unix socket the lanes have sockets of their own too.
 
 use std::time::Duration;
 
@@ -108,5 +108,49 @@ async fn a_socket_closed_by_redis_is_made_again_at_the_next_call() {
     assert!(
         after == u64::from(LIMIT) - 2 || after == u64::from(LIMIT) - 3,
         "the counter after the socket was made again: {after}"
+    );
+}
+
+/// The server's clients but the one asking, one line each.
+async fn other_clients(server: &RedisServer) -> Vec<String> {
+    let mut clients = server.client_list().await;
+    clients.retain(|line| !line.contains("cmd=client"));
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_unix_socket_the_lane_decides_on_a_socket_of_its_own() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let path = dir.path().join("redis.sock");
+    let path_text = path.to_string_lossy().into_owned();
+    let server = RedisServer::start_with(&["--unixsocket", &path_text, "--unixsocketperm", "700"]);
+    let mut options = server.options(None);
+    options.url = format!("unix://{path_text}");
+    options.batch_max = 64;
+    options.pool_size = 1;
+    options.breaker_threshold = 0;
+    let store = RedisStore::connect(&options)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect over {path_text}: {error}"));
+    let before = other_clients(&server).await;
+    assert_eq!(remaining(&store, "dave").await, u64::from(LIMIT) - 1);
+    assert_eq!(remaining(&store, "dave").await, u64::from(LIMIT) - 2);
+
+    // The pool's socket, and the lane's own, opened at its first decision; both on the unix
+    // socket (Redis names such a client's address after the socket's path).
+    let after = other_clients(&server).await;
+    assert_eq!(
+        after.len(),
+        before.len() + 1,
+        "before: {before:#?}\nafter: {after:#?}"
+    );
+    let deciding: Vec<&String> = after
+        .iter()
+        .filter(|line| line.contains("cmd=evalsha"))
+        .collect();
+    assert_eq!(deciding.len(), 1, "{after:#?}");
+    assert!(
+        deciding[0].contains(&format!("laddr={path_text}")),
+        "{deciding:#?}"
     );
 }

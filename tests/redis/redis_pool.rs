@@ -11,16 +11,6 @@ use floodgate_testkit::redis::{counter, identity, RedisServer};
 
 const POOL_SIZE: usize = 3;
 
-/// The server's client list, one line per connection.
-async fn client_list(server: &RedisServer) -> Vec<String> {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut server.inspector().await)
-        .await
-        .unwrap_or_else(|error| panic!("CLIENT LIST: {error}"));
-    list.lines().map(str::to_owned).collect()
-}
-
 #[tokio::test]
 async fn decisions_take_the_sockets_of_the_pool_in_turn() {
     let server = RedisServer::start();
@@ -40,7 +30,8 @@ async fn decisions_take_the_sockets_of_the_pool_in_turn() {
         assert!(!decided.over_limit);
     }
     // Each socket ran EVALSHA last; the inspector's own connection ran CLIENT LIST.
-    let deciding: Vec<String> = client_list(&server)
+    let deciding: Vec<String> = server
+        .client_list()
         .await
         .into_iter()
         .filter(|line| line.contains("cmd=evalsha"))

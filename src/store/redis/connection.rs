@@ -9,8 +9,8 @@
 //! `--redis-pool-size N` opens N sockets to the same server. One socket already carries any
 //! number of concurrent calls; more help only when one socket's reader task is the bottleneck
 //! (many cores, a fast Redis). Each socket is a `ConnectionManager`, reconnecting on its own.
-//! Batched decisions on a plain TCP server take sockets of their own instead (`own_socket.rs`),
-//! reaching the server in use through [`Connection::plain_endpoint`].
+//! Batched decisions on a plain server (TCP or a unix socket, not TLS) take sockets of their own
+//! instead (`own_socket.rs`), reaching the server in use through [`Connection::plain_endpoint`].
 //!
 //! # Following a Sentinel failover
 //!
@@ -384,19 +384,23 @@ impl Connection {
         late(&self.server(), deadline)
     }
 
-    /// Where a socket of one's own reaches the server now in use, when it is plain TCP (not
-    /// TLS, not a unix socket): what `own_socket.rs` connects to.
+    /// Where a socket of one's own reaches the server now in use, when it is plain (TCP or a
+    /// unix socket, not TLS): what `own_socket.rs` connects to.
     pub fn plain_endpoint(&self) -> Option<PlainEndpoint> {
         let links = self.shared.links.load();
         let info = links.client.get_connection_info();
-        let ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return None;
+        let address = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => PlainAddress::Tcp {
+                host: host.clone(),
+                port: *port,
+            },
+            ConnectionAddr::Unix(path) => PlainAddress::Unix(path.clone()),
+            _ => return None,
         };
         let settings = info.redis_settings();
         Some(PlainEndpoint {
             server: Arc::clone(&links.server),
-            host: host.clone(),
-            port: *port,
+            address,
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
             db: settings.db(),
@@ -425,15 +429,21 @@ impl Connection {
     }
 }
 
-/// A plain TCP server and what a new socket to it must say first.
+/// A plain server (no TLS) and what a new socket to it must say first.
 pub(super) struct PlainEndpoint {
-    /// `host:port/db`, safe for logs; the same `Arc` for as long as this server is in use.
+    /// `host:port/db` (or `path/db`), safe for logs; the same `Arc` for as long as this server
+    /// is in use.
     pub server: Arc<str>,
-    pub host: String,
-    pub port: u16,
+    pub address: PlainAddress,
     pub username: Option<String>,
     pub password: Option<String>,
     pub db: i64,
+}
+
+/// Where a plain server listens.
+pub(super) enum PlainAddress {
+    Tcp { host: String, port: u16 },
+    Unix(std::path::PathBuf),
 }
 
 /// What a call gets when Redis at `server` answered with an error or the socket failed

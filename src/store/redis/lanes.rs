@@ -1,8 +1,8 @@
 //! Which batching lane (`batch/`) a request joins, and where each lane's calls go.
 //!
 //! On one server (or the master Sentinel names) there is a lane per socket of the pool, and
-//! requests take the lanes in turn, as lone calls take the sockets. Over plain TCP each lane
-//! calls on a socket of its own (`own_socket.rs`); over TLS or a unix socket, on the pool's
+//! requests take the lanes in turn, as lone calls take the sockets. Over plain TCP or a unix
+//! socket each lane calls on a socket of its own (`own_socket.rs`); over TLS, on the pool's
 //! socket at its position. On a cluster a lane is one hash
 //! slot: a script may only touch keys of one slot, so requests can share a call only when all
 //! their keys are in the same slot, and then they all live on the node that serves it. A
@@ -27,10 +27,10 @@ use crate::store::{Decided, StoreError};
 
 /// One lane's socket.
 pub(super) enum Socket {
-    /// A socket of its own (`own_socket.rs`), on a plain TCP server.
+    /// A socket of its own (`own_socket.rs`), on a plain server (TCP or a unix socket).
     Own(OwnSocket),
     /// The socket at `position` of the connection's pool, shared with every other command:
-    /// over TLS or a unix socket.
+    /// over TLS.
     Pooled {
         connection: Connection,
         position: usize,
@@ -94,7 +94,7 @@ pub(super) enum Lanes {
 
 impl Lanes {
     /// One lane per socket of `connection`'s pool of `pool_size`, each call carrying up to
-    /// `max` requests: each lane with a socket of its own on a plain TCP server, else on the
+    /// `max` requests: each lane with a socket of its own on a plain server (no TLS), else on the
     /// pool's socket at its position.
     pub fn sockets(
         connection: &Connection,

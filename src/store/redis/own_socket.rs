@@ -15,15 +15,15 @@
 //!   the next call's, so a Redis that is only slow keeps its socket; a socket owing replies that
 //!   has heard nothing for [`SILENCE`] is dropped and the next call connects again.
 //!
-//! Plain TCP only: over TLS or a unix socket the lanes keep the pool's sockets (`lanes.rs`).
+//! Plain TCP or a unix socket: over TLS the lanes keep the pool's sockets (`lanes.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-use super::connection::{failed, lock, Connection, PlainEndpoint};
+use super::connection::{failed, lock, Connection, PlainAddress, PlainEndpoint};
 use super::errors::unavailable;
 use super::script::{Call, SOURCE};
 use super::silence::SILENCE;
@@ -44,7 +44,7 @@ pub(super) struct OwnSocket {
 
 /// One connected socket and what is in flight on it.
 struct Wire {
-    stream: TcpStream,
+    stream: Stream,
     /// The server it reaches, to notice a failover.
     server: Arc<str>,
     out: Vec<u8>,
@@ -162,7 +162,7 @@ impl OwnSocket {
         let Some(endpoint) = self.connection.plain_endpoint() else {
             return Err(Failure::Connect {
                 server: self.connection.server(),
-                reason: "the server in use is no longer plain TCP".to_owned(),
+                reason: "the server in use is no longer plain TCP or a unix socket".to_owned(),
             });
         };
         let timeout = self.connection.connect_timeout();
@@ -183,9 +183,7 @@ impl OwnSocket {
 
 impl Wire {
     async fn open(endpoint: &PlainEndpoint) -> Result<Self, Failure> {
-        let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
-        // As every socket to Redis (`tls::tcp_settings`): no wait for the previous ACK.
-        stream.set_nodelay(true)?;
+        let stream = Stream::connect(&endpoint.address).await?;
         let mut wire = Self {
             stream,
             server: Arc::clone(&endpoint.server),
@@ -257,6 +255,40 @@ impl Wire {
     /// After a call given up: whether to drop the socket rather than read what it owes.
     fn too_far_behind(&self) -> bool {
         self.torn || self.owed > MAX_OWED || (self.owed > 0 && self.heard.elapsed() >= SILENCE)
+    }
+}
+
+/// A socket to a plain server.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    async fn connect(address: &PlainAddress) -> std::io::Result<Self> {
+        match address {
+            PlainAddress::Tcp { host, port } => {
+                let stream = TcpStream::connect((host.as_str(), *port)).await?;
+                // As every socket to Redis (`tls::tcp_settings`): no wait for the previous ACK.
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+            PlainAddress::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.write_all(bytes).await,
+            Stream::Unix(stream) => stream.write_all(bytes).await,
+        }
+    }
+
+    async fn read_buf(&mut self, buffer: &mut Vec<u8>) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.read_buf(buffer).await,
+            Stream::Unix(stream) => stream.read_buf(buffer).await,
+        }
     }
 }
 
