@@ -34,6 +34,8 @@ INSTRUCTIONS="${BENCH_INSTRUCTIONS:-0}"
 REQUESTS="${BENCH_REQUESTS:-10000}"
 SECONDS_PER_RUN="${BENCH_SECONDS:-10}"
 CONNECTIONS="${BENCH_CONNECTIONS:-8}"
+# h2load's unmeasured warm-up; the RLS's CPU is read once it is over.
+WARMUP_SECONDS=2
 ENVOY="${FLOODGATE_ENVOY:-.venv/bin/envoy}"
 if [ "$INSTRUCTIONS" = 1 ]; then
   OUT="${BENCH_OUT:-docs/benchmarks-envoy-instructions.md}"
@@ -211,9 +213,8 @@ run() {
   PIDS=("${SERVERS[@]}" "$pid")
   wait_port envoy "$pid" "$EDGE" "$WORK/envoy-$config.log"
   rls="$(rls_pid "$config")"
-  # h2load's warm-up is not measured: the RLS's CPU is read once it is over.
-  [ -n "$rls" ] && { sleep 2; cpu_ticks "$rls" >"$WORK/cpu-before"; } &
-  out="$(h2load --h1 -c "$CONNECTIONS" -m 1 -D "$SECONDS_PER_RUN" --warm-up-time=2 \
+  [ -n "$rls" ] && { sleep "$WARMUP_SECONDS"; cpu_ticks "$rls" >"$WORK/cpu-before"; } &
+  out="$(h2load --h1 -c "$CONNECTIONS" -m 1 -D "$SECONDS_PER_RUN" --warm-up-time="$WARMUP_SECONDS" \
     -H 'x-tenant: acme-corp' "http://127.0.0.1:$EDGE/" 2>&1)" || { echo "$out" >&2; die "h2load failed"; }
   wait $! 2>/dev/null || true
   if [ -n "$rls" ]; then
